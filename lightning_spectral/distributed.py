@@ -1,0 +1,91 @@
+"""The one sync path: all-reduce of sum states, and a check that every rank uses the same frequencies.
+
+Every state in this library is a sum (feature sums, covariance sums, counts), so merging ranks is a
+single all-reduce per state: ``O((2r)^2)`` bytes moved whatever the world size, where torchmetrics'
+default all_gather would move ``world_size x (2r)^2`` and then sum.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+
+
+def distributed_available() -> bool:
+    """True inside an initialised ``torch.distributed`` process group with more than one rank."""
+    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+
+
+def all_reduce_sum(tensor: Tensor, group: Optional[Any] = None) -> list[Tensor]:
+    """Sum ``tensor`` over all ranks with one all-reduce; a torchmetrics ``dist_sync_fn`` for sum states.
+
+    Returns a one-element list, so torchmetrics' reduction of the synced value (stack, then
+    ``dim_zero_sum``) leaves the all-reduced total unchanged. Outside a process group it returns
+    ``[tensor]`` untouched.
+
+    Example:
+        >>> import torch
+        >>> all_reduce_sum(torch.ones(2))  # not distributed here: the tensor comes back
+        [tensor([1., 1.])]
+    """
+    if not distributed_available():
+        return [tensor]
+    reduced = tensor.clone().contiguous()
+    dist.all_reduce(reduced, op=dist.ReduceOp.SUM, group=group)
+    return [reduced]
+
+
+_FINGERPRINT_SIZE = 7
+
+
+def fingerprint(tensor: Tensor) -> Tensor:
+    """A small float64 summary of a tensor that differs when its values or shape differ.
+
+    Shape, sum, sum of squares and an index-weighted sum: two frequency draws with another seed, sigma
+    or width disagree in every entry.
+    """
+    flat = tensor.detach().double().flatten()
+    weights = torch.arange(1, flat.numel() + 1, device=flat.device, dtype=torch.float64) / max(flat.numel(), 1)
+    shape = (list(tensor.shape) + [0] * 4)[:4]
+    return torch.cat(
+        [
+            torch.tensor(shape, dtype=torch.float64, device=flat.device),
+            torch.stack([flat.sum(), flat.square().sum(), (flat * weights).sum()]),
+        ]
+    )
+
+
+def check_same_across_ranks(
+    tensor: Optional[Tensor], what: str, group: Optional[Any] = None, rtol: float = 1e-9
+) -> None:
+    """Raise on every rank when ranks hold different ``tensor`` values (compared by :func:`fingerprint`).
+
+    All ranks take part in one small all_gather and reach the same verdict, so a mismatch raises
+    everywhere instead of leaving some ranks waiting in a collective. A rank passing ``None`` (for
+    instance a lazily built feature map on a rank that saw no samples) takes part without a vote.
+
+    Raises:
+        RuntimeError: the fingerprints differ; the message names ``what`` and the usual fix.
+    """
+    if not distributed_available():
+        return
+    abstain = torch.full((_FINGERPRINT_SIZE,), float("nan"), dtype=torch.float64)
+    local = fingerprint(tensor) if tensor is not None else abstain
+    nccl = dist.get_backend(group) == dist.Backend.NCCL  # NCCL only moves CUDA tensors
+    local = local.to(torch.device("cuda", torch.cuda.current_device()) if nccl else "cpu")
+    gathered = [torch.empty_like(local) for _ in range(dist.get_world_size(group))]
+    dist.all_gather(gathered, local, group=group)
+    voters = [(rank, f.cpu()) for rank, f in enumerate(gathered) if not bool(torch.isnan(f).any())]
+    if not voters:
+        return
+    first_rank, reference = voters[0]
+    scale = reference.abs().clamp_min(1.0)
+    bad = [rank for rank, other in voters if bool(((other - reference).abs() > rtol * scale).any())]
+    if bad:
+        raise RuntimeError(
+            f"{what} differ across ranks (ranks {bad} disagree with rank {first_rank}). Every rank must build the metric "
+            "or callback with the same `seed`, `sigma`, `n_frequencies` and input width."
+        )

@@ -1,0 +1,183 @@
+"""Kernel feature maps: the one random-Fourier-feature map every method shares, the cosine map, bandwidths.
+
+Conventions (see ``DESIGN.md``): the Gaussian kernel is ``k(x, y) = exp(-||x - y||^2 / (2 sigma^2))`` and
+its random Fourier features are ``phi(x) = [cos(x W), sin(x W)] / sqrt(r)`` with ``W = Z / sigma``,
+``Z ~ N(0, I)`` of shape (d, r). Every row of ``phi`` has norm exactly 1, so ``phi(x) . phi(x) = k(x, x) = 1``
+and every RFF covariance has trace 1 (FKEA, Ospanov et al. 2024, eq. 2; FINC, Zhang et al., eq. 4).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import torch
+from torch import Tensor, nn
+
+from lightning_spectral._checks import check_features, check_positive, check_positive_int
+
+
+def standard_normal_draws(in_features: int, n_frequencies: int, seed: int) -> Tensor:
+    """The (d, r) float64 standard-normal matrix ``Z`` behind the frequencies, drawn on the CPU from ``seed``.
+
+    A CPU ``torch.Generator`` makes the draw identical on every rank, device and run.
+    """
+    generator = torch.Generator(device="cpu").manual_seed(int(seed))
+    return torch.randn(in_features, n_frequencies, generator=generator, dtype=torch.float64)
+
+
+class GaussianRFF(nn.Module):
+    r"""Random Fourier features of the Gaussian kernel, ``phi(x) = [cos(xW), sin(xW)] / sqrt(r)``.
+
+    ``phi(x) . phi(y) = (1/r) sum_j cos(w_j . (x - y))`` is an unbiased estimate of
+    ``k(x, y) = exp(-||x - y||^2 / (2 sigma^2))`` with error ~ 1/sqrt(r), and ``||phi(x)|| = 1`` exactly.
+
+    Args:
+        in_features: width ``d`` of the inputs.
+        n_frequencies: number of frequencies ``r``; the output has ``2r`` features (cos block, then sin block).
+        sigma: Gaussian bandwidth (> 0), in the units of the inputs.
+        seed: seed of the CPU generator that draws the frequencies. The frequencies ``omega`` (d, r) are a
+            float64 buffer, saved in ``state_dict`` and identical on every rank and device.
+
+    Shapes: input (N, d) floating point; output (N, 2r) in float32, or float64 for float64 input
+    (float16 / bfloat16 are upcast to float32).
+
+    Raises:
+        ValueError: non-positive ``in_features`` / ``n_frequencies`` / ``sigma``; at call time wrong rank or
+            width, NaN or Inf.
+
+    Example:
+        >>> import torch
+        >>> rff = GaussianRFF(in_features=3, n_frequencies=4, sigma=1.0, seed=0)
+        >>> phi = rff(torch.randn(5, 3))
+        >>> phi.shape
+        torch.Size([5, 8])
+        >>> torch.allclose(phi.norm(dim=1), torch.ones(5))
+        True
+    """
+
+    omega: Tensor
+
+    def __init__(self, in_features: int, n_frequencies: int, sigma: float, seed: int = 0) -> None:
+        super().__init__()
+        self.in_features = check_positive_int(in_features, "in_features")
+        self.n_frequencies = check_positive_int(n_frequencies, "n_frequencies")
+        self.sigma = check_positive(sigma, "sigma")
+        self.seed = int(seed)
+        self.register_buffer("omega", self._draw())
+
+    @property
+    def out_features(self) -> int:
+        """Width of the output, ``2 * n_frequencies``."""
+        return 2 * self.n_frequencies
+
+    def _draw(self) -> Tensor:
+        return standard_normal_draws(self.in_features, self.n_frequencies, self.seed) / self.sigma
+
+    def _apply(self, fn, recurse: bool = True):  # type: ignore[no-untyped-def]
+        # A parent's dtype cast (``.half()``, Lightning's "bf16-true") must not round the frequencies:
+        # keep them float64 and only follow device moves, redrawing from the seed if a cast happened.
+        super()._apply(fn, recurse)
+        if self.omega.dtype != torch.float64:
+            self.omega = self._draw().to(self.omega.device)
+        return self
+
+    def projection(self, x: Tensor) -> Tensor:
+        """Phases ``x W`` of shape (N, r), in the compute dtype of ``x`` (validated)."""
+        x = check_features(x, "x", width=self.in_features, owner=type(self).__name__)
+        return x @ self.omega.to(device=x.device, dtype=x.dtype)
+
+    def forward(self, x: Tensor) -> Tensor:
+        """Map inputs (N, d) to unit-norm features (N, 2r)."""
+        phases = self.projection(x)
+        return torch.cat([phases.cos(), phases.sin()], dim=1).mul_(1.0 / math.sqrt(self.n_frequencies))
+
+    def extra_repr(self) -> str:
+        return (
+            f"in_features={self.in_features}, n_frequencies={self.n_frequencies}, "
+            f"sigma={self.sigma:g}, seed={self.seed}"
+        )
+
+
+class CosineMap(nn.Module):
+    """L2 normalisation, the feature map of the cosine kernel ``k(x, y) = x . y / (||x|| ||y||)``.
+
+    Rows with norm <= ``eps`` have no direction: they raise instead of silently becoming NaN or zero
+    (a zero row would break the trace-1 identity every method relies on).
+
+    Example:
+        >>> import torch
+        >>> CosineMap()(torch.tensor([[3.0, 4.0]]))
+        tensor([[0.6000, 0.8000]])
+    """
+
+    def __init__(self, eps: float = 1e-12) -> None:
+        super().__init__()
+        self.eps = check_positive(eps, "eps")
+
+    def forward(self, x: Tensor) -> Tensor:
+        """Map inputs (N, d) to unit-norm rows (N, d).
+
+        Raises:
+            ValueError: a row has (near) zero norm, or the usual shape / NaN problems.
+        """
+        x = check_features(x, "x", owner=type(self).__name__)
+        norms = x.norm(dim=1, keepdim=True)
+        zero = norms.squeeze(1) <= self.eps
+        if bool(zero.any()):
+            raise ValueError(
+                f"CosineMap: {int(zero.sum())} of {x.shape[0]} rows have norm <= {self.eps:g}; the cosine kernel "
+                "is undefined for them. Drop those samples or use the Gaussian kernel."
+            )
+        return x / norms
+
+
+def gaussian_kernel(x: Tensor, y: Optional[Tensor] = None, sigma: float = 1.0) -> Tensor:
+    """The exact kernel matrix ``K[i, j] = exp(-||x_i - y_j||^2 / (2 sigma^2))``, shape (N, M), float64.
+
+    For small inputs: the oracle the random-feature routes are tested against.
+
+    Example:
+        >>> import torch
+        >>> gaussian_kernel(torch.zeros(1, 2), torch.ones(1, 2), sigma=1.0)
+        tensor([[0.3679]], dtype=torch.float64)
+    """
+    sigma = check_positive(sigma, "sigma")
+    x = check_features(x, "x").double()
+    y = x if y is None else check_features(y, "y", width=x.shape[1]).double()
+    sq_dist = torch.cdist(x, y).square()
+    return torch.exp(-sq_dist / (2.0 * sigma**2))
+
+
+def median_bandwidth(x: Tensor, max_samples: int = 2000, seed: int = 0) -> float:
+    """Median pairwise Euclidean distance of (a random subsample of) ``x``: a starting point for ``sigma``.
+
+    This is a heuristic, not a rule from the papers (FKEA tunes sigma per dataset, FINC's rule is not fully
+    specified). Scores are comparable only at one fixed sigma, embedding and sample size; smaller sigma
+    splits data into more, finer modes.
+
+    Args:
+        x: samples (N, d), N >= 2.
+        max_samples: subsample size (the cost is O(max_samples^2 d)).
+        seed: seed of the subsample.
+
+    Raises:
+        ValueError: fewer than 2 samples, or all sampled points identical.
+
+    Example:
+        >>> import torch
+        >>> median_bandwidth(torch.tensor([[0.0], [1.0], [3.0]]))
+        2.0
+    """
+    x = check_features(x, "x").double()
+    check_positive_int(max_samples, "max_samples")
+    if x.shape[0] < 2:
+        raise ValueError(f"median_bandwidth needs at least 2 samples, got {x.shape[0]}.")
+    if x.shape[0] > max_samples:
+        generator = torch.Generator(device="cpu").manual_seed(int(seed))
+        x = x[torch.randperm(x.shape[0], generator=generator)[:max_samples].to(x.device)]
+    dist = torch.pdist(x)
+    median = float(dist.median())
+    if median <= 0:
+        raise ValueError("median_bandwidth: the median pairwise distance is 0 (most samples are identical).")
+    return median

@@ -1,0 +1,114 @@
+"""The base of every random-Fourier-feature metric: one lazily built feature map, float64 sum states,
+synchronised by all-reduce after a check that every rank holds the same frequencies."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Optional
+
+import torch
+from torch import Tensor
+from torchmetrics import Metric
+from torchmetrics.utilities.distributed import gather_all_tensors
+
+from lightning_spectral._checks import check_features, check_positive, check_positive_int
+from lightning_spectral.distributed import all_reduce_sum, check_same_across_ranks
+from lightning_spectral.features import GaussianRFF
+from lightning_spectral.linalg import DEFAULT_CHUNK_SIZE
+
+
+class RFFMetric(Metric):
+    """A ``torchmetrics.Metric`` whose states are float64 sums over features of one :class:`GaussianRFF`.
+
+    The feature map is built from ``(sigma, n_frequencies, seed)`` and the input width: at construction when
+    ``in_features`` is given, otherwise at the first ``update``. Subclasses declare their states with
+    :meth:`add_sum_state` and map inputs with :meth:`validated_features_map`.
+
+    Under DDP, states are summed with one all-reduce each (:func:`~lightning_spectral.distributed.all_reduce_sum`,
+    also used when torchmetrics' default all_gather is requested), after a check that all ranks drew the
+    same frequencies. A rank that saw no samples contributes zeros.
+    """
+
+    full_state_update = False
+    feature_map: Optional[GaussianRFF]
+
+    def __init__(
+        self,
+        sigma: float,
+        n_frequencies: int,
+        seed: int = 0,
+        in_features: Optional[int] = None,
+        chunk_size: int = DEFAULT_CHUNK_SIZE,
+        **kwargs: Any,
+    ) -> None:
+        kwargs.setdefault("dist_sync_fn", all_reduce_sum)
+        super().__init__(**kwargs)
+        self.sigma = check_positive(sigma, "sigma")
+        self.n_frequencies = check_positive_int(n_frequencies, "n_frequencies")
+        self.seed = int(seed)
+        self.chunk_size = check_positive_int(chunk_size, "chunk_size")
+        self.feature_map = None
+        if in_features is not None:
+            self._build_feature_map(check_positive_int(in_features, "in_features"))
+
+    @property
+    def feature_dim(self) -> int:
+        """Width of the random features, ``2 * n_frequencies``."""
+        return 2 * self.n_frequencies
+
+    def add_sum_state(self, name: str, shape: tuple[int, ...] = ()) -> None:
+        """Declare a float64 zero-initialised state, summed across ranks and saved in ``state_dict``.
+
+        States are persistent so that a resumed run (a Lightning checkpoint) continues the same sums;
+        call ``metric.persistent(False)`` to keep checkpoints small when that is not needed.
+        """
+        self.add_state(name, default=torch.zeros(shape, dtype=torch.float64), dist_reduce_fx="sum", persistent=True)
+
+    def _build_feature_map(self, in_features: int) -> GaussianRFF:
+        self.feature_map = GaussianRFF(in_features, self.n_frequencies, self.sigma, self.seed).to(self.device)
+        return self.feature_map
+
+    def validated_features_map(self, features: Tensor, name: str = "features") -> GaussianRFF:
+        """Validate a batch (N, d) and return the feature map for it, building it on first use.
+
+        Raises:
+            ValueError / TypeError: wrong rank, a width that differs from earlier batches, NaN or Inf.
+        """
+        width = None if self.feature_map is None else self.feature_map.in_features
+        check_features(features, name, width=width, owner=type(self).__name__)
+        return self.feature_map if self.feature_map is not None else self._build_feature_map(features.shape[1])
+
+    def _sync_dist(self, dist_sync_fn: Callable = all_reduce_sum, process_group: Optional[Any] = None) -> None:
+        group = process_group or self.process_group
+        omega = None if self.feature_map is None else self.feature_map.omega
+        check_same_across_ranks(omega, f"{type(self).__name__}: random Fourier frequencies", group=group)
+        if dist_sync_fn is gather_all_tensors:  # every state is a sum: one all-reduce instead of all_gather
+            dist_sync_fn = all_reduce_sum
+        super()._sync_dist(dist_sync_fn, process_group=process_group)
+
+    def _apply(self, fn: Callable, exclude_state: Any = "") -> "RFFMetric":
+        # States are float64 sums by design; a dtype cast from a parent (e.g. "bf16-true") may move them
+        # between devices but never round them.
+        this = super()._apply(fn, exclude_state=tuple(self._defaults))
+
+        def device_only(value: Tensor) -> Tensor:
+            moved = fn(value)
+            return moved if moved.dtype == value.dtype else value.to(moved.device)
+
+        for key, default in this._defaults.items():
+            this._defaults[key] = device_only(default)
+            setattr(this, key, device_only(getattr(this, key)))
+        return this
+
+    def _load_from_state_dict(self, state_dict: dict, prefix: str, *args: Any, **kwargs: Any) -> None:
+        # A metric whose feature map is built lazily learns the input width from the checkpoint.
+        omega = state_dict.get(prefix + "feature_map.omega")
+        if self.feature_map is None and omega is not None:
+            self._build_feature_map(omega.shape[0])
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
+    def _require_samples(self, count: Tensor, what: str = "samples") -> None:
+        if float(count) <= 0:
+            raise RuntimeError(
+                f"{type(self).__name__}.compute(): no {what} were accumulated (on any rank). "
+                "Call `update(features)` with at least one sample first, or `reset()` was called since."
+            )

@@ -1,0 +1,109 @@
+"""Real 2-process DDP (gloo on CPU): all-reduced states equal one process on the concatenated data."""
+
+import torch
+
+from lightning_spectral.distributed import all_reduce_sum, check_same_across_ranks, fingerprint
+from lightning_spectral.metrics import RFFCovariance
+from tests.ddp import run_ddp
+
+N_PER_RANK = 300
+
+
+def data(dtype=torch.float64):
+    return torch.randn(2 * N_PER_RANK, 5, generator=torch.Generator().manual_seed(0), dtype=dtype)
+
+
+def metric_on_shard(rank, world_size, dtype):
+    metric = RFFCovariance(sigma=1.5, n_frequencies=64, seed=11, chunk_size=100)
+    shard = data(dtype)[rank * N_PER_RANK : (rank + 1) * N_PER_RANK]
+    for batch in torch.split(shard, 70 + 30 * rank):  # different batching on each rank
+        metric.update(batch)
+    cov = metric.compute()
+    return cov, float(metric.n_samples)  # local states are restored after compute
+
+
+def rank_one_sees_nothing(rank, world_size):
+    metric = RFFCovariance(sigma=1.5, n_frequencies=64, seed=11)
+    if rank == 0:
+        metric.update(data()[:N_PER_RANK])
+    return metric.compute()
+
+
+def nobody_sees_anything(rank, world_size):
+    return RFFCovariance(sigma=1.5, n_frequencies=64).compute()
+
+
+def seeds_differ(rank, world_size):
+    metric = RFFCovariance(sigma=1.5, n_frequencies=64, seed=rank)
+    metric.update(data()[:10])
+    return metric.compute()
+
+
+def helpers(rank, world_size):
+    summed = all_reduce_sum(torch.tensor([1.0, float(rank)], dtype=torch.float64))
+    check_same_across_ranks(torch.arange(6.0).reshape(2, 3), "the same tensor")
+    try:
+        check_same_across_ranks(torch.arange(6.0) + rank, "shifted tensors")
+    except RuntimeError as error:
+        return summed, str(error)
+    return summed, None
+
+
+def test_all_reduced_covariance_equals_one_process_on_concatenated_data(tmp_path):
+    results = run_ddp(metric_on_shard, torch.float64, tmp_path=tmp_path)
+    single = RFFCovariance(sigma=1.5, n_frequencies=64, seed=11)
+    single.update(data())
+    expected = single.compute()
+    for rank, (status, *value) in enumerate(results):
+        assert status == "ok", value
+        cov, local_count = value[0]
+        assert float((cov - expected).norm() / expected.norm()) < 1e-12
+        assert local_count == N_PER_RANK
+
+
+def test_float32_ddp_matches_within_float32_rounding(tmp_path):
+    results = run_ddp(metric_on_shard, torch.float32, tmp_path=tmp_path)
+    single = RFFCovariance(sigma=1.5, n_frequencies=64, seed=11)
+    single.update(data(torch.float32))
+    expected = single.compute()
+    for status, *value in results:
+        assert status == "ok", value
+        assert float((value[0][0] - expected).norm() / expected.norm()) < 1e-6
+
+
+def test_rank_without_samples_neither_hangs_nor_gives_nan(tmp_path):
+    results = run_ddp(rank_one_sees_nothing, tmp_path=tmp_path)
+    single = RFFCovariance(sigma=1.5, n_frequencies=64, seed=11)
+    single.update(data()[:N_PER_RANK])
+    for status, *value in results:
+        assert status == "ok", value
+        assert bool(torch.isfinite(value[0]).all())
+        torch.testing.assert_close(value[0], single.compute())
+
+
+def test_no_samples_anywhere_raises_on_every_rank(tmp_path):
+    for status, *value in run_ddp(nobody_sees_anything, tmp_path=tmp_path):
+        assert status == "error" and "no samples were accumulated (on any rank)" in value[0]
+
+
+def test_mismatched_seeds_raise_on_every_rank(tmp_path):
+    for status, *value in run_ddp(seeds_differ, tmp_path=tmp_path):
+        assert status == "error"
+        assert "RuntimeError: RFFCovariance: random Fourier frequencies differ across ranks" in value[0]
+        assert "same `seed`" in value[0]
+
+
+def test_sync_helpers(tmp_path):
+    for status, *value in run_ddp(helpers, tmp_path=tmp_path):
+        assert status == "ok", value
+        summed, message = value[0]
+        torch.testing.assert_close(summed[0], torch.tensor([2.0, 1.0], dtype=torch.float64))
+        assert message is not None and "shifted tensors differ across ranks (ranks [1] disagree with rank 0)" in message
+
+
+def test_fingerprint_tells_seeds_sigmas_and_shapes_apart():
+    base = torch.randn(4, 5)
+    assert torch.equal(fingerprint(base), fingerprint(base.clone()))
+    assert not torch.equal(fingerprint(base), fingerprint(base * 1.01))
+    assert not torch.equal(fingerprint(base), fingerprint(base.reshape(5, 4)))
+    assert not torch.equal(fingerprint(base), fingerprint(base.flip(0)))

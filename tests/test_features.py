@@ -1,0 +1,151 @@
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from lightning_spectral.features import CosineMap, GaussianRFF, gaussian_kernel, median_bandwidth
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_rows_have_unit_norm_and_width_2r(dtype):
+    rff = GaussianRFF(in_features=5, n_frequencies=37, sigma=0.7, seed=3)
+    phi = rff(10 * torch.randn(200, 5, dtype=dtype))
+    assert phi.shape == (200, 74)
+    assert phi.dtype == dtype
+    tol = 1e-6 if dtype == torch.float32 else 1e-13
+    torch.testing.assert_close(phi.norm(dim=1), torch.ones(200, dtype=dtype), atol=tol, rtol=0)
+
+
+def test_layout_is_cos_block_then_sin_block():
+    rff = GaussianRFF(3, 4, sigma=2.0)
+    x = torch.randn(6, 3, dtype=torch.float64)
+    phases = x @ rff.omega
+    expected = torch.cat([phases.cos(), phases.sin()], dim=1) / 2.0
+    torch.testing.assert_close(rff(x), expected)
+
+
+def test_frequencies_are_seeded_float64_buffers_in_state_dict():
+    a, b, c = GaussianRFF(8, 16, 1.0, seed=1), GaussianRFF(8, 16, 1.0, seed=1), GaussianRFF(8, 16, 1.0, seed=2)
+    assert a.omega.dtype == torch.float64
+    assert torch.equal(a.omega, b.omega)
+    assert not torch.allclose(a.omega, c.omega)
+    assert "omega" in a.state_dict()
+    # the global RNG plays no part
+    torch.manual_seed(123)
+    assert torch.equal(GaussianRFF(8, 16, 1.0, seed=1).omega, a.omega)
+
+
+def test_frequency_scale_is_one_over_sigma():
+    rff = GaussianRFF(50, 4000, sigma=4.0, seed=0)
+    assert abs(float(rff.omega.std()) - 0.25) < 0.005
+    # scaling sigma by c scales the same standard-normal draws by 1/c
+    torch.testing.assert_close(GaussianRFF(50, 4000, sigma=8.0, seed=0).omega * 2, rff.omega)
+
+
+def test_dtype_cast_of_parent_keeps_exact_frequencies():
+    rff = GaussianRFF(4, 8, sigma=1.0, seed=5)
+    expected = rff.omega.clone()
+    parent = torch.nn.Sequential(rff).half()
+    assert parent[0].omega.dtype == torch.float64
+    assert torch.equal(parent[0].omega, expected)
+    parent.to(torch.bfloat16)
+    assert torch.equal(parent[0].omega, expected)
+
+
+def test_half_precision_input_is_upcast_to_float32():
+    rff = GaussianRFF(4, 8, sigma=1.0)
+    x = torch.randn(10, 4)
+    out = rff(x.half())
+    assert out.dtype == torch.float32
+    torch.testing.assert_close(out, rff(x.half().float()))
+
+
+def test_kernel_is_approximated_without_bias_and_error_shrinks_like_inverse_sqrt_r():
+    torch.manual_seed(0)
+    x = torch.randn(40, 6, dtype=torch.float64)
+    exact = gaussian_kernel(x, sigma=2.0)
+    errors = {}
+    for r in (64, 256, 1024, 4096):
+        max_errors = []
+        for seed in range(6):
+            phi = GaussianRFF(6, r, sigma=2.0, seed=seed)(x)
+            max_errors.append(float((phi @ phi.T - exact).abs().max()))
+        errors[r] = float(np.mean(max_errors))
+    scaled = [errors[r] * math.sqrt(r) for r in errors]
+    # error * sqrt(r) stays flat (within a factor 2) while r grows 64x
+    assert max(scaled) / min(scaled) < 2.0, errors
+    assert errors[4096] < errors[64] / 4
+    # unbiased: the average over many draws approaches the kernel faster than one draw
+    mean_gram = sum(GaussianRFF(6, 64, 2.0, seed=s)(x) @ GaussianRFF(6, 64, 2.0, seed=s)(x).T for s in range(200)) / 200
+    assert float((mean_gram - exact).abs().max()) < errors[64] / 3
+
+
+def test_gaussian_kernel_matches_formula():
+    x, y = torch.randn(5, 3), torch.randn(4, 3)
+    expected = torch.exp(-((x[:, None, :] - y[None, :, :]) ** 2).sum(-1).double() / (2 * 1.5**2))
+    torch.testing.assert_close(gaussian_kernel(x, y, sigma=1.5), expected)
+    torch.testing.assert_close(torch.diagonal(gaussian_kernel(x, sigma=1.5)), torch.ones(5, dtype=torch.float64))
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(in_features=3, n_frequencies=4, sigma=0.0), "sigma"),
+        (dict(in_features=3, n_frequencies=4, sigma=-1.0), "sigma"),
+        (dict(in_features=3, n_frequencies=4, sigma=float("nan")), "sigma"),
+        (dict(in_features=3, n_frequencies=0, sigma=1.0), "n_frequencies"),
+        (dict(in_features=0, n_frequencies=4, sigma=1.0), "in_features"),
+        (dict(in_features=3, n_frequencies=2.5, sigma=1.0), "n_frequencies"),
+    ],
+)
+def test_bad_hyperparameters_raise(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        GaussianRFF(**kwargs)
+
+
+@pytest.mark.parametrize(
+    "x, error, match",
+    [
+        (torch.randn(3, 4), ValueError, "width 4 but 3"),
+        (torch.randn(3), ValueError, r"shape \(N, d\)"),
+        (torch.randn(2, 3, 3), ValueError, "flatten"),
+        (torch.tensor([[0.0, float("nan"), 1.0]]), ValueError, "NaN or Inf in 1 of 1 rows"),
+        (torch.tensor([[0.0, float("inf"), 1.0]]), ValueError, "NaN or Inf"),
+        (torch.ones(2, 3, dtype=torch.long), TypeError, "floating point"),
+    ],
+)
+def test_bad_inputs_raise_clear_errors(x, error, match):
+    with pytest.raises(error, match=match):
+        GaussianRFF(3, 4, sigma=1.0)(x)
+
+
+def test_empty_batch_gives_empty_features():
+    assert GaussianRFF(3, 4, sigma=1.0)(torch.empty(0, 3)).shape == (0, 8)
+
+
+def test_cosine_map_normalises_and_rejects_zero_rows():
+    x = torch.randn(20, 7)
+    out = CosineMap()(x)
+    torch.testing.assert_close(out.norm(dim=1), torch.ones(20))
+    torch.testing.assert_close(out * x.norm(dim=1, keepdim=True), x)
+    with pytest.raises(ValueError, match="1 of 3 rows have norm"):
+        CosineMap()(torch.tensor([[1.0, 0.0], [0.0, 0.0], [0.0, 2.0]]))
+
+
+def test_median_bandwidth_is_the_median_pairwise_distance():
+    x = torch.randn(301, 4, dtype=torch.float64)
+    dists = torch.cdist(x, x)[torch.triu(torch.ones(301, 301, dtype=torch.bool), 1)]
+    assert median_bandwidth(x, max_samples=1000) == pytest.approx(float(np.median(dists.numpy())), rel=1e-2)
+    # subsampling is seeded and close to the full answer
+    assert median_bandwidth(x, max_samples=150, seed=1) == median_bandwidth(x, max_samples=150, seed=1)
+    assert median_bandwidth(x, max_samples=150) == pytest.approx(median_bandwidth(x), rel=0.15)
+    # scales with the data
+    assert median_bandwidth(3 * x) == pytest.approx(3 * median_bandwidth(x))
+
+
+def test_median_bandwidth_errors():
+    with pytest.raises(ValueError, match="at least 2"):
+        median_bandwidth(torch.ones(1, 3))
+    with pytest.raises(ValueError, match="identical"):
+        median_bandwidth(torch.ones(5, 3))

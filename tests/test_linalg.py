@@ -1,0 +1,181 @@
+import math
+
+import pytest
+import torch
+
+from lightning_spectral.features import GaussianRFF, gaussian_kernel
+from lightning_spectral.linalg import (
+    add_covariance_,
+    add_gram_,
+    psd_eigenvalues,
+    renyi_entropy,
+    rke_from_covariance,
+    symmetric_eigh,
+    vendi_score,
+)
+
+ORDERS = [0.5, 1.0, 1.5, 2.0, 3.0, math.inf]
+
+
+def relative_error(a, b):
+    return float((a - b).norm() / b.norm())
+
+
+@pytest.mark.parametrize("width, tile", [(7, 3), (64, 16), (100, 1024), (33, 32)])
+def test_tiled_gram_equals_full_product(width, tile):
+    phi = torch.randn(50, width, dtype=torch.float64)
+    total = torch.zeros(width, width, dtype=torch.float64)
+    add_gram_(total, phi, tile=tile)
+    torch.testing.assert_close(total, phi.T @ phi)
+    torch.testing.assert_close(total, total.T, rtol=1e-14, atol=1e-12)
+
+
+def test_gram_adds_float32_chunks_into_float64_total():
+    phi = torch.randn(10, 6)
+    total = torch.ones(6, 6, dtype=torch.float64)
+    add_gram_(total, phi, tile=4)
+    assert total.dtype == torch.float64
+    torch.testing.assert_close(total, 1 + (phi.T @ phi).double(), rtol=1e-6, atol=1e-6)
+    with pytest.raises(ValueError, match="expected"):
+        add_gram_(torch.zeros(5, 5, dtype=torch.float64), phi)
+
+
+def covariance(x, rff, chunk_size):
+    total = torch.zeros(rff.out_features, rff.out_features, dtype=torch.float64)
+    return add_covariance_(total, x, rff, chunk_size=chunk_size)
+
+
+def test_covariance_has_trace_n_and_matches_explicit_features():
+    rff = GaussianRFF(4, 50, sigma=1.5)
+    x = torch.randn(300, 4, dtype=torch.float64)
+    total = covariance(x, rff, chunk_size=64)
+    phi = rff(x)
+    torch.testing.assert_close(total, phi.T @ phi)
+    assert float(total.trace()) == pytest.approx(300, rel=1e-12)
+
+
+def test_streaming_equals_one_shot_for_any_chunking_and_order_float64():
+    rff = GaussianRFF(6, 300, sigma=2.0)
+    x = 3 * torch.randn(1000, 6, dtype=torch.float64)
+    one_shot = covariance(x, rff, chunk_size=10_000)
+    for chunk in (1, 7, 128, 999):
+        assert relative_error(covariance(x, rff, chunk), one_shot) < 1e-10
+    shuffled = x[torch.randperm(1000)]
+    assert relative_error(covariance(shuffled, rff, 37), one_shot) < 1e-10
+    # batches fed one by one into one running total (how metrics stream) give the same matrix too
+    total = torch.zeros_like(one_shot)
+    for batch in torch.split(shuffled, 113):
+        add_covariance_(total, batch, rff, chunk_size=50)
+    assert relative_error(total, one_shot) < 1e-10
+
+
+def test_streaming_float32_stays_within_float32_rounding():
+    rff = GaussianRFF(6, 300, sigma=2.0)
+    x = 3 * torch.randn(1000, 6)
+    one_shot = covariance(x.double(), rff, 10_000)
+    assert relative_error(covariance(x, rff, 1000), one_shot) < 1e-5
+    assert relative_error(covariance(x, rff, 17), one_shot) < 1e-5
+
+
+def test_feature_sum_is_accumulated_alongside():
+    rff = GaussianRFF(3, 20, sigma=1.0)
+    x = torch.randn(90, 3, dtype=torch.float64)
+    total = torch.zeros(40, 40, dtype=torch.float64)
+    feature_sum = torch.zeros(40, dtype=torch.float64)
+    add_covariance_(total, x, rff, chunk_size=16, feature_sum=feature_sum)
+    torch.testing.assert_close(feature_sum, rff(x).sum(0))
+
+
+def test_covariance_spectrum_is_a_probability_vector_and_matches_the_kernel_matrix():
+    rff = GaussianRFF(5, 100, sigma=1.0)
+    x = torch.randn(80, 5, dtype=torch.float64)
+    cov = covariance(x, rff, 32) / 80
+    values = psd_eigenvalues(cov)
+    assert float(values.sum()) == pytest.approx(1.0, abs=1e-12)
+    assert float(values.min()) >= 0
+    # non-zero eigenvalues of Phi^T Phi / n equal those of Phi Phi^T / n
+    phi = rff(x)
+    gram_values = psd_eigenvalues(phi @ phi.T / 80)
+    torch.testing.assert_close(values[:80], gram_values, atol=1e-12, rtol=0)
+    # eigenvector map: u = Phi v / sqrt(n lambda) is a unit eigenvector of K~/n
+    lam, vec = symmetric_eigh(cov)
+    u = phi @ vec[:, 0] / math.sqrt(80 * float(lam[0]))
+    torch.testing.assert_close(u.norm(), torch.tensor(1.0, dtype=torch.float64))
+    torch.testing.assert_close(phi @ phi.T / 80 @ u, lam[0] * u)
+
+
+def test_psd_eigenvalues_clamps_round_off_and_rejects_real_negatives():
+    q, _ = torch.linalg.qr(torch.randn(5, 5, dtype=torch.float64))
+    tiny = q @ torch.diag(torch.tensor([0.5, 0.3, 0.2, 0.0, -1e-9], dtype=torch.float64)) @ q.T
+    values = psd_eigenvalues(tiny)
+    assert float(values.min()) == 0.0
+    torch.testing.assert_close(values[:3], torch.tensor([0.5, 0.3, 0.2], dtype=torch.float64))
+    indefinite = q @ torch.diag(torch.tensor([0.5, 0.3, 0.2, 0.0, -1e-2], dtype=torch.float64)) @ q.T
+    with pytest.raises(ValueError, match="not positive semi-definite"):
+        psd_eigenvalues(indefinite)
+    with pytest.raises(ValueError, match="NaN"):
+        psd_eigenvalues(torch.full((2, 2), float("nan")))
+
+
+@pytest.mark.parametrize("alpha", ORDERS + ["inf"])
+def test_uniform_and_point_mass_spectra(alpha):
+    assert float(vendi_score(torch.full((7,), 1 / 7), alpha)) == pytest.approx(7.0, rel=1e-12)
+    assert float(vendi_score(torch.tensor([1.0, 0.0, 0.0]), alpha)) == pytest.approx(1.0, abs=1e-12)
+    # zero padding changes nothing, nor does an overall scale
+    p = torch.tensor([0.5, 0.3, 0.2], dtype=torch.float64)
+    padded = torch.cat([p, torch.zeros(10, dtype=torch.float64)])
+    assert float(renyi_entropy(padded, alpha)) == pytest.approx(float(renyi_entropy(3 * p, alpha)), rel=1e-12)
+
+
+def test_special_orders_match_their_closed_forms():
+    p = torch.tensor([0.4, 0.3, 0.2, 0.1], dtype=torch.float64)
+    shannon = -(p * p.log()).sum()
+    assert float(renyi_entropy(p, 1)) == pytest.approx(float(shannon), rel=1e-14)
+    # alpha = 1 is the limit of the general formula
+    assert float(renyi_entropy(p, 1 + 1e-7)) == pytest.approx(float(shannon), rel=1e-6)
+    assert float(renyi_entropy(p, 1 - 1e-7)) == pytest.approx(float(shannon), rel=1e-6)
+    assert float(vendi_score(p, 2)) == pytest.approx(1 / 0.3, rel=1e-14)
+    assert float(vendi_score(p, math.inf)) == pytest.approx(2.5, rel=1e-14)
+    assert float(vendi_score(p, "inf")) == float(vendi_score(p, math.inf))
+    assert float(vendi_score(p, 200.0)) == pytest.approx(2.5, rel=0.01)
+
+
+def test_vendi_is_non_increasing_in_alpha_and_bounded_by_rank():
+    p = torch.distributions.Dirichlet(torch.ones(30, dtype=torch.float64)).sample()
+    scores = [float(vendi_score(p, a)) for a in [0.25] + ORDERS]
+    assert all(a >= b - 1e-12 for a, b in zip(scores, scores[1:]))
+    assert 1 <= scores[-1] and scores[0] <= 30
+
+
+def test_rke_without_eigendecomposition_equals_spectral_rke():
+    x = torch.randn(200, 4, dtype=torch.float64)
+    rff = GaussianRFF(4, 64, sigma=1.0)
+    cov = covariance(x, rff, 64) / 200
+    assert float(rke_from_covariance(cov)) == pytest.approx(float(vendi_score(psd_eigenvalues(cov), 2)), rel=1e-10)
+    # exact: RKE = 1 / mean_ij k_ij^2 = exp(H_2(K/n))
+    k = gaussian_kernel(x, sigma=1.0)
+    assert float(1 / k.square().mean()) == pytest.approx(float(vendi_score(psd_eigenvalues(k / 200), 2)), rel=1e-10)
+
+
+def test_identical_samples_score_one():
+    rff = GaussianRFF(3, 32, sigma=1.0)
+    cov = covariance(torch.ones(50, 3, dtype=torch.float64), rff, 16) / 50
+    for alpha in ORDERS:
+        # orders < 1 amplify the ~1e-16 round-off eigenvalues (documented), orders >= 1 do not
+        tolerance = 1e-5 if alpha < 1 else 1e-9
+        assert float(vendi_score(psd_eigenvalues(cov), alpha)) == pytest.approx(1.0, abs=tolerance)
+
+
+@pytest.mark.parametrize("alpha", [0, -1, "two", float("nan")])
+def test_bad_orders_raise(alpha):
+    with pytest.raises(ValueError, match="alpha"):
+        renyi_entropy(torch.tensor([0.5, 0.5]), alpha)
+
+
+def test_bad_spectra_raise():
+    with pytest.raises(ValueError, match="non-negative"):
+        renyi_entropy(torch.tensor([0.5, -0.1]))
+    with pytest.raises(ValueError, match="all eigenvalues are zero"):
+        renyi_entropy(torch.zeros(3))
+    with pytest.raises(ValueError, match="zero or non-finite"):
+        rke_from_covariance(torch.zeros(3, 3))
