@@ -86,6 +86,6 @@ def check_same_across_ranks(
     bad = [rank for rank, other in voters if bool(((other - reference).abs() > rtol * scale).any())]
     if bad:
         raise RuntimeError(
-            f"{what} differ across ranks (ranks {bad} disagree with rank {first_rank}). Every rank must build the metric "
-            "or callback with the same `seed`, `sigma`, `n_frequencies` and input width."
+            f"{what} differ across ranks (ranks {bad} disagree with rank {first_rank}). Every rank must build the "
+            "metric or callback with the same `seed`, `sigma`, `n_frequencies` and input width."
         )

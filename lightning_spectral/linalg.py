@@ -134,8 +134,9 @@ def renyi_entropy(eigenvalues: Tensor, alpha: Alpha = 1.0) -> Tensor:
     Special orders: ``alpha = 1`` is the Shannon limit ``-sum p log p``; ``alpha = inf`` is ``-log p_max``.
     Zero eigenvalues contribute nothing (``0^a = 0``, ``0 log 0 = 0``), so the entropy of a spectrum padded
     with zeros is unchanged. Orders ``alpha < 1`` weigh tiny eigenvalues up (``p^alpha``), so round-off
-    eigenvalues (~1e-16 in float64) shift them slightly; orders >= 1, the ones the papers report, are robust. The eigenvalues must be >= 0 (use :func:`psd_eigenvalues`). For a normalised
-    kernel they already sum to 1 (trace of the covariance); normalising makes the helper safe for any PSD input.
+    eigenvalues (~1e-16 in float64) shift them slightly; orders >= 1, the ones the papers report, are robust.
+    The eigenvalues must be >= 0 (use :func:`psd_eigenvalues`). For a normalised kernel they already sum to 1
+    (trace of the covariance); normalising makes the helper safe for any PSD input.
 
     Args:
         eigenvalues: 1-D tensor of non-negative eigenvalues.

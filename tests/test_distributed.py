@@ -54,7 +54,7 @@ def test_all_reduced_covariance_equals_one_process_on_concatenated_data(tmp_path
     single = RFFCovariance(sigma=1.5, n_frequencies=64, seed=11)
     single.update(data())
     expected = single.compute()
-    for rank, (status, *value) in enumerate(results):
+    for status, *value in results:
         assert status == "ok", value
         cov, local_count = value[0]
         assert float((cov - expected).norm() / expected.norm()) < 1e-12

@@ -143,7 +143,7 @@ def test_special_orders_match_their_closed_forms():
 def test_vendi_is_non_increasing_in_alpha_and_bounded_by_rank():
     p = torch.distributions.Dirichlet(torch.ones(30, dtype=torch.float64)).sample()
     scores = [float(vendi_score(p, a)) for a in [0.25] + ORDERS]
-    assert all(a >= b - 1e-12 for a, b in zip(scores, scores[1:]))
+    assert all(a >= b - 1e-12 for a, b in zip(scores, scores[1:], strict=False))
     assert 1 <= scores[-1] and scores[0] <= 30
 
 

@@ -2,5 +2,7 @@
 
 from lightning_spectral.metrics._base import RFFMetric
 from lightning_spectral.metrics.covariance import RFFCovariance
+from lightning_spectral.metrics.finc import FINCNovelty
+from lightning_spectral.metrics.fkea import FKEAVendi
 
-__all__ = ["RFFCovariance", "RFFMetric"]
+__all__ = ["FINCNovelty", "FKEAVendi", "RFFCovariance", "RFFMetric"]

@@ -3,6 +3,8 @@ synchronised by all-reduce after a check that every rank holds the same frequenc
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, Callable, Optional
 
 import torch
@@ -105,6 +107,19 @@ class RFFMetric(Metric):
         if self.feature_map is None and omega is not None:
             self._build_feature_map(omega.shape[0])
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
+    @contextmanager
+    def synced(self) -> Iterator[None]:
+        """Inside the block the states are summed over all ranks (as in ``compute``); restored after.
+
+        For methods other than ``compute`` (``modes``, ``top_samples``...). Under DDP this is a collective:
+        every rank must enter it.
+        """
+        if self._is_synced:
+            yield
+            return
+        with self.sync_context(dist_sync_fn=self.dist_sync_fn, should_sync=self._to_sync, should_unsync=True):
+            yield
 
     def _require_samples(self, count: Tensor, what: str = "samples") -> None:
         if float(count) <= 0:

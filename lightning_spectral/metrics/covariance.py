@@ -1,12 +1,16 @@
-"""Streaming random-Fourier-feature covariance: the shared state behind FKEA, FINC and kernel PCA."""
+"""Streaming random-Fourier-feature covariance and its modes: the shared state behind FKEA and kernel PCA."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any, Optional
 
+import torch
 from torch import Tensor
 
-from lightning_spectral.linalg import DEFAULT_CHUNK_SIZE, add_covariance_
+from lightning_spectral._checks import check_positive_int
+from lightning_spectral.functional.modes import Ids, Modes, orient, top_samples
+from lightning_spectral.linalg import DEFAULT_CHUNK_SIZE, add_covariance_, symmetric_eigh
 from lightning_spectral.metrics._base import RFFMetric
 
 
@@ -15,8 +19,8 @@ class RFFCovariance(RFFMetric):
 
     ``phi`` is :class:`~lightning_spectral.features.GaussianRFF` (``2r`` features of unit norm), so ``trace(C) = 1``
     and the non-zero eigenvalues of ``C`` equal those of the proxy kernel matrix ``K~/n`` (FKEA eq. 2).
-    States: ``cov_sum`` (2r, 2r) and ``n_samples``, float64 sums, all-reduced under DDP; memory does not grow
-    with the number of samples.
+    States: ``cov_sum`` (2r, 2r), ``feature_sum`` (2r,) and ``n_samples``, float64 sums, all-reduced under DDP;
+    memory does not grow with the number of samples.
 
     Args:
         sigma: Gaussian bandwidth (> 0).
@@ -39,6 +43,7 @@ class RFFCovariance(RFFMetric):
     higher_is_better: Optional[bool] = None
 
     cov_sum: Tensor
+    feature_sum: Tensor
     n_samples: Tensor
 
     def __init__(
@@ -52,13 +57,18 @@ class RFFCovariance(RFFMetric):
     ) -> None:
         super().__init__(sigma, n_frequencies, seed, in_features, chunk_size, **kwargs)
         self.add_sum_state("cov_sum", (self.feature_dim, self.feature_dim))
+        self.add_sum_state("feature_sum", (self.feature_dim,))
         self.add_sum_state("n_samples")
 
     def update(self, features: Tensor) -> None:
         """Add a batch of embeddings (N, d); N may be 0."""
         feature_map = self.validated_features_map(features)
-        add_covariance_(self.cov_sum, features, feature_map, self.chunk_size)
+        add_covariance_(self.cov_sum, features, feature_map, self.chunk_size, feature_sum=self.feature_sum)
         self.n_samples += features.shape[0]
+
+    def _covariance(self) -> Tensor:
+        self._require_samples(self.n_samples)
+        return self.cov_sum / self.n_samples
 
     def compute(self) -> Tensor:
         """The covariance ``C`` (2r, 2r), float64.
@@ -66,5 +76,37 @@ class RFFCovariance(RFFMetric):
         Raises:
             RuntimeError: no samples were accumulated on any rank.
         """
-        self._require_samples(self.n_samples)
-        return self.cov_sum / self.n_samples
+        return self._covariance()
+
+    def modes(self, k: int = 10) -> Modes:
+        """The top-``k`` eigenvalues and eigenvectors (2r, k) of ``C``, over all ranks (a collective under DDP).
+
+        For well-separated modes an eigenvalue is about the mode's frequency times its within-mode kernel
+        similarity (FKEA section 3; only approximately a frequency). Eigenvector signs follow the
+        fitting-set rule of :mod:`~lightning_spectral.functional.modes`.
+        """
+        check_positive_int(k, "k")
+        with self.synced():
+            values, vectors = symmetric_eigh(self._covariance())
+            k = min(k, values.shape[0])
+            vectors = orient(vectors[:, :k], self.feature_sum)
+        return Modes(values[:k], vectors, torch.ones(k, dtype=torch.bool))
+
+    def top_samples(
+        self, batches: Iterable[tuple[Tensor, Ids]], k: int = 10, per_mode: int = 16
+    ) -> list[tuple[Tensor, Tensor]]:
+        """Second streaming pass: for each of the top ``k`` modes, the ``per_mode`` best-scoring samples.
+
+        Args:
+            batches: iterable of ``(features (N, d), ids (N,))``, e.g. the same dataloader again; ids are
+                integers the caller can map back to samples (dataset indices).
+            k: number of modes.
+            per_mode: samples kept per mode.
+
+        Returns:
+            A list of ``k`` pairs ``(ids, scores)``, scores descending. Memory ``O(k * per_mode)``; under DDP
+            each rank streams its shard and only the candidates are gathered.
+        """
+        check_positive_int(per_mode, "per_mode")
+        modes = self.modes(k)
+        return top_samples(batches, self.feature_map, modes.eigenvectors, per_mode, group=self.process_group)

@@ -1,0 +1,17 @@
+"""Stateless tensor functions for each method, and the exact n x n oracles for small inputs."""
+
+from lightning_spectral.functional.finc import finc, finc_exact, finc_spectrum, ken_eigenvalues
+from lightning_spectral.functional.fkea import fkea_vendi, vendi_exact
+from lightning_spectral.functional.modes import Modes, mode_scores, top_samples
+
+__all__ = [
+    "Modes",
+    "finc",
+    "finc_exact",
+    "finc_spectrum",
+    "fkea_vendi",
+    "ken_eigenvalues",
+    "mode_scores",
+    "top_samples",
+    "vendi_exact",
+]

@@ -1,0 +1,114 @@
+"""Modes of a kernel covariance: eigen-pairs, the per-sample mode score and streamed top-sample retrieval.
+
+The score of input ``x`` for the mode with eigenvector ``v`` (of the 2r x 2r covariance) is
+``u(x) = sqrt(r) * v . phi(x)`` (FKEA Remark 2, eq. 5, with its typo corrected; FINC section 5.2 gives the
+same function). It applies to fresh samples as well as to the ones the covariance was built from.
+An eigenvector's sign is arbitrary; it is fixed so that the scores sum to a non-negative value over the
+fitting set (``v . sum_i phi(x_i) >= 0``, the rule of the official FKEA and FINC code), and fresh samples
+are scored with that same sign.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from typing import Any, NamedTuple, Optional, Union
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+
+from lightning_spectral.distributed import distributed_available
+from lightning_spectral.features import GaussianRFF
+
+Ids = Union[Tensor, Sequence[int]]
+
+
+class Modes(NamedTuple):
+    """Top eigen-pairs of a covariance (or of a difference of covariances), largest eigenvalue first.
+
+    Attributes:
+        eigenvalues: (k,) float64.
+        eigenvectors: (2r, k) float64, unit columns, sign fixed by the fitting-set rule.
+        significant: (k,) bool; which eigenvalues pass the method's threshold (all True where none applies).
+    """
+
+    eigenvalues: Tensor
+    eigenvectors: Tensor
+    significant: Tensor
+
+
+def orient(eigenvectors: Tensor, feature_sum: Tensor) -> Tensor:
+    """Flip eigenvector columns so that ``v . feature_sum >= 0`` (scores sum >= 0 over the fitting set)."""
+    signs = torch.where(feature_sum.double() @ eigenvectors.double() < 0, -1.0, 1.0)
+    return eigenvectors * signs.to(eigenvectors.dtype)
+
+
+def mode_scores(features: Tensor, feature_map: GaussianRFF, eigenvectors: Tensor) -> Tensor:
+    """Scores ``u(x) = sqrt(r) phi(x) . v`` of samples (N, d) for each eigenvector column (2r, k): (N, k)."""
+    phi = feature_map(features)
+    return math.sqrt(feature_map.n_frequencies) * (phi @ eigenvectors.to(device=phi.device, dtype=phi.dtype))
+
+
+def _as_ids(ids: Ids, n: int, device: torch.device) -> Tensor:
+    ids = torch.as_tensor(ids, device=device)
+    if ids.ndim != 1 or ids.shape[0] != n or ids.is_floating_point():
+        raise ValueError(f"top_samples: ids must be {n} integers (one per sample), got shape {tuple(ids.shape)}.")
+    return ids.long()
+
+
+def top_samples(
+    batches: Iterable[tuple[Tensor, Ids]],
+    feature_map: GaussianRFF,
+    eigenvectors: Tensor,
+    per_mode: int,
+    group: Optional[Any] = None,
+) -> list[tuple[Tensor, Tensor]]:
+    """Stream ``(features, ids)`` batches and keep, per mode, the ``per_mode`` highest-scoring samples.
+
+    Memory is ``O(k * per_mode)`` plus one batch. Under DDP every rank streams its own shard, then only
+    the candidates (``k * per_mode`` scores and ids per rank) are gathered and merged, so every rank returns
+    the global answer. Every rank must call it (it is a collective).
+
+    Args:
+        batches: iterable of ``(features (N, d), ids (N,))``; ids are integers (dataset indices).
+        feature_map: the map the eigenvectors were computed with.
+        eigenvectors: (2r, k), already oriented.
+        per_mode: samples kept per mode.
+
+    Returns:
+        A list of k ``(ids, scores)`` pairs, scores descending, at most ``per_mode`` each.
+    """
+    k = eigenvectors.shape[1]
+    device = feature_map.omega.device
+    best_scores = torch.full((k, per_mode), -math.inf, dtype=torch.float64, device=device)
+    best_ids = torch.full((k, per_mode), -1, dtype=torch.long, device=device)
+    for features, ids in batches:
+        scores = mode_scores(features, feature_map, eigenvectors).double().T  # (k, N)
+        ids = _as_ids(ids, scores.shape[1], scores.device)
+        best_scores, best_ids = _top(
+            torch.cat([best_scores, scores], 1), torch.cat([best_ids, ids.expand(k, -1)], 1), per_mode
+        )
+    if distributed_available():
+        best_scores, best_ids = _gather_candidates(best_scores, best_ids, per_mode, group)
+    results = []
+    for mode_scores_, mode_ids in zip(best_scores, best_ids, strict=True):
+        keep = torch.isfinite(mode_scores_)
+        results.append((mode_ids[keep].cpu(), mode_scores_[keep].cpu()))
+    return results
+
+
+def _top(scores: Tensor, ids: Tensor, per_mode: int) -> tuple[Tensor, Tensor]:
+    top = scores.topk(per_mode, dim=1)
+    return top.values, ids.gather(1, top.indices)
+
+
+def _gather_candidates(scores: Tensor, ids: Tensor, per_mode: int, group: Optional[Any]) -> tuple[Tensor, Tensor]:
+    nccl = dist.get_backend(group) == dist.Backend.NCCL  # NCCL only moves CUDA tensors
+    device = torch.device("cuda", torch.cuda.current_device()) if nccl else torch.device("cpu")
+    world = dist.get_world_size(group)
+    gathered_scores = [torch.empty_like(scores, device=device) for _ in range(world)]
+    gathered_ids = [torch.empty_like(ids, device=device) for _ in range(world)]
+    dist.all_gather(gathered_scores, scores.to(device), group=group)
+    dist.all_gather(gathered_ids, ids.to(device), group=group)
+    return _top(torch.cat(gathered_scores, 1), torch.cat(gathered_ids, 1), per_mode)
