@@ -13,8 +13,11 @@ to the test's: the noise of ``C_x - rho C_y`` has standard deviation ~ ``sqrt(1/
 
     floor = max(0, lambda_max(split)) * sqrt((1/n_gen + rho^2/n_ref) / (1/n_A + rho^2/n_B))
 
-An eigenvalue is significant when it exceeds ``significance * floor`` (default 2): the floor is itself one
-noisy draw, and the margin keeps one distribution against itself (disjoint samples) free of false modes.
+An eigenvalue is significant when it exceeds ``max(significance * floor, min_eigenvalue)`` (defaults 2 and
+1e-3): the floor is itself one noisy draw, and the margin keeps one distribution against itself (disjoint
+samples) free of false modes. The absolute minimum drops the tiny eigenvalues that a real, well-resolved
+over-represented mode also has along its within-mode spread directions (its mass sits in the top one), and
+anything worth less than about 0.1 % of extra probability mass.
 ``novelty = sum of the significant eigenvalues`` (about the extra probability mass of the novel modes times
 their within-mode kernel similarity; FINC section 3).
 """
@@ -33,6 +36,8 @@ from lightning_spectral.linalg import DEFAULT_CHUNK_SIZE, add_covariance_, symme
 
 #: Default margin of the significance rule: eigenvalues must exceed twice the estimated noise floor.
 DEFAULT_SIGNIFICANCE = 2.0
+#: Default absolute minimum of a significant eigenvalue (digest pitfall 12: a tolerance rather than > 0).
+DEFAULT_MIN_EIGENVALUE = 1e-3
 
 
 class DifferentialSpectrum(NamedTuple):
@@ -41,7 +46,7 @@ class DifferentialSpectrum(NamedTuple):
     Attributes:
         eigenvalues: (2r,) float64, descending.
         eigenvectors: (2r, 2r) float64, columns (not yet oriented).
-        threshold: eigenvalues above it are significant (``significance * floor``).
+        threshold: eigenvalues above it are significant (``max(significance * floor, min_eigenvalue)``).
     """
 
     eigenvalues: Tensor
@@ -84,12 +89,19 @@ def _sym(matrix: Tensor) -> Tensor:
 
 
 def differential_spectrum(
-    cov_x: Tensor, n_x: float, cov_y: Tensor, n_y: float, floor_split: tuple, rho: float, significance: float
+    cov_x: Tensor,
+    n_x: float,
+    cov_y: Tensor,
+    n_y: float,
+    floor_split: tuple,
+    rho: float,
+    significance: float = DEFAULT_SIGNIFICANCE,
+    min_eigenvalue: float = DEFAULT_MIN_EIGENVALUE,
 ) -> DifferentialSpectrum:
     """Eigen-pairs of ``C_x - rho C_y`` and the threshold from the split ``(cov_a, n_a, cov_b, n_b)``."""
     values, vectors = symmetric_eigh(cov_x - rho * cov_y)
     floor = split_noise_floor(*floor_split, rho=rho, n_x=n_x, n_y=n_y)
-    return DifferentialSpectrum(values, vectors, significance * floor)
+    return DifferentialSpectrum(values, vectors, max(significance * floor, min_eigenvalue))
 
 
 def finc_spectrum(
@@ -100,6 +112,7 @@ def finc_spectrum(
     rho: float = 1.0,
     seed: int = 0,
     significance: float = DEFAULT_SIGNIFICANCE,
+    min_eigenvalue: float = DEFAULT_MIN_EIGENVALUE,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
 ) -> DifferentialSpectrum:
     """FINC on two embedding sets (N, d) and (M, d): the spectrum of ``C_gen - rho C_ref`` and its threshold.
@@ -126,7 +139,7 @@ def finc_spectrum(
     cov_ref = (cov_a * n_a + cov_b * n_b) / (n_a + n_b)
     return differential_spectrum(
         covariance(generated), generated.shape[0], cov_ref, reference.shape[0], (cov_a, n_a, cov_b, n_b),
-        rho, significance,
+        rho, significance, min_eigenvalue,
     )
 
 
@@ -138,6 +151,7 @@ def finc(
     rho: float = 1.0,
     seed: int = 0,
     significance: float = DEFAULT_SIGNIFICANCE,
+    min_eigenvalue: float = DEFAULT_MIN_EIGENVALUE,
 ) -> Tensor:
     """FINC novelty score: the sum of the eigenvalues of ``C_gen - rho C_ref`` above the noise threshold.
 
@@ -150,7 +164,7 @@ def finc(
         >>> 0.25 < float(score) < 0.4   # about the novel share, 1/3, times its within-mode similarity
         True
     """
-    return finc_spectrum(generated, reference, sigma, n_frequencies, rho, seed, significance).score
+    return finc_spectrum(generated, reference, sigma, n_frequencies, rho, seed, significance, min_eigenvalue).score
 
 
 def ken_eigenvalues(k_xx: Tensor, k_xy: Tensor, k_yy: Tensor, rho: float = 1.0) -> Tensor:

@@ -101,6 +101,15 @@ class RFFMetric(Metric):
             setattr(this, key, device_only(getattr(this, key)))
         return this
 
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        super().__setstate__(state)
+        # Unpickled in a process started by torch.multiprocessing (Lightning's "ddp_spawn" on CPU), tensors
+        # arrive in shared memory: every rank would add into the same sums. Give each process its own copy.
+        for key in self._defaults:
+            value = getattr(self, key)
+            if value.is_shared():
+                setattr(self, key, value.clone())
+
     def _load_from_state_dict(self, state_dict: dict, prefix: str, *args: Any, **kwargs: Any) -> None:
         # A metric whose feature map is built lazily learns the input width from the checkpoint.
         omega = state_dict.get(prefix + "feature_map.omega")

@@ -9,7 +9,12 @@ from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor
 
 from lightning_spectral._checks import check_positive, check_positive_int
-from lightning_spectral.functional.finc import DEFAULT_SIGNIFICANCE, DifferentialSpectrum, differential_spectrum
+from lightning_spectral.functional.finc import (
+    DEFAULT_MIN_EIGENVALUE,
+    DEFAULT_SIGNIFICANCE,
+    DifferentialSpectrum,
+    differential_spectrum,
+)
 from lightning_spectral.functional.modes import Ids, Modes, orient, top_samples
 from lightning_spectral.linalg import DEFAULT_CHUNK_SIZE, add_covariance_
 from lightning_spectral.metrics._base import RFFMetric
@@ -26,9 +31,9 @@ class FINCNovelty(RFFMetric):
 
     Score (``compute``): finite samples give ``L`` many small positive eigenvalues from noise alone, often
     summing to more than a real novel class contributes, so only eigenvalues above a noise threshold count:
-    ``novelty = sum of eigenvalues > significance * floor``, where the floor is the largest eigenvalue that
-    two disjoint halves of the reference produce against each other (alternate reference samples go to
-    halves A and B as they stream in), rescaled to the test's sample sizes. See
+    ``novelty = sum of eigenvalues > max(significance * floor, min_eigenvalue)``, where the floor is the
+    largest eigenvalue that two disjoint halves of the reference produce against each other (alternate
+    reference samples go to halves A and B as they stream in), rescaled to the test's sample sizes. See
     :mod:`lightning_spectral.functional.finc` for the formula. ``novel_modes(k).significant`` says which
     modes pass. The rule assumes ``rho >= 1`` (the paper's range); 0 means no novel mode was found.
 
@@ -38,6 +43,7 @@ class FINCNovelty(RFFMetric):
         rho: novelty threshold (>= 1 in the paper; 1, 5 and 10 are used there).
         seed: frequency seed, identical on every rank.
         significance: margin over the noise floor (default 2).
+        min_eigenvalue: absolute minimum of a significant eigenvalue (default 1e-3, about 0.1 % extra mass).
         reset_real_features: if False, ``reset()`` keeps the reference side (as torchmetrics' FID), so a
             reference is accumulated once per run.
         in_features, chunk_size, kwargs: as :class:`~lightning_spectral.metrics.RFFCovariance`.
@@ -74,6 +80,7 @@ class FINCNovelty(RFFMetric):
         rho: float = 1.0,
         seed: int = 0,
         significance: float = DEFAULT_SIGNIFICANCE,
+        min_eigenvalue: float = DEFAULT_MIN_EIGENVALUE,
         reset_real_features: bool = True,
         in_features: Optional[int] = None,
         chunk_size: int = DEFAULT_CHUNK_SIZE,
@@ -87,6 +94,7 @@ class FINCNovelty(RFFMetric):
                 "assumes rho >= 1 (the FINC paper's range)."
             )
         self.significance = check_positive(significance, "significance")
+        self.min_eigenvalue = check_positive(min_eigenvalue, "min_eigenvalue")
         if not isinstance(reset_real_features, bool):
             raise TypeError(f"`reset_real_features` must be a bool, got {reset_real_features!r}.")
         self.reset_real_features = reset_real_features
@@ -137,16 +145,15 @@ class FINCNovelty(RFFMetric):
         cov_a, cov_b = self.ref_cov_sum_a / n_a, self.ref_cov_sum_b / n_b
         cov_ref = (self.ref_cov_sum_a + self.ref_cov_sum_b) / (n_a + n_b)
         split = (cov_a, n_a, cov_b, n_b)
-        if missing:
-            return differential_spectrum(cov_ref, n_a + n_b, cov_gen, n_gen, split, self.rho, self.significance)
-        return differential_spectrum(cov_gen, n_gen, cov_ref, n_a + n_b, split, self.rho, self.significance)
+        sides = ((cov_ref, n_a + n_b), (cov_gen, n_gen)) if missing else ((cov_gen, n_gen), (cov_ref, n_a + n_b))
+        return differential_spectrum(*sides[0], *sides[1], split, self.rho, self.significance, self.min_eigenvalue)
 
     def compute(self) -> Tensor:
         """Novelty score: the sum of the eigenvalues of ``C_gen - rho C_ref`` above the noise threshold."""
         return self._spectrum(missing=False).score
 
     def threshold(self, missing: bool = False) -> float:
-        """The significance threshold (``significance * floor``) of the novel (or missing) modes."""
+        """The significance threshold of the novel (or missing) modes: ``max(significance * floor, min_eigenvalue)``."""
         with self.synced():
             return self._spectrum(missing).threshold
 

@@ -1,0 +1,222 @@
+"""FINCNovelty and finc against the exact KEN matrix and the identities of the FINC digest (section 9)."""
+
+import pytest
+import torch
+from sklearn.datasets import load_digits
+
+from lightning_spectral.features import GaussianRFF, median_bandwidth
+from lightning_spectral.functional import finc, finc_exact, finc_spectrum, ken_eigenvalues
+from lightning_spectral.metrics import FINCNovelty
+from tests.data import mixture_means, sample_mixture, within_mode_factor
+
+
+def spectrum(gen, ref, rho, n_frequencies=64, sigma=1.5):
+    return finc_spectrum(gen, ref, sigma=sigma, n_frequencies=n_frequencies, rho=rho).eigenvalues
+
+
+def test_trace_range_and_self_comparison_identities():
+    x, y = torch.randn(200, 3, dtype=torch.float64), torch.randn(150, 3, dtype=torch.float64) + 0.5
+    for rho in (1.0, 2.0, 5.0):
+        values = spectrum(x, y, rho)
+        assert float(values.sum()) == pytest.approx(1 - rho, abs=1e-10)
+        assert float(values.max()) <= 1 + 1e-10 and float(values.min()) >= -rho - 1e-10
+    assert float(spectrum(x, x, 1.0).abs().max()) < 1e-12  # X = Y, rho = 1: the zero matrix
+    assert float(spectrum(x, x, 3.0).max()) < 1e-12  # X = Y, rho > 1: negative semi-definite, no novel mode
+    assert float(finc(x, x, sigma=1.5, n_frequencies=64, rho=3.0)) == 0.0
+
+
+def test_swapping_sides_at_rho_one_negates_the_spectrum():
+    x, y = torch.randn(200, 3, dtype=torch.float64), torch.randn(150, 3, dtype=torch.float64) + 0.5
+    torch.testing.assert_close(spectrum(x, y, 1.0), -spectrum(y, x, 1.0).flip(0), atol=1e-12, rtol=0)
+
+
+def test_covariance_route_equals_the_ken_matrix_on_the_proxy_kernel():
+    x, y = torch.randn(60, 3, dtype=torch.float64), torch.randn(40, 3, dtype=torch.float64) + 1.0
+    phi_x, phi_y = (GaussianRFF(3, 30, sigma=1.5)(v) for v in (x, y))  # finc_spectrum's default seed 0
+    for rho in (1.0, 2.5):
+        ken = ken_eigenvalues(phi_x @ phi_x.T, phi_x @ phi_y.T, phi_y @ phi_y.T, rho)
+        covariance = spectrum(x, y, rho, n_frequencies=30)
+        # the non-zero eigenvalues agree: top positive ones and bottom negative ones
+        torch.testing.assert_close(covariance[:5], ken[:5], atol=1e-9, rtol=0)
+        torch.testing.assert_close(covariance[-5:], ken[-5:], atol=1e-9, rtol=0)
+
+
+def test_random_features_converge_to_the_exact_ken_spectrum():
+    means = mixture_means(4, d=5, spread=6.0)
+    x, _ = sample_mixture(means, 300, weights=[0.4, 0.3, 0.2, 0.1], std=0.5, seed=1)
+    y, _ = sample_mixture(means, 300, weights=[0.1, 0.2, 0.3, 0.4], std=0.5, seed=2)
+    exact = finc_exact(x, y, sigma=2.0, rho=1.0)
+
+    def mean_error(r):  # l2 error of the top-3 eigenvalues, averaged over 4 frequency draws
+        draws = [finc_spectrum(x, y, sigma=2.0, n_frequencies=r, seed=s).eigenvalues[:3] for s in range(4)]
+        return sum(float((values - exact[:3]).norm()) for values in draws) / 4
+
+    coarse, fine = mean_error(25), mean_error(800)
+    assert fine < coarse / 4, (coarse, fine)  # ~1/sqrt(r) would give / 5.7
+    assert fine < 0.005
+
+
+def novel_mode_setup(n=3000, seed=0):
+    """Digest 7C: 6 shared modes, plus a novel one holding 20 % of the generated mass."""
+    means = mixture_means(7, d=10, spread=20.0, seed=seed)
+    gen, gen_labels = sample_mixture(means, n, weights=[0.8 / 6] * 6 + [0.2], std=0.3, seed=seed + 1)
+    ref, _ = sample_mixture(means, n, weights=[1 / 6] * 6 + [0.0], std=0.3, seed=seed + 2)
+    return gen, gen_labels, ref
+
+
+def test_planted_novel_mode_is_found_alone_and_retrieved_purely():
+    gen, labels, ref = novel_mode_setup()
+    metric = FINCNovelty(sigma=10.0, n_frequencies=500)
+    for batch in gen.split(700):
+        metric.update(batch, real=False)
+    for batch in ref.split(700):
+        metric.update(batch, real=True)
+    modes = metric.novel_modes(5)
+    assert modes.significant.tolist() == [True, False, False, False, False]
+    expected = 0.2 * within_mode_factor(10.0, 0.3, 10)  # ~0.198
+    assert float(modes.eigenvalues[0]) == pytest.approx(expected, rel=0.15)
+    assert float(metric.compute()) == pytest.approx(float(modes.eigenvalues[0]), rel=1e-12)
+    batches = list(zip(gen.split(512), torch.arange(len(gen)).split(512), strict=True))
+    (ids, scores), *_ = metric.top_samples(batches, k=1, per_mode=50)
+    assert float((labels[ids] == 6).float().mean()) >= 0.95
+
+
+@pytest.mark.parametrize("rho", [2.0, 3.0])
+def test_one_distribution_against_itself_reports_no_novel_mode(rho):
+    _, _, ref = novel_mode_setup()
+    means = mixture_means(7, d=10, spread=20.0)
+    other, _ = sample_mixture(means, 3000, weights=[1 / 6] * 6 + [0.0], std=0.3, seed=99)  # a disjoint draw
+    metric = FINCNovelty(sigma=10.0, n_frequencies=500, rho=rho)
+    metric.update(other, real=False)
+    metric.update(ref, real=True)
+    assert float(metric.compute()) == 0.0
+    assert not bool(metric.novel_modes(10).significant.any())
+    assert not bool(metric.missing_modes(10).significant.any())
+    # the naive score, the sum of positive eigenvalues, is not zero: that is why a floor is needed
+    assert float(metric.novel_modes(1000).eigenvalues.clamp_min(0).sum()) > 0
+
+
+def digits_split(seed):
+    digits = load_digits()
+    x, y = torch.tensor(digits.data / 16.0), torch.tensor(digits.target)
+    perm = torch.randperm(len(x), generator=torch.Generator().manual_seed(seed))
+    return x[perm], y[perm]
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_real_digits_planted_novel_class(seed):
+    """Real images: digit 9 appears only on the generated side; one distribution against itself finds nothing."""
+    x, y = digits_split(seed)
+    shared, shared_y = x[y != 9], y[y != 9]
+    novel = x[y == 9][:150]
+    half = len(shared) // 2
+    sigma = median_bandwidth(x) / 2
+    gen = torch.cat([shared[half : half + 600], novel])
+    gen_labels = torch.cat([shared_y[half : half + 600], torch.full((150,), 9)])
+    ref = shared[:half]
+    for rho, generated, expect_novel in ((1.0, gen, True), (2.0, gen, True), (2.0, shared[half:], False)):
+        metric = FINCNovelty(sigma=sigma, n_frequencies=1024, rho=rho, seed=seed)
+        metric.update(generated, real=False)
+        metric.update(ref, real=True)
+        score = float(metric.compute())
+        if not expect_novel:
+            assert score == 0.0
+            continue
+        assert score > 0.02
+        modes = metric.novel_modes(3)
+        assert modes.significant.tolist() == [True, False, False]
+        (ids, _), = metric.top_samples([(gen, torch.arange(len(gen)))], k=1, per_mode=50)
+        assert float((gen_labels[ids] == 9).float().mean()) >= 0.95
+
+
+def test_frequency_gaps_and_missing_modes():
+    means = mixture_means(4, d=10, spread=20.0, seed=4)
+    gen, gen_labels = sample_mixture(means, 4000, weights=[0.4, 0.3, 0.15, 0.15], std=0.3, seed=5)
+    ref, ref_labels = sample_mixture(means, 4000, weights=[0.1, 0.2, 0.35, 0.35], std=0.3, seed=6)
+    factor = within_mode_factor(10.0, 0.3, 10)
+
+    def detected(rho, missing=False):
+        metric = FINCNovelty(sigma=10.0, n_frequencies=500, rho=rho)
+        metric.update(gen, real=False)
+        metric.update(ref, real=True)
+        modes = metric.missing_modes(4) if missing else metric.novel_modes(4)
+        return modes.eigenvalues[modes.significant], metric
+
+    # mode 0: p/q = 4, mode 1: p/q = 1.5. rho = 1 finds both, gap (p - rho q) x factor
+    values, metric = detected(1.0)
+    assert values.tolist() == pytest.approx([0.3 * factor, 0.1 * factor], rel=0.2)
+    batches = [(gen, torch.arange(len(gen)))]
+    first, second = metric.top_samples(batches, k=2, per_mode=30)
+    assert set(gen_labels[first[0]].tolist()) == {0} and set(gen_labels[second[0]].tolist()) == {1}
+    assert len(detected(2.0)[0]) == 1  # rho = 2 drops mode 1 (ratio 1.5) and keeps mode 0 (ratio 4)
+    assert len(detected(5.0)[0]) == 0  # rho = 5 drops both
+    # swapping: modes 2 and 3 are under-represented (0.15 vs 0.35); equal gaps span a 2-d eigenspace
+    missing, metric = detected(1.0, missing=True)
+    assert missing.tolist() == pytest.approx([0.2 * factor] * 2, rel=0.2)
+    for ids, _ in metric.top_samples([(ref, torch.arange(len(ref)))], k=2, per_mode=30, missing=True):
+        assert set(ref_labels[ids].tolist()) <= {2, 3}
+
+
+def test_streamed_reference_split_matches_the_functional_split():
+    gen, ref = torch.randn(101, 3, dtype=torch.float64), torch.randn(157, 3, dtype=torch.float64)
+    metric = FINCNovelty(sigma=1.0, n_frequencies=32, rho=1.0)
+    for batch in ref.split(13):  # odd batch sizes: the alternation carries over between batches
+        metric.update(batch, real=True)
+    metric.update(gen, real=False)
+    assert (float(metric.n_ref_a), float(metric.n_ref_b)) == (79, 78)
+    functional = finc_spectrum(gen, ref, sigma=1.0, n_frequencies=32, rho=1.0)
+    assert metric.threshold() == pytest.approx(functional.threshold, rel=1e-10)
+    assert float(metric.compute()) == pytest.approx(float(functional.score), rel=1e-10, abs=1e-14)
+
+
+def test_reference_kept_across_reset_when_asked():
+    gen, ref = torch.randn(100, 3), torch.randn(100, 3)
+    keep = FINCNovelty(sigma=1.0, n_frequencies=16, reset_real_features=False)
+    drop = FINCNovelty(sigma=1.0, n_frequencies=16)
+    for metric in (keep, drop):
+        metric.update(ref, real=True)
+        metric.update(gen, real=False)
+        metric.reset()
+        metric.update(gen, real=False)
+    assert float(keep.n_ref_a + keep.n_ref_b) == 100 and float(keep.n_gen) == 100
+    keep.compute()
+    with pytest.raises(RuntimeError, match="fewer than 2 reference samples"):
+        drop.compute()
+
+
+def test_state_survives_a_checkpoint_round_trip(tmp_path):
+    gen, ref = torch.randn(100, 3), torch.randn(100, 3)
+    metric = FINCNovelty(sigma=1.0, n_frequencies=16)
+    metric.update(ref, real=True)
+    torch.save(metric.state_dict(), tmp_path / "finc.pt")
+    restored = FINCNovelty(sigma=1.0, n_frequencies=16)
+    restored.load_state_dict(torch.load(tmp_path / "finc.pt", weights_only=True))
+    for m in (metric, restored):
+        m.update(gen, real=False)
+    assert float(restored.compute()) == float(metric.compute())
+    assert restored.threshold() == metric.threshold()
+
+
+def test_bad_input_errors_name_the_metric_and_the_fix():
+    metric = FINCNovelty(sigma=1.0, n_frequencies=8)
+    metric.update(torch.randn(10, 3), real=True)
+    with pytest.raises(RuntimeError, match="FINCNovelty: no generated samples"):
+        metric.compute()
+    with pytest.raises(ValueError, match="FINCNovelty: `features` has width 4 but 3"):
+        metric.update(torch.randn(5, 4), real=False)  # both sides share one feature map
+    with pytest.raises(ValueError, match="NaN or Inf"):
+        metric.update(torch.tensor([[1.0, float("nan"), 0.0]]), real=False)
+    with pytest.raises(TypeError, match="`real` must be True"):
+        metric.update(torch.randn(5, 3), real="yes")
+    other = FINCNovelty(sigma=1.0, n_frequencies=8)
+    other.update(torch.randn(10, 3), real=False)
+    with pytest.raises(RuntimeError, match="fewer than 2 reference samples"):
+        other.compute()
+    with pytest.raises(ValueError, match="rho"):
+        FINCNovelty(sigma=1.0, rho=0.0)
+    with pytest.warns(UserWarning, match="rho=0.5 < 1"):
+        FINCNovelty(sigma=1.0, rho=0.5)
+    with pytest.raises(ValueError, match="at least 1 generated and 2 reference"):
+        finc(torch.randn(5, 3), torch.randn(1, 3), sigma=1.0)
+    with pytest.raises(ValueError, match="width 4 but 3"):
+        finc(torch.randn(5, 3), torch.randn(5, 4), sigma=1.0)

@@ -1,0 +1,209 @@
+"""FKEAVendi and fkea_vendi against the exact n x n Vendi and the identities of the FKEA digest (section 9)."""
+
+import math
+
+import pytest
+import torch
+from torchmetrics import MetricCollection
+
+from lightning_spectral.features import GaussianRFF, gaussian_kernel
+from lightning_spectral.functional import fkea_vendi, mode_scores, vendi_exact
+from lightning_spectral.linalg import psd_eigenvalues, vendi_score
+from lightning_spectral.metrics import FKEAVendi
+from tests.data import mixture_means, sample_mixture
+
+ORDERS = [1, 1.5, 2, "inf"]
+
+
+def test_metric_equals_functional_and_the_proxy_kernel_matrix():
+    x = torch.randn(300, 4, dtype=torch.float64)
+    metric = FKEAVendi(sigma=1.0, n_frequencies=100, alpha=ORDERS, seed=2)
+    for batch in x.split(77):
+        metric.update(batch)
+    scores = metric.compute()
+    functional = fkea_vendi(x, sigma=1.0, n_frequencies=100, alpha=ORDERS, seed=2)
+    phi = GaussianRFF(4, 100, sigma=1.0, seed=2)(x)
+    proxy = psd_eigenvalues(phi @ phi.T / 300)  # same non-zero spectrum as the 2r x 2r covariance
+    for order in ORDERS:
+        assert float(scores[order]) == pytest.approx(float(functional[order]), rel=1e-12)
+        assert float(scores[order]) == pytest.approx(float(vendi_score(proxy, order)), rel=1e-9)
+
+
+def test_single_order_returns_a_scalar_and_rke_skips_the_eigendecomposition():
+    x = torch.randn(200, 3, dtype=torch.float64)
+    for order in (1, 2):
+        metric = FKEAVendi(sigma=1.0, n_frequencies=64, alpha=order)
+        metric.update(x)
+        value = metric.compute()
+        assert value.ndim == 0
+        assert float(value) == pytest.approx(float(fkea_vendi(x, 1.0, 64, alpha=order)), rel=1e-10)
+
+
+def test_orders_are_ordered_and_bounded():
+    x = torch.randn(150, 5, dtype=torch.float64)
+    scores = fkea_vendi(x, sigma=2.0, n_frequencies=50, alpha=[0.5, 1, 1.5, 2, 4, "inf"])
+    values = [float(v) for v in scores.values()]
+    assert all(a >= b - 1e-9 for a, b in zip(values, values[1:], strict=False))
+    assert 1 <= values[-1] and values[0] <= min(150, 100)
+
+
+def test_invariances_of_the_spectrum_with_fixed_frequencies():
+    x = torch.randn(120, 4, dtype=torch.float64)
+    base = fkea_vendi(x, sigma=1.5, n_frequencies=64, alpha=ORDERS)
+
+    def close(other):
+        for order in ORDERS:
+            assert float(other[order]) == pytest.approx(float(base[order]), rel=1e-9)
+
+    close(fkea_vendi(x[torch.randperm(120)], sigma=1.5, n_frequencies=64, alpha=ORDERS))  # permutation
+    close(fkea_vendi(x.repeat(3, 1), sigma=1.5, n_frequencies=64, alpha=ORDERS))  # duplication
+    close(fkea_vendi(x + 7.0, sigma=1.5, n_frequencies=64, alpha=ORDERS))  # translation
+    close(fkea_vendi(2.5 * x, sigma=1.5 * 2.5, n_frequencies=64, alpha=ORDERS))  # joint scaling of data and sigma
+
+
+def test_identical_samples_score_exactly_one():
+    scores = fkea_vendi(torch.ones(40, 3, dtype=torch.float64), sigma=1.0, n_frequencies=32, alpha=ORDERS)
+    for order in ORDERS:
+        assert float(scores[order]) == pytest.approx(1.0, abs=1e-9)
+
+
+def test_close_to_exact_vendi_and_rke_at_n_2000_and_2r_8000():
+    """Issue 3: within 2 % of the exact scores on a well-separated mixture (digest section 7A setup)."""
+    means = mixture_means(8, d=10, spread=20.0)
+    x, _ = sample_mixture(means, 2000, std=0.3)
+    sigma = 3.0
+    exact = vendi_exact(x, sigma=sigma, alpha=[1, 2])
+    approx = fkea_vendi(x.float(), sigma=sigma, n_frequencies=4000, alpha=[1, 2])
+    for order in (1, 2):
+        assert abs(float(approx[order]) / float(exact[order]) - 1) < 0.02, (order, approx, exact)
+    # and it converges: far fewer frequencies are visibly worse for Vendi-1
+    coarse = fkea_vendi(x.float(), sigma=sigma, n_frequencies=50, alpha=1)
+    assert abs(float(coarse) / float(exact[1]) - 1) > abs(float(approx[1]) / float(exact[1]) - 1)
+
+
+def test_rke_is_biased_low_on_average():
+    """Digest 7B: E[sum lambda~^2] exceeds sum lambda^2 by O(1/r), so FKEA-RKE sits below the exact RKE."""
+    x, _ = sample_mixture(mixture_means(8), 800, std=0.3)
+    exact = float(1 / gaussian_kernel(x, sigma=3.0).square().mean())
+    fkea = [float(fkea_vendi(x, sigma=3.0, n_frequencies=100, alpha=2, seed=s)) for s in range(8)]
+    assert sum(fkea) / len(fkea) < exact
+
+
+@pytest.mark.parametrize("sigma", [10.0])
+def test_well_separated_equal_modes_score_about_k_and_weights_give_exp_entropy(sigma):
+    means = mixture_means(8)
+    x, labels = sample_mixture(means, 3000, std=0.3)
+    scores = fkea_vendi(x, sigma=sigma, n_frequencies=1000, alpha=ORDERS)
+    for order in ORDERS:
+        assert 8 * 0.9 < float(scores[order]) < 8 * 1.1
+    weights = torch.tensor([0.4, 0.2, 0.1, 0.1, 0.05, 0.05, 0.05, 0.05], dtype=torch.float64)
+    x, _ = sample_mixture(means, 4000, weights=weights.tolist(), std=0.3)
+    for order in (1, 2, "inf"):
+        expected = float(vendi_score(weights, order))
+        assert float(fkea_vendi(x, sigma=sigma, n_frequencies=1000, alpha=order)) == pytest.approx(expected, rel=0.1)
+
+
+def test_score_grows_with_the_number_of_modes():
+    means = mixture_means(10)
+    x, labels = sample_mixture(means, 4000, std=1.0)
+    scores = [float(fkea_vendi(x[labels < t], sigma=5.0, n_frequencies=500, alpha=1)) for t in range(1, 11)]
+    assert all(b > a for a, b in zip(scores, scores[1:], strict=False)), scores
+
+
+def test_modes_map_to_components_and_top_samples_are_pure():
+    means = mixture_means(5, seed=3)
+    weights = [0.35, 0.25, 0.2, 0.12, 0.08]  # distinct weights: distinct eigenvalues
+    x, labels = sample_mixture(means, 3000, weights=weights, std=0.3, seed=4)
+    metric = FKEAVendi(sigma=5.0, n_frequencies=500)
+    for batch in x.split(500):
+        metric.update(batch)
+    modes = metric.modes(5)
+    assert modes.eigenvectors.shape == (1000, 5)
+    assert bool(modes.significant.all())
+    # eigenvalue ~ weight x within-mode similarity, largest first
+    assert torch.all(modes.eigenvalues[:-1] >= modes.eigenvalues[1:])
+    ids = torch.arange(3000)
+    batches = list(zip(x.split(256), ids.split(256), strict=True))
+    found = []
+    for mode_ids, scores in metric.top_samples(batches, k=5, per_mode=50):
+        assert len(mode_ids) == 50 and torch.all(scores[:-1] >= scores[1:])
+        mode_labels = labels[mode_ids]
+        purity = float((mode_labels == mode_labels.mode().values).float().mean())
+        assert purity >= 0.95
+        found.append(int(mode_labels.mode().values))
+    assert sorted(found) == [0, 1, 2, 3, 4]  # one mode per component, in order of weight
+    assert found == [0, 1, 2, 3, 4]
+
+
+def test_mode_scores_generalise_to_fresh_samples():
+    means = mixture_means(4, seed=5)
+    x, labels = sample_mixture(means, 2000, weights=[0.4, 0.3, 0.2, 0.1], std=0.3, seed=6)
+    fresh, fresh_labels = sample_mixture(means, 1000, weights=[0.25] * 4, std=0.3, seed=7)
+    metric = FKEAVendi(sigma=5.0, n_frequencies=400)
+    metric.update(x)
+    top = metric.modes(1)
+    scores = mode_scores(fresh, metric.feature_map, top.eigenvectors)[:, 0]
+    inside, outside = scores[fresh_labels == 0], scores[fresh_labels != 0]
+    auc = float((inside[:, None] > outside[None, :]).double().mean())
+    assert auc > 0.99
+
+
+def test_sign_rule_makes_fitting_set_scores_sum_non_negative():
+    x = torch.randn(500, 3, dtype=torch.float64)
+    metric = FKEAVendi(sigma=1.0, n_frequencies=64)
+    metric.update(x)
+    modes = metric.modes(10)
+    sums = mode_scores(x, metric.feature_map, modes.eigenvectors).sum(0)
+    assert bool((sums >= -1e-9).all())
+
+
+def test_state_survives_a_checkpoint_round_trip(tmp_path):
+    x = torch.randn(400, 6)
+    metric = FKEAVendi(sigma=2.0, n_frequencies=64, alpha=[1, 2])
+    metric.update(x[:200])
+    torch.save(metric.state_dict(), tmp_path / "metric.pt")
+    restored = FKEAVendi(sigma=2.0, n_frequencies=64, alpha=[1, 2])
+    restored.load_state_dict(torch.load(tmp_path / "metric.pt", weights_only=True))
+    metric.update(x[200:])
+    restored.update(x[200:])
+    for order in (1, 2):
+        assert float(restored.compute()[order]) == float(metric.compute()[order])
+
+
+def test_inside_a_metric_collection_with_forward():
+    collection = MetricCollection({"vendi": FKEAVendi(sigma=1.0, n_frequencies=32), "rke": FKEAVendi(1.0, 32, alpha=2)})
+    x = torch.randn(100, 3)
+    batch_values = collection(x[:50])  # forward: value on the batch, states accumulate
+    assert set(batch_values) == {"vendi", "rke"}
+    collection.update(x[50:])
+    values = collection.compute()
+    assert float(values["vendi"]) == pytest.approx(float(fkea_vendi(x, 1.0, 32)), rel=1e-5)
+    assert float(values["rke"]) == pytest.approx(float(fkea_vendi(x, 1.0, 32, alpha=2)), rel=1e-5)
+
+
+def test_memory_does_not_grow_with_samples():
+    metric = FKEAVendi(sigma=1.0, n_frequencies=16)
+    metric.update(torch.randn(10, 3))
+    before = sum(getattr(metric, name).numel() for name in metric._defaults)
+    for _ in range(5):
+        metric.update(torch.randn(2000, 3))
+    assert sum(getattr(metric, name).numel() for name in metric._defaults) == before
+
+
+def test_bad_input_errors_name_the_metric_and_the_fix():
+    metric = FKEAVendi(sigma=1.0, n_frequencies=8)
+    with pytest.warns(UserWarning), pytest.raises(RuntimeError, match="FKEAVendi.compute\\(\\): no samples"):
+        metric.compute()
+    metric.update(torch.randn(5, 3))
+    with pytest.raises(ValueError, match="FKEAVendi: `features` has width 4 but 3"):
+        metric.update(torch.randn(5, 4))
+    with pytest.raises(ValueError, match="FKEAVendi: `features` contains NaN or Inf"):
+        metric.update(torch.tensor([[1.0, math.inf, 0.0]]))
+    with pytest.raises(ValueError, match="alpha"):
+        FKEAVendi(sigma=1.0, alpha=0)
+    with pytest.raises(ValueError, match="alpha"):
+        FKEAVendi(sigma=1.0, alpha=[])
+    with pytest.raises(ValueError, match="k"):
+        metric.modes(0)
+    with pytest.raises(ValueError, match="empty"):
+        fkea_vendi(torch.empty(0, 3), sigma=1.0)
