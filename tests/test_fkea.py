@@ -207,3 +207,21 @@ def test_bad_input_errors_name_the_metric_and_the_fix():
         metric.modes(0)
     with pytest.raises(ValueError, match="empty"):
         fkea_vendi(torch.empty(0, 3), sigma=1.0)
+
+
+def test_cached_eigendecomposition_follows_every_state_change():
+    x = torch.randn(300, 3, dtype=torch.float64)
+    metric = FKEAVendi(sigma=1.0, n_frequencies=32)
+    metric.update(x[:100])
+    first = metric.modes(2).eigenvalues
+    assert torch.equal(metric.modes(2).eigenvalues, first)  # reused
+    metric.update(x[100:])
+    second = metric.modes(2).eigenvalues
+    assert not torch.equal(second, first)
+    metric(x[:50])  # forward: batch value, then the global states grow again
+    reference = FKEAVendi(sigma=1.0, n_frequencies=32)
+    reference.update(torch.cat([x, x[:50]]))
+    torch.testing.assert_close(metric.modes(2).eigenvalues, reference.modes(2).eigenvalues)
+    metric.reset()
+    metric.update(x[:100])
+    torch.testing.assert_close(metric.modes(2).eigenvalues, first)

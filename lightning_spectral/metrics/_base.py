@@ -130,6 +130,20 @@ class RFFMetric(Metric):
         with self.sync_context(dist_sync_fn=self.dist_sync_fn, should_sync=self._to_sync, should_unsync=True):
             yield
 
+    def cached(self, name: str, fn: Callable[[], Any]) -> Any:
+        """``fn()``, reused while the states are unchanged (eigendecompositions of 2r x 2r matrices cost seconds).
+
+        One entry per metric, keyed by ``name``, whether the states are synced, and the sum of every state:
+        any update, reset, load or sync changes the key, whatever path changed the states.
+        """
+        key = (name, self._is_synced, tuple(float(getattr(self, state).sum()) for state in self._defaults))
+        entry = getattr(self, "_spectral_cache", None)
+        if entry is not None and entry[0] == key:
+            return entry[1]
+        value = fn()
+        self._spectral_cache = (key, value)
+        return value
+
     def _require_samples(self, count: Tensor, what: str = "samples") -> None:
         if float(count) <= 0:
             raise RuntimeError(

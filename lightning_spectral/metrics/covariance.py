@@ -87,7 +87,7 @@ class RFFCovariance(RFFMetric):
         """
         check_positive_int(k, "k")
         with self.synced():
-            values, vectors = symmetric_eigh(self._covariance())
+            values, vectors = self.cached("eigh", lambda: symmetric_eigh(self._covariance()))
             k = min(k, values.shape[0])
             vectors = orient(vectors[:, :k], self.feature_sum)
         return Modes(values[:k], vectors, torch.ones(k, dtype=torch.bool))

@@ -131,6 +131,9 @@ class FINCNovelty(RFFMetric):
             setattr(self, name, value)
 
     def _spectrum(self, missing: bool) -> DifferentialSpectrum:
+        return self.cached("missing" if missing else "novel", lambda: self._decompose(missing))
+
+    def _decompose(self, missing: bool) -> DifferentialSpectrum:
         n_gen, n_a, n_b = float(self.n_gen), float(self.n_ref_a), float(self.n_ref_b)
         if n_gen <= 0:
             raise RuntimeError(
