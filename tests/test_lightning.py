@@ -8,7 +8,7 @@ from sklearn.datasets import load_digits
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from torch.utils.data import DataLoader, TensorDataset
 
-from lightning_spectral.metrics import FINCNovelty, FKEAVendi
+from lightning_spectral.metrics import FastMMD, FINCNovelty, FKEAVendi
 from lightning_spectral.viz import log_figure, log_image, mode_gallery, plot_spectrum
 
 SIGMA = 2.0
@@ -29,6 +29,7 @@ class DigitsModule(L.LightningModule):
         self.head = torch.nn.Linear(16, 10)
         self.vendi = FKEAVendi(sigma=SIGMA, n_frequencies=256)
         self.novelty = FINCNovelty(sigma=SIGMA, n_frequencies=256, rho=1.0, reset_real_features=False)
+        self.mmd = FastMMD(sigma=SIGMA, n_frequencies=128, reset_real_features=False)
         self.galleries = galleries
         self.images, self.labels = digits()
 
@@ -44,14 +45,17 @@ class DigitsModule(L.LightningModule):
             shard = reference[self.global_rank :: self.trainer.world_size]
             with torch.no_grad():
                 self.novelty.update(self.encoder(shard), real=True)
+                self.mmd.update(self.encoder(shard), real=True)
 
     def validation_step(self, batch, _):
         x, _, _ = batch
         z = self.encoder(x)
         self.vendi.update(z)
         self.novelty.update(z, real=False)
+        self.mmd.update(z, real=False)
         self.log("val/vendi", self.vendi)
         self.log("val/novelty", self.novelty)
+        self.log("val/mmd", self.mmd)
 
     def on_validation_epoch_end(self):
         if not self.galleries:
@@ -84,7 +88,10 @@ def expected_metrics(module):
     novelty = FINCNovelty(sigma=SIGMA, n_frequencies=256, rho=1.0)
     novelty.update(z, real=False)
     novelty.update(reference, real=True)
-    return float(vendi.compute()), float(novelty.compute())
+    mmd = FastMMD(sigma=SIGMA, n_frequencies=128)
+    mmd.update(z, real=False)
+    mmd.update(reference, real=True)
+    return float(vendi.compute()), float(novelty.compute()), float(mmd.compute())
 
 
 def trainer(tmp_path, **kwargs):
@@ -102,9 +109,10 @@ def test_metrics_and_galleries_logged_inside_trainer_fit(tmp_path):
     train, val = loaders()
     fit = trainer(tmp_path, devices=1)
     fit.fit(module, train, val)
-    vendi, novelty = expected_metrics(module)
+    vendi, novelty, mmd = expected_metrics(module)
     assert float(fit.callback_metrics["val/vendi"]) == pytest.approx(vendi, rel=1e-5)
     assert float(fit.callback_metrics["val/novelty"]) == pytest.approx(novelty, rel=1e-4, abs=1e-6)
+    assert float(fit.callback_metrics["val/mmd"]) == pytest.approx(mmd, rel=1e-4)
     # Lightning reset the metrics after logging; the reference side was kept (reset_real_features=False)
     assert float(module.novelty.n_gen) == 0
     assert float(module.novelty.n_ref_a + module.novelty.n_ref_b) == int((digits()[1] < 8).sum())
@@ -121,7 +129,8 @@ def test_metrics_under_ddp_trainer_equal_single_process(tmp_path):
     train, val = loaders()
     fit = trainer(tmp_path, devices=2, strategy="ddp_spawn")
     fit.fit(module, train, val)
-    vendi, novelty = expected_metrics(module)  # the module's trained weights come back from rank 0
+    vendi, novelty, mmd = expected_metrics(module)  # the module's trained weights come back from rank 0
     assert float(fit.callback_metrics["val/vendi"]) == pytest.approx(vendi, rel=1e-5)
+    assert float(fit.callback_metrics["val/mmd"]) == pytest.approx(mmd, rel=1e-4)
     # the reference split (hence the noise threshold) depends on the sharding; the eigenvalues do not
     assert float(fit.callback_metrics["val/novelty"]) == pytest.approx(novelty, rel=0.05, abs=1e-3)

@@ -2,7 +2,7 @@
 
 import torch
 
-from lightning_spectral.metrics import FINCNovelty, FKEAVendi
+from lightning_spectral.metrics import FastMMD, FINCNovelty, FKEAVendi
 from tests.data import mixture_means, sample_mixture
 from tests.ddp import run_ddp
 
@@ -22,11 +22,14 @@ def run_metrics(rank, world_size):
     ids = torch.arange(N)[shard]
     vendi = FKEAVendi(sigma=3.0, n_frequencies=128, alpha=[1, 2, "inf"])
     finc = FINCNovelty(sigma=3.0, n_frequencies=128, rho=1.0)
+    mmd = FastMMD(sigma=[1.0, 3.0], n_frequencies=64, null_draws=5000)
     for batch in gen[shard].split(90 + 40 * rank):
         vendi.update(batch)
         finc.update(batch, real=False)
+        mmd.update(batch, real=False)
     for batch in ref[shard].split(77):
         finc.update(batch, real=True)
+        mmd.update(batch, real=True)
     batches = list(zip(gen[shard].split(100), ids.split(100), strict=True))
     return {
         "vendi": vendi.compute(),
@@ -37,6 +40,8 @@ def run_metrics(rank, world_size):
         "novel": finc.novel_modes(3),
         "finc_top": finc.top_samples(batches, k=2, per_mode=20),
         "local_n": float(vendi.n_samples),
+        "mmd": mmd.compute(),
+        "mmd_test": mmd.test(),
     }
 
 
@@ -60,3 +65,7 @@ def test_two_processes_equal_one(tmp_path):
         assert got["novel"].significant.tolist() == expected["novel"].significant.tolist()
         for (ids, _), (ids1, _) in zip(got["finc_top"], expected["finc_top"], strict=True):
             assert ids.tolist() == ids1.tolist()
+        torch.testing.assert_close(got["mmd"], expected["mmd"], rtol=1e-9, atol=1e-12)
+        assert float(got["mmd"].min()) > 0.01  # the sides differ: not a vacuous comparison
+        for field in ("statistic", "p_value", "reject"):
+            torch.testing.assert_close(getattr(got["mmd_test"], field), getattr(expected["mmd_test"], field))

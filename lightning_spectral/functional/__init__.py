@@ -2,15 +2,21 @@
 
 from lightning_spectral.functional.finc import finc, finc_exact, finc_spectrum, ken_eigenvalues
 from lightning_spectral.functional.fkea import fkea_vendi, vendi_exact
+from lightning_spectral.functional.mmd import MMDTest, fast_mmd, fast_mmd_test, mmd_exact, mmd_exact_test
 from lightning_spectral.functional.modes import Modes, mode_scores, top_samples
 
 __all__ = [
+    "MMDTest",
     "Modes",
+    "fast_mmd",
+    "fast_mmd_test",
     "finc",
     "finc_exact",
     "finc_spectrum",
     "fkea_vendi",
     "ken_eigenvalues",
+    "mmd_exact",
+    "mmd_exact_test",
     "mode_scores",
     "top_samples",
     "vendi_exact",

@@ -4,5 +4,6 @@ from lightning_spectral.metrics._base import RFFMetric
 from lightning_spectral.metrics.covariance import RFFCovariance
 from lightning_spectral.metrics.finc import FINCNovelty
 from lightning_spectral.metrics.fkea import FKEAVendi
+from lightning_spectral.metrics.mmd import FastMMD
 
-__all__ = ["FINCNovelty", "FKEAVendi", "RFFCovariance", "RFFMetric"]
+__all__ = ["FINCNovelty", "FKEAVendi", "FastMMD", "RFFCovariance", "RFFMetric"]

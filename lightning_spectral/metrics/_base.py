@@ -45,6 +45,7 @@ class RFFMetric(Metric):
         kwargs.setdefault("dist_sync_fn", all_reduce_sum)
         super().__init__(**kwargs)
         self.sigma = check_positive(sigma, "sigma")
+        self._map_sigma = self.sigma  # the bandwidth the feature map is built with
         self.n_frequencies = check_positive_int(n_frequencies, "n_frequencies")
         self.seed = int(seed)
         self.chunk_size = check_positive_int(chunk_size, "chunk_size")
@@ -66,7 +67,7 @@ class RFFMetric(Metric):
         self.add_state(name, default=torch.zeros(shape, dtype=torch.float64), dist_reduce_fx="sum", persistent=True)
 
     def _build_feature_map(self, in_features: int) -> GaussianRFF:
-        self.feature_map = GaussianRFF(in_features, self.n_frequencies, self.sigma, self.seed).to(self.device)
+        self.feature_map = GaussianRFF(in_features, self.n_frequencies, self._map_sigma, self.seed).to(self.device)
         return self.feature_map
 
     def validated_features_map(self, features: Tensor, name: str = "features") -> GaussianRFF:
@@ -79,10 +80,15 @@ class RFFMetric(Metric):
         check_features(features, name, width=width, owner=type(self).__name__)
         return self.feature_map if self.feature_map is not None else self._build_feature_map(features.shape[1])
 
+    def frequency_signature(self) -> Optional[Tensor]:
+        """What every rank must hold identically (the frequencies; subclasses may add bandwidths)."""
+        return None if self.feature_map is None else self.feature_map.omega
+
     def _sync_dist(self, dist_sync_fn: Callable = all_reduce_sum, process_group: Optional[Any] = None) -> None:
         group = process_group or self.process_group
-        omega = None if self.feature_map is None else self.feature_map.omega
-        check_same_across_ranks(omega, f"{type(self).__name__}: random Fourier frequencies", group=group)
+        check_same_across_ranks(
+            self.frequency_signature(), f"{type(self).__name__}: random Fourier frequencies", group=group
+        )
         if dist_sync_fn is gather_all_tensors:  # every state is a sum: one all-reduce instead of all_gather
             dist_sync_fn = all_reduce_sum
         super()._sync_dist(dist_sync_fn, process_group=process_group)

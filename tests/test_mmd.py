@@ -1,0 +1,186 @@
+"""FastMMD against the exact MMD and the identities of the FastMMD digest (part D.2)."""
+
+import math
+
+import pytest
+import torch
+
+from lightning_spectral.features import GaussianRFF, gaussian_kernel
+from lightning_spectral.functional import fast_mmd, fast_mmd_test, mmd_exact
+from lightning_spectral.functional.mmd import weighted_chi2_sf
+from lightning_spectral.metrics import FastMMD
+from tests.data import blobs
+
+
+def pair(n=300, m=None, shift=0.0, scale=(1.0, 1.0), seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, 2, generator=g, dtype=torch.float64)
+    y = torch.randn(m or n, 2, generator=g, dtype=torch.float64) * torch.tensor(scale, dtype=torch.float64) + shift
+    return x, y
+
+
+def test_amplitude_form_equals_mean_embedding_form():
+    """Algorithm 1 (squared amplitude of a sum of sinusoids, per frequency) = Algorithm 2 (||z1 - z2||^2)."""
+    x, y = pair(120, 80, shift=0.5)
+    rff = GaussianRFF(2, 64, sigma=1.0)
+    phases_x, phases_y = x @ rff.omega, y @ rff.omega
+    phasor = torch.exp(1j * phases_x).mean(0) - torch.exp(1j * phases_y).mean(0)  # sum_i a_i e^{j w x_i}
+    amplitude_form = (phasor.abs() ** 2).mean()  # K(0)/L sum_k A_k^2
+    torch.testing.assert_close(fast_mmd(x, y, 1.0, 64, unbiased=False), amplitude_form.double())
+    # the double-sum form of one frequency: sum_ij a_i a_j cos(theta_i - theta_j)
+    a = torch.cat([torch.full((120,), 1 / 120), torch.full((80,), -1 / 80)]).double()
+    theta = torch.cat([phases_x[:, 0], phases_y[:, 0]])
+    double_sum = (a[:, None] * a[None, :] * torch.cos(theta[:, None] - theta[None, :])).sum()
+    torch.testing.assert_close(double_sum, phasor[0].abs() ** 2)
+
+
+def test_closed_form_correction_is_the_u_statistic_of_the_approximate_kernel():
+    x, y = pair(90, 70, shift=0.3)
+    rff = GaussianRFF(2, 50, sigma=1.3)
+    zx, zy = rff(x), rff(y)
+    kxx, kyy, kxy = zx @ zx.T, zy @ zy.T, zx @ zy.T
+    m, n = 90, 70
+    u_statistic = (
+        (kxx.sum() - kxx.diagonal().sum()) / (m * (m - 1))
+        + (kyy.sum() - kyy.diagonal().sum()) / (n * (n - 1))
+        - 2 * kxy.mean()
+    )
+    torch.testing.assert_close(fast_mmd(x, y, 1.3, 50, unbiased=True), u_statistic, rtol=1e-10, atol=1e-13)
+    # and with the exact kernel the same identity links mmd_exact's two forms
+    k = gaussian_kernel(torch.cat([x, y]), sigma=1.3)
+    biased = k[:m, :m].mean() + k[m:, m:].mean() - 2 * k[:m, m:].mean()
+    torch.testing.assert_close(mmd_exact(x, y, 1.3, unbiased=False), biased)
+    mean_x, mean_y = k[:m, :m].mean(), k[m:, m:].mean()
+    unbiased = biased + mean_x / (m - 1) + mean_y / (n - 1) - (m + n - 2) / ((m - 1) * (n - 1))
+    torch.testing.assert_close(mmd_exact(x, y, 1.3, unbiased=True), unbiased)
+
+
+def test_converges_to_the_exact_mmd_as_r_grows():
+    x, y = pair(1000, scale=(2.0, 0.5), seed=1)  # digest D.2.3 setup
+    exact = float(mmd_exact(x, y, sigma=1.0, unbiased=False))
+
+    def mean_error(r):
+        return sum(abs(float(fast_mmd(x, y, 1.0, r, seed=s, unbiased=False)) / exact - 1) for s in range(6)) / 6
+
+    errors = {r: mean_error(r) for r in (16, 256, 4096)}
+    assert errors[4096] < errors[256] < errors[16], errors
+    assert errors[4096] < 0.02
+
+
+def test_the_square_is_unbiased_over_frequency_draws():
+    x, y = pair(150, shift=0.4, seed=2)
+    exact_b, exact_u = mmd_exact(x, y, 1.0, unbiased=False), mmd_exact(x, y, 1.0, unbiased=True)
+    draws_b = torch.stack([fast_mmd(x, y, 1.0, 16, seed=s, unbiased=False) for s in range(400)])
+    draws_u = torch.stack([fast_mmd(x, y, 1.0, 16, seed=s, unbiased=True) for s in range(400)])
+    for draws, exact in ((draws_b, exact_b), (draws_u, exact_u)):
+        standard_error = float(draws.std()) / math.sqrt(len(draws))
+        assert abs(float(draws.mean()) - float(exact)) < 4 * standard_error
+
+
+def test_invariances_and_limits():
+    x, y = pair(200, 150, shift=0.5, seed=3)
+    base = fast_mmd(x, y, 1.0, 128)
+    torch.testing.assert_close(fast_mmd(x + 5.0, y + 5.0, 1.0, 128), base, rtol=1e-9, atol=1e-12)  # translation
+    torch.testing.assert_close(fast_mmd(y, x, 1.0, 128), base)  # symmetry
+    assert float(fast_mmd(x, x, 1.0, 128, unbiased=False)) == pytest.approx(0.0, abs=1e-15)
+    assert float(fast_mmd(x, y, 1e4, 128, unbiased=False)) < 1e-6  # sigma -> inf
+    tiny = float(fast_mmd(x, y, 1e-4, 4096, unbiased=False))  # sigma -> 0: the kernel becomes the identity
+    assert tiny == pytest.approx(1 / 200 + 1 / 150, rel=0.05)
+
+
+def test_metric_matches_functional_with_unequal_sizes_and_bandwidth_family():
+    x, y = pair(300, 170, shift=0.2, seed=4)
+    metric = FastMMD(sigma=[0.5, 1.0, 2.0], n_frequencies=64, seed=5)
+    for batch in x.split(64):
+        metric.update(batch, real=True)
+    for batch in y.split(50):
+        metric.update(batch, real=False)
+    values = metric.compute()
+    assert values.shape == (3,)
+    for index, sigma in enumerate((0.5, 1.0, 2.0)):  # the same standard-normal draws scaled by 1/sigma
+        torch.testing.assert_close(values[index], fast_mmd(x, y, sigma, 64, seed=5), rtol=1e-10, atol=1e-13)
+    biased = FastMMD(sigma=1.0, n_frequencies=64, seed=5, unbiased=False)
+    biased.update(x, real=True)
+    biased.update(y, real=False)
+    torch.testing.assert_close(biased.compute(), fast_mmd(x, y, 1.0, 64, seed=5, unbiased=False))
+
+
+def test_weighted_chi_square_tail():
+    # one weight: P(w Z^2 >= t) = erfc(sqrt(t / (2 w)))
+    p = float(weighted_chi2_sf(2.0, torch.tensor([0.5]), n_draws=200_000))
+    assert p == pytest.approx(math.erfc(math.sqrt(2.0)), abs=0.003)
+    # k equal weights: a chi-square with k degrees of freedom, mean k
+    p = float(weighted_chi2_sf(4.0, torch.ones(4), n_draws=200_000))
+    assert p == pytest.approx(math.exp(-2.0) * 3.0, abs=0.004)  # chi2_4 survival at 4: e^-2 (1 + 2)
+
+
+def test_streaming_test_is_calibrated_and_has_power():
+    """300 null trials at alpha = 0.05 (digest D.2.7): rejection rate within [0.02, 0.08], p-values ~ uniform."""
+    p_values = []
+    for trial in range(300):
+        x, y = pair(150, seed=100 + trial)
+        metric = FastMMD(sigma=1.0, n_frequencies=32, seed=trial, null_draws=2000)
+        metric.update(x, real=True)
+        metric.update(y, real=False)
+        p_values.append(float(metric.p_value()))
+    p_values = torch.tensor(p_values)
+    assert 0.02 <= float((p_values <= 0.05).double().mean()) <= 0.08
+    assert 0.4 <= float((p_values <= 0.5).double().mean()) <= 0.6
+    rejections = 0
+    for trial in range(20):
+        x, y = pair(150, scale=(1.5, 1.0), seed=900 + trial)
+        metric = FastMMD(sigma=1.0, n_frequencies=64, seed=trial)
+        metric.update(x, real=True)
+        metric.update(y, real=False)
+        rejections += bool(metric.test(alpha=0.05).reject)
+    assert rejections >= 12
+
+
+def test_permutation_test_is_valid_and_agrees_with_the_streaming_test():
+    x, y = blobs(200, 1.0, seed=1), blobs(200, 4.0, seed=2)
+    result = fast_mmd_test(x, y, sigma=1.0, n_frequencies=256, n_permutations=400)
+    assert bool(result.reject) and 1 / 401 <= float(result.p_value) < 0.01  # p >= 1/(B+1) by construction
+    null = fast_mmd_test(x, blobs(200, 1.0, seed=3), sigma=1.0, n_frequencies=256, n_permutations=400)
+    assert not bool(null.reject) and float(null.p_value) > 0.05
+    metric = FastMMD(sigma=1.0, n_frequencies=256)
+    metric.update(x, real=True)
+    metric.update(y, real=False)
+    torch.testing.assert_close(metric.test().statistic, result.statistic, rtol=1e-6, atol=1e-9)
+    assert bool(metric.test().reject)
+
+
+def test_reference_kept_across_reset_and_state_round_trip(tmp_path):
+    x, y = pair(100, shift=1.0, seed=6)
+    metric = FastMMD(sigma=1.0, n_frequencies=32, reset_real_features=False)
+    metric.update(x, real=True)
+    metric.update(y, real=False)
+    before = metric.compute()
+    metric.reset()
+    assert float(metric.n_real) == 100 and float(metric.n_gen) == 0
+    torch.save(metric.state_dict(), tmp_path / "mmd.pt")
+    restored = FastMMD(sigma=1.0, n_frequencies=32, reset_real_features=False)
+    restored.load_state_dict(torch.load(tmp_path / "mmd.pt", weights_only=True))
+    restored.update(y, real=False)
+    torch.testing.assert_close(restored.compute(), before)
+
+
+def test_bad_input_raises_clear_errors():
+    metric = FastMMD(sigma=1.0, n_frequencies=8)
+    metric.update(torch.randn(5, 3), real=True)
+    with pytest.raises(RuntimeError, match="generated \\(real=False\\) side is empty"):
+        metric.compute()
+    with pytest.raises(ValueError, match="FastMMD: `features` has width 4 but 3"):
+        metric.update(torch.randn(5, 4), real=False)
+    with pytest.raises(ValueError, match="NaN or Inf"):
+        metric.update(torch.tensor([[0.0, float("inf"), 1.0]]), real=False)
+    with pytest.raises(TypeError, match="`real` must be True"):
+        metric.update(torch.randn(5, 3), real=1)
+    for bad in (0.0, -1.0, [1.0, 0.0], []):
+        with pytest.raises(ValueError, match="sigma"):
+            FastMMD(sigma=bad)
+    with pytest.raises(ValueError, match="non-empty"):
+        fast_mmd(torch.randn(0, 2), torch.randn(3, 2), sigma=1.0)
+    with pytest.raises(ValueError, match="width 3 but 2"):
+        fast_mmd(torch.randn(4, 2), torch.randn(3, 3), sigma=1.0)
+    with pytest.raises(ValueError, match="at least 2 samples"):
+        fast_mmd(torch.randn(1, 2), torch.randn(3, 2), sigma=1.0)
