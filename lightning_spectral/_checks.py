@@ -64,3 +64,10 @@ def check_features(x: Tensor, name: str = "features", width: Optional[int] = Non
         bad = int((~torch.isfinite(x)).any(dim=1).sum())
         raise ValueError(f"{where}`{name}` contains NaN or Inf in {bad} of {x.shape[0]} rows; clean or drop them.")
     return x.to(compute_dtype(x))
+
+
+def check_side(real: object, owner: str) -> bool:
+    """The ``real`` flag of two-sample updates: True for the reference, False for the generated side."""
+    if not isinstance(real, bool):
+        raise TypeError(f"{owner}.update: `real` must be True (reference) or False (generated), got {real!r}.")
+    return real

@@ -19,6 +19,13 @@ def distributed_available() -> bool:
     return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
 
 
+def collective_device(group: Optional[Any] = None) -> torch.device:
+    """The device collectives of ``group`` run on: CUDA for NCCL (it moves only CUDA tensors), else the CPU."""
+    if dist.get_backend(group) == dist.Backend.NCCL:
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
 def all_reduce_sum(tensor: Tensor, group: Optional[Any] = None) -> list[Tensor]:
     """Sum ``tensor`` over all ranks with one all-reduce; a torchmetrics ``dist_sync_fn`` for sum states.
 
@@ -74,8 +81,7 @@ def check_same_across_ranks(
         return
     abstain = torch.full((_FINGERPRINT_SIZE,), float("nan"), dtype=torch.float64)
     local = fingerprint(tensor) if tensor is not None else abstain
-    nccl = dist.get_backend(group) == dist.Backend.NCCL  # NCCL only moves CUDA tensors
-    local = local.to(torch.device("cuda", torch.cuda.current_device()) if nccl else "cpu")
+    local = local.to(collective_device(group))
     gathered = [torch.empty_like(local) for _ in range(dist.get_world_size(group))]
     dist.all_gather(gathered, local, group=group)
     voters = [(rank, f.cpu()) for rank, f in enumerate(gathered) if not bool(torch.isnan(f).any())]

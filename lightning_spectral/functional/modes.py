@@ -18,7 +18,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from lightning_spectral.distributed import distributed_available
+from lightning_spectral.distributed import collective_device, distributed_available
 from lightning_spectral.features import GaussianRFF
 
 Ids = Union[Tensor, Sequence[int]]
@@ -104,8 +104,7 @@ def _top(scores: Tensor, ids: Tensor, per_mode: int) -> tuple[Tensor, Tensor]:
 
 
 def _gather_candidates(scores: Tensor, ids: Tensor, per_mode: int, group: Optional[Any]) -> tuple[Tensor, Tensor]:
-    nccl = dist.get_backend(group) == dist.Backend.NCCL  # NCCL only moves CUDA tensors
-    device = torch.device("cuda", torch.cuda.current_device()) if nccl else torch.device("cpu")
+    device = collective_device(group)
     world = dist.get_world_size(group)
     gathered_scores = [torch.empty_like(scores, device=device) for _ in range(world)]
     gathered_ids = [torch.empty_like(ids, device=device) for _ in range(world)]

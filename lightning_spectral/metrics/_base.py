@@ -32,6 +32,9 @@ class RFFMetric(Metric):
 
     full_state_update = False
     feature_map: Optional[GaussianRFF]
+    #: States of the reference side, kept by ``reset()`` when ``reset_real_features`` is False.
+    reference_states: tuple[str, ...] = ()
+    reset_real_features: bool = True
 
     def __init__(
         self,
@@ -52,6 +55,13 @@ class RFFMetric(Metric):
         self.feature_map = None
         if in_features is not None:
             self._build_feature_map(check_positive_int(in_features, "in_features"))
+
+    def reset(self) -> None:
+        """Clear the states; the reference side too unless ``reset_real_features=False`` (two-sample metrics)."""
+        kept = {name: getattr(self, name) for name in self.reference_states if not self.reset_real_features}
+        super().reset()
+        for name, value in kept.items():
+            setattr(self, name, value)
 
     @property
     def feature_dim(self) -> int:

@@ -8,7 +8,7 @@ from typing import Any, Optional
 from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor
 
-from lightning_spectral._checks import check_positive, check_positive_int
+from lightning_spectral._checks import check_positive, check_positive_int, check_side
 from lightning_spectral.functional.finc import (
     DEFAULT_MIN_EIGENVALUE,
     DEFAULT_SIGNIFICANCE,
@@ -18,8 +18,6 @@ from lightning_spectral.functional.finc import (
 from lightning_spectral.functional.modes import Ids, Modes, orient, top_samples
 from lightning_spectral.linalg import DEFAULT_CHUNK_SIZE, add_covariance_
 from lightning_spectral.metrics._base import RFFMetric
-
-_REFERENCE_STATES = ("ref_cov_sum_a", "ref_cov_sum_b", "ref_feature_sum", "n_ref_a", "n_ref_b")
 
 
 class FINCNovelty(RFFMetric):
@@ -62,6 +60,7 @@ class FINCNovelty(RFFMetric):
     """
 
     is_differentiable = False
+    reference_states = ("ref_cov_sum_a", "ref_cov_sum_b", "ref_feature_sum", "n_ref_a", "n_ref_b")
     higher_is_better: Optional[bool] = None
 
     gen_cov_sum: Tensor
@@ -108,8 +107,7 @@ class FINCNovelty(RFFMetric):
 
     def update(self, features: Tensor, real: bool) -> None:
         """Add embeddings (N, d) of the reference (``real=True``) or of the generated side (``real=False``)."""
-        if not isinstance(real, bool):
-            raise TypeError(f"FINCNovelty.update: `real` must be True (reference) or False (generated), got {real!r}.")
+        check_side(real, "FINCNovelty")
         feature_map = self.validated_features_map(features)
         if not real:
             add_covariance_(self.gen_cov_sum, features, feature_map, self.chunk_size, self.gen_feature_sum)
@@ -122,13 +120,6 @@ class FINCNovelty(RFFMetric):
             rows = features[half::2]
             add_covariance_(getattr(self, cov_sum), rows, feature_map, self.chunk_size, self.ref_feature_sum)
             setattr(self, count, getattr(self, count) + rows.shape[0])
-
-    def reset(self) -> None:
-        """Clear the states; the reference side too unless ``reset_real_features=False``."""
-        kept = {name: getattr(self, name) for name in _REFERENCE_STATES} if not self.reset_real_features else {}
-        super().reset()
-        for name, value in kept.items():
-            setattr(self, name, value)
 
     def _spectrum(self, missing: bool) -> DifferentialSpectrum:
         return self.cached("missing" if missing else "novel", lambda: self._decompose(missing))

@@ -8,12 +8,10 @@ from typing import Any, Optional, Union
 import torch
 from torch import Tensor
 
-from lightning_spectral._checks import check_positive, check_positive_int
+from lightning_spectral._checks import check_positive, check_positive_int, check_side
 from lightning_spectral.functional.mmd import DEFAULT_NULL_DRAWS, MMDTest, asymptotic_p_value, mmd_from_means
 from lightning_spectral.linalg import DEFAULT_CHUNK_SIZE, add_covariance_
 from lightning_spectral.metrics._base import RFFMetric
-
-_REFERENCE_STATES = ("real_feature_sum", "n_real", "real_cov_sum")
 
 
 class FastMMD(RFFMetric):
@@ -60,6 +58,7 @@ class FastMMD(RFFMetric):
     """
 
     is_differentiable = False
+    reference_states = ("real_feature_sum", "n_real", "real_cov_sum")
     higher_is_better: Optional[bool] = False
 
     real_feature_sum: Tensor
@@ -106,8 +105,7 @@ class FastMMD(RFFMetric):
 
     def update(self, features: Tensor, real: bool) -> None:
         """Add embeddings (N, d) of the reference (``real=True``) or of the generated side (``real=False``)."""
-        if not isinstance(real, bool):
-            raise TypeError(f"FastMMD.update: `real` must be True (reference) or False (generated), got {real!r}.")
+        check_side(real, "FastMMD")
         feature_map = self.validated_features_map(features)
         side = "real" if real else "gen"
         feature_sums, cov_sums = getattr(self, f"{side}_feature_sum"), getattr(self, f"{side}_cov_sum")
@@ -116,13 +114,6 @@ class FastMMD(RFFMetric):
                 cov_sums[index], features / sigma, feature_map, self.chunk_size, feature_sum=feature_sums[index]
             )
         setattr(self, f"n_{side}", getattr(self, f"n_{side}") + features.shape[0])
-
-    def reset(self) -> None:
-        """Clear the states; the reference side too unless ``reset_real_features=False``."""
-        kept = {name: getattr(self, name) for name in _REFERENCE_STATES} if not self.reset_real_features else {}
-        super().reset()
-        for name, value in kept.items():
-            setattr(self, name, value)
 
     def _sizes(self) -> tuple[float, float]:
         m, n = float(self.n_real), float(self.n_gen)
