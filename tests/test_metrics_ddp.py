@@ -22,7 +22,7 @@ def run_metrics(rank, world_size):
     ids = torch.arange(N)[shard]
     vendi = FKEAVendi(sigma=3.0, n_frequencies=128, alpha=[1, 2, "inf"])
     finc = FINCNovelty(sigma=3.0, n_frequencies=128, rho=1.0)
-    mmd = FastMMD(sigma=[1.0, 3.0], n_frequencies=64, null_draws=5000)
+    mmd = FastMMD(sigma=[1.0, 3.0], n_frequencies=64)
     for batch in gen[shard].split(90 + 40 * rank):
         vendi.update(batch)
         finc.update(batch, real=False)

@@ -7,7 +7,7 @@ import torch
 
 from lightning_spectral.features import GaussianRFF, gaussian_kernel
 from lightning_spectral.functional import fast_mmd, fast_mmd_test, mmd_exact
-from lightning_spectral.functional.mmd import weighted_chi2_sf
+from lightning_spectral.functional.mmd import asymptotic_p_value, null_moments
 from lightning_spectral.metrics import FastMMD
 from tests.data import blobs
 
@@ -105,13 +105,33 @@ def test_metric_matches_functional_with_unequal_sizes_and_bandwidth_family():
     torch.testing.assert_close(biased.compute(), fast_mmd(x, y, 1.0, 64, seed=5, unbiased=False))
 
 
-def test_weighted_chi_square_tail():
-    # one weight: P(w Z^2 >= t) = erfc(sqrt(t / (2 w)))
-    p = float(weighted_chi2_sf(2.0, torch.tensor([0.5]), n_draws=200_000))
-    assert p == pytest.approx(math.erfc(math.sqrt(2.0)), abs=0.003)
-    # k equal weights: a chi-square with k degrees of freedom, mean k
-    p = float(weighted_chi2_sf(4.0, torch.ones(4), n_draws=200_000))
-    assert p == pytest.approx(math.exp(-2.0) * 3.0, abs=0.004)  # chi2_4 survival at 4: e^-2 (1 + 2)
+def test_null_tail_is_exact_for_equal_eigenvalues():
+    # k equal eigenvalues l: T / (1/m + 1/n) = l chi2_k, which the scaled chi-square matches exactly
+    m = n = 50
+    scale = 1 / m + 1 / n
+    for k, value, expected in ((4, 4.0, math.exp(-2.0) * 3.0), (2, 3.0, math.exp(-1.5))):
+        trace, trace_sq = torch.tensor(0.5 * k, dtype=torch.float64), torch.tensor(0.25 * k, dtype=torch.float64)
+        p = asymptotic_p_value(torch.tensor(0.5 * value * scale, dtype=torch.float64), trace, trace_sq, m, n)
+        assert float(p) == pytest.approx(expected, rel=1e-10)
+
+
+def test_null_moments_are_unbiased_where_the_plug_in_is_not():
+    rff = GaussianRFF(2, 32, sigma=1.0)
+    population = rff(torch.randn(100_000, 2, generator=torch.Generator().manual_seed(0), dtype=torch.float64))
+    centred = population - population.mean(0)
+    covariance = centred.T @ centred / len(population)
+    true_trace, true_trace_sq = float(covariance.trace()), float((covariance @ covariance).trace())
+    estimates, plug_ins = [], []
+    for draw in range(300):
+        z = rff(torch.randn(60, 2, generator=torch.Generator().manual_seed(draw + 1), dtype=torch.float64))
+        estimates.append([float(v) for v in null_moments(z.sum(0), z.T @ z, 60)])
+        sample_cov = (z - z.mean(0)).T @ (z - z.mean(0)) / 60
+        plug_ins.append(float((sample_cov @ sample_cov).trace()))
+    mean_trace, mean_trace_sq = (sum(column) / len(estimates) for column in zip(*estimates, strict=True))
+    assert mean_trace == pytest.approx(true_trace, rel=0.01)
+    assert mean_trace_sq == pytest.approx(true_trace_sq, rel=0.05)
+    plug_in = sum(plug_ins) / len(plug_ins)
+    assert plug_in - true_trace_sq > 2 * abs(mean_trace_sq - true_trace_sq)  # the plug-in overstates it
 
 
 def test_streaming_test_is_calibrated_and_has_power():
@@ -119,7 +139,7 @@ def test_streaming_test_is_calibrated_and_has_power():
     p_values = []
     for trial in range(300):
         x, y = pair(150, seed=100 + trial)
-        metric = FastMMD(sigma=1.0, n_frequencies=32, seed=trial, null_draws=2000)
+        metric = FastMMD(sigma=1.0, n_frequencies=32, seed=trial)
         metric.update(x, real=True)
         metric.update(y, real=False)
         p_values.append(float(metric.p_value()))

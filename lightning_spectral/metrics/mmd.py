@@ -8,8 +8,8 @@ from typing import Any, Optional, Union
 import torch
 from torch import Tensor
 
-from lightning_spectral._checks import check_positive, check_positive_int, check_side
-from lightning_spectral.functional.mmd import DEFAULT_NULL_DRAWS, MMDTest, asymptotic_p_value, mmd_from_means
+from lightning_spectral._checks import check_positive, check_side
+from lightning_spectral.functional.mmd import MMDTest, asymptotic_p_value, mmd_from_means, null_moments
 from lightning_spectral.linalg import DEFAULT_CHUNK_SIZE, add_covariance_
 from lightning_spectral.metrics._base import RFFMetric
 
@@ -29,9 +29,10 @@ class FastMMD(RFFMetric):
 
     The test (:meth:`p_value`, :meth:`test`) needs no stored samples: the pooled feature covariance is kept as
     a sum state, and under H0 ``T = ||z_real - z_gen||^2`` is distributed as ``(1/m + 1/n) sum_k l_k chi2_1``
-    with ``l`` the eigenvalues of the pooled, centred covariance (its tail is simulated with
-    ``null_draws`` draws, so p-values resolve down to ``1 / (null_draws + 1)``). The test uses the biased
-    statistic whatever ``unbiased`` says. Pick sigma without looking at the tested data (for example the
+    with ``l`` the eigenvalues of the pooled, centred covariance ``S``; the p-value comes from a scaled
+    chi-square with the same mean and variance, ``tr S`` and ``tr S^2`` estimated without bias from the sums
+    (no eigendecomposition). The test uses the biased statistic whatever ``unbiased`` says.
+    Pick sigma without looking at the tested data (for example the
     median heuristic on a held-out split): choosing it to maximise the MMD inflates the type-I error.
 
     State per bandwidth and side: the feature sum (D = 2r), the feature covariance sum (D x D; the two sides
@@ -41,10 +42,9 @@ class FastMMD(RFFMetric):
     Args:
         sigma: Gaussian bandwidth (> 0), or a sequence of bandwidths.
         n_frequencies: r; features 2r.
-        seed: frequency seed (identical on every rank); also seeds the null simulation.
+        seed: frequency seed (identical on every rank).
         unbiased: which form ``compute`` returns.
         reset_real_features: if False, ``reset()`` keeps the reference side.
-        null_draws: draws of the simulated null distribution.
         in_features, chunk_size, kwargs: as :class:`~lightning_spectral.metrics.RFFCovariance`.
 
     Example:
@@ -75,7 +75,6 @@ class FastMMD(RFFMetric):
         seed: int = 0,
         unbiased: bool = True,
         reset_real_features: bool = True,
-        null_draws: int = DEFAULT_NULL_DRAWS,
         in_features: Optional[int] = None,
         chunk_size: int = DEFAULT_CHUNK_SIZE,
         **kwargs: Any,
@@ -90,7 +89,6 @@ class FastMMD(RFFMetric):
         self._single = isinstance(sigma, (int, float))
         self.unbiased = bool(unbiased)
         self.reset_real_features = bool(reset_real_features)
-        self.null_draws = check_positive_int(null_draws, "null_draws")
         bandwidths, width = len(self.sigmas), self.feature_dim
         for side in ("real", "gen"):
             self.add_sum_state(f"{side}_feature_sum", (bandwidths, width))
@@ -147,14 +145,9 @@ class FastMMD(RFFMetric):
             m, n = self._sizes()
             mean_real, mean_gen = self.real_feature_sum / m, self.gen_feature_sum / n
             biased = mmd_from_means(mean_real, mean_gen, m, n, unbiased=False)
-            pooled_mean = (self.real_feature_sum + self.gen_feature_sum) / (m + n)
-            pooled_cov = (self.real_cov_sum + self.gen_cov_sum) / (m + n)
-            centred = pooled_cov - pooled_mean[:, :, None] * pooled_mean[:, None, :]
-            p_values = torch.stack(
-                [
-                    asymptotic_p_value(biased[i], centred[i], m, n, self.null_draws, self.seed + i)
-                    for i in range(len(self.sigmas))
-                ]
+            trace, trace_sq = null_moments(
+                self.real_feature_sum + self.gen_feature_sum, self.real_cov_sum + self.gen_cov_sum, m + n
             )
+            p_values = asymptotic_p_value(biased, trace, trace_sq, m, n)
         statistic, p_values = self._per_bandwidth(biased), self._per_bandwidth(p_values)
         return MMDTest(statistic, p_values, p_values <= alpha)
