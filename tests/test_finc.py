@@ -184,6 +184,20 @@ def test_reference_kept_across_reset_when_asked():
         drop.compute()
 
 
+def test_forward_accumulates_like_update_without_touching_the_reference():
+    gen, ref = torch.randn(120, 3), torch.randn(100, 3)
+    for keep in (True, False):
+        by_forward = FINCNovelty(sigma=1.0, n_frequencies=16, reset_real_features=not keep)
+        by_update = FINCNovelty(sigma=1.0, n_frequencies=16, reset_real_features=not keep)
+        by_forward.update(ref, real=True)
+        by_update.update(ref, real=True)
+        assert by_forward(gen[:60], real=False) is None
+        by_forward(gen[60:], real=False)
+        by_update.update(gen, real=False)
+        assert float(by_forward.n_ref_a + by_forward.n_ref_b) == 100 and float(by_forward.n_gen) == 120
+        assert float(by_forward.compute()) == float(by_update.compute())
+
+
 def test_state_survives_a_checkpoint_round_trip(tmp_path):
     gen, ref = torch.randn(100, 3), torch.randn(100, 3)
     metric = FINCNovelty(sigma=1.0, n_frequencies=16)

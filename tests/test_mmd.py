@@ -204,3 +204,10 @@ def test_bad_input_raises_clear_errors():
         fast_mmd(torch.randn(4, 2), torch.randn(3, 3), sigma=1.0)
     with pytest.raises(ValueError, match="at least 2 samples"):
         fast_mmd(torch.randn(1, 2), torch.randn(3, 2), sigma=1.0)
+
+
+def test_forward_only_accumulates():
+    x, y = pair(100, shift=1.0, seed=7)
+    metric = FastMMD(sigma=1.0, n_frequencies=32, reset_real_features=False)
+    assert metric(x, real=True) is None and metric(y, real=False) is None
+    torch.testing.assert_close(metric.compute(), fast_mmd(x, y, 1.0, 32))

@@ -63,6 +63,18 @@ class RFFMetric(Metric):
         for name, value in kept.items():
             setattr(self, name, value)
 
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        """As torchmetrics' ``forward``; for two-sample metrics (those with ``reference_states``) it only updates.
+
+        torchmetrics computes a per-batch value by resetting, updating and merging the states back; for a
+        two-sample metric that would drop (or, with ``reset_real_features=False``, double) the reference
+        side, and one side of one batch has no two-sample value anyway. Returns ``None`` for those.
+        """
+        if self.reference_states:
+            self.update(*args, **kwargs)
+            return None
+        return super().forward(*args, **kwargs)
+
     @property
     def feature_dim(self) -> int:
         """Width of the random features, ``2 * n_frequencies``."""
