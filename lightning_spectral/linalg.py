@@ -82,6 +82,19 @@ def add_covariance_(
     return total
 
 
+def covariance(x: Tensor, feature_map: Callable[[Tensor], Tensor], chunk_size: int = DEFAULT_CHUNK_SIZE) -> Tensor:
+    """One-shot normalised covariance ``(1/N) sum_i phi(x_i) phi(x_i)^T`` (D, D), float64, via :func:`add_covariance_`.
+
+    Raises:
+        ValueError: ``x`` is empty.
+    """
+    if x.shape[0] == 0:
+        raise ValueError("covariance: no samples.")
+    width = feature_map(x[:1]).shape[1]
+    total = torch.zeros(width, width, dtype=torch.float64, device=x.device)
+    return add_covariance_(total, x, feature_map, chunk_size) / x.shape[0]
+
+
 def symmetric_eigh(matrix: Tensor) -> tuple[Tensor, Tensor]:
     """Eigenvalues (descending) and eigenvectors (columns) of a symmetric matrix, in float64.
 

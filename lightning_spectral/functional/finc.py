@@ -32,7 +32,7 @@ from torch import Tensor
 
 from lightning_spectral._checks import check_features, check_positive
 from lightning_spectral.features import GaussianRFF, gaussian_kernel
-from lightning_spectral.linalg import DEFAULT_CHUNK_SIZE, add_covariance_, symmetric_eigh
+from lightning_spectral.linalg import DEFAULT_CHUNK_SIZE, covariance, symmetric_eigh
 
 #: Default margin of the significance rule: eigenvalues must exceed twice the estimated noise floor.
 DEFAULT_SIGNIFICANCE = 2.0
@@ -128,18 +128,13 @@ def finc_spectrum(
     if generated.shape[0] == 0 or reference.shape[0] < 2:
         raise ValueError("finc: needs at least 1 generated and 2 reference samples.")
     rff = GaussianRFF(generated.shape[1], n_frequencies, sigma, seed).to(generated.device)
-
-    def covariance(x: Tensor) -> Tensor:
-        total = torch.zeros(rff.out_features, rff.out_features, dtype=torch.float64, device=x.device)
-        return add_covariance_(total, x, rff, chunk_size) / x.shape[0]
-
     half_a, half_b = reference[0::2], reference[1::2]
-    cov_a, cov_b = covariance(half_a), covariance(half_b)
+    cov_a, cov_b = covariance(half_a, rff, chunk_size), covariance(half_b, rff, chunk_size)
     n_a, n_b = half_a.shape[0], half_b.shape[0]
     cov_ref = (cov_a * n_a + cov_b * n_b) / (n_a + n_b)
     return differential_spectrum(
-        covariance(generated), generated.shape[0], cov_ref, reference.shape[0], (cov_a, n_a, cov_b, n_b),
-        rho, significance, min_eigenvalue,
+        covariance(generated, rff, chunk_size), generated.shape[0], cov_ref, reference.shape[0],
+        (cov_a, n_a, cov_b, n_b), rho, significance, min_eigenvalue,
     )
 
 

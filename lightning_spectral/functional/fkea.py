@@ -15,7 +15,7 @@ from torch import Tensor
 
 from lightning_spectral._checks import check_features
 from lightning_spectral.features import GaussianRFF, gaussian_kernel
-from lightning_spectral.linalg import DEFAULT_CHUNK_SIZE, Alpha, add_covariance_, psd_eigenvalues, vendi_score
+from lightning_spectral.linalg import DEFAULT_CHUNK_SIZE, Alpha, covariance, psd_eigenvalues, vendi_score
 
 Orders = Union[Alpha, Sequence[Alpha]]
 VendiResult = Union[Tensor, dict]
@@ -69,9 +69,7 @@ def fkea_vendi(
     if features.shape[0] == 0:
         raise ValueError("fkea_vendi: `features` is empty; at least one sample is needed.")
     rff = GaussianRFF(features.shape[1], n_frequencies, sigma, seed).to(features.device)
-    total = torch.zeros(rff.out_features, rff.out_features, dtype=torch.float64, device=features.device)
-    add_covariance_(total, features, rff, chunk_size)
-    return vendi_from_spectrum(psd_eigenvalues(total / features.shape[0]), alpha)
+    return vendi_from_spectrum(psd_eigenvalues(covariance(features, rff, chunk_size)), alpha)
 
 
 def vendi_exact(features: Tensor, sigma: float, alpha: Orders = 1.0) -> VendiResult:
