@@ -181,3 +181,78 @@ def median_bandwidth(x: Tensor, max_samples: int = 2000, seed: int = 0) -> float
     if median <= 0:
         raise ValueError("median_bandwidth: the median pairwise distance is 0 (most samples are identical).")
     return median
+
+
+KERNELS = ("gaussian", "cosine")
+
+
+def kernel_feature_map(
+    kernel: str, in_features: int, sigma: Optional[float], n_frequencies: int, seed: int
+) -> nn.Module:
+    """A normalised kernel's feature map: :class:`GaussianRFF` (``"gaussian"``) or :class:`CosineMap` (``"cosine"``).
+
+    Raises:
+        ValueError: unknown ``kernel``, or ``sigma`` missing / not > 0 for the Gaussian kernel.
+    """
+    if kernel == "cosine":
+        return CosineMap()
+    if kernel != "gaussian":
+        raise ValueError(f"`kernel` must be one of {KERNELS}, got {kernel!r}.")
+    if sigma is None:
+        raise ValueError(
+            "The Gaussian kernel needs a bandwidth `sigma`; start from `median_bandwidth(x)` or, for SPEC, match the "
+            "two embeddings with `lightning_spectral.functional.match_bandwidth`."
+        )
+    return GaussianRFF(in_features, n_frequencies, sigma, seed)
+
+
+class PairedFeatureMap(nn.Module):
+    """Two embeddings of the same samples mapped side by side: ``[phi_a(x_a), phi_b(x_b)]`` (N, D_a + D_b).
+
+    Used by SPEC, whose joint covariance ``(1/n) A^T A`` of ``A = [Phi_a, Phi_b]`` holds both kernel
+    covariances and the cross-covariance. The Gaussian maps draw from the same ``seed``, so two identical
+    embeddings with one bandwidth get identical features (their SPEC difference is exactly 0).
+
+    Args:
+        kernel: ``"gaussian"`` (random Fourier features, ``D = 2 r`` per embedding) or ``"cosine"`` (``D = d``).
+        in_features: widths ``(d_a, d_b)``.
+        sigma: bandwidths ``(sigma_a, sigma_b)`` for the Gaussian kernel (ignored for cosine).
+        n_frequencies: ``r`` per embedding for the Gaussian kernel.
+        seed: frequency seed.
+
+    Example:
+        >>> import torch
+        >>> paired = PairedFeatureMap("cosine", (3, 2))
+        >>> paired(torch.randn(4, 3), torch.randn(4, 2)).shape
+        torch.Size([4, 5])
+    """
+
+    def __init__(
+        self,
+        kernel: str,
+        in_features: tuple[int, int],
+        sigma: tuple[Optional[float], Optional[float]] = (None, None),
+        n_frequencies: int = 2000,
+        seed: int = 0,
+    ) -> None:
+        super().__init__()
+        self.kernel = kernel
+        self.in_features = tuple(check_positive_int(width, "in_features") for width in in_features)
+        self.map_a = kernel_feature_map(kernel, self.in_features[0], sigma[0], n_frequencies, seed)
+        self.map_b = kernel_feature_map(kernel, self.in_features[1], sigma[1], n_frequencies, seed)
+        self.out_features = tuple(2 * n_frequencies if kernel == "gaussian" else width for width in self.in_features)
+
+    def forward(self, x_a: Tensor, x_b: Tensor) -> Tensor:
+        """Map a pair of batches (N, d_a), (N, d_b) of the same N samples to (N, D_a + D_b)."""
+        phi_a, phi_b = self.map_a(x_a), self.map_b(x_b)
+        return torch.cat([phi_a, phi_b.to(phi_a.dtype)], dim=1)
+
+    def joint(self, x: Tensor) -> Tensor:
+        """The same map on the concatenated input ``[x_a, x_b]`` (N, d_a + d_b), for the covariance accumulator."""
+        return self(x[:, : self.in_features[0]], x[:, self.in_features[0] :])
+
+    def frequencies(self) -> Tensor:
+        """What every rank must hold identically: both frequency matrices, or the widths for the cosine kernel."""
+        if isinstance(self.map_a, GaussianRFF):
+            return torch.cat([self.map_a.omega.flatten(), self.map_b.omega.flatten()])
+        return torch.tensor(self.in_features, dtype=torch.float64)

@@ -207,3 +207,43 @@ def rke_from_covariance(covariance: Tensor) -> Tensor:
     if float(frobenius_sq) <= 0 or not bool(torch.isfinite(frobenius_sq)):
         raise ValueError("rke_from_covariance: the covariance is zero or non-finite (no samples accumulated?).")
     return covariance.trace().square() / frobenius_sq
+
+
+def differential_eigh(joint_covariance: Tensor, width_a: int, rtol: float = 1e-12) -> tuple[Tensor, Tensor]:
+    r"""Eigen-pairs of the SPEC differential covariance ``Gamma = D C`` through a symmetric similar matrix.
+
+    ``C = (1/n) A^T A`` is the joint covariance of ``A = [Phi_a, Phi_b]`` (``width_a`` columns of the first
+    embedding's features, then the second's) and ``D = diag(I, -I)``. ``Gamma`` is not symmetric, but with
+    ``C = B B^T`` (``B = U_k sqrt(S_k)``, the eigen-pairs of ``C`` above ``rtol * s_max``) its non-zero
+    eigenvalues are those of the symmetric ``Theta = B^T D B`` (k x k), and ``Theta w = lambda w`` gives
+    ``Gamma v = lambda v`` with ``v = D B w``. No jitter and no general ``eig`` are needed.
+
+    Args:
+        joint_covariance: ``C`` (D_a + D_b, D_a + D_b), symmetric PSD.
+        width_a: ``D_a``, the number of leading columns that belong to the first embedding.
+        rtol: eigenvalues of ``C`` below ``rtol * s_max`` are treated as its null space.
+
+    Returns:
+        ``(eigenvalues (k,), vectors (D_a + D_b, k))``, float64, eigenvalues descending (both signs), ``k`` =
+        the numerical rank of ``C``; the columns ``v`` are eigenvectors of ``Gamma`` scaled so that
+        ``v^T D v = lambda`` and ``v^T C v = lambda^2`` (so ``u = A v``, the eigenvector of the n x n
+        ``Lambda = A D A^T / n``, has ``||u||^2 = n lambda^2``).
+
+    Example:
+        >>> import torch
+        >>> phi_a = torch.nn.functional.normalize(torch.randn(50, 3, dtype=torch.float64), dim=1)
+        >>> joint = torch.cat([phi_a, phi_a], 1)
+        >>> values, _ = differential_eigh(joint.T @ joint / 50, width_a=3)
+        >>> bool(values.abs().max() < 1e-10)   # identical embeddings: no difference
+        True
+    """
+    values, vectors = symmetric_eigh(joint_covariance)
+    keep = values > rtol * max(float(values[0]), 0.0)
+    if not bool(keep.any()):
+        raise ValueError("differential_eigh: the joint covariance is zero (no samples accumulated?).")
+    basis = vectors[:, keep] * values[keep].sqrt()  # B, with C = B B^T
+    signs = torch.ones(basis.shape[0], dtype=basis.dtype, device=basis.device)
+    signs[width_a:] = -1.0
+    theta = basis.T @ (signs[:, None] * basis)
+    eigenvalues, w = symmetric_eigh(theta)
+    return eigenvalues, signs[:, None] * (basis @ w)

@@ -4,10 +4,20 @@ from lightning_spectral.functional.finc import finc, finc_exact, finc_spectrum, 
 from lightning_spectral.functional.fkea import fkea_vendi, vendi_exact
 from lightning_spectral.functional.mmd import MMDTest, fast_mmd, fast_mmd_test, mmd_exact, mmd_exact_test
 from lightning_spectral.functional.modes import Modes, mode_scores, top_samples
+from lightning_spectral.functional.spec import (
+    SPECClusters,
+    SPECResult,
+    match_bandwidth,
+    spec,
+    spec_align_loss,
+    spec_diff_exact,
+)
 
 __all__ = [
     "MMDTest",
     "Modes",
+    "SPECClusters",
+    "SPECResult",
     "fast_mmd",
     "fast_mmd_test",
     "finc",
@@ -18,6 +28,10 @@ __all__ = [
     "mmd_exact",
     "mmd_exact_test",
     "mode_scores",
+    "match_bandwidth",
+    "spec",
+    "spec_align_loss",
+    "spec_diff_exact",
     "top_samples",
     "vendi_exact",
 ]

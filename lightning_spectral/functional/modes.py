@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from typing import Any, NamedTuple, Optional, Union
+from typing import Any, Callable, NamedTuple, Optional, Union
 
 import torch
 import torch.distributed as dist
@@ -58,9 +58,9 @@ def _as_ids(ids: Ids, n: int, device: torch.device) -> Tensor:
 
 
 def top_samples(
-    batches: Iterable[tuple[Tensor, Ids]],
-    feature_map: GaussianRFF,
-    eigenvectors: Tensor,
+    batches: Iterable[tuple[Any, Ids]],
+    score: Callable[[Any], Tensor],
+    k: int,
     per_mode: int,
     group: Optional[Any] = None,
 ) -> list[tuple[Tensor, Tensor]]:
@@ -68,27 +68,34 @@ def top_samples(
 
     Memory is ``O(k * per_mode)`` plus one batch. Under DDP every rank streams its own shard, then only
     the candidates (``k * per_mode`` scores and ids per rank) are gathered and merged, so every rank returns
-    the global answer. Every rank must call it (it is a collective).
+    the global answer. Every rank must call it (it is a collective), and every rank's ``score`` must return
+    ``k`` modes (a rank with no batches is fine).
 
     Args:
-        batches: iterable of ``(features (N, d), ids (N,))``; ids are integers (dataset indices).
-        feature_map: the map the eigenvectors were computed with.
-        eigenvectors: (2r, k), already oriented.
+        batches: iterable of ``(features, ids (N,))``; ids are integers (dataset indices); ``features`` is
+            whatever ``score`` takes (a (N, d) tensor, or a pair of them for SPEC).
+        score: maps ``features`` to per-mode scores (N, k), e.g.
+            ``lambda x: mode_scores(x, feature_map, eigenvectors)``.
+        k: number of modes (columns of ``score``'s output).
         per_mode: samples kept per mode.
 
     Returns:
         A list of k ``(ids, scores)`` pairs, scores descending, at most ``per_mode`` each.
     """
-    k = eigenvectors.shape[1]
-    device = feature_map.omega.device
-    best_scores = torch.full((k, per_mode), -math.inf, dtype=torch.float64, device=device)
-    best_ids = torch.full((k, per_mode), -1, dtype=torch.long, device=device)
+    best_scores: Optional[Tensor] = None
+    best_ids: Optional[Tensor] = None
     for features, ids in batches:
-        scores = mode_scores(features, feature_map, eigenvectors).double().T  # (k, N)
+        scores = score(features).double().T  # (k, N)
         ids = _as_ids(ids, scores.shape[1], scores.device)
+        if scores.shape[0] != k:
+            raise ValueError(f"top_samples: `score` returned {scores.shape[0]} modes, expected k={k}.")
+        if best_scores is None or best_ids is None:
+            best_scores, best_ids = _empty(k, per_mode, scores.device)
         best_scores, best_ids = _top(
-            torch.cat([best_scores, scores], 1), torch.cat([best_ids, ids.expand(k, -1)], 1), per_mode
+            torch.cat([best_scores, scores], 1), torch.cat([best_ids, ids.expand(scores.shape[0], -1)], 1), per_mode
         )
+    if best_scores is None or best_ids is None:  # this rank saw no batch
+        best_scores, best_ids = _empty(k, per_mode, torch.device("cpu"))
     if distributed_available():
         best_scores, best_ids = _gather_candidates(best_scores, best_ids, per_mode, group)
     results = []
@@ -96,6 +103,11 @@ def top_samples(
         keep = torch.isfinite(mode_scores_)
         results.append((mode_ids[keep].cpu(), mode_scores_[keep].cpu()))
     return results
+
+
+def _empty(k: int, per_mode: int, device: torch.device) -> tuple[Tensor, Tensor]:
+    scores = torch.full((k, per_mode), -math.inf, dtype=torch.float64, device=device)
+    return scores, torch.full((k, per_mode), -1, dtype=torch.long, device=device)
 
 
 def _top(scores: Tensor, ids: Tensor, per_mode: int) -> tuple[Tensor, Tensor]:

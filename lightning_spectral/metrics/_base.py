@@ -1,5 +1,6 @@
-"""The base of every random-Fourier-feature metric: one lazily built feature map, float64 sum states,
-synchronised by all-reduce after a check that every rank holds the same frequencies."""
+"""The base of every metric in this library: a lazily built feature map, float64 sum states, synchronised by
+all-reduce after a check that every rank holds the same feature map (:class:`SumStateMetric`), and its
+random-Fourier-feature specialisation (:class:`RFFMetric`)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from contextlib import contextmanager
 from typing import Any, Callable, Optional
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 from torchmetrics import Metric
 from torchmetrics.utilities.distributed import gather_all_tensors
 
@@ -18,43 +19,27 @@ from lightning_spectral.features import GaussianRFF
 from lightning_spectral.linalg import DEFAULT_CHUNK_SIZE
 
 
-class RFFMetric(Metric):
-    """A ``torchmetrics.Metric`` whose states are float64 sums over features of one :class:`GaussianRFF`.
+class SumStateMetric(Metric):
+    """A ``torchmetrics.Metric`` whose states are float64 sums over the features of one (lazily built) feature map.
 
-    The feature map is built from ``(sigma, n_frequencies, seed)`` and the input width: at construction when
-    ``in_features`` is given, otherwise at the first ``update``. Subclasses declare their states with
-    :meth:`add_sum_state` and map inputs with :meth:`validated_features_map`.
-
-    Under DDP, states are summed with one all-reduce each (:func:`~lightning_spectral.distributed.all_reduce_sum`,
-    also used when torchmetrics' default all_gather is requested), after a check that all ranks drew the
-    same frequencies. A rank that saw no samples contributes zeros.
+    The shared machinery of every metric in this library: sum states declared with :meth:`add_sum_state`,
+    synchronised with one all-reduce each (:func:`~lightning_spectral.distributed.all_reduce_sum`, also used when
+    torchmetrics' default all_gather is requested) after a check that all ranks hold the same feature map
+    (:meth:`frequency_signature`); float64 states kept under dtype casts; a spectral cache; the ``synced()``
+    context. A rank that saw no samples contributes zeros. Subclasses build ``feature_map``.
     """
 
     full_state_update = False
-    feature_map: Optional[GaussianRFF]
+    feature_map: Optional[nn.Module]
     #: States of the reference side, kept by ``reset()`` when ``reset_real_features`` is False.
     reference_states: tuple[str, ...] = ()
     reset_real_features: bool = True
 
-    def __init__(
-        self,
-        sigma: float,
-        n_frequencies: int,
-        seed: int = 0,
-        in_features: Optional[int] = None,
-        chunk_size: int = DEFAULT_CHUNK_SIZE,
-        **kwargs: Any,
-    ) -> None:
+    def __init__(self, chunk_size: int = DEFAULT_CHUNK_SIZE, **kwargs: Any) -> None:
         kwargs.setdefault("dist_sync_fn", all_reduce_sum)
         super().__init__(**kwargs)
-        self.sigma = check_positive(sigma, "sigma")
-        self._map_sigma = self.sigma  # the bandwidth the feature map is built with
-        self.n_frequencies = check_positive_int(n_frequencies, "n_frequencies")
-        self.seed = int(seed)
         self.chunk_size = check_positive_int(chunk_size, "chunk_size")
         self.feature_map = None
-        if in_features is not None:
-            self._build_feature_map(check_positive_int(in_features, "in_features"))
 
     def reset(self) -> None:
         """Clear the states; the reference side too unless ``reset_real_features=False`` (two-sample metrics)."""
@@ -75,10 +60,9 @@ class RFFMetric(Metric):
             return None
         return super().forward(*args, **kwargs)
 
-    @property
-    def feature_dim(self) -> int:
-        """Width of the random features, ``2 * n_frequencies``."""
-        return 2 * self.n_frequencies
+    def frequency_signature(self) -> Optional[Tensor]:
+        """What every rank must hold identically (frequencies, bandwidths); ``None`` abstains (no map yet)."""
+        return None
 
     def add_sum_state(self, name: str, shape: tuple[int, ...] = ()) -> None:
         """Declare a float64 zero-initialised state, summed across ranks and saved in ``state_dict``.
@@ -87,24 +71,6 @@ class RFFMetric(Metric):
         call ``metric.persistent(False)`` to keep checkpoints small when that is not needed.
         """
         self.add_state(name, default=torch.zeros(shape, dtype=torch.float64), dist_reduce_fx="sum", persistent=True)
-
-    def _build_feature_map(self, in_features: int) -> GaussianRFF:
-        self.feature_map = GaussianRFF(in_features, self.n_frequencies, self._map_sigma, self.seed).to(self.device)
-        return self.feature_map
-
-    def validated_features_map(self, features: Tensor, name: str = "features") -> GaussianRFF:
-        """Validate a batch (N, d) and return the feature map for it, building it on first use.
-
-        Raises:
-            ValueError / TypeError: wrong rank, a width that differs from earlier batches, NaN or Inf.
-        """
-        width = None if self.feature_map is None else self.feature_map.in_features
-        check_features(features, name, width=width, owner=type(self).__name__)
-        return self.feature_map if self.feature_map is not None else self._build_feature_map(features.shape[1])
-
-    def frequency_signature(self) -> Optional[Tensor]:
-        """What every rank must hold identically (the frequencies; subclasses may add bandwidths)."""
-        return None if self.feature_map is None else self.feature_map.omega
 
     def _sync_dist(self, dist_sync_fn: Callable = all_reduce_sum, process_group: Optional[Any] = None) -> None:
         group = process_group or self.process_group
@@ -115,7 +81,7 @@ class RFFMetric(Metric):
             dist_sync_fn = all_reduce_sum
         super()._sync_dist(dist_sync_fn, process_group=process_group)
 
-    def _apply(self, fn: Callable, exclude_state: Any = "") -> "RFFMetric":
+    def _apply(self, fn: Callable, exclude_state: Any = "") -> "SumStateMetric":
         # States are float64 sums by design; a dtype cast from a parent (e.g. "bf16-true") may move them
         # between devices but never round them.
         this = super()._apply(fn, exclude_state=tuple(self._defaults))
@@ -139,11 +105,12 @@ class RFFMetric(Metric):
                 setattr(self, key, value.clone())
 
     def _load_from_state_dict(self, state_dict: dict, prefix: str, *args: Any, **kwargs: Any) -> None:
-        # A metric whose feature map is built lazily learns the input width from the checkpoint.
-        omega = state_dict.get(prefix + "feature_map.omega")
-        if self.feature_map is None and omega is not None:
-            self._build_feature_map(omega.shape[0])
+        if self.feature_map is None:
+            self._map_from_state_dict(state_dict, prefix + "feature_map.")
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
+    def _map_from_state_dict(self, state_dict: dict, prefix: str) -> None:
+        """Build a lazily built feature map from a checkpoint's entries under ``prefix`` (if it holds one)."""
 
     @contextmanager
     def synced(self) -> Iterator[None]:
@@ -178,3 +145,60 @@ class RFFMetric(Metric):
                 f"{type(self).__name__}.compute(): no {what} were accumulated (on any rank). "
                 "Call `update(features)` with at least one sample first, or `reset()` was called since."
             )
+
+
+class RFFMetric(SumStateMetric):
+    """A :class:`SumStateMetric` over the features of one :class:`GaussianRFF`.
+
+    The feature map is built from ``(sigma, n_frequencies, seed)`` and the input width: at construction when
+    ``in_features`` is given, otherwise at the first ``update``. Subclasses declare their states with
+    :meth:`add_sum_state` and map inputs with :meth:`validated_features_map`.
+    """
+
+    feature_map: Optional[GaussianRFF]
+
+    def __init__(
+        self,
+        sigma: float,
+        n_frequencies: int,
+        seed: int = 0,
+        in_features: Optional[int] = None,
+        chunk_size: int = DEFAULT_CHUNK_SIZE,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(chunk_size, **kwargs)
+        self.sigma = check_positive(sigma, "sigma")
+        self._map_sigma = self.sigma  # the bandwidth the feature map is built with
+        self.n_frequencies = check_positive_int(n_frequencies, "n_frequencies")
+        self.seed = int(seed)
+        if in_features is not None:
+            self._build_feature_map(check_positive_int(in_features, "in_features"))
+
+    @property
+    def feature_dim(self) -> int:
+        """Width of the random features, ``2 * n_frequencies``."""
+        return 2 * self.n_frequencies
+
+    def _build_feature_map(self, in_features: int) -> GaussianRFF:
+        self.feature_map = GaussianRFF(in_features, self.n_frequencies, self._map_sigma, self.seed).to(self.device)
+        return self.feature_map
+
+    def validated_features_map(self, features: Tensor, name: str = "features") -> GaussianRFF:
+        """Validate a batch (N, d) and return the feature map for it, building it on first use.
+
+        Raises:
+            ValueError / TypeError: wrong rank, a width that differs from earlier batches, NaN or Inf.
+        """
+        width = None if self.feature_map is None else self.feature_map.in_features
+        check_features(features, name, width=width, owner=type(self).__name__)
+        return self.feature_map if self.feature_map is not None else self._build_feature_map(features.shape[1])
+
+    def frequency_signature(self) -> Optional[Tensor]:
+        """The frequencies (subclasses may add bandwidths)."""
+        return None if self.feature_map is None else self.feature_map.omega
+
+    def _map_from_state_dict(self, state_dict: dict, prefix: str) -> None:
+        # A metric whose feature map is built lazily learns the input width from the checkpoint.
+        omega = state_dict.get(prefix + "omega")
+        if omega is not None:
+            self._build_feature_map(omega.shape[0])

@@ -9,7 +9,7 @@ import torch
 from torch import Tensor
 
 from lightning_spectral._checks import check_positive_int
-from lightning_spectral.functional.modes import Ids, Modes, orient, top_samples
+from lightning_spectral.functional.modes import Ids, Modes, mode_scores, orient, top_samples
 from lightning_spectral.linalg import DEFAULT_CHUNK_SIZE, add_covariance_, symmetric_eigh
 from lightning_spectral.metrics._base import RFFMetric
 
@@ -109,4 +109,7 @@ class RFFCovariance(RFFMetric):
         """
         check_positive_int(per_mode, "per_mode")
         modes = self.modes(k)
-        return top_samples(batches, self.feature_map, modes.eigenvectors, per_mode, group=self.process_group)
+        feature_map, vectors = self.feature_map, modes.eigenvectors
+        return top_samples(
+            batches, lambda x: mode_scores(x, feature_map, vectors), vectors.shape[1], per_mode, self.process_group
+        )

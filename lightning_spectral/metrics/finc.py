@@ -15,7 +15,7 @@ from lightning_spectral.functional.finc import (
     DifferentialSpectrum,
     differential_spectrum,
 )
-from lightning_spectral.functional.modes import Ids, Modes, orient, top_samples
+from lightning_spectral.functional.modes import Ids, Modes, mode_scores, orient, top_samples
 from lightning_spectral.linalg import DEFAULT_CHUNK_SIZE, add_covariance_
 from lightning_spectral.metrics._base import RFFMetric
 
@@ -181,4 +181,7 @@ class FINCNovelty(RFFMetric):
         """
         check_positive_int(per_mode, "per_mode")
         modes = self._modes(k, missing)
-        return top_samples(batches, self.feature_map, modes.eigenvectors, per_mode, group=self.process_group)
+        feature_map, vectors = self.feature_map, modes.eigenvectors
+        return top_samples(
+            batches, lambda x: mode_scores(x, feature_map, vectors), vectors.shape[1], per_mode, self.process_group
+        )

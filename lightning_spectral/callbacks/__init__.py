@@ -1,0 +1,8 @@
+"""Lightning callbacks: SPECAlign (adds the SPEC-align loss) and KPCAOODMonitor (kernel PCA OOD monitoring).
+
+Both obtain embeddings through :class:`~lightning_spectral.callbacks.embeddings.EmbeddingSource`.
+"""
+
+from lightning_spectral.callbacks.embeddings import EmbeddingSource
+
+__all__ = ["EmbeddingSource"]

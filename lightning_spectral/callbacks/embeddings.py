@@ -1,0 +1,181 @@
+"""How callbacks obtain embeddings of a batch: the one mechanism shared by SPECAlign and KPCAOODMonitor.
+
+An :class:`EmbeddingSource` is either
+
+- the dotted name of a submodule of the LightningModule (``"encoder"``, ``"model.visual"``): a forward hook
+  records its output while the module's own ``training_step`` / ``validation_step`` runs, so no extra
+  forward pass is needed; for batches the callback feeds itself (extra dataloaders) it calls the
+  submodule on ``batch_input(batch)``; or
+- a function ``fn(pl_module, batch) -> Tensor (N, d)``, called on demand.
+
+The hook keeps the output of the last call since :meth:`EmbeddingSource.start` (with its autograd graph
+when gradients are on, which SPECAlign needs); a submodule called several times in one step is reported
+once with a warning, because only one call can line up with the batch's samples.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Callable, Optional, Union
+
+import lightning as L
+import torch
+from lightning.pytorch.utilities import rank_zero_warn
+from torch import Tensor, nn
+from torch.utils.hooks import RemovableHandle
+
+EmbeddingFn = Callable[["L.LightningModule", Any], Tensor]
+BatchSelector = Union[str, int, Callable[[Any], Any], None]
+
+
+def select(batch: Any, selector: BatchSelector, what: str = "batch_input") -> Any:
+    """Pick part of a batch: ``None`` = the batch itself if it is a tensor, else its first element;
+    an ``int`` indexes a tuple / list; a ``str`` keys a mapping (or an attribute); a function is applied.
+
+    Raises:
+        ValueError: the selector does not fit the batch, naming ``what`` and the fix.
+    """
+    if callable(selector):
+        return selector(batch)
+    if selector is None:
+        if isinstance(batch, Tensor):
+            return batch
+        if isinstance(batch, Sequence) and not isinstance(batch, str) and len(batch) > 0:
+            return batch[0]
+        raise ValueError(
+            f"`{what}`: cannot guess which part of a {type(batch).__name__} batch to use; pass a key, an index "
+            "or a function `fn(batch)`."
+        )
+    try:
+        if isinstance(selector, int):
+            return batch[selector]
+        if isinstance(batch, Mapping):
+            return batch[selector]
+        return getattr(batch, selector)
+    except (KeyError, IndexError, AttributeError, TypeError):
+        raise ValueError(
+            f"`{what}`={selector!r} does not select anything in a {type(batch).__name__} batch; "
+            "pass a key, an index or a function `fn(batch)`."
+        ) from None
+
+
+def as_embedding(output: Any, owner: str) -> Tensor:
+    """The (N, d) tensor inside a module output: a tensor, or the first element of a tuple / list."""
+    if isinstance(output, (tuple, list)) and output:
+        output = output[0]
+    if not isinstance(output, Tensor):
+        raise TypeError(
+            f"{owner}: the embedding is a {type(output).__name__}, not a tensor; pass a function "
+            "`fn(pl_module, batch) -> Tensor` that extracts it."
+        )
+    if output.ndim != 2:
+        raise ValueError(
+            f"{owner}: embeddings must have shape (N, d), got {tuple(output.shape)}; pool or flatten them "
+            "(e.g. a function returning `tokens.mean(1)`)."
+        )
+    return output
+
+
+class EmbeddingSource:
+    """Embeddings of a batch from a named submodule (forward hook) or from a function.
+
+    Args:
+        source: dotted submodule name, or ``fn(pl_module, batch) -> Tensor (N, d)``.
+        batch_input: for a submodule, what to feed it when the callback embeds a batch itself
+            (see :func:`select`); ignored for a function.
+        owner: name used in error messages.
+
+    Example:
+        >>> import torch, lightning as L
+        >>> class M(L.LightningModule):
+        ...     def __init__(self):
+        ...         super().__init__()
+        ...         self.encoder = torch.nn.Linear(3, 2)
+        >>> module, source = M(), EmbeddingSource("encoder")
+        >>> source.attach(module)
+        >>> source.start()
+        >>> _ = module.encoder(torch.randn(4, 3))
+        >>> source.captured().shape
+        torch.Size([4, 2])
+        >>> source.detach()
+    """
+
+    def __init__(self, source: Union[str, EmbeddingFn], batch_input: BatchSelector = None, owner: str = "") -> None:
+        if not (isinstance(source, str) and source) and not callable(source):
+            raise ValueError(
+                f"{owner or 'EmbeddingSource'}: the embedding source must be a submodule name such as 'encoder' "
+                f"or a function `fn(pl_module, batch) -> Tensor`, got {source!r}."
+            )
+        self.source = source
+        self.batch_input = batch_input
+        self.owner = owner or "EmbeddingSource"
+        self._handle: Optional[RemovableHandle] = None
+        self._module: Optional[nn.Module] = None
+        self._output: Optional[Tensor] = None
+        self._calls = 0
+        self._warned = False
+
+    @property
+    def uses_hook(self) -> bool:
+        return isinstance(self.source, str)
+
+    def attach(self, pl_module: nn.Module) -> None:
+        """Register the forward hook on the named submodule (no-op for a function source)."""
+        if not self.uses_hook or self._handle is not None:
+            return
+        try:
+            self._module = pl_module.get_submodule(self.source)  # type: ignore[arg-type]
+        except AttributeError:
+            names = [name for name, _ in pl_module.named_modules() if name][:12]
+            raise ValueError(
+                f"{self.owner}: the LightningModule has no submodule {self.source!r}; "
+                f"some it has: {names}. Pass its dotted name or a function `fn(pl_module, batch)`."
+            ) from None
+        self._handle = self._module.register_forward_hook(self._record)
+
+    def detach(self) -> None:
+        """Remove the hook and drop any captured output."""
+        if self._handle is not None:
+            self._handle.remove()
+        self._handle, self._module, self._output = None, None, None
+
+    def _record(self, _module: nn.Module, _inputs: Any, output: Any) -> None:
+        self._calls += 1
+        self._output = as_embedding(output, self.owner)
+
+    def start(self) -> None:
+        """Forget what was captured before (call at the start of each step)."""
+        self._output, self._calls = None, 0
+
+    def captured(self) -> Optional[Tensor]:
+        """The submodule's output of the last call since :meth:`start`, or ``None``."""
+        if self._calls > 1 and not self._warned:
+            self._warned = True
+            rank_zero_warn(
+                f"{self.owner}: submodule {self.source!r} ran {self._calls} times in one step; its last output is "
+                "used. Pass a function `fn(pl_module, batch)` if another call lines up with the batch."
+            )
+        return self._output
+
+    def embed(self, pl_module: L.LightningModule, batch: Any) -> Tensor:
+        """Compute the embeddings of ``batch`` now (under the caller's grad mode)."""
+        if not self.uses_hook:
+            return as_embedding(self.source(pl_module, batch), self.owner)  # type: ignore[operator]
+        if self._module is None:
+            self.attach(pl_module)
+        self.start()
+        output = self._module(select(batch, self.batch_input, "batch_input"))  # type: ignore[misc]
+        self._output = None
+        return as_embedding(output, self.owner)
+
+    def captured_or_embed(self, pl_module: L.LightningModule, batch: Any) -> Tensor:
+        """The embedding captured during the current step, or computed now if the step did not produce one."""
+        captured = self.captured() if self.uses_hook else None
+        return captured if captured is not None else self.embed(pl_module, batch)
+
+
+def to_device(batch: Any, device: torch.device) -> Any:
+    """Move every tensor of a (nested) batch to ``device``, as Lightning does for the loop's own batches."""
+    from lightning.fabric.utilities.apply_func import move_data_to_device
+
+    return move_data_to_device(batch, device)

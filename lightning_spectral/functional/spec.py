@@ -1,0 +1,341 @@
+"""SPEC: spectral comparison of two embeddings of the same samples, and the differentiable SPEC-align loss.
+
+Jalali, Dibaei Nia and Farnia, "Towards an Explainable Comparison and Alignment of Feature Embeddings"
+(ICML 2025). With normalised kernel matrices ``K_a``, ``K_b`` of one set of n samples under two embeddings,
+
+    Lambda = (K_a - K_b) / n                       (n x n, symmetric, trace 0, eigenvalues in [-1, 1])
+
+A large positive eigenvalue marks a group of samples embedding ``a`` clusters and ``b`` does not (its
+eigenvector's large entries are the members); a negative one the reverse. SPEC-diff = max |eigenvalue|
+(a symmetric pseudo-distance). Two routes give the same non-zero spectrum:
+
+- ``"exact"``: the n x n matrix with exact kernels (the oracle; cheaper when n is small);
+- ``"covariance"``: the joint covariance ``C = (1/n) A^T A`` of ``A = [Phi_a, Phi_b]`` (random Fourier
+  features for the Gaussian kernel, the normalised embeddings for the cosine kernel) and the non-symmetric
+  ``Gamma = D C``, ``D = diag(I, -I)`` (Proposition 1), solved through its symmetric similar form
+  (:func:`~lightning_spectral.linalg.differential_eigh`). Cost O(n D^2 + D^3), linear in n.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple, Optional
+
+import torch
+from torch import Tensor
+
+from lightning_spectral._checks import check_features, check_positive, check_positive_int
+from lightning_spectral.features import CosineMap, PairedFeatureMap, gaussian_kernel, median_bandwidth
+from lightning_spectral.linalg import DEFAULT_CHUNK_SIZE, covariance, differential_eigh, symmetric_eigh
+
+METHODS = ("auto", "exact", "covariance")
+
+
+class SPECClusters(NamedTuple):
+    """The top clusters on one side of the SPEC spectrum.
+
+    Attributes:
+        eigenvalues: (k,) float64; positive (``a``-only clusters, largest first) or negative (``b``-only, most
+            negative first).
+        vectors: (n, k) float64 unit eigenvectors of ``Lambda`` over the samples, each oriented so that its
+            entries sum to >= 0 (the reference code's rule).
+        members: (k, per_cluster) long: indices of the samples with the largest entries, best first.
+    """
+
+    eigenvalues: Tensor
+    vectors: Tensor
+    members: Tensor
+
+
+class SPECResult(NamedTuple):
+    """Output of :func:`spec`.
+
+    Attributes:
+        eigenvalues: non-zero spectrum of ``Lambda`` (descending, both signs), float64.
+        spec_diff: scalar, ``max |eigenvalue|``.
+        clusters_a: clusters embedding ``a`` groups and ``b`` does not (positive eigenvalues).
+        clusters_b: clusters embedding ``b`` groups and ``a`` does not (negative eigenvalues).
+    """
+
+    eigenvalues: Tensor
+    spec_diff: Tensor
+    clusters_a: SPECClusters
+    clusters_b: SPECClusters
+
+
+def check_pair(emb_a: Tensor, emb_b: Tensor, owner: str) -> tuple[Tensor, Tensor]:
+    """Validate two embeddings of the same samples: (N, d_a) and (N, d_b), finite, same N.
+
+    Raises:
+        ValueError: different numbers of rows (the rows must be the same samples), or the usual shape / NaN errors.
+    """
+    emb_a = check_features(emb_a, "emb_a", owner=owner)
+    emb_b = check_features(emb_b, "emb_b", owner=owner)
+    if emb_a.shape[0] != emb_b.shape[0]:
+        raise ValueError(
+            f"{owner}: `emb_a` has {emb_a.shape[0]} rows and `emb_b` {emb_b.shape[0]}; SPEC compares two embeddings "
+            "of the SAME samples, row i of both must be sample i."
+        )
+    return emb_a, emb_b
+
+
+def kernel_matrix(x: Tensor, kernel: str, sigma: Optional[float]) -> Tensor:
+    """Exact normalised kernel matrix (N, N), float64: Gaussian ``exp(-||x_i - x_j||^2 / (2 sigma^2))`` or cosine."""
+    if kernel == "cosine":
+        phi = CosineMap()(x.double())
+        return phi @ phi.T
+    if sigma is None:
+        raise ValueError("The Gaussian kernel needs a bandwidth `sigma` (see `match_bandwidth`, `median_bandwidth`).")
+    return gaussian_kernel(x, sigma=sigma)
+
+
+def nonzero(values: Tensor, rtol: float = 1e-10) -> Tensor:
+    """Mask of the eigenvalues that are not round-off: ``|lambda| > rtol * max |lambda|``."""
+    return values.abs() > rtol * max(float(values.abs().max()), 1e-300)
+
+
+def _orient_columns(vectors: Tensor) -> Tensor:
+    signs = torch.where(vectors.sum(0) < 0, -1.0, 1.0).to(vectors.dtype)
+    return vectors * signs
+
+
+def _clusters(eigenvalues: Tensor, vectors: Tensor, k: int, per_cluster: int, positive: bool) -> SPECClusters:
+    """Top-k clusters on one side from eigenvalues (descending) and unit sample-space eigenvectors (n, m)."""
+    order = torch.arange(eigenvalues.shape[0], device=eigenvalues.device)
+    if not positive:
+        order = order.flip(0)
+    order = order[(eigenvalues[order] > 0) if positive else (eigenvalues[order] < 0)][:k]
+    chosen = _orient_columns(vectors[:, order])
+    members = chosen.topk(min(per_cluster, chosen.shape[0]), dim=0).indices.T
+    return SPECClusters(eigenvalues[order], chosen, members)
+
+
+def _exact_route(a: Tensor, b: Tensor, kernel: str, sigma_a, sigma_b) -> tuple[Tensor, Tensor]:
+    n = a.shape[0]
+    values, vectors = symmetric_eigh((kernel_matrix(a, kernel, sigma_a) - kernel_matrix(b, kernel, sigma_b)) / n)
+    return values, vectors
+
+
+def _covariance_route(a: Tensor, b: Tensor, feature_map: PairedFeatureMap, chunk_size: int) -> tuple[Tensor, Tensor]:
+    joint = torch.cat([a, b.to(a.dtype)], 1)
+    values, gamma_vectors = differential_eigh(
+        covariance(joint, feature_map.joint, chunk_size), feature_map.out_features[0]
+    )
+    # u = A v maps an eigenvector of Gamma to one of Lambda (||u|| = sqrt(n) |lambda|); built chunk by chunk.
+    sample_vectors = torch.cat(
+        [
+            feature_map.joint(joint[i : i + chunk_size]).double() @ gamma_vectors
+            for i in range(0, joint.shape[0], chunk_size)
+        ]
+    )
+    return values, sample_vectors / sample_vectors.norm(dim=0).clamp_min(1e-300)
+
+
+def spec(
+    emb_a: Tensor,
+    emb_b: Tensor,
+    kernel: str = "gaussian",
+    sigma_a: Optional[float] = None,
+    sigma_b: Optional[float] = None,
+    n_frequencies: int = 2000,
+    seed: int = 0,
+    method: str = "auto",
+    k: int = 3,
+    per_cluster: int = 20,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+) -> SPECResult:
+    r"""Compare two embeddings of the same n samples: spectrum of ``Lambda = (K_a - K_b)/n``, SPEC-diff, clusters.
+
+    Args:
+        emb_a: (n, d_a) first embedding.
+        emb_b: (n, d_b) second embedding of the same samples (row i = sample i in both).
+        kernel: ``"gaussian"`` or ``"cosine"``.
+        sigma_a, sigma_b: Gaussian bandwidths (required for ``"gaussian"``; see :func:`match_bandwidth`).
+        n_frequencies: random frequencies ``r`` per embedding on the Gaussian covariance route (features 2r each).
+        seed: frequency seed (shared by both maps, so ``spec(x, x)`` is exactly 0 on every route).
+        method: ``"exact"`` (n x n matrix, exact kernels), ``"covariance"`` (Proposition 1: random features for
+            the Gaussian kernel, exact for cosine) or ``"auto"``: ``"exact"`` when n <= D_a + D_b (the n x n
+            problem is then the smaller one), else ``"covariance"``.
+        k: clusters returned per side.
+        per_cluster: members returned per cluster.
+        chunk_size: rows per chunk on the covariance route.
+
+    Returns:
+        :class:`SPECResult`.
+
+    Raises:
+        ValueError: different n, NaN, zero-norm rows under the cosine kernel, ``sigma <= 0`` or missing, unknown
+            ``kernel`` / ``method``.
+
+    Example:
+        >>> import torch
+        >>> g = torch.Generator().manual_seed(0)
+        >>> x = torch.randn(60, 4, generator=g, dtype=torch.float64)
+        >>> rotation = torch.linalg.qr(torch.randn(4, 4, generator=g, dtype=torch.float64))[0]
+        >>> float(spec(x, x @ rotation, "cosine").spec_diff) < 1e-10   # the cosine kernel ignores rotations
+        True
+    """
+    if method not in METHODS:
+        raise ValueError(f"`method` must be one of {METHODS}, got {method!r}.")
+    check_positive_int(k, "k")
+    check_positive_int(per_cluster, "per_cluster")
+    check_positive_int(n_frequencies, "n_frequencies")
+    a, b = check_pair(emb_a, emb_b, "spec")
+    if a.shape[0] == 0:
+        raise ValueError("spec: no samples.")
+    sigmas = tuple(
+        None if s is None else check_positive(s, name) for s, name in ((sigma_a, "sigma_a"), (sigma_b, "sigma_b"))
+    )
+    feature_map = PairedFeatureMap(kernel, (a.shape[1], b.shape[1]), sigmas, n_frequencies, seed).to(a.device)
+    if method == "auto":
+        method = "exact" if a.shape[0] <= sum(feature_map.out_features) else "covariance"
+    if method == "exact":
+        values, vectors = _exact_route(a, b, kernel, *sigmas)
+    else:
+        values, vectors = _covariance_route(a, b, feature_map, chunk_size)
+    kept = nonzero(values)
+    values = torch.where(kept, values, 0.0)  # round-off eigenvalues are neither side's clusters
+    return SPECResult(
+        values[kept],
+        values.abs().max(),
+        _clusters(values, vectors, k, per_cluster, positive=True),
+        _clusters(values, vectors, k, per_cluster, positive=False),
+    )
+
+
+def spec_diff_exact(emb_a: Tensor, emb_b: Tensor, kernel: str = "gaussian", sigma_a=None, sigma_b=None) -> Tensor:
+    """SPEC-diff from the exact n x n matrix: the oracle for small n (float64 scalar)."""
+    a, b = check_pair(emb_a, emb_b, "spec_diff_exact")
+    values, _ = _exact_route(a, b, kernel, sigma_a, sigma_b)
+    return values.abs().max()
+
+
+def top_eigenvalue(x: Tensor, sigma: float) -> float:
+    """Largest eigenvalue of the normalised Gaussian kernel matrix ``K / n`` (exact; increasing in ``sigma``)."""
+    return float(torch.linalg.eigvalsh(gaussian_kernel(x, sigma=sigma) / x.shape[0])[-1])
+
+
+def match_bandwidth(
+    reference: Tensor,
+    embedding: Tensor,
+    sigma_reference: float,
+    max_samples: int = 1000,
+    seed: int = 0,
+    rtol: float = 1e-3,
+) -> float:
+    """The Gaussian bandwidth for ``embedding`` whose top eigenvalue of ``K/n`` equals the reference's.
+
+    The paper sets the bandwidths so that the top eigenvalues of the two normalised kernel matrices differ by
+    less than 0.01 (section 6). This helper fixes the reference's ``sigma_reference`` and bisects on
+    ``log sigma`` (the top eigenvalue is increasing in ``sigma``, from 1/n to 1) with exact kernels on a common
+    random subsample of at most ``max_samples`` rows, until the bracket is within ``rtol`` relative.
+
+    Raises:
+        ValueError: different n, NaN, ``sigma_reference <= 0``.
+
+    Example:
+        >>> import torch
+        >>> x = torch.randn(200, 3, generator=torch.Generator().manual_seed(0))
+        >>> round(match_bandwidth(x, 10 * x, sigma_reference=1.0), 2)   # scaling x by 10 scales sigma by 10
+        10.0
+    """
+    sigma_reference = check_positive(sigma_reference, "sigma_reference")
+    reference, embedding = check_pair(reference, embedding, "match_bandwidth")
+    if reference.shape[0] < 2:
+        raise ValueError("match_bandwidth needs at least 2 samples.")
+    if reference.shape[0] > max_samples:
+        generator = torch.Generator(device="cpu").manual_seed(int(seed))
+        keep = torch.randperm(reference.shape[0], generator=generator)[:max_samples].to(reference.device)
+        reference, embedding = reference[keep], embedding[keep]
+    target = top_eigenvalue(reference, sigma_reference)
+    low = high = median_bandwidth(embedding, max_samples=max_samples, seed=seed)
+    while top_eigenvalue(embedding, low) > target and low > 1e-12:
+        low /= 2
+    while top_eigenvalue(embedding, high) < target and high < 1e12:
+        high *= 2
+    while high / low > 1 + rtol:
+        middle = math.sqrt(low * high)
+        if top_eigenvalue(embedding, middle) < target:
+            low = middle
+        else:
+            high = middle
+    return math.sqrt(low * high)
+
+
+def spec_align_loss(
+    student: Tensor,
+    reference: Tensor,
+    kernel: str = "cosine",
+    sigma_student: Optional[float] = None,
+    sigma_reference: Optional[float] = None,
+    n_frequencies: int = 512,
+    seed: int = 0,
+    feature_map: Optional[PairedFeatureMap] = None,
+) -> Tensor:
+    r"""Differentiable SPEC-diff of a batch, ``max(lambda_+, -lambda_-)``, for SPEC-align (Proposition 2).
+
+    The top positive and top negative eigenvectors are found on a detached copy and held fixed; each
+    eigenvalue is then a differentiable function of the student features:
+
+    - ``n <= D_s + D_r``: ``lambda = u^T Lambda u`` with ``Lambda = (K_s - K_r)/n`` and the unit eigenvector
+      ``u`` of the n x n matrix;
+    - otherwise ``lambda = ||A v||^2 / (n v^T D v)`` with ``v`` the eigenvector of ``Gamma = D C`` (the
+      biorthonormal normalisation Proposition 2's formula omits, see the research digest section 5.13).
+
+    Both give the gradient of the eigenvalue (first-order perturbation with the eigenvector fixed). Taking
+    the larger of ``lambda_+`` and ``-lambda_-`` from a dense eigendecomposition (no power iteration) keeps
+    the loss continuous and the gradient well defined (a valid subgradient) when the two are nearly tied.
+    Runs in float64 with autocast disabled, so it behaves the same under ``bf16-mixed``.
+
+    Args:
+        student: (n, d_s) trainable embedding (gradients flow into it).
+        reference: (n, d_r) reference embedding of the same samples (detached).
+        kernel: ``"cosine"`` (the reference code's choice) or ``"gaussian"``.
+        sigma_student, sigma_reference: Gaussian bandwidths.
+        n_frequencies: random frequencies per embedding for the Gaussian kernel.
+        seed: frequency seed.
+        feature_map: a prebuilt :class:`~lightning_spectral.features.PairedFeatureMap` (saves redrawing frequencies).
+
+    Returns:
+        Scalar tensor in the student's dtype (float32 for half-precision input).
+
+    Example:
+        >>> import torch
+        >>> student = torch.randn(32, 8, requires_grad=True)
+        >>> loss = spec_align_loss(student, torch.randn(32, 5))
+        >>> loss.backward()
+        >>> bool(loss > 0) and student.grad.shape == (32, 8)
+        True
+    """
+    reference = reference.detach()
+    student_, reference = check_pair(student, reference, "spec_align_loss")
+    n = student_.shape[0]
+    if n < 2:
+        raise ValueError(f"spec_align_loss needs at least 2 samples in the batch, got {n}.")
+    if feature_map is None:
+        feature_map = PairedFeatureMap(
+            kernel, (student_.shape[1], reference.shape[1]), (sigma_student, sigma_reference), n_frequencies, seed
+        ).to(student.device)
+    with torch.autocast(student.device.type, enabled=False):
+        phi = feature_map(student_.double(), reference.double())
+        width = feature_map.out_features[0]
+        if n <= phi.shape[1]:
+            phi_s, phi_r = phi[:, :width], phi[:, width:]
+            difference = (phi_s @ phi_s.T - phi_r @ phi_r.T) / n
+            _, vectors = symmetric_eigh(difference.detach())
+            top, bottom = vectors[:, 0], vectors[:, -1]
+            positive, negative = top @ difference @ top, bottom @ difference @ bottom
+        else:
+            values, vectors = differential_eigh((phi.T @ phi).detach() / n, width)
+            positive = _eigenvalue_at(phi, vectors[:, 0], values[0], n, width)
+            negative = _eigenvalue_at(phi, vectors[:, -1], values[-1], n, width)
+        loss = torch.maximum(positive, -negative)
+    return loss.to(student_.dtype)
+
+
+def _eigenvalue_at(phi: Tensor, v: Tensor, value: Tensor, n: int, width: int) -> Tensor:
+    """``||A v||^2 / (n v^T D v)`` with ``v`` fixed; 0 (with a graph) for a null eigenvalue."""
+    d_norm = v[:width].square().sum() - v[width:].square().sum()
+    if abs(float(value)) <= 1e-12:
+        return (phi @ v).sum() * 0.0
+    return (phi @ v).square().sum() / (n * d_norm)
