@@ -137,7 +137,9 @@ def test_invariances():
     original = spec(a, b, "gaussian", SIGMA, SIGMA, method="exact")
     permuted = spec(a[permutation], b[permutation], "gaussian", SIGMA, SIGMA, method="exact")
     assert torch.allclose(original.eigenvalues, permuted.eigenvalues, atol=1e-10)
-    assert torch.equal(permutation[permuted.clusters_a.members[0]].sort().values, original.clusters_a.members[0].sort().values)
+    assert torch.equal(
+        permutation[permuted.clusters_a.members[0]].sort().values, original.clusters_a.members[0].sort().values
+    )
 
 
 # ---------------------------------------------------------------- what the clusters mean

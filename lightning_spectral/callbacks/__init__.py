@@ -4,5 +4,6 @@ Both obtain embeddings through :class:`~lightning_spectral.callbacks.embeddings.
 """
 
 from lightning_spectral.callbacks.embeddings import EmbeddingSource
+from lightning_spectral.callbacks.spec_align import SPECAlign
 
-__all__ = ["EmbeddingSource"]
+__all__ = ["EmbeddingSource", "SPECAlign"]

@@ -1,0 +1,269 @@
+"""SPECAlign: add ``weight * SPEC-diff(student, reference)`` to the training loss of any LightningModule.
+
+Lightning gives callbacks no hook that can change the loss (``on_before_backward`` receives it read-only,
+and a second ``backward`` would break DDP's one-reduction-per-step contract and AMP scaling). SPECAlign
+therefore wraps the module's ``training_step`` for the duration of ``fit`` (the same instance-level patch
+Lightning itself uses to redirect ``forward`` under DDP): the wrapper calls the user's step, takes the
+student embedding the step produced (a forward hook on a named submodule, so no extra forward pass), adds
+the penalty to the returned loss and returns it. Everything downstream is Lightning's own: the division by
+``accumulate_grad_batches``, AMP / ``bf16-mixed``, gradient clipping, DDP gradient averaging. The original
+method is restored when ``fit`` ends.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Mapping
+from typing import Any, Callable, Optional, Union
+
+import lightning as L
+import numpy as np
+import torch
+from lightning.pytorch.callbacks import Callback
+from torch import Tensor, nn
+from typing_extensions import override
+
+from lightning_spectral._checks import check_positive, check_positive_int
+from lightning_spectral.callbacks.embeddings import BatchSelector, EmbeddingFn, EmbeddingSource, as_embedding, select
+from lightning_spectral.features import KERNELS, PairedFeatureMap
+from lightning_spectral.functional.spec import spec_align_loss
+
+Reference = Union[nn.Module, Tensor, np.ndarray, Callable[[Any], Tensor]]
+
+
+class SPECAlign(Callback):
+    r"""Adds ``weight * SPEC-diff(student, reference)`` of each training batch to the training loss.
+
+    SPEC-align (Jalali et al., ICML 2025, eq. 6): ``min_theta L(psi_theta) + beta * SPEC-diff(psi_theta, psi_ref)``.
+    On each penalised step the student and reference embeddings of the batch (gathered over DDP ranks, the
+    student's with its gradient) give :func:`~lightning_spectral.functional.spec_align_loss`, the top
+    ``|eigenvalue|`` of ``(K_student - K_reference)/n`` with its eigenvector held fixed (Proposition 2).
+
+    Args:
+        reference: where the reference embedding comes from: a frozen ``nn.Module`` (an open_clip or timm
+            encoder; run in eval mode under ``no_grad`` on ``reference_input(batch)``), a tensor / array of
+            precomputed features ``(N_dataset, d_ref)`` looked up by the sample indices ``index(batch)``, or a
+            function ``fn(batch) -> Tensor``.
+        weight: ``beta``, the penalty weight after warm-up.
+        student: dotted name of the student submodule (its output is captured during the step) or a function
+            ``fn(pl_module, batch) -> Tensor``.
+        student_input: what to feed the student submodule if the step did not call it (see ``select``).
+        reference_input: what to feed a reference module (default: the same as ``student_input``).
+        index: where the dataset indices are in a batch, for precomputed reference features.
+        kernel: ``"cosine"`` (default, the reference implementation's) or ``"gaussian"``.
+        sigma_student, sigma_reference: Gaussian bandwidths (fixed: the student's scale drifts in training,
+            digest pitfall 15, so a cosine kernel is the robust default).
+        n_frequencies: random frequencies per embedding for the Gaussian kernel.
+        seed: frequency seed.
+        every_n_steps: penalise every n-th optimizer step (all micro-batches of that step).
+        warmup_steps: ramp the weight linearly from 0 over this many optimizer steps.
+        schedule: optional ``fn(global_step) -> multiplier`` applied on top (e.g. a cosine decay).
+        gather: gather the batch over DDP ranks before computing SPEC (the loss then sees the global batch).
+        log_prefix: prefix of the logged values ``spec_diff``, ``penalty``, ``task_loss`` and ``weight``.
+
+    Example:
+        >>> import torch
+        >>> align = SPECAlign(reference=torch.randn(100, 8), weight=0.1, student="encoder", index=2)
+        >>> align.weight_at(0), SPECAlign(torch.randn(4, 2), 0.5, index=2, warmup_steps=10).weight_at(5)
+        (0.1, 0.25)
+    """
+
+    def __init__(
+        self,
+        reference: Reference,
+        weight: float = 0.1,
+        student: Union[str, EmbeddingFn] = "encoder",
+        student_input: BatchSelector = None,
+        reference_input: BatchSelector = None,
+        index: BatchSelector = None,
+        kernel: str = "cosine",
+        sigma_student: Optional[float] = None,
+        sigma_reference: Optional[float] = None,
+        n_frequencies: int = 512,
+        seed: int = 0,
+        every_n_steps: int = 1,
+        warmup_steps: int = 0,
+        schedule: Optional[Callable[[int], float]] = None,
+        gather: bool = True,
+        log_prefix: str = "spec_align/",
+    ) -> None:
+        if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not math.isfinite(weight) or weight < 0:
+            raise ValueError(f"SPECAlign: `weight` must be a finite number >= 0, got {weight!r}.")
+        if kernel not in KERNELS:
+            raise ValueError(f"SPECAlign: `kernel` must be one of {KERNELS}, got {kernel!r}.")
+        if kernel == "gaussian":
+            if sigma_student is None or sigma_reference is None:
+                raise ValueError(
+                    "SPECAlign(kernel='gaussian') needs `sigma_student` and `sigma_reference` (see "
+                    "`lightning_spectral.functional.match_bandwidth`), or use kernel='cosine'."
+                )
+            check_positive(sigma_student, "sigma_student")
+            check_positive(sigma_reference, "sigma_reference")
+        if isinstance(warmup_steps, bool) or not isinstance(warmup_steps, int) or warmup_steps < 0:
+            raise ValueError(f"SPECAlign: `warmup_steps` must be an integer >= 0, got {warmup_steps!r}.")
+        self.weight = float(weight)
+        self.student = EmbeddingSource(student, student_input, owner="SPECAlign(student)")
+        self.reference = reference
+        self.reference_input = reference_input if reference_input is not None else student_input
+        self.index = index
+        if isinstance(reference, (Tensor, np.ndarray)):
+            if index is None:
+                raise ValueError(
+                    "SPECAlign: precomputed reference features are looked up by sample index; pass `index`, "
+                    "the key / position of the dataset indices in a batch (e.g. index='index')."
+                )
+            self.reference = torch.as_tensor(np.asarray(reference) if isinstance(reference, np.ndarray) else reference)
+            if self.reference.ndim != 2:
+                raise ValueError(
+                    f"SPECAlign: reference features must be (N_dataset, d), got {tuple(self.reference.shape)}."
+                )
+        elif not callable(reference):
+            raise ValueError(
+                "SPECAlign: `reference` must be a frozen nn.Module, a (N_dataset, d) tensor / array of precomputed "
+                f"features or a function fn(batch) -> Tensor, got {type(reference).__name__}."
+            )
+        self.kernel = kernel
+        self.sigmas = (sigma_student, sigma_reference)
+        self.n_frequencies = check_positive_int(n_frequencies, "n_frequencies")
+        self.seed = int(seed)
+        self.every_n_steps = check_positive_int(every_n_steps, "every_n_steps")
+        self.warmup_steps = warmup_steps
+        self.schedule = schedule
+        self.gather = gather
+        self.log_prefix = log_prefix
+        self.last_spec_diff = math.nan
+        self.penalised_steps = 0
+        self._feature_map: Optional[PairedFeatureMap] = None
+        self._original_step: Optional[Callable] = None
+
+    @property
+    def state_key(self) -> str:
+        name = (
+            self.student.source
+            if isinstance(self.student.source, str)
+            else getattr(self.student.source, "__name__", "fn")
+        )
+        return self._generate_state_key(student=name, weight=self.weight, kernel=self.kernel)
+
+    def weight_at(self, step: int) -> float:
+        """The penalty weight at optimizer step ``step``: warm-up ramp, then ``schedule``."""
+        weight = self.weight
+        if self.warmup_steps:
+            weight *= min(1.0, step / self.warmup_steps)
+        if self.schedule is not None:
+            weight *= float(self.schedule(step))
+        return weight
+
+    # ------------------------------------------------------------------ lifecycle
+
+    @override
+    def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if not pl_module.automatic_optimization:
+            raise RuntimeError(
+                "SPECAlign adds its penalty to the loss returned by `training_step`, which needs automatic "
+                "optimisation. With manual optimisation call `lightning_spectral.functional.spec_align_loss` "
+                "in your step instead."
+            )
+        self.student.attach(pl_module)
+        if isinstance(self.reference, nn.Module):
+            self.reference.to(pl_module.device).eval().requires_grad_(False)
+        original = pl_module.training_step
+        self._original_step = original
+
+        @functools.wraps(original)
+        def training_step(*args: Any, **kwargs: Any) -> Any:
+            self.student.start()
+            output = original(*args, **kwargs)
+            batch = args[0] if args else kwargs.get("batch")
+            return self._add_penalty(trainer, pl_module, batch, output)
+
+        pl_module.training_step = training_step  # type: ignore[method-assign]
+
+    @override
+    def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        if self._original_step is not None:
+            del pl_module.training_step  # the instance attribute; the class method is back
+            self._original_step = None
+        self.student.detach()
+
+    # ------------------------------------------------------------------ the penalty
+
+    def _add_penalty(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, output: Any) -> Any:
+        step = trainer.global_step
+        weight = self.weight_at(step)
+        loss = output.get("loss") if isinstance(output, Mapping) else output
+        if loss is None or weight == 0 or step % self.every_n_steps:
+            return output
+        if not isinstance(loss, Tensor):
+            raise TypeError(f"SPECAlign: training_step returned a loss of type {type(loss).__name__}, not a tensor.")
+        student = self.student.captured_or_embed(pl_module, batch)
+        reference = self._reference_embedding(batch, pl_module.device)
+        if self.gather and trainer.world_size > 1:
+            student = _gather(pl_module, student, sync_grads=True)
+            reference = _gather(pl_module, reference, sync_grads=False)
+        spec_diff = spec_align_loss(student, reference, feature_map=self._paired_map(student, reference))
+        penalty = weight * spec_diff
+        total = loss + penalty.to(loss.dtype)
+        self.last_spec_diff = float(spec_diff.detach())
+        self.penalised_steps += 1
+        batch_size = student.shape[0]
+        for name, value in (
+            ("spec_diff", spec_diff.detach()),
+            ("penalty", penalty.detach()),
+            ("task_loss", loss.detach()),
+            ("weight", torch.tensor(weight)),
+        ):
+            # Already global under DDP (computed on the gathered batch): no further sync.
+            pl_module.log(self.log_prefix + name, value.float(), on_step=True, on_epoch=True, batch_size=batch_size)
+        if isinstance(output, Mapping):
+            return {**output, "loss": total}
+        return total
+
+    def _paired_map(self, student: Tensor, reference: Tensor) -> PairedFeatureMap:
+        widths = (student.shape[1], reference.shape[1])
+        if self._feature_map is None or self._feature_map.in_features != widths:
+            self._feature_map = PairedFeatureMap(self.kernel, widths, self.sigmas, self.n_frequencies, self.seed)
+        return self._feature_map.to(student.device)
+
+    @torch.no_grad()
+    def _reference_embedding(self, batch: Any, device: torch.device) -> Tensor:
+        if isinstance(self.reference, Tensor):
+            ids = torch.as_tensor(select(batch, self.index, "index")).long().flatten().cpu()
+            if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= self.reference.shape[0]):
+                raise IndexError(
+                    f"SPECAlign: sample index {int(ids.max())} is outside the {self.reference.shape[0]} precomputed "
+                    "reference features; the `index` entries of a batch must be dataset indices."
+                )
+            return self.reference[ids].to(device)
+        if isinstance(self.reference, nn.Module):
+            self.reference.eval()
+            return as_embedding(
+                self.reference(select(batch, self.reference_input, "reference_input")), "SPECAlign(reference)"
+            )
+        return as_embedding(self.reference(batch), "SPECAlign(reference)")
+
+    # ------------------------------------------------------------------ resume
+
+    @override
+    def state_dict(self) -> dict[str, Any]:
+        return {"last_spec_diff": self.last_spec_diff, "penalised_steps": self.penalised_steps}
+
+    @override
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.last_spec_diff = float(state_dict["last_spec_diff"])
+        self.penalised_steps = int(state_dict["penalised_steps"])
+
+
+def _gather(pl_module: L.LightningModule, x: Tensor, sync_grads: bool) -> Tensor:
+    """Concatenate (N_rank, d) over ranks, padding uneven batches; with ``sync_grads`` gradients flow back.
+
+    Every rank computes the same loss on the global batch; the all-gather backward sums the ranks'
+    gradients for each local slice and DDP averages parameter gradients, so the parameters receive exactly
+    the gradient of the global-batch penalty.
+    """
+    sizes = pl_module.all_gather(torch.tensor(x.shape[0], device=x.device)).flatten()
+    largest = int(sizes.max())
+    padded = torch.cat([x, x.new_zeros(largest - x.shape[0], x.shape[1])]) if x.shape[0] < largest else x
+    gathered = pl_module.all_gather(padded, sync_grads=sync_grads)  # (world, largest, d)
+    return torch.cat([gathered[rank, : int(size)] for rank, size in enumerate(sizes)])
