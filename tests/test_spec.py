@@ -288,7 +288,7 @@ def _finite_difference_check(student, reference, kernel, sigma=None):
     rows = torch.randint(student.shape[0], (6,), generator=g)
     cols = torch.randint(student.shape[1], (6,), generator=g)
     eps = 1e-6
-    for i, j in zip(rows.tolist(), cols.tolist()):
+    for i, j in zip(rows.tolist(), cols.tolist(), strict=True):
         plus, minus = student.detach().clone(), student.detach().clone()
         plus[i, j] += eps
         minus[i, j] -= eps
@@ -354,7 +354,7 @@ def test_toy_alignment_lowers_spec_diff_and_raises_knn_accuracy():
 
     before = measure()
     optimiser = torch.optim.Adam(student.parameters(), lr=0.02)
-    for step in range(150):
+    for _ in range(150):
         batch = torch.randperm(n, generator=g)[:128]
         loss = spec_align_loss(student(x[batch]), reference[batch])
         optimiser.zero_grad()

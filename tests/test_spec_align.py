@@ -221,7 +221,7 @@ def test_ddp_training_matches_single_process_on_the_global_batch(tmp_path):
         use_distributed_sampler=False,
         callbacks=[SPECAlign(reference=reference, weight=1.0, index=1)],
     ).fit(ddp)
-    for p_single, p_ddp in zip(single.parameters(), ddp.parameters()):
+    for p_single, p_ddp in zip(single.parameters(), ddp.parameters(), strict=True):
         assert torch.allclose(p_single, p_ddp, atol=1e-4), (p_single - p_ddp).abs().max()
     untrained = ToyModule().encoder.weight
     assert (single.encoder.weight - untrained).abs().max() > 0.1  # it did train: the match is not trivial
