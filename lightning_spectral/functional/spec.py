@@ -285,7 +285,8 @@ def spec_align_loss(
     Both give the gradient of the eigenvalue (first-order perturbation with the eigenvector fixed). Taking
     the larger of ``lambda_+`` and ``-lambda_-`` from a dense eigendecomposition (no power iteration) keeps
     the loss continuous and the gradient well defined (a valid subgradient) when the two are nearly tied.
-    Runs in float64 with autocast disabled, so it behaves the same under ``bf16-mixed``.
+    Runs with autocast disabled, in float32 (float64 for float64 input; eigenvectors always in float64), so it
+    behaves the same under ``bf16-mixed``.
 
     Args:
         student: (n, d_s) trainable embedding (gradients flow into it).
@@ -316,17 +317,19 @@ def spec_align_loss(
         feature_map = PairedFeatureMap(
             kernel, (student_.shape[1], reference.shape[1]), (sigma_student, sigma_reference), n_frequencies, seed
         ).to(student.device)
+    dtype = student_.dtype  # float64 stays float64; half precision was upcast to float32 by check_pair
     with torch.autocast(student.device.type, enabled=False):
-        phi = feature_map(student_.double(), reference.double())
+        phi = feature_map(student_, reference.to(dtype))
         width = feature_map.out_features[0]
         if n <= phi.shape[1]:
             phi_s, phi_r = phi[:, :width], phi[:, width:]
             difference = (phi_s @ phi_s.T - phi_r @ phi_r.T) / n
-            _, vectors = symmetric_eigh(difference.detach())
-            top, bottom = vectors[:, 0], vectors[:, -1]
+            _, vectors = symmetric_eigh(difference.detach())  # float64 eigenvectors of the detached matrix
+            top, bottom = vectors[:, 0].to(dtype), vectors[:, -1].to(dtype)
             positive, negative = top @ difference @ top, bottom @ difference @ bottom
         else:
             values, vectors = differential_eigh((phi.T @ phi).detach() / n, width)
+            vectors = vectors.to(dtype)
             positive = _eigenvalue_at(phi, vectors[:, 0], values[0], n, width)
             negative = _eigenvalue_at(phi, vectors[:, -1], values[-1], n, width)
         loss = torch.maximum(positive, -negative)
