@@ -285,8 +285,8 @@ def spec_align_loss(
     Both give the gradient of the eigenvalue (first-order perturbation with the eigenvector fixed). Taking
     the larger of ``lambda_+`` and ``-lambda_-`` from a dense eigendecomposition (no power iteration) keeps
     the loss continuous and the gradient well defined (a valid subgradient) when the two are nearly tied.
-    Runs with autocast disabled, in float32 (float64 for float64 input; eigenvectors always in float64), so it
-    behaves the same under ``bf16-mixed``.
+    Runs with autocast disabled, in float32 (float64 for float64 input), so it behaves the same under
+    ``bf16-mixed``.
 
     Args:
         student: (n, d_s) trainable embedding (gradients flow into it).
@@ -324,8 +324,9 @@ def spec_align_loss(
         if n <= phi.shape[1]:
             phi_s, phi_r = phi[:, :width], phi[:, width:]
             difference = (phi_s @ phi_s.T - phi_r @ phi_r.T) / n
-            _, vectors = symmetric_eigh(difference.detach())  # float64 eigenvectors of the detached matrix
-            top, bottom = vectors[:, 0].to(dtype), vectors[:, -1].to(dtype)
+            detached = difference.detach()
+            _, vectors = torch.linalg.eigh((detached + detached.T) / 2)  # ascending, in the compute dtype
+            top, bottom = vectors[:, -1], vectors[:, 0]
             positive, negative = top @ difference @ top, bottom @ difference @ bottom
         else:
             values, vectors = differential_eigh((phi.T @ phi).detach() / n, width)
