@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Callable, Optional, Union
 
 import lightning as L
+import numpy as np
 import torch
 from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor, nn
@@ -172,6 +173,77 @@ class EmbeddingSource:
         """The embedding captured during the current step, or computed now if the step did not produce one."""
         captured = self.captured() if self.uses_hook else None
         return captured if captured is not None else self.embed(pl_module, batch)
+
+
+class ReferenceEmbedding:
+    """A frozen reference embedding of a batch: a module, a table of precomputed features, or a function.
+
+    Args:
+        reference: a frozen ``nn.Module`` (an open_clip / timm encoder), run in eval mode under ``no_grad`` on
+            ``batch_input(batch)``; a (N_dataset, d) tensor / array, or any table with ``__getitem__(ids)`` and
+            ``shape`` (e.g. :class:`~lightning_spectral.encoders.PrecomputedFeatures`), looked up by the dataset
+            indices ``index(batch)``; or a function ``fn(batch) -> Tensor``.
+        batch_input: what a reference module is fed (see :func:`select`).
+        index: where a batch holds its dataset indices (required for a table).
+        owner: name used in error messages.
+
+    Example:
+        >>> import torch
+        >>> table = ReferenceEmbedding(torch.eye(5), index="index")
+        >>> table({"index": torch.tensor([3, 1])}, torch.device("cpu"))
+        tensor([[0., 0., 0., 1., 0.],
+                [0., 1., 0., 0., 0.]])
+    """
+
+    def __init__(self, reference: Any, batch_input: BatchSelector = None, index: BatchSelector = None, owner: str = ""):
+        self.owner = owner or "ReferenceEmbedding"
+        self.batch_input = batch_input
+        self.index = index
+        if isinstance(reference, np.ndarray):
+            reference = torch.from_numpy(np.ascontiguousarray(reference))
+        self.is_table = (
+            not isinstance(reference, nn.Module) and hasattr(reference, "__getitem__") and hasattr(reference, "shape")
+        )
+        if self.is_table:
+            if index is None:
+                raise ValueError(
+                    f"{self.owner}: precomputed reference features are looked up by sample index; pass `index`, "
+                    "the key / position of the dataset indices in a batch (e.g. index='index')."
+                )
+            if len(reference.shape) != 2:
+                raise ValueError(
+                    f"{self.owner}: reference features must be (N_dataset, d), got {tuple(reference.shape)}."
+                )
+        elif not callable(reference):
+            raise ValueError(
+                f"{self.owner}: the reference must be a frozen nn.Module, a (N_dataset, d) tensor / array of "
+                f"precomputed features or a function fn(batch) -> Tensor, got {type(reference).__name__}."
+            )
+        self.reference = reference
+
+    def to(self, device: torch.device) -> "ReferenceEmbedding":
+        """Move a reference module to ``device``, frozen (eval mode, no gradients)."""
+        if isinstance(self.reference, nn.Module):
+            self.reference.to(device).eval().requires_grad_(False)
+        return self
+
+    @torch.no_grad()
+    def __call__(self, batch: Any, device: torch.device) -> Tensor:
+        """The reference embedding (N, d) of ``batch`` on ``device``."""
+        if self.is_table:
+            ids = torch.as_tensor(select(batch, self.index, "index")).long().flatten().cpu()
+            size = int(self.reference.shape[0])
+            if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= size):
+                raise IndexError(
+                    f"{self.owner}: sample index {int(ids.max())} is outside the {size} precomputed reference "
+                    "features; the `index` entries of a batch must be dataset indices."
+                )
+            return torch.as_tensor(self.reference[ids]).to(device)
+        if isinstance(self.reference, nn.Module):
+            self.reference.eval()
+            output = self.reference(select(batch, self.batch_input, "reference_input"))
+            return as_embedding(output, self.owner)
+        return as_embedding(self.reference(batch), self.owner).to(device)
 
 
 def to_device(batch: Any, device: torch.device) -> Any:

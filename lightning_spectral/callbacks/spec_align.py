@@ -25,11 +25,11 @@ from torch import Tensor, nn
 from typing_extensions import override
 
 from lightning_spectral._checks import check_positive, check_positive_int
-from lightning_spectral.callbacks.embeddings import BatchSelector, EmbeddingFn, EmbeddingSource, as_embedding, select
+from lightning_spectral.callbacks.embeddings import BatchSelector, EmbeddingFn, EmbeddingSource, ReferenceEmbedding
 from lightning_spectral.features import KERNELS, PairedFeatureMap
 from lightning_spectral.functional.spec import spec_align_loss
 
-Reference = Union[nn.Module, Tensor, np.ndarray, Callable[[Any], Tensor]]
+Reference = Union[nn.Module, Tensor, np.ndarray, Callable[[Any], Tensor], Any]
 
 
 class SPECAlign(Callback):
@@ -104,25 +104,9 @@ class SPECAlign(Callback):
             raise ValueError(f"SPECAlign: `warmup_steps` must be an integer >= 0, got {warmup_steps!r}.")
         self.weight = float(weight)
         self.student = EmbeddingSource(student, student_input, owner="SPECAlign(student)")
-        self.reference = reference
-        self.reference_input = reference_input if reference_input is not None else student_input
-        self.index = index
-        if isinstance(reference, (Tensor, np.ndarray)):
-            if index is None:
-                raise ValueError(
-                    "SPECAlign: precomputed reference features are looked up by sample index; pass `index`, "
-                    "the key / position of the dataset indices in a batch (e.g. index='index')."
-                )
-            self.reference = torch.as_tensor(np.asarray(reference) if isinstance(reference, np.ndarray) else reference)
-            if self.reference.ndim != 2:
-                raise ValueError(
-                    f"SPECAlign: reference features must be (N_dataset, d), got {tuple(self.reference.shape)}."
-                )
-        elif not callable(reference):
-            raise ValueError(
-                "SPECAlign: `reference` must be a frozen nn.Module, a (N_dataset, d) tensor / array of precomputed "
-                f"features or a function fn(batch) -> Tensor, got {type(reference).__name__}."
-            )
+        self.reference = ReferenceEmbedding(
+            reference, reference_input if reference_input is not None else student_input, index, "SPECAlign(reference)"
+        )
         self.kernel = kernel
         self.sigmas = (sigma_student, sigma_reference)
         self.n_frequencies = check_positive_int(n_frequencies, "n_frequencies")
@@ -166,8 +150,7 @@ class SPECAlign(Callback):
                 "in your step instead."
             )
         self.student.attach(pl_module)
-        if isinstance(self.reference, nn.Module):
-            self.reference.to(pl_module.device).eval().requires_grad_(False)
+        self.reference.to(pl_module.device)
         original = pl_module.training_step
         self._original_step = original
 
@@ -198,7 +181,7 @@ class SPECAlign(Callback):
         if not isinstance(loss, Tensor):
             raise TypeError(f"SPECAlign: training_step returned a loss of type {type(loss).__name__}, not a tensor.")
         student = self.student.captured_or_embed(pl_module, batch)
-        reference = self._reference_embedding(batch, pl_module.device)
+        reference = self.reference(batch, pl_module.device)
         if self.gather and trainer.world_size > 1:
             student = _gather(pl_module, student, sync_grads=True)
             reference = _gather(pl_module, reference, sync_grads=False)
@@ -225,23 +208,6 @@ class SPECAlign(Callback):
         if self._feature_map is None or self._feature_map.in_features != widths:
             self._feature_map = PairedFeatureMap(self.kernel, widths, self.sigmas, self.n_frequencies, self.seed)
         return self._feature_map.to(student.device)
-
-    @torch.no_grad()
-    def _reference_embedding(self, batch: Any, device: torch.device) -> Tensor:
-        if isinstance(self.reference, Tensor):
-            ids = torch.as_tensor(select(batch, self.index, "index")).long().flatten().cpu()
-            if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= self.reference.shape[0]):
-                raise IndexError(
-                    f"SPECAlign: sample index {int(ids.max())} is outside the {self.reference.shape[0]} precomputed "
-                    "reference features; the `index` entries of a batch must be dataset indices."
-                )
-            return self.reference[ids].to(device)
-        if isinstance(self.reference, nn.Module):
-            self.reference.eval()
-            return as_embedding(
-                self.reference(select(batch, self.reference_input, "reference_input")), "SPECAlign(reference)"
-            )
-        return as_embedding(self.reference(batch), "SPECAlign(reference)")
 
     # ------------------------------------------------------------------ resume
 
