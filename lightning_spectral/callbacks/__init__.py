@@ -1,9 +1,11 @@
-"""Lightning callbacks: SPECAlign (adds the SPEC-align loss) and KPCAOODMonitor (kernel PCA OOD monitoring).
+"""Lightning callbacks: SPECAlign (adds the SPEC-align loss), KPCAOODMonitor (kernel PCA OOD monitoring) and
+EmbeddingMetrics (metrics of validation embeddings).
 
-Both obtain embeddings through :class:`~lightning_spectral.callbacks.embeddings.EmbeddingSource`.
+All obtain embeddings through :class:`~lightning_spectral.callbacks.embeddings.EmbeddingSource`.
 """
 
-from lightning_spectral.callbacks.embeddings import EmbeddingSource
+from lightning_spectral.callbacks.embedding_metrics import EmbeddingMetrics
+from lightning_spectral.callbacks.embeddings import EmbeddingSource, ReferenceEmbedding
 from lightning_spectral.callbacks.spec_align import SPECAlign
 
-__all__ = ["EmbeddingSource", "SPECAlign"]
+__all__ = ["EmbeddingMetrics", "EmbeddingSource", "ReferenceEmbedding", "SPECAlign"]

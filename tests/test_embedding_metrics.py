@@ -1,0 +1,161 @@
+"""EmbeddingMetrics in a real Trainer.fit: logged values equal the metrics computed by hand on the trained
+encoder, galleries reach TensorBoard, the state survives a checkpoint, and DDP gives the single-process values."""
+
+import lightning as L
+import pytest
+import torch
+from lightning.pytorch.loggers import TensorBoardLogger
+from sklearn.datasets import load_digits
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from torch.utils.data import DataLoader, TensorDataset
+
+from lightning_spectral.callbacks import EmbeddingMetrics
+from lightning_spectral.functional import spec
+from lightning_spectral.metrics import FastMMD, FINCNovelty, FKEAVendi, SPECDivergence
+
+SIGMA = 2.0
+
+
+def digits():
+    data = load_digits()
+    return torch.tensor(data.data / 16.0, dtype=torch.float32), torch.tensor(data.target)
+
+
+class Module(L.LightningModule):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.encoder = torch.nn.Linear(64, 16)
+        self.head = torch.nn.Linear(16, 10)
+
+    def training_step(self, batch, _):
+        x, y, _ = batch
+        return torch.nn.functional.cross_entropy(self.head(self.encoder(x)), y)
+
+    def validation_step(self, batch, _):
+        x, y, _ = batch
+        self.log("val/loss", torch.nn.functional.cross_entropy(self.head(self.encoder(x)), y))
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+x, y = digits()
+ids = torch.arange(len(x))
+TRAIN = TensorDataset(x[:1000], y[:1000], ids[:1000])
+VAL = TensorDataset(x[1000:1600], y[1000:1600], ids[1000:1600])
+REFERENCE_PROJECTION = torch.nn.Linear(64, 12)  # a frozen "reference encoder" for SPEC
+torch.nn.init.normal_(REFERENCE_PROJECTION.weight, generator=torch.Generator().manual_seed(1))
+
+
+def digit_image(i):
+    return x[i].view(8, 8)
+
+
+def make_callback(fixed_reference=None):
+    metrics = {
+        "vendi": FKEAVendi(sigma=SIGMA, n_frequencies=128),
+        "novelty": FINCNovelty(sigma=SIGMA, n_frequencies=128),
+        "mmd": FastMMD(sigma=SIGMA, n_frequencies=64),
+        "spec": SPECDivergence("cosine", in_features=(16, 12)),
+    }
+    return EmbeddingMetrics(
+        metrics,
+        embedding="encoder",
+        reference_dataloader=None if fixed_reference is not None else DataLoader(TRAIN, batch_size=100),
+        reference_features=fixed_reference,
+        spec_reference=REFERENCE_PROJECTION,
+        index=2,
+        images=digit_image,  # module level: ddp_spawn pickles the callback
+        gallery_modes=2,
+        gallery_per_mode=4,
+    )
+
+
+def expected(module):
+    with torch.no_grad():
+        z, reference = module.encoder(x[1000:1600]), module.encoder(x[:1000])
+        spec_reference = REFERENCE_PROJECTION(x[1000:1600])
+    vendi = FKEAVendi(sigma=SIGMA, n_frequencies=128)
+    vendi.update(z)
+    novelty = FINCNovelty(sigma=SIGMA, n_frequencies=128)
+    mmd = FastMMD(sigma=SIGMA, n_frequencies=64)
+    for batch in reference.split(100):  # same batch order as the reference dataloader: same FINC halves
+        novelty.update(batch, real=True)
+        mmd.update(batch, real=True)
+    novelty.update(z, real=False)
+    mmd.update(z, real=False)
+    return {
+        "vendi": float(vendi.compute()),
+        "novelty": float(novelty.compute()),
+        "mmd": float(mmd.compute()),
+        "mmd_p_value": float(mmd.p_value()),
+        "spec": float(spec(z, spec_reference, "cosine").spec_diff),
+    }
+
+
+def make_trainer(tmp_path, callback, **kwargs):
+    return L.Trainer(
+        max_epochs=1,
+        accelerator="cpu",
+        logger=TensorBoardLogger(tmp_path),
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=tmp_path,
+        callbacks=[callback],
+        **kwargs,
+    )
+
+
+def test_logged_values_equal_metrics_on_the_trained_encoder(tmp_path):
+    module, callback = Module(), make_callback()
+    trainer = make_trainer(tmp_path, callback, enable_checkpointing=False)
+    trainer.fit(module, DataLoader(TRAIN, batch_size=100, shuffle=True), DataLoader(VAL, batch_size=100))
+    want = expected(module)
+    for name, value in want.items():
+        assert float(trainer.callback_metrics[f"val/{name}"]) == pytest.approx(value, rel=1e-4, abs=1e-6), name
+    assert want["spec"] > 0.05 and want["vendi"] > 1.5  # not degenerate
+    events = EventAccumulator(str(trainer.logger.log_dir), size_guidance={"images": 0})
+    events.Reload()
+    assert {"val/vendi_modes", "val/novelty_modes", "val/spec_modes"} <= set(events.Tags()["images"])
+    assert float(callback.metrics["vendi"].n_samples) == 0  # reset after logging
+
+
+def test_fixed_reference_and_checkpoint_round_trip(tmp_path):
+    with torch.no_grad():
+        fixed = torch.randn(500, 16, generator=torch.Generator().manual_seed(3))
+    callback = make_callback(fixed_reference=fixed)
+    callback.metrics["novelty"].reset_real_features = False  # accumulated once, kept across epochs
+    trainer = make_trainer(tmp_path, callback, enable_checkpointing=False)
+    trainer.fit(Module(), DataLoader(TRAIN, batch_size=100), DataLoader(VAL, batch_size=100))
+    assert float(callback.metrics["novelty"].n_ref_a + callback.metrics["novelty"].n_ref_b) == 500
+    state = callback.state_dict()
+    restored = make_callback(fixed_reference=fixed)
+    restored.load_state_dict(state)
+    assert torch.equal(restored.metrics["novelty"].ref_cov_sum_a, callback.metrics["novelty"].ref_cov_sum_a)
+    assert restored.reference_accumulated and restored.last_values == callback.last_values
+
+
+def test_configuration_errors():
+    with pytest.raises(ValueError, match="reference"):
+        EmbeddingMetrics({"mmd": FastMMD(sigma=1.0)})
+    with pytest.raises(ValueError, match="spec_reference"):
+        EmbeddingMetrics({"spec": SPECDivergence("cosine", in_features=(2, 2))})
+    with pytest.raises(ValueError, match="index"):
+        EmbeddingMetrics({"vendi": FKEAVendi(sigma=1.0)}, images=lambda i: torch.zeros(8, 8))
+    with pytest.raises(ValueError, match="metrics"):
+        EmbeddingMetrics({})
+
+
+def test_ddp_values_equal_single_process(tmp_path):
+    single_module, single = Module(), make_callback()
+    loaders = (DataLoader(TRAIN, batch_size=100), DataLoader(VAL, batch_size=100))
+    make_trainer(tmp_path / "single", single, enable_checkpointing=False).fit(single_module, *loaders)
+    ddp_module, ddp = Module(), make_callback()
+    trainer = make_trainer(tmp_path / "ddp", ddp, enable_checkpointing=False, devices=2, strategy="ddp_spawn")
+    trainer.fit(ddp_module, *loaders)
+    want = expected(ddp_module)  # the module's weights come back from rank 0
+    for name in ("vendi", "mmd", "spec"):
+        assert float(trainer.callback_metrics[f"val/{name}"]) == pytest.approx(want[name], rel=1e-4), name
+    # FINC's noise threshold depends on how the reference is split into halves across ranks
+    assert float(trainer.callback_metrics["val/novelty"]) == pytest.approx(want["novelty"], rel=0.1, abs=1e-3)
