@@ -15,6 +15,7 @@ once with a warning, because only one call can line up with the batch's samples.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from typing import Any, Callable, Optional, Union
 
@@ -180,9 +181,10 @@ class ReferenceEmbedding:
 
     Args:
         reference: a frozen ``nn.Module`` (an open_clip / timm encoder), run in eval mode under ``no_grad`` on
-            ``batch_input(batch)``; a (N_dataset, d) tensor / array, or any table with ``__getitem__(ids)`` and
-            ``shape`` (e.g. :class:`~lightning_spectral.encoders.PrecomputedFeatures`), looked up by the dataset
-            indices ``index(batch)``; or a function ``fn(batch) -> Tensor``.
+            ``batch_input(batch)``; a (N_dataset, d) tensor / array, a features file path (.npy / .pt /
+            .safetensors, loaded without unpickling), or any table with ``__getitem__(ids)`` and ``shape`` (e.g.
+            :class:`~lightning_spectral.encoders.PrecomputedFeatures`), looked up by the dataset indices
+            ``index(batch)``; or a function ``fn(batch) -> Tensor``.
         batch_input: what a reference module is fed (see :func:`select`).
         index: where a batch holds its dataset indices (required for a table).
         owner: name used in error messages.
@@ -199,6 +201,10 @@ class ReferenceEmbedding:
         self.owner = owner or "ReferenceEmbedding"
         self.batch_input = batch_input
         self.index = index
+        if isinstance(reference, (str, os.PathLike)):  # a features file (.npy / .pt / .safetensors)
+            from lightning_spectral.encoders import PrecomputedFeatures
+
+            reference = PrecomputedFeatures(reference)
         if isinstance(reference, np.ndarray):
             reference = torch.from_numpy(np.ascontiguousarray(reference))
         self.is_table = (

@@ -18,7 +18,6 @@ from collections.abc import Mapping
 from typing import Any, Callable, Optional, Union
 
 import lightning as L
-import numpy as np
 import torch
 from lightning.pytorch.callbacks import Callback
 from torch import Tensor, nn
@@ -29,7 +28,9 @@ from lightning_spectral.callbacks.embeddings import BatchSelector, EmbeddingFn, 
 from lightning_spectral.features import KERNELS, PairedFeatureMap
 from lightning_spectral.functional.spec import spec_align_loss
 
-Reference = Union[nn.Module, Tensor, np.ndarray, Callable[[Any], Tensor], Any]
+# str: a features file; nn.Module: a frozen encoder (a `class_path` in LightningCLI configs); Any: a tensor,
+# an array, a features table or a function of the batch.
+Reference = Union[str, nn.Module, Any]
 
 
 class SPECAlign(Callback):
