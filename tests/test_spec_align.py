@@ -225,3 +225,37 @@ def test_ddp_training_matches_single_process_on_the_global_batch(tmp_path):
         assert torch.allclose(p_single, p_ddp, atol=1e-4), (p_single - p_ddp).abs().max()
     untrained = ToyModule().encoder.weight
     assert (single.encoder.weight - untrained).abs().max() > 0.1  # it did train: the match is not trivial
+
+
+def test_open_clip_and_timm_towers_as_frozen_references(tmp_path):
+    """Real encoders as the reference module: an open_clip image tower and a timm ViT (random init)."""
+    import open_clip
+    import timm
+
+    images = torch.randn(64, 3, 32, 32, generator=torch.Generator().manual_seed(0))
+    clip_visual = open_clip.create_model(
+        "ViT-B-32",
+        pretrained=None,
+        embed_dim=32,
+        vision_cfg=dict(image_size=32, layers=1, width=64, patch_size=8, head_width=32),
+        text_cfg=dict(context_length=8, vocab_size=100, width=32, heads=2, layers=1),
+    ).visual
+    vit = timm.create_model("vit_tiny_patch16_224", pretrained=False, num_classes=0, img_size=32, patch_size=8)
+
+    class ImageModule(ToyModule):
+        def __init__(self):
+            super().__init__(lr=0.0)
+            self.encoder = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(3 * 32 * 32, 8))
+
+        def training_step(self, batch, batch_idx):
+            return 1e-3 * self.encoder(batch[0]).square().mean()
+
+    for reference in (clip_visual, vit):
+        align = SPECAlign(reference=reference, weight=1.0)
+        module = ImageModule()
+        make_trainer(tmp_path, callbacks=[align]).fit(module, loader(images, 32))
+        with torch.no_grad():
+            z = module.encoder(images[:32])
+            expected = 1e-3 * z.square().mean() + spec_align_loss(z, reference(images[:32]))
+        assert module.backward_losses[0] == pytest.approx(float(expected), rel=1e-5)
+        assert not any(p.requires_grad for p in reference.parameters()) and not reference.training
