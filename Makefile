@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 
-.PHONY: demo test bench clean
+.PHONY: demo test bench docs clean
 
 # The stamp files re-run the install only when pyproject.toml changes, so a second run is quick.
 $(VENV)/.installed: pyproject.toml
@@ -13,7 +13,7 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 $(VENV)/.installed-dev: $(VENV)/.installed
-	$(PIP) install --quiet --disable-pip-version-check -e '.[dev]'
+	$(PIP) install --quiet --disable-pip-version-check -e '.[dev,docs]'
 	touch $@
 
 demo: $(VENV)/.installed
@@ -21,9 +21,13 @@ demo: $(VENV)/.installed
 
 test: $(VENV)/.installed-dev
 	$(PY) -m pytest
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet   # the docs site; warnings are errors
+
+docs: $(VENV)/.installed-dev
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs serve
 
 bench: $(VENV)/.installed
 	$(PY) benchmarks/bench_covariance.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache
+	rm -rf $(VENV) build site *.egg-info .pytest_cache

@@ -53,8 +53,9 @@ class SPECAlign(Callback):
         reference_input: what to feed a reference module (default: the same as ``student_input``).
         index: where the dataset indices are in a batch, for precomputed reference features.
         kernel: ``"cosine"`` (default, the reference implementation's) or ``"gaussian"``.
-        sigma_student, sigma_reference: Gaussian bandwidths (fixed: the student's scale drifts in training,
+        sigma_student: Gaussian bandwidth of the student (fixed: the student's scale drifts in training,
             digest pitfall 15, so a cosine kernel is the robust default).
+        sigma_reference: Gaussian bandwidth of the reference.
         n_frequencies: random frequencies per embedding for the Gaussian kernel.
         seed: frequency seed.
         every_n_steps: penalise every n-th optimizer step (all micro-batches of that step).

@@ -70,9 +70,13 @@ def split_noise_floor(
     """Noise floor of ``lambda_max(C_x - rho C_y)`` from two disjoint halves A, B of one sample (see module doc).
 
     Args:
-        cov_a, cov_b: normalised covariances (trace 1) of the halves; ``n_a``, ``n_b`` their sizes.
+        cov_a: normalised covariance (trace 1) of the first half.
+        n_a: size of the first half.
+        cov_b: normalised covariance of the second half.
+        n_b: size of the second half.
         rho: the novelty threshold.
-        n_x, n_y: sizes of the two sides being compared.
+        n_x: size of the first side being compared.
+        n_y: the same for the second sample.
     """
     if min(n_a, n_b) < 1:
         raise ValueError("the noise floor needs at least 2 reference samples (one in each half).")

@@ -150,7 +150,8 @@ def spec(
         emb_a: (n, d_a) first embedding.
         emb_b: (n, d_b) second embedding of the same samples (row i = sample i in both).
         kernel: ``"gaussian"`` or ``"cosine"``.
-        sigma_a, sigma_b: Gaussian bandwidths (required for ``"gaussian"``; see :func:`match_bandwidth`).
+        sigma_a: Gaussian bandwidth of ``emb_a`` (required for ``"gaussian"``; see :func:`match_bandwidth`).
+        sigma_b: Gaussian bandwidth of ``emb_b``.
         n_frequencies: random frequencies ``r`` per embedding on the Gaussian covariance route (features 2r each).
         seed: frequency seed (shared by both maps, so ``spec(x, x)`` is exactly 0 on every route).
         method: ``"exact"`` (n x n matrix, exact kernels), ``"covariance"`` (Proposition 1: random features for
@@ -292,7 +293,8 @@ def spec_align_loss(
         student: (n, d_s) trainable embedding (gradients flow into it).
         reference: (n, d_r) reference embedding of the same samples (detached).
         kernel: ``"cosine"`` (the reference code's choice) or ``"gaussian"``.
-        sigma_student, sigma_reference: Gaussian bandwidths.
+        sigma_student: Gaussian bandwidth of the student.
+        sigma_reference: Gaussian bandwidth of the reference.
         n_frequencies: random frequencies per embedding for the Gaussian kernel.
         seed: frequency seed.
         feature_map: a prebuilt :class:`~lightning_spectral.features.PairedFeatureMap` (saves redrawing frequencies).

@@ -44,7 +44,9 @@ class FINCNovelty(RFFMetric):
         min_eigenvalue: absolute minimum of a significant eigenvalue (default 1e-3, about 0.1 % extra mass).
         reset_real_features: if False, ``reset()`` keeps the reference side (as torchmetrics' FID), so a
             reference is accumulated once per run.
-        in_features, chunk_size, kwargs: as :class:`~lightning_spectral.metrics.RFFCovariance`.
+        in_features: as :class:`~lightning_spectral.metrics.RFFCovariance`.
+        chunk_size: as for ``in_features``.
+        kwargs: ``torchmetrics.Metric`` keyword arguments.
 
     Example:
         >>> import torch

@@ -31,7 +31,9 @@ class FKEAVendi(RFFCovariance):
         n_frequencies: r; the covariance is 2r x 2r.
         alpha: an order in (0, inf] (``"inf"`` allowed) or a sequence of orders.
         seed: frequency seed, identical on every rank.
-        in_features, chunk_size, kwargs: as :class:`RFFCovariance`.
+        in_features: as :class:`RFFCovariance`.
+        chunk_size: as for ``in_features``.
+        kwargs: ``torchmetrics.Metric`` keyword arguments.
 
     Returns (``compute``):
         A scalar tensor for one order (loggable with ``self.log("val/vendi", metric)``), or a dict

@@ -45,7 +45,9 @@ class FastMMD(RFFMetric):
         seed: frequency seed (identical on every rank).
         unbiased: which form ``compute`` returns.
         reset_real_features: if False, ``reset()`` keeps the reference side.
-        in_features, chunk_size, kwargs: as :class:`~lightning_spectral.metrics.RFFCovariance`.
+        in_features: as :class:`~lightning_spectral.metrics.RFFCovariance`.
+        chunk_size: as for ``in_features``.
+        kwargs: ``torchmetrics.Metric`` keyword arguments.
 
     Example:
         >>> import torch

@@ -27,7 +27,8 @@ class SPECDivergence(SumStateMetric):
 
     Args:
         kernel: ``"gaussian"`` (random Fourier features, ``D = 2 r`` per embedding) or ``"cosine"`` (``D = d``).
-        sigma_a, sigma_b: Gaussian bandwidths (see :func:`~lightning_spectral.functional.match_bandwidth`).
+        sigma_a: Gaussian bandwidth of ``emb_a`` (see :func:`~lightning_spectral.functional.match_bandwidth`).
+        sigma_b: Gaussian bandwidth of ``emb_b``.
         n_frequencies: ``r`` per embedding for the Gaussian kernel.
         seed: frequency seed, shared by both maps and by every rank.
         in_features: widths ``(d_a, d_b)``; required for the cosine kernel (its state size is ``d_a + d_b``),
