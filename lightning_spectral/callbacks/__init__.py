@@ -6,6 +6,14 @@ All obtain embeddings through :class:`~lightning_spectral.callbacks.embeddings.E
 
 from lightning_spectral.callbacks.embedding_metrics import EmbeddingMetrics
 from lightning_spectral.callbacks.embeddings import EmbeddingSource, ReferenceEmbedding
+from lightning_spectral.callbacks.kpca_monitor import KPCAOODMonitor, OODDriftWarning
 from lightning_spectral.callbacks.spec_align import SPECAlign
 
-__all__ = ["EmbeddingMetrics", "EmbeddingSource", "ReferenceEmbedding", "SPECAlign"]
+__all__ = [
+    "EmbeddingMetrics",
+    "EmbeddingSource",
+    "KPCAOODMonitor",
+    "OODDriftWarning",
+    "ReferenceEmbedding",
+    "SPECAlign",
+]
