@@ -38,9 +38,11 @@ __all__ = [
     "ClipBundle",
     "ImageTower",
     "InputAdapter",
+    "PixelEncoder",
     "PrecomputedFeatures",
     "TextTower",
     "TimmEncoder",
+    "TimmReference",
     "create_clip",
     "create_timm_encoder",
     "load_clip_checkpoint",
@@ -66,10 +68,13 @@ def _existing_file(path: PathLike, argument: str, suffixes: Sequence[str]) -> Pa
     return path
 
 
-def _torch_load_safe(path: Path, argument: str) -> Any:
-    """``torch.load(weights_only=True)``: tensors and plain containers only, never arbitrary objects."""
+def _torch_load_safe(path: Path, argument: str, mmap: bool = False) -> Any:
+    """``torch.load(weights_only=True)``: tensors and plain containers only, never arbitrary objects.
+
+    ``mmap=True`` maps the tensors' storage from the file instead of reading it (zip-format files only).
+    """
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
+        return torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
     except pickle.UnpicklingError as error:
         reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise ValueError(
@@ -79,7 +84,11 @@ def _torch_load_safe(path: Path, argument: str) -> Any:
             "`safetensors.torch.save_file(state_dict, 'weights.safetensors')`."
         ) from None
     except (RuntimeError, EOFError, OSError) as error:
-        raise ValueError(f"`{argument}`: {str(path)!r} is not a readable PyTorch file ({error}).") from None
+        how = "memory-mappable " if mmap else ""
+        raise ValueError(
+            f"`{argument}`: {str(path)!r} is not a readable, {how}PyTorch file ({error}); re-save it with "
+            "`torch.save` (zip format)."
+        ) from None
 
 
 def _strip_wrappers(key: str) -> str:
@@ -326,7 +335,7 @@ def create_clip(
 
 
 class _Tower(nn.Module):
-    def __init__(self, model: nn.Module, normalize: bool = False) -> None:
+    def __init__(self, model: nn.Module, normalize: bool = False, owns_model: bool = True) -> None:
         super().__init__()
         method = self._method
         if not callable(getattr(model, method, None)):
@@ -334,7 +343,10 @@ class _Tower(nn.Module):
                 f"{type(self).__name__}: `model` must be an open_clip model with `{method}`, got "
                 f"{type(model).__name__}; create one with `create_clip`."
             )
-        self.model = model
+        if owns_model:
+            self.model = model
+        else:  # a plain reference: the model is registered elsewhere (no duplicate state_dict keys)
+            object.__setattr__(self, "model", model)
         self.normalize = bool(normalize)
 
     _method = ""
@@ -357,6 +369,8 @@ class ImageTower(_Tower):
     Args:
         model: an open_clip model (``CLIP`` / ``CustomTextCLIP``).
         normalize: L2-normalise the embeddings.
+        owns_model: register ``model`` as a submodule (default). ``False`` keeps a plain reference, for a
+            module that registers the model itself (e.g. :class:`~lightning_spectral.clip.CLIPFineTune`).
 
     Example:
         >>> import torch
@@ -377,6 +391,7 @@ class TextTower(_Tower):
     Args:
         model: an open_clip model.
         normalize: L2-normalise the embeddings.
+        owns_model: register ``model`` as a submodule (see :class:`ImageTower`).
 
     Example:
         >>> tiny = dict(embed_dim=16, vision_cfg=dict(image_size=32, layers=1, width=32, head_width=16, patch_size=16),
@@ -564,6 +579,85 @@ def _listed_keys(text: str, marker: str) -> list[str]:
     """The quoted keys PyTorch lists after ``marker`` ("Missing key(s)", ...) in a ``load_state_dict`` error."""
     match = re.search(re.escape(marker) + r" in state_dict: (.*?)\.\s*(?:\n|$)", text, flags=re.S)
     return re.findall(r'"([^"]+)"', match.group(1)) if match else []
+
+
+class TimmReference(nn.Module):
+    """A frozen timm encoder as a module with plain arguments: what a LightningCLI config names by ``class_path``.
+
+    ``forward(x) = create_timm_encoder(...).model(x)``, (N, d): e.g. DINOv2 ViT-B/14, the SPEC paper's reference,
+    fed the CLIP-normalised batches of a recipe through ``input_mean`` / ``input_std``. Its parameters stay frozen
+    (``requires_grad=False``) and callbacks run it in eval mode.
+
+    Args:
+        name: a timm architecture, e.g. ``"vit_base_patch14_dinov2"``.
+        weights: a local weights file (see :func:`create_timm_encoder`); ``None`` = random init, with a warning.
+        input_mean, input_std, input_size: the normalisation (and size) of the tensors it is fed.
+        model_kwargs: passed to ``timm.create_model`` (e.g. ``{"img_size": 224}``).
+
+    Example:
+        >>> import torch, warnings
+        >>> with warnings.catch_warnings():
+        ...     warnings.simplefilter("ignore")
+        ...     ref = TimmReference("vit_small_patch14_dinov2",
+        ...                         model_kwargs=dict(img_size=28, depth=1, embed_dim=48, num_heads=2))
+        >>> ref(torch.rand(2, 3, 28, 28)).shape
+        torch.Size([2, 48])
+    """
+
+    def __init__(
+        self,
+        name: str,
+        weights: Optional[str] = None,
+        input_mean: Optional[Sequence[float]] = None,
+        input_std: Optional[Sequence[float]] = None,
+        input_size: Optional[int] = None,
+        model_kwargs: Optional[dict[str, Any]] = None,
+    ) -> None:
+        super().__init__()
+        self.encoder = create_timm_encoder(
+            name, weights, input_mean=input_mean, input_std=input_std, input_size=input_size, **(model_kwargs or {})
+        ).model
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.encoder(x)
+
+
+class PixelEncoder(nn.Module):
+    """A frozen, weight-free image encoder: grey images average-pooled to ``size x size``, centred per image.
+
+    ``forward(x)[i] = g_i - mean(g_i)`` with ``g_i = avg_pool(mean over channels of x_i)``, (N, size^2). It is
+    the offline reference of the tiny recipe: scikit-learn's digits are 8x8 grey images, so with ``size=8`` it
+    recovers their pixels (up to the affine normalisation of the rendered images), whose neighbourhoods
+    classify the digits well. Optionally followed by a fixed linear ``projection`` (``(size^2, k)`` with
+    ``offset`` (size^2,)), e.g. a discriminant projection fitted elsewhere.
+
+    Example:
+        >>> import torch
+        >>> z = PixelEncoder(size=4)(torch.rand(2, 3, 16, 16))
+        >>> z.shape, bool(z.sum(1).abs().max() < 1e-5)
+        (torch.Size([2, 16]), True)
+    """
+
+    def __init__(self, size: int = 8, projection: Optional[Tensor] = None, offset: Optional[Tensor] = None) -> None:
+        super().__init__()
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+            raise ValueError(f"PixelEncoder: `size` must be an integer >= 1, got {size!r}.")
+        self.size = size
+        if projection is not None and tuple(projection.shape[:1]) != (size * size,):
+            raise ValueError(
+                f"PixelEncoder: `projection` must have {size * size} rows (size^2), got shape {tuple(projection.shape)}."
+            )
+        self.register_buffer("projection", None if projection is None else projection.float().clone())
+        self.register_buffer("offset", None if offset is None else offset.float().reshape(1, -1).clone())
+
+    def forward(self, x: Tensor) -> Tensor:
+        if x.ndim != 4:
+            raise ValueError(f"PixelEncoder: expects images (N, C, H, W), got shape {tuple(x.shape)}.")
+        grey = F.adaptive_avg_pool2d(x.float().mean(1, keepdim=True), self.size).flatten(1)
+        z = grey - grey.mean(1, keepdim=True)
+        if self.projection is not None:
+            z = (z - (self.offset if self.offset is not None else 0.0)) @ self.projection
+        return z
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -1,0 +1,145 @@
+"""The parser, the flags every subcommand shares, and :func:`main`: JSON out, exit code 0; any error one line on
+stderr and exit code 2 (``--debug`` shows the traceback instead)."""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any, NoReturn, Optional
+
+PROG = "lightning-spectral"
+POSITIONALS = {"file", "a", "b", "train", "test", "command"}
+
+
+class Parser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose errors are one line (no usage block): ``prog: error: message``."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+
+
+def common_flags() -> argparse.ArgumentParser:
+    """The flags of every subcommand: output, pictures, streaming, device."""
+    common = Parser(add_help=False)
+    group = common.add_argument_group("output and running")
+    group.add_argument("--output", metavar="FILE.json", help="write the JSON here instead of stdout")
+    group.add_argument("--plot-dir", metavar="DIR", help="save pictures (spectrum plot; galleries with --images) here")
+    group.add_argument(
+        "--images", metavar="LIST.txt", help="text file, one image path per line (line i = sample i): mode galleries "
+        "in --plot-dir; relative paths are relative to the list's folder",
+    )
+    group.add_argument("--thumb-size", type=int, default=96, help="gallery tile size in pixels (default: %(default)s)")
+    group.add_argument(
+        "--batch-size", type=int, default=4096, help="rows read per chunk; memory is one chunk (default: %(default)s)"
+    )
+    group.add_argument(
+        "--device", choices=("cpu", "cuda"), default="cpu",
+        help="where features are computed; cuda uses NCCL under torchrun (default: %(default)s)",
+    )
+    group.add_argument("--no-progress", action="store_true", help="no progress bars (they go to stderr, rank 0)")
+    group.add_argument("--debug", action="store_true", help="on error, show the Python traceback")
+    return common
+
+
+def build_parser() -> Parser:
+    """The ``lightning-spectral`` parser with its three subcommands."""
+    from lightning_spectral.cli import compare, evaluate, ood
+
+    parser = Parser(
+        prog=PROG,
+        description="Kernel spectral methods on embedding files (.npy / .pt / .safetensors, streamed): diversity, "
+        "novelty and two-sample tests (evaluate), embedding comparison (compare), out-of-distribution scores (ood). "
+        "JSON on stdout. Runs under torchrun (evaluate, compare and ood shard the rows over the ranks).",
+    )
+    from lightning_spectral import __version__
+
+    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    common = common_flags()
+    for module in (evaluate, compare, ood):
+        module.add_parser(subparsers, common)
+    return parser
+
+
+def arguments(args: argparse.Namespace) -> dict[str, Any]:
+    """The arguments used (defaults included), for the JSON output."""
+    return {key: value for key, value in vars(args).items() if key not in ("handler", "command")}
+
+
+def _flag_names(message: str, args: argparse.Namespace) -> str:
+    """Name the command-line flag where a library message names the Python argument: `sigma` -> `--sigma`."""
+    flags = {key for key, value in vars(args).items() if not callable(value)} - POSITIONALS
+    return re.sub(r"`(\w+)`", lambda m: f"`--{m[1].replace('_', '-')}`" if m[1] in flags else m[0], message)
+
+
+def one_line(error: BaseException) -> str:
+    """The error as one line, its type named unless it is a plain user error.
+
+    Example:
+        >>> one_line(ValueError("bad\\n  value"))
+        'bad value'
+        >>> one_line(ZeroDivisionError("division by zero"))
+        'ZeroDivisionError: division by zero'
+    """
+    text = error.args[0] if isinstance(error, KeyError) and error.args else str(error)
+    text = " ".join(str(text).split()) or type(error).__name__
+    plain = isinstance(error, (ValueError, TypeError, OSError, KeyError, RuntimeError))
+    return text if plain else f"{type(error).__name__}: {text}"
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Run the command line; returns the exit code (0, or 2 on any error).
+
+    Args:
+        argv: the arguments after the program name (default ``sys.argv[1:]``).
+
+    Example:
+        >>> import tempfile, numpy as np
+        >>> path = tempfile.mkdtemp() + "/emb.npy"
+        >>> np.save(path, np.random.default_rng(0).normal(size=(200, 8)).astype("float32"))
+        >>> main(["evaluate", path, "--sigma", "4", "--n-frequencies", "64", "--output", path + ".json"])
+        0
+        >>> main(["evaluate", path, "--sigma", "-1"])
+        2
+    """
+    from lightning_spectral.cli.runtime import FailedElsewhere, Session, write_json
+
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exit_:  # --help, --version, or a usage error already printed on one line
+        return int(exit_.code or 0)
+    session = None
+    try:
+        if args.images is not None and args.plot_dir is None:
+            raise ValueError("`--images` needs `--plot-dir` (the folder the galleries are written to).")
+        if args.thumb_size < 1:
+            raise ValueError(f"`--thumb-size` must be an integer >= 1, got {args.thumb_size}.")
+        started = time.perf_counter()
+        session = Session(args.device, progress=not args.no_progress)
+        result = args.handler(args, session)
+        if session.is_main:
+            payload = {"command": args.command, "arguments": arguments(args), "world_size": session.world_size}
+            payload.update(result)
+            payload["seconds"] = round(time.perf_counter() - started, 3)
+            write_json(payload, args.output)
+        return 0
+    except FailedElsewhere as error:
+        if session is None or session.is_main:
+            print(f"{PROG} {args.command}: error: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"{PROG} {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as error:  # noqa: BLE001 - every error is reported on one line
+        if args.debug:
+            raise
+        where = f" [rank {session.rank}]" if session is not None and session.distributed else ""
+        print(f"{PROG} {args.command}{where}: error: {_flag_names(one_line(error), args)}", file=sys.stderr)
+        return 2
+    finally:
+        if session is not None:
+            session.close()

@@ -1,0 +1,201 @@
+"""``lightning-spectral evaluate FILE --sigma S [--reference REF]``: Vendi / RKE diversity (FKEA) of FILE and, with
+a reference, FINC novelty and the FastMMD two-sample test; streams both files and runs under ``torchrun``."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any, Union
+
+from lightning_spectral.cli.pictures import as_lists
+from lightning_spectral.cli.reader import EmbeddingFile, shard_rows
+from lightning_spectral.cli.runtime import Session, UsageError, positive_ints, same_width
+
+#: Defaults of the flags, equal to the metrics' own defaults (a test keeps them in sync).
+DEFAULTS = {"n_frequencies": 2048, "rho": 1.0, "significance": 2.0, "min_eigenvalue": 1e-3, "mmd_alpha": 0.05}
+
+
+def add_parser(subparsers: Any, common: argparse.ArgumentParser) -> None:
+    parser = subparsers.add_parser(
+        "evaluate",
+        parents=[common],
+        help="Vendi / RKE diversity of an embedding file; with --reference also FINC novelty and FastMMD.",
+        description="Diversity (FKEA Vendi of each order in --alpha; order 2 is RKE) of the embeddings in FILE, "
+        "and with --reference REF the FINC novelty of FILE against REF and the FastMMD test of FILE vs REF. "
+        "All metrics share one random-Fourier-feature map (--sigma, --n-frequencies, --seed).",
+    )
+    parser.add_argument("file", metavar="FILE", help="embeddings (N, d): .npy, .pt or .safetensors")
+    parser.add_argument("--sigma", type=float, required=True, help="Gaussian bandwidth, in embedding units (> 0)")
+    parser.add_argument("--reference", metavar="REF", help="reference embeddings (M, d): enables FINC and FastMMD")
+    parser.add_argument(
+        "--n-frequencies", type=int, default=DEFAULTS["n_frequencies"], help="r; features 2r (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--alpha", nargs="+", default=["1", "2"], metavar="ORDER",
+        help="Vendi orders in (0, inf]; 1 = Vendi (Shannon), 2 = RKE, inf (default: 1 2)",
+    )
+    parser.add_argument("--seed", type=int, default=0, help="frequency seed (default: %(default)s)")
+    parser.add_argument(
+        "--rho", type=float, default=DEFAULTS["rho"], help="FINC: novelty means more than rho times as often "
+        "as in the reference (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--significance", type=float, default=DEFAULTS["significance"],
+        help="FINC: eigenvalues must exceed this multiple of the noise floor (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--min-eigenvalue", type=float, default=DEFAULTS["min_eigenvalue"],
+        help="FINC: absolute minimum of a significant eigenvalue (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--mmd-alpha", type=float, default=DEFAULTS["mmd_alpha"], help="FastMMD: test level (default: %(default)s)"
+    )
+    parser.add_argument("--top-k", type=int, default=10, help="modes listed (and gallery rows) (default: %(default)s)")
+    parser.add_argument("--per-mode", type=int, default=8, help="samples per mode (default: %(default)s)")
+    parser.add_argument(
+        "--missing-modes", action="store_true",
+        help="FINC: also the modes FILE under-represents, C_REF - rho C_FILE (one more eigendecomposition)",
+    )
+    parser.add_argument(
+        "--mode-samples", action="store_true",
+        help="list the top --per-mode sample ids of each mode (a second pass over FILE; implied by --images)",
+    )
+    parser.set_defaults(handler=run)
+
+
+def parse_order(text: str) -> Union[int, float, str]:
+    """``"2"`` -> 2, ``"0.5"`` -> 0.5, ``"inf"`` stays a string (the library validates the value).
+
+    Example:
+        >>> [parse_order(t) for t in ("1", "0.5", "inf")]
+        [1, 0.5, 'inf']
+    """
+    for kind in (int, float):
+        try:
+            value = kind(text)
+        except ValueError:
+            continue
+        return "inf" if value == float("inf") else value
+    return text
+
+
+def run(args: argparse.Namespace, session: Session) -> dict[str, Any]:
+    from lightning_spectral.functional.fkea import vendi_from_spectrum
+    from lightning_spectral.linalg import psd_eigenvalues
+    from lightning_spectral.metrics import FastMMD, FINCNovelty, FKEAVendi
+
+    orders = [parse_order(text) for text in args.alpha]
+    device = session.device
+    with session.agreed():
+        files = [EmbeddingFile(args.file, "FILE")]
+        if args.reference is not None:
+            files.append(EmbeddingFile(args.reference, "--reference"))
+        same_width(files)
+        data, width = files[0], files[0].d
+        common = dict(n_frequencies=args.n_frequencies, seed=args.seed, in_features=width)
+        vendi = FKEAVendi(args.sigma, alpha=orders, **common).to(device)
+        finc = mmd = None
+        if args.reference is not None:
+            finc_options = dict(rho=args.rho, significance=args.significance, min_eigenvalue=args.min_eigenvalue)
+            finc = FINCNovelty(args.sigma, **finc_options, **common).to(device)
+            mmd = FastMMD(args.sigma, **common).to(device)
+        positive_ints(args, "top_k", "per_mode", "batch_size")
+        if not 0 < args.mmd_alpha < 1:
+            raise UsageError(f"`--mmd-alpha` must be a test level in (0, 1), got {args.mmd_alpha}.")
+        rows = shard_rows(data.n, session.rank, session.world_size)
+        for features, _ in data.chunks(args.batch_size, rows, session.progress, "evaluate FILE"):
+            features = features.to(device)
+            vendi.update(features)
+            if finc is not None and mmd is not None:
+                finc.update(features, real=False)
+                mmd.update(features, real=False)
+        if finc is not None and mmd is not None:
+            reference = files[1]
+            rows = shard_rows(reference.n, session.rank, session.world_size)
+            for features, _ in reference.chunks(args.batch_size, rows, session.progress, "evaluate REF"):
+                features = features.to(device)
+                finc.update(features, real=True)
+                mmd.update(features, real=True)
+
+    # collectives from here on: every rank computes the same synced values
+    with vendi.synced():  # one eigvalsh gives every order and the top eigenvalues (no eigenvectors needed)
+        spectrum = psd_eigenvalues(vendi.cov_sum / vendi.n_samples)
+    scores = vendi_from_spectrum(spectrum, orders)
+    scores = scores if isinstance(scores, dict) else {orders[0]: scores}
+    result: dict[str, Any] = {
+        "inputs": {"file": data.describe(), **({"reference": files[1].describe()} if len(files) > 1 else {})},
+        "vendi": {label: float(scores[order]) for label, order in zip(args.alpha, orders, strict=True)},
+        "modes": {"eigenvalues": spectrum[: args.top_k]},
+    }
+    rows = shard_rows(data.n, session.rank, session.world_size)
+
+    def batches():  # a second pass over this rank's rows of FILE, for top_samples
+        for features, ids in data.chunks(args.batch_size, rows, session.progress, "modes FILE"):
+            yield features.to(device), ids
+
+    wants_samples = args.images is not None or args.mode_samples
+    samples = vendi.top_samples(batches(), k=args.top_k, per_mode=args.per_mode) if wants_samples else None
+    if samples is not None:
+        result["modes"]["top_samples"] = as_lists(samples, spectrum)
+    novel_samples = novel_spectrum = None
+    if finc is not None and mmd is not None:
+        result["finc"], novel_samples, novel_spectrum = _finc(finc, args, batches if wants_samples else None)
+        result["mmd"] = _mmd(mmd, args.mmd_alpha)
+    if session.is_main and args.plot_dir is not None:
+        novel = None if novel_spectrum is None else (novel_spectrum, result["finc"]["threshold"])
+        result["pictures"] = _pictures(args, spectrum, novel, samples, novel_samples)
+    return result
+
+
+def _finc(finc: Any, args: argparse.Namespace, batches: Any) -> tuple[dict[str, Any], Any, Any]:
+    """FINC results; the calls are ordered so that each side's eigendecomposition is computed once (cached)."""
+    novelty, threshold = float(finc.compute()), finc.threshold()
+    novel = finc.novel_modes(max(args.top_k, 50))  # 50 for the plot
+    samples = None if batches is None else finc.top_samples(batches(), k=args.top_k, per_mode=args.per_mode)
+    result = {
+        "novelty": novelty,
+        "threshold": threshold,
+        "n_significant": int(novel.significant.sum()),
+        "novel_eigenvalues": novel.eigenvalues[: args.top_k],
+        "significant": novel.significant[: args.top_k],
+    }
+    if args.missing_modes:  # C_REF - rho C_FILE: one more eigendecomposition
+        missing = finc.missing_modes(args.top_k)
+        result["missing"] = {
+            "threshold": finc.threshold(missing=True),
+            "n_significant": int(missing.significant.sum()),
+            "eigenvalues": missing.eigenvalues,
+            "significant": missing.significant,
+        }
+    if samples is not None:
+        result["top_samples"] = as_lists(samples, novel.eigenvalues)
+    return result, samples, novel.eigenvalues
+
+
+def _mmd(mmd: Any, level: float) -> dict[str, Any]:
+    test = mmd.test(alpha=level)
+    return {
+        "mmd2": float(mmd.compute()),
+        "mmd2_biased": float(test.statistic),
+        "p_value": float(test.p_value),
+        "reject": bool(test.reject),
+        "alpha": level,
+    }
+
+
+def _pictures(args: argparse.Namespace, spectrum: Any, novel: Any, samples: Any, novel_samples: Any) -> dict[str, str]:
+    from lightning_spectral.cli.pictures import save_gallery, save_spectrum
+
+    plot_dir, pictures = Path(args.plot_dir), {}
+    pictures["spectrum"] = save_spectrum(plot_dir, "evaluate_spectrum", spectrum, "FKEA eigen-spectrum of FILE")
+    if novel is not None:
+        title = f"FINC: C_FILE - {args.rho:g} C_REF"
+        pictures["novel_spectrum"] = save_spectrum(plot_dir, "evaluate_novel_spectrum", novel[0], title, novel[1])
+    if args.images is not None:
+        images = Path(args.images)
+        pictures["modes"] = save_gallery(plot_dir, "evaluate_modes", samples, images, args.thumb_size)
+        if novel_samples is not None:
+            pictures["novel_modes"] = save_gallery(
+                plot_dir, "evaluate_novel_modes", novel_samples, images, args.thumb_size
+            )
+    return pictures

@@ -1,0 +1,401 @@
+"""The `lightning-spectral` command line against the library's Python API on the same data, errors, torchrun."""
+
+import inspect
+import json
+import math
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from lightning_spectral.cli import main
+from lightning_spectral.cli import compare as compare_command
+from lightning_spectral.cli import evaluate as evaluate_command
+from lightning_spectral.cli import ood as ood_command
+from lightning_spectral.encoders import save_features
+from lightning_spectral.functional import spec, spec_diff_exact
+from lightning_spectral.metrics import FastMMD, FINCNovelty, FKEAVendi, SPECDivergence
+from lightning_spectral.ood import KernelPCAOOD, detection_metrics, threshold_at_tpr
+
+SUFFIXES = (".npy", ".pt", ".safetensors")
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Small eigendecompositions run 100x slower with 2 OpenMP threads on a 2-core machine that is busy."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def subprocess_env():
+    return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+
+
+def blobs(n, d=16, k=4, spread=6.0, noise=0.3, seed=0, extra=0, dtype=np.float32):
+    """n samples of k Gaussian modes in R^d (centres fixed by d and k), plus ``extra`` modes from centre seed 99."""
+    centres = np.random.default_rng(1000 + d).normal(size=(k, d)) * spread
+    if extra:
+        centres = np.concatenate([centres, np.random.default_rng(99).normal(size=(extra, d)) * spread])
+    rng = np.random.default_rng(seed)
+    labels = rng.integers(len(centres), size=n)
+    return (centres[labels] + noise * rng.normal(size=(n, d))).astype(dtype)
+
+
+def write(path, array, index=None):
+    save_features(path, torch.from_numpy(np.ascontiguousarray(array)), index=index)
+    return str(path)
+
+
+def cli(capsys, *argv):
+    """Run ``main`` in this process; returns (exit code, parsed JSON or None, stderr)."""
+    code = main([str(arg) for arg in argv])
+    out, err = capsys.readouterr()
+    return code, (json.loads(out) if code == 0 else None), err
+
+
+def close(a, b, rtol=1e-6):
+    return math.isclose(float(a), float(b), rel_tol=rtol, abs_tol=1e-12)
+
+
+def test_flag_defaults_are_the_library_defaults():
+    def default(fn, name):
+        return inspect.signature(fn).parameters[name].default
+
+    assert evaluate_command.DEFAULTS == {
+        "n_frequencies": default(FKEAVendi, "n_frequencies"),
+        "rho": default(FINCNovelty, "rho"),
+        "significance": default(FINCNovelty, "significance"),
+        "min_eigenvalue": default(FINCNovelty, "min_eigenvalue"),
+        "mmd_alpha": default(FastMMD.test, "alpha"),
+    }
+    assert default(FKEAVendi, "n_frequencies") == default(FINCNovelty, "n_frequencies")
+    assert compare_command.DEFAULTS == {
+        "n_frequencies": default(SPECDivergence, "n_frequencies"),
+        "top_k": default(spec, "k"),
+        "per_cluster": default(spec, "per_cluster"),
+    }
+    assert ood_command.DEFAULTS == {name: default(KernelPCAOOD, name) for name in ood_command.DEFAULTS}
+
+
+@pytest.mark.parametrize("suffix", SUFFIXES)
+def test_evaluate_equals_the_metrics_on_the_whole_array(tmp_path, capsys, suffix):
+    x = blobs(900, seed=1)
+    y = blobs(700, seed=2, extra=1)  # the reference holds a fifth mode that FILE misses
+    file, ref = write(tmp_path / f"x{suffix}", x), write(tmp_path / f"y{suffix}", y)
+    sigma, r = 6.0, 128
+    code, out, err = cli(
+        capsys, "evaluate", file, "--sigma", sigma, "--reference", ref, "--n-frequencies", r, "--seed", 3,
+        "--alpha", "1", "2", "inf", "--batch-size", 100, "--top-k", 3, "--missing-modes",
+    )
+    assert code == 0, err
+    assert out["inputs"]["file"]["n"] == 900 and out["inputs"]["file"]["d"] == 16
+    assert out["inputs"]["reference"]["n"] == 700 and out["arguments"]["sigma"] == sigma
+
+    gen, real = torch.from_numpy(x), torch.from_numpy(y)
+    vendi = FKEAVendi(sigma, r, alpha=[1, 2, "inf"], seed=3)
+    vendi.update(gen)
+    expected = vendi.compute()
+    for label, order in (("1", 1), ("2", 2), ("inf", "inf")):
+        assert close(out["vendi"][label], expected[order]), (label, out["vendi"][label], expected[order])
+    assert 3.8 < out["vendi"]["2"] < 4.6  # four tight modes, far apart: RKE counts them
+    modes = vendi.modes(3).eigenvalues
+    assert all(close(a, b) for a, b in zip(out["modes"]["eigenvalues"], modes.tolist(), strict=True))
+
+    finc = FINCNovelty(sigma, r, seed=3)
+    finc.update(real, real=True)
+    finc.update(gen, real=False)
+    assert close(out["finc"]["novelty"], finc.compute()) and close(out["finc"]["threshold"], finc.threshold())
+    novel, missing = finc.novel_modes(3), finc.missing_modes(3)
+    assert np.allclose(out["finc"]["novel_eigenvalues"], novel.eigenvalues.numpy(), rtol=1e-6)
+    assert np.allclose(out["finc"]["missing"]["eigenvalues"], missing.eigenvalues.numpy(), rtol=1e-6)
+    assert out["finc"]["novelty"] == 0.0 and out["finc"]["missing"]["n_significant"] == 1  # the fifth mode
+
+    mmd = FastMMD(sigma, r, seed=3)
+    mmd.update(real, real=True)
+    mmd.update(gen, real=False)
+    test = mmd.test(alpha=0.05)
+    assert close(out["mmd"]["mmd2"], mmd.compute()) and close(out["mmd"]["mmd2_biased"], test.statistic)
+    assert close(out["mmd"]["p_value"], test.p_value, rtol=1e-5) and out["mmd"]["reject"] is True
+    assert out["mmd"]["p_value"] < 1e-6
+
+
+def test_evaluate_one_distribution_against_itself(tmp_path, capsys):
+    file, ref = write(tmp_path / "x.npy", blobs(800, seed=5)), write(tmp_path / "y.pt", blobs(800, seed=6))
+    code, out, err = cli(capsys, "evaluate", file, "--sigma", 6, "--reference", ref, "--n-frequencies", 128)
+    assert code == 0, err
+    assert out["finc"]["novelty"] == 0.0 and out["finc"]["n_significant"] == 0
+    assert out["mmd"]["p_value"] > 0.05 and out["mmd"]["reject"] is False
+    assert set(out["vendi"]) == {"1", "2"}  # the default orders: Vendi and RKE
+
+
+def two_views(n=400, seed=0):
+    """Embedding A: 4 modes; embedding B of the same samples: modes 0 and 1 merged, B stretched x3."""
+    rng = np.random.default_rng(seed)
+    centres = np.random.default_rng(7).normal(size=(4, 12)) * 6
+    labels = rng.integers(4, size=n)
+    a = centres[labels] + rng.normal(size=(n, 12))
+    merged = centres.copy()
+    merged[1] = merged[0]
+    b = 3 * (merged[labels] + rng.normal(size=(n, 12)))[:, :10]
+    return a, b
+
+
+def test_compare_equals_functional_spec(tmp_path, capsys):
+    a, b = two_views()
+    file_a, file_b = write(tmp_path / "a.pt", a), write(tmp_path / "b.safetensors", b)
+    options = dict(kernel="gaussian", sigma_a=6.0, sigma_b=18.0, n_frequencies=64, seed=1, k=2, per_cluster=5)
+    flags = ["--sigma-a", 6, "--sigma-b", 18, "--n-frequencies", 64, "--seed", 1, "--top-k", 2, "--per-cluster", 5]
+    emb_a, emb_b = torch.from_numpy(a), torch.from_numpy(b)
+    for method in ("covariance", "exact"):
+        code, out, err = cli(capsys, "compare", file_a, file_b, *flags, "--method", method, "--batch-size", 64)
+        assert code == 0, err
+        assert out["inputs"]["a"]["d"] == 12 and out["inputs"]["b"]["d"] == 10 and out["inputs"]["b"]["n"] == 400
+        expected = spec(emb_a, emb_b, method=method, **options)
+        assert close(out["spec_diff"], expected.spec_diff), method
+        values = expected.eigenvalues
+        assert np.allclose(out["eigenvalues"]["positive"], values[values > 0][:2].numpy(), rtol=1e-6)
+        assert np.allclose(out["eigenvalues"]["negative"], values[values < 0].flip(0)[:2].numpy(), rtol=1e-6)
+        for side, clusters in (("clusters_a", expected.clusters_a), ("clusters_b", expected.clusters_b)):
+            assert [c["ids"] for c in out[side]] == clusters.members.tolist(), (method, side)
+            assert np.allclose([c["eigenvalue"] for c in out[side]], clusters.eigenvalues.numpy(), rtol=1e-6)
+    # the exact route is the oracle; A groups modes 0 and 1 apart where B merges them: a positive cluster
+    assert close(out["spec_diff"], spec_diff_exact(emb_a, emb_b, "gaussian", 6.0, 18.0))
+    members = set(out["clusters_a"][0]["ids"])
+    labels = np.argmin(((a[:, None, :] - np.random.default_rng(7).normal(size=(4, 12)) * 6) ** 2).sum(-1), 1)
+    assert set(labels[sorted(members)]) <= {0, 1}
+
+    code, out, err = cli(capsys, "compare", file_a, file_b, "--kernel", "cosine", "--top-k", 2)
+    assert code == 0, err
+    assert close(out["spec_diff"], spec(emb_a, emb_b, "cosine", method="covariance").spec_diff)
+
+
+def circle(n, offset=0.0, seed=0, dim=16):
+    """Points near 6 angles of a great circle of R^dim (random radius); ``offset`` shifts them between clusters."""
+    rng = np.random.default_rng(seed)
+    basis = np.linalg.qr(np.random.default_rng(11).normal(size=(dim, 2)))[0]
+    angles = rng.integers(6, size=n) * np.pi / 3 + offset + 0.12 * rng.normal(size=n)
+    radius = 0.5 + 2.5 * rng.random((n, 1))
+    return (radius * np.stack([np.cos(angles), np.sin(angles)], 1) @ basis.T).astype(np.float32)
+
+
+def test_ood_equals_kernel_pca_and_detection_metrics(tmp_path, capsys):
+    train, val, test, outside = circle(1500, seed=1), circle(400, seed=2), circle(500, seed=3), circle(
+        500, offset=np.pi / 8, seed=4
+    )
+    paths = [write(tmp_path / f"{name}{suffix}", array) for name, array, suffix in (
+        ("train", train, ".safetensors"), ("val", val, ".npy"), ("test", test, ".pt"), ("ood", outside, ".npy"))]
+    scores_out = tmp_path / "out" / "scores.npy"
+    code, out, err = cli(
+        capsys, "ood", paths[0], paths[2], "--calibrate", paths[1], "--ood", paths[3], "--tpr", 0.9,
+        "--sigma", 0.6, "--n-frequencies", 96, "--seed", 2, "--batch-size", 128, "--scores-out", scores_out,
+    )
+    assert code == 0, err
+    detector = KernelPCAOOD("corp", sigma=0.6, n_frequencies=96, seed=2).fit([torch.from_numpy(train)])
+    test_scores, ood_scores = detector.score(torch.from_numpy(test)), detector.score(torch.from_numpy(outside))
+    np.testing.assert_allclose(np.load(scores_out), test_scores.numpy(), rtol=1e-5)
+    np.testing.assert_allclose(np.load(tmp_path / "out" / "scores.ood.npy"), ood_scores.numpy(), rtol=1e-5)
+    assert out["model"]["n_components"] == detector.components.shape[1]
+    threshold = float(threshold_at_tpr(detector.score(torch.from_numpy(val)), 0.9))
+    assert close(out["threshold"], threshold, rtol=1e-5)
+    assert close(out["test"]["flagged_rate"], float((test_scores > threshold).double().mean()))
+    metrics = detection_metrics(test_scores, ood_scores, tpr=0.9)
+    assert close(out["ood"]["auroc"], metrics["auroc"]) and close(out["ood"]["fpr"], metrics["fpr"])
+    assert 0.8 < out["ood"]["auroc"] < 1.0  # between the clusters: separable, not trivially
+    assert close(out["test"]["mean"], test_scores.mean(), rtol=1e-5)
+    top = test_scores.topk(16)
+    assert out["most_ood"]["ids"] == top.indices.tolist()
+
+
+def test_chunked_streaming_equals_one_shot(tmp_path, capsys):
+    x, y = blobs(700, seed=1, dtype=np.float64), blobs(500, seed=2, extra=1, dtype=np.float64)
+    file, ref = write(tmp_path / "x.npy", x), write(tmp_path / "y.safetensors", y)
+    a, b = two_views(300)
+    file_a, file_b = write(tmp_path / "a.npy", a), write(tmp_path / "b.pt", b)
+    commands = {
+        "evaluate": ["evaluate", file, "--sigma", 5, "--reference", ref, "--n-frequencies", 96, "--mode-samples"],
+        "compare": ["compare", file_a, file_b, "--sigma-a", 6, "--sigma-b", 18, "--n-frequencies", 48],
+        "ood": ["ood", file, file, "--ood", ref, "--n-frequencies", 64, "--sigma", 0.8],
+    }
+    for name, argv in commands.items():
+        runs = []
+        for batch_size in (37, 100000):
+            code, out, err = cli(capsys, *argv, "--batch-size", batch_size)
+            assert code == 0, err
+            runs.append({key: value for key, value in out.items() if key not in ("arguments", "seconds")})
+        np.testing.assert_allclose(_numbers(runs[0]), _numbers(runs[1]), rtol=1e-9, atol=1e-12, err_msg=name)
+
+
+def _numbers(value):
+    """Every number (booleans and ids included) in a JSON value, in order."""
+    if isinstance(value, dict):
+        return [n for key in sorted(value) for n in _numbers(value[key])]
+    if isinstance(value, list):
+        return [n for item in value for n in _numbers(item)]
+    if isinstance(value, (bool, int, float)):
+        return [float(value)]
+    return []
+
+
+def test_pictures_are_written(tmp_path, capsys):
+    folder = tmp_path / "images"
+    folder.mkdir()
+    rng = np.random.default_rng(0)
+    for i in range(10):  # different sizes: the galleries crop and resize
+        Image.fromarray((rng.random((20 + i, 30, 3)) * 255).astype(np.uint8)).save(folder / f"{i}.png")
+    listing = tmp_path / "images.txt"
+    listing.write_text("".join(f"images/{i % 10}.png\n" for i in range(300)))
+    file, ref = write(tmp_path / "x.npy", blobs(300, seed=1)), write(tmp_path / "y.npy", blobs(200, seed=2))
+    plots = tmp_path / "plots"
+    common = ["--plot-dir", plots, "--images", listing, "--thumb-size", 16]
+    code, out, err = cli(
+        capsys, "evaluate", file, "--sigma", 6, "--reference", ref, "--n-frequencies", 64, "--top-k", 2,
+        "--per-mode", 3, *common,
+    )
+    assert code == 0, err
+    assert set(out["pictures"]) == {"spectrum", "novel_spectrum", "modes", "novel_modes"}
+    with Image.open(out["pictures"]["modes"]) as gallery:  # 2 modes x 3 samples of 16 px, 2 px padding
+        assert gallery.size == (3 * 18 + 2, 2 * 18 + 2)
+    assert [len(mode["ids"]) for mode in out["modes"]["top_samples"]] == [3, 3]
+    a, b = two_views(300)
+    code, out, err = cli(capsys, "compare", write(tmp_path / "a.npy", a), write(tmp_path / "b.npy", b),
+                         "--kernel", "cosine", "--top-k", 2, "--per-cluster", 4, *common)
+    assert code == 0, err
+    assert set(out["pictures"]) == {"spectrum", "clusters_a", "clusters_b"}
+    code, out, err = cli(capsys, "ood", file, file, "--n-frequencies", 32, "--top-k", 5, *common)
+    assert code == 0, err
+    assert set(out["pictures"]) == {"spectrum", "most_ood"}
+    with Image.open(out["pictures"]["most_ood"]) as gallery:  # one row of the 5 highest scores
+        assert gallery.size == (5 * 18 + 2, 18 + 2)
+    for path in plots.iterdir():
+        with Image.open(path) as picture:
+            assert picture.format == "PNG" and min(picture.size) >= 20, path
+    assert len(list(plots.iterdir())) == 9
+
+
+class Evil:
+    """Unpickling it would create the file ``marker`` (``open(marker, "w")``)."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
+def bad_inputs(tmp_path):
+    good = write(tmp_path / "good.npy", blobs(100))
+    nan = blobs(100)
+    nan[[3, 17]] = np.nan
+    np.save(tmp_path / "nan.npy", nan)
+    np.save(tmp_path / "flat.npy", np.zeros(10, np.float32))
+    np.save(tmp_path / "ints.npy", np.zeros((10, 16), np.int64))
+    (tmp_path / "x.pkl").write_bytes(b"not read")
+    torch.save({"features": torch.zeros(4, 16), "payload": Evil(str(tmp_path / "UNPICKLED"))}, tmp_path / "evil.pt")
+    narrow = write(tmp_path / "narrow.safetensors", blobs(100, d=8))
+    shorter = write(tmp_path / "shorter.pt", blobs(60))
+    shuffled = write(tmp_path / "shuffled.npy", blobs(100), index=np.arange(100)[::-1].copy())
+    return {
+        "missing file": (["evaluate", tmp_path / "none.npy", "--sigma", 1], "no file at"),
+        "pkl suffix": (["evaluate", tmp_path / "x.pkl", "--sigma", 1], "suffix '.pkl'"),
+        "pickled object": (["evaluate", tmp_path / "evil.pt", "--sigma", 1], "refused to load"),
+        "nan rows": (["evaluate", tmp_path / "nan.npy", "--sigma", 1], "NaN or Inf in rows 3, 17"),
+        "1-d": (["evaluate", tmp_path / "flat.npy", "--sigma", 1], "2-D (N, d)"),
+        "integers": (["evaluate", tmp_path / "ints.npy", "--sigma", 1], "floating-point"),
+        "width mismatch": (["evaluate", good, "--sigma", 1, "--reference", narrow], "width mismatch"),
+        "ood width mismatch": (["ood", good, narrow], "width mismatch"),
+        "sigma": (["evaluate", good, "--sigma", -1], "`--sigma` must be a finite number > 0"),
+        "unknown flag": (["evaluate", good, "--sigma", 1, "--bogus"], "unrecognized arguments: --bogus"),
+        "no sigma": (["evaluate", good], "required: --sigma"),
+        "alpha": (["evaluate", good, "--sigma", 1, "--alpha", "0"], "`--alpha` must be in (0, inf]"),
+        "top-k": (["evaluate", good, "--sigma", 1, "--top-k", 0], "`--top-k` must be an integer >= 1"),
+        "images without plot dir": (["evaluate", good, "--sigma", 1, "--images", "l.txt"], "needs `--plot-dir`"),
+        "rows differ": (["compare", good, shorter, "--kernel", "cosine"], "SAME samples"),
+        "nan rows in B": (["compare", good, tmp_path / "nan.npy", "--kernel", "cosine"], "`B` ("),
+        "orders differ": (["compare", good, shuffled, "--kernel", "cosine"], "different orders"),
+        "no bandwidths": (["compare", good, good], "needs `--sigma-a` and `--sigma-b`"),
+        "tpr": (["ood", good, good, "--tpr", 1.5], "`--tpr` must be in (0, 1]"),
+    }
+
+
+def test_bad_input_is_one_line_and_exit_code_2(tmp_path, capsys):
+    for case, (argv, expected) in bad_inputs(tmp_path).items():
+        code = main([str(arg) for arg in argv])
+        out, err = capsys.readouterr()
+        assert code == 2, (case, err)
+        assert out == "" and err.endswith("\n") and err.count("\n") == 1, (case, err)
+        assert "Traceback" not in err and expected in err, (case, err)
+        assert err.startswith("lightning-spectral"), (case, err)
+    assert not (tmp_path / "UNPICKLED").exists()  # the pickled object was refused, never run
+
+
+def script():
+    path = shutil.which("lightning-spectral", path=str(Path(sys.executable).parent))
+    assert path is not None, "the console script is not installed: pip install -e ."
+    return path
+
+
+def test_console_script_with_default_flags(tmp_path):
+    x = blobs(300, seed=4)
+    file = write(tmp_path / "x.safetensors", x)
+    run = subprocess.run([script(), "evaluate", file, "--sigma", "6"], capture_output=True, text=True,
+                         env=subprocess_env(), timeout=240)
+    assert run.returncode == 0, run.stderr
+    out = json.loads(run.stdout)
+    assert out["arguments"]["n_frequencies"] == 2048 and out["arguments"]["alpha"] == ["1", "2"]
+    vendi = FKEAVendi(6.0, alpha=[1, 2])  # everything else at the class defaults
+    vendi.update(torch.from_numpy(x))
+    expected = vendi.compute()
+    assert close(out["vendi"]["1"], expected[1]) and close(out["vendi"]["2"], expected[2])
+    assert out["inputs"]["file"] == {"path": file, "n": 300, "d": 16, "dtype": "float32", "indexed": False}
+
+
+def test_module_entry_point_and_console_errors(tmp_path):
+    good = write(tmp_path / "good.npy", blobs(50))
+    run = subprocess.run([sys.executable, "-m", "lightning_spectral.cli", "evaluate", good, "--sigma", "1", "--nope"],
+                         capture_output=True, text=True, env=subprocess_env(), timeout=120)
+    assert run.returncode == 2 and run.stdout == ""
+    assert run.stderr.count("\n") == 1 and "unrecognized arguments: --nope" in run.stderr, run.stderr
+    torch.save({"features": torch.zeros(4, 16), "payload": Evil(str(tmp_path / "UNPICKLED"))}, tmp_path / "evil.pt")
+    run = subprocess.run([script(), "evaluate", str(tmp_path / "evil.pt"), "--sigma", "1"], capture_output=True,
+                         text=True, env=subprocess_env(), timeout=120)
+    assert run.returncode == 2 and "Traceback" not in run.stderr and "refused to load" in run.stderr, run.stderr
+    assert run.stderr.count("\n") == 1 and not (tmp_path / "UNPICKLED").exists()
+
+
+def free_port():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_torchrun_two_processes_equal_one_process(tmp_path, capsys):
+    file = write(tmp_path / "x.npy", blobs(1003, seed=1))  # shards of 500 and 503 rows (boundaries are even)
+    ref = write(tmp_path / "y.safetensors", blobs(803, seed=2, extra=1))  # 401 would be odd: 400 and 403
+    argv = ["evaluate", file, "--sigma", "6", "--reference", ref, "--n-frequencies", "128", "--batch-size", "128",
+            "--top-k", "3", "--per-mode", "4", "--mode-samples", "--no-progress"]
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
+                str(free_port()), "-m", "lightning_spectral.cli"]
+    run = subprocess.run(launcher + argv, capture_output=True, text=True, env=subprocess_env(), timeout=240)
+    assert run.returncode == 0, run.stderr
+    ddp = json.loads(run.stdout)  # one JSON document: only rank 0 wrote
+    code, single, err = cli(capsys, *argv)
+    assert code == 0, err
+    assert ddp["world_size"] == 2 and single["world_size"] == 1
+    for section, key in [("vendi", "1"), ("vendi", "2"), ("finc", "novelty"), ("finc", "threshold"),
+                         ("mmd", "mmd2"), ("mmd", "mmd2_biased"), ("mmd", "p_value")]:
+        assert close(ddp[section][key], single[section][key]), (section, key, ddp[section][key], single[section][key])
+    np.testing.assert_allclose(ddp["modes"]["eigenvalues"], single["modes"]["eigenvalues"], rtol=1e-6)
+    np.testing.assert_allclose(ddp["finc"]["novel_eigenvalues"], single["finc"]["novel_eigenvalues"], rtol=1e-6)
+    for section in ("modes", "finc"):
+        assert [m["ids"] for m in ddp[section]["top_samples"]] == [m["ids"] for m in single[section]["top_samples"]]
+    assert single["mmd"]["reject"] and ddp["mmd"]["reject"]
