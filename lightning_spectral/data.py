@@ -6,7 +6,7 @@ position in the whole source (all digits / all CSV rows / all image files), the 
 precomputed reference features (:class:`~lightning_spectral.encoders.PrecomputedFeatures`) of the whole
 source are looked up by it; ``"label"`` is the class (-1 when unknown).
 
-Datamodules share: ``train_dataloader`` (shuffled with a seeded generator), ``val_dataloader`` (also the
+Datamodules share: ``train_dataloader`` (shuffled from ``seed + epoch``), ``val_dataloader`` (also the
 out-of-distribution loader when ``ood_in_val=True``, as ``KPCAOODMonitor(ood_val_dataloader_idx=1)`` expects),
 ``ood_dataloader()``, ``train_dataloader_for_eval()`` (train split, fixed order, evaluation transform) and
 ``val_dataloader_for_eval()``; ``class_names`` and ``prompts`` (one caption per class, position = label) for
@@ -26,7 +26,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, Sampler
 
 # open_clip.constants.OPENAI_DATASET_MEAN / _STD, copied so that importing this module does not import open_clip
 OPENAI_DATASET_MEAN = (0.48145466, 0.4578275, 0.40821073)
@@ -184,6 +184,31 @@ def default_transform(
     return transforms.Compose(steps)
 
 
+class EpochShuffle(Sampler[int]):
+    """A random permutation of ``range(n)`` drawn from ``seed + epoch``: Lightning calls :meth:`set_epoch` at
+    every training epoch, so a run resumed from a checkpoint sees the same batches as an uninterrupted one.
+
+    Example:
+        >>> sampler = EpochShuffle(5, seed=0)
+        >>> first = list(sampler); sampler.set_epoch(1); second = list(sampler); sampler.set_epoch(0)
+        >>> sorted(first) == list(range(5)), first == list(sampler), first != second
+        (True, True, True)
+    """
+
+    def __init__(self, n: int, seed: int) -> None:
+        self.n, self.seed, self.epoch = n, seed, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __iter__(self):
+        generator = torch.Generator().manual_seed(self.seed + self.epoch)
+        return iter(torch.randperm(self.n, generator=generator).tolist())
+
+    def __len__(self) -> int:
+        return self.n
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # shared datamodule machinery
 # ----------------------------------------------------------------------------------------------------------------
@@ -275,6 +300,7 @@ class _ImageTextDataModule(L.LightningDataModule):
             raise ValueError(f"`template` must be a string with one '{{}}' for the class name, got {template!r}.")
         self.template = template
         self.class_names: list[str] = []
+        self._sources: Sequence[Any] = ()  # every sample of the source, by dataset index (set by _build)
         self.train_set: Optional[ImageTextDataset] = None
         self.train_eval_set: Optional[ImageTextDataset] = None
         self.val_set: Optional[ImageTextDataset] = None
@@ -288,6 +314,18 @@ class _ImageTextDataModule(L.LightningDataModule):
     def _build(self) -> None:
         raise NotImplementedError
 
+    def _display_image(self, source: Any) -> Tensor:
+        raise NotImplementedError
+
+    def image_of(self, index: int) -> Tensor:
+        """The sample of dataset index ``index`` as a picture, (3, H, W) in [0, 1], for mode galleries
+        (e.g. ``EmbeddingMetrics(images="image_of")``)."""
+        self.setup()
+        sources = self._sources
+        if not 0 <= int(index) < len(sources):
+            raise IndexError(f"{type(self).__name__}: dataset index {index} is outside 0..{len(sources) - 1}.")
+        return self._display_image(sources[int(index)])
+
     def setup(self, stage: Optional[str] = None) -> None:
         """Build the splits once (idempotent: later calls keep them)."""
         if self.train_set is None:
@@ -298,18 +336,16 @@ class _ImageTextDataModule(L.LightningDataModule):
         dataset = getattr(self, f"{split}_set")
         if dataset is None:
             raise ValueError(f"{type(self).__name__}: the {split} split is empty; see its arguments.")
-        generator = torch.Generator().manual_seed(self.seed) if shuffle else None
         return DataLoader(
             dataset,
             batch_size=self.batch_size,
-            shuffle=shuffle,
-            generator=generator,
+            sampler=EpochShuffle(len(dataset), self.seed) if shuffle else None,
             num_workers=self.num_workers,
             persistent_workers=self.num_workers > 0,
         )
 
     def train_dataloader(self) -> DataLoader:
-        """The training split, reshuffled every epoch (seeded)."""
+        """The training split, reshuffled every epoch from ``seed + epoch`` (:class:`EpochShuffle`)."""
         return self._loader("train", shuffle=True)
 
     def val_dataloader(self) -> Union[DataLoader, list[DataLoader]]:
@@ -373,6 +409,8 @@ class DigitsImageText(_ImageTextDataModule):
         num_workers: DataLoader workers.
         ood_in_val: ``val_dataloader`` returns ``[val, ood]``.
         template: caption of class ``k``.
+        caption_noise: the fraction of training captions replaced (seeded) by the caption of a random
+            in-distribution digit, like weakly-matched web captions; labels and validation captions stay true.
 
     Example:
         >>> data = DigitsImageText(image_size=16, batch_size=8)
@@ -402,8 +440,10 @@ class DigitsImageText(_ImageTextDataModule):
         num_workers: int = 0,
         ood_in_val: bool = False,
         template: str = "a photo of the digit {}",
+        caption_noise: float = 0.0,
     ) -> None:
         super().__init__(batch_size, num_workers, seed, tokenizer, context_length, ood_in_val, template)
+        self.caption_noise = _check_fraction(caption_noise, "caption_noise")
         self.image_size = _check_int(image_size, "image_size", 1)
         held = tuple(held_out)
         digits_ok = all(isinstance(k, int) and not isinstance(k, bool) and 0 <= k <= 9 for k in held)
@@ -430,16 +470,35 @@ class DigitsImageText(_ImageTextDataModule):
         train_pos, val_pos = stratified_split([labels[i] for i in inside], self.val_fraction, self.seed)
         train_rows, val_rows = [inside[p] for p in train_pos], [inside[p] for p in val_pos]
         ood_rows = [i for i, k in enumerate(labels) if k in self.held_out]
+        self._sources = pixels
         render = RenderDigit(self.image_size, self.mean, self.std, self.transform)
         train_render = (
             render
             if self.train_transform is None
             else RenderDigit(self.image_size, self.mean, self.std, self.train_transform)
         )
-        self.train_set = self._dataset(train_rows, pixels, captions, labels, train_render)
+        train_captions = self._noisy_captions(captions, train_rows)
+        self.train_set = self._dataset(train_rows, pixels, train_captions, labels, train_render)
         self.train_eval_set = self._dataset(train_rows, pixels, captions, labels, render)
         self.val_set = self._dataset(val_rows, pixels, captions, labels, render)
         self.ood_set = self._dataset(ood_rows, pixels, captions, labels, render)
+
+
+    def _noisy_captions(self, captions: list[str], rows: Sequence[int]) -> list[str]:
+        """``captions`` with a seeded ``caption_noise`` fraction of ``rows`` naming a random in-distribution digit."""
+        if not self.caption_noise:
+            return captions
+        generator = torch.Generator().manual_seed(self.seed + 1)
+        noisy = list(captions)
+        flips = torch.rand(len(rows), generator=generator) < self.caption_noise
+        picks = torch.randint(len(self.in_distribution), (len(rows),), generator=generator)
+        for row, flip, pick in zip(rows, flips.tolist(), picks.tolist()):
+            if flip:
+                noisy[row] = self.template.format(self.in_distribution[pick])
+        return noisy
+
+    def _display_image(self, source: Any) -> Tensor:
+        return RenderDigit(self.image_size)(source)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -467,6 +526,9 @@ class _FileImageText(_ImageTextDataModule):
 
     def _loads(self) -> tuple[LoadImage, LoadImage]:
         return LoadImage(self.train_transform), LoadImage(self.transform)
+
+    def _display_image(self, source: Any) -> Tensor:
+        return LoadImage(default_transform(self.image_size, None, None))(source)
 
 
 def _read_csv(path: Path, sep: str, img_key: str, caption_key: str, label_key: Optional[str], root: Path):
@@ -598,6 +660,7 @@ class CsvImageText(_FileImageText):
     def _build(self) -> None:
         train_load, eval_load = self._loads()
         paths, captions, labels = self._read(self.csv_path)
+        self._sources = paths
         if self.val_csv is None:
             generator = torch.Generator().manual_seed(self.seed)
             order = torch.randperm(len(paths), generator=generator).tolist()
@@ -702,6 +765,7 @@ class ImageFolderText(_FileImageText):
         train_rows, val_rows = [inside[p] for p in train_pos], [inside[p] for p in val_pos]
         ood_rows = [i for i, k in enumerate(labels) if k in held]
         train_load, eval_load = self._loads()
+        self._sources = paths
         self.train_set = self._dataset(train_rows, paths, captions, labels, train_load)
         self.train_eval_set = self._dataset(train_rows, paths, captions, labels, eval_load)
         self.val_set = self._dataset(val_rows, paths, captions, labels, eval_load)

@@ -82,11 +82,17 @@ def test_digits_split_is_deterministic_stratified_and_holds_classes_out():
     total = Counter(int(k) for k in DIGITS.target)
     assert set(val_counts) == set(range(8))
     assert all(val_counts[k] == round(0.2 * total[k]) for k in range(8))
-    # a real loader: every training sample once per epoch, reshuffled between epochs, same order for the seed
+    # a real loader: every training sample once per epoch, reshuffled between epochs (Lightning calls
+    # sampler.set_epoch), the same order for a seed and epoch, so a resumed run sees the same batches
     loader = data.train_dataloader()
-    first, second = all_items(loader)["index"], all_items(loader)["index"]
+    first = all_items(loader)["index"]
+    loader.sampler.set_epoch(1)
+    second = all_items(loader)["index"]
     assert sorted(first.tolist()) == sorted(train) and not torch.equal(first, second)
     torch.testing.assert_close(all_items(again.train_dataloader())["index"], first, rtol=0, atol=0)
+    resumed = again.train_dataloader()
+    resumed.sampler.set_epoch(1)
+    torch.testing.assert_close(all_items(resumed)["index"], second, rtol=0, atol=0)
     assert sorted(all_items(data.train_dataloader_for_eval())["index"].tolist()) == sorted(train)
 
 
@@ -319,3 +325,19 @@ def test_image_folder_with_class_captions_and_held_out_classes(tmp_path):
         ImageFolderText(tmp_path, held_out=("dog",))
     with pytest.raises(FileNotFoundError, match="no folder"):
         ImageFolderText(tmp_path / "absent")
+
+
+def test_caption_noise_relabels_a_seeded_fraction_of_training_captions_only():
+    clean = DigitsImageText(image_size=8, seed=3)
+    noisy = DigitsImageText(image_size=8, seed=3, caption_noise=0.5)
+    clean.setup(), noisy.setup()
+    changed = [a != b for a, b in zip(clean.train_set.captions, noisy.train_set.captions)]
+    # half the captions are redrawn, 1 in 8 redraws lands on the true digit: ~7/16 change
+    assert 0.38 < sum(changed) / len(changed) < 0.50
+    assert noisy.val_set.captions == clean.val_set.captions and noisy.train_set.labels == clean.train_set.labels
+    assert {c[-1] for c in noisy.train_set.captions} <= {str(k) for k in range(8)}  # held-out digits never named
+    again = DigitsImageText(image_size=8, seed=3, caption_noise=0.5)
+    again.setup()
+    assert again.train_set.captions == noisy.train_set.captions
+    with pytest.raises(ValueError, match="caption_noise"):
+        DigitsImageText(caption_noise=1.5)

@@ -147,6 +147,31 @@ def test_configuration_errors():
         EmbeddingMetrics({})
 
 
+def test_datamodule_names_are_resolved_at_setup(tmp_path):
+    class Data(L.LightningDataModule):
+        def train_dataloader(self):
+            return DataLoader(TRAIN, batch_size=100)
+
+        def val_dataloader(self):
+            return DataLoader(VAL, batch_size=100)
+
+        def reference_loader(self):
+            return DataLoader(TRAIN, batch_size=250)
+
+    callback = EmbeddingMetrics({"mmd": FastMMD(sigma=1.0, n_frequencies=64)}, reference_dataloader="reference_loader")
+    trainer = make_trainer(tmp_path, callback, enable_checkpointing=False, limit_train_batches=1)
+    trainer.fit(Module(), datamodule=Data())
+    assert "val/mmd" in trainer.callback_metrics
+    # the reference side is the whole named loader (1000 samples) on the last epoch
+    mmd = callback.metrics["mmd"]
+    callback.on_validation_epoch_start(trainer, trainer.lightning_module)
+    assert float(mmd.n_real) == 1000
+    unnamed = EmbeddingMetrics({"mmd": FastMMD(sigma=1.0)}, reference_dataloader="reference_loader")
+    trainer = make_trainer(tmp_path, unnamed, enable_checkpointing=False)
+    with pytest.raises(ValueError, match="`reference_dataloader`='reference_loader' names an attribute"):
+        trainer.fit(Module(), DataLoader(TRAIN, batch_size=100), DataLoader(VAL, batch_size=100))
+
+
 def test_ddp_values_equal_single_process(tmp_path):
     single_module, single = Module(), make_callback()
     loaders = (DataLoader(TRAIN, batch_size=100), DataLoader(VAL, batch_size=100))

@@ -7,8 +7,10 @@ from safetensors.torch import save_file
 
 from lightning_spectral.encoders import (
     ImageTower,
+    PixelEncoder,
     PrecomputedFeatures,
     TextTower,
+    TimmReference,
     create_clip,
     create_timm_encoder,
     load_weights,
@@ -180,6 +182,49 @@ def test_towers_match_the_model_and_can_be_hooked(saved_clip):
     assert image_tower.model is model  # a submodule: .to() / .eval() / requires_grad_ reach the model
     with pytest.raises(ValueError, match="encode_image"):
         ImageTower(torch.nn.Linear(2, 2))
+
+
+def test_a_tower_can_borrow_the_model_without_repeating_its_weights(saved_clip):
+    model = saved_clip[0]
+    holder = torch.nn.Module()
+    holder.model = model
+    holder.image_tower = ImageTower(model, normalize=True, owns_model=False)
+    assert not any(key.startswith("image_tower.") for key in holder.state_dict())
+    assert holder.get_submodule("image_tower").model is model  # still hookable by name, same weights
+    with torch.no_grad():
+        torch.testing.assert_close(holder.image_tower(torch.zeros(2, 3, 32, 32)).norm(dim=1), torch.ones(2))
+
+
+def test_pixel_encoder_recovers_the_digits_pixels():
+    from sklearn.datasets import load_digits
+
+    from lightning_spectral.data import RenderDigit
+
+    pixels = torch.tensor(load_digits().images[:20], dtype=torch.float32)  # (20, 8, 8), values 0-16
+    images = torch.stack([RenderDigit(32, (0.5,) * 3, (0.25,) * 3)(p) for p in pixels])
+    z = PixelEncoder(size=8)(images)
+    centred = (pixels / 16).flatten(1) - (pixels / 16).flatten(1).mean(1, keepdim=True)
+    # rendering (bilinear x4) then pooling (average /4) smooths a little: near-identical directions
+    cosine = torch.nn.functional.cosine_similarity(z, centred, dim=1)
+    assert float(cosine.min()) > 0.95
+    projection = torch.randn(64, 5)
+    offset = torch.randn(64)
+    torch.testing.assert_close(PixelEncoder(8, projection, offset)(images), (z - offset) @ projection)
+    with pytest.raises(ValueError, match="`projection` must have 64 rows"):
+        PixelEncoder(8, torch.randn(10, 5))
+    with pytest.raises(ValueError, match="expects images"):
+        PixelEncoder(8)(torch.randn(4, 64))
+
+
+def test_timm_reference_is_the_frozen_timm_encoder(tmp_path):
+    source = random_dino().eval()
+    path = tmp_path / "dinov2.safetensors"
+    save_file({k: v.contiguous() for k, v in source.state_dict().items()}, str(path))
+    reference = TimmReference("vit_small_patch14_dinov2", weights=str(path), model_kwargs=DINO)
+    x = torch.randn(2, 3, 28, 28)
+    with torch.no_grad():
+        torch.testing.assert_close(reference(x), source(x), rtol=0, atol=0)
+    assert not any(p.requires_grad for p in reference.parameters())
 
 
 def test_load_weights_unwraps_and_validates(tmp_path):

@@ -317,8 +317,8 @@ def test_state_keys_tell_monitors_apart():
         (dict(refit="sometimes"), "`refit` must be one of"),
         (dict(tpr=0.0), "`tpr` must be in"),
         (dict(tpr=1.5), "`tpr` must be in"),
-        (dict(fit_on="val"), "`fit_on` must be 'train' or a DataLoader"),
-        (dict(fit_on=torch.zeros(3, 2)), "`fit_on` must be 'train' or a DataLoader"),
+        (dict(fit_on=""), "`fit_on` must be 'train', a DataLoader or the name of a datamodule method"),
+        (dict(fit_on=torch.zeros(3, 2)), "`fit_on` must be 'train', a DataLoader or the name of a datamodule method"),
         (dict(max_flagged_rate=0.05), "must be in \\(1 - tpr, 1\\]"),
         (dict(max_flagged_rate=1.5), "must be in \\(1 - tpr, 1\\]"),
         (dict(max_flagged_rate=0.2, refit="epoch"), "needs refit='once'"),
@@ -340,6 +340,10 @@ def test_bad_arguments_raise_clear_errors(kwargs, match):
 def test_missing_submodule_raises_at_setup(tmp_path):
     trainer = make_trainer(tmp_path, [KPCAOODMonitor("backbone", **DETECTOR)], num_sanity_val_steps=0)
     with pytest.raises(ValueError, match="no submodule 'backbone'"):
+        trainer.fit(DigitsModule(), loader("train"), loader("val"))
+    # a datamodule method name needs a datamodule
+    trainer = make_trainer(tmp_path, [KPCAOODMonitor(fit_on="train_dataloader_for_eval", **DETECTOR)])
+    with pytest.raises(ValueError, match="`fit_on`='train_dataloader_for_eval' names an attribute of the trainer's"):
         trainer.fit(DigitsModule(), loader("train"), loader("val"))
 
 

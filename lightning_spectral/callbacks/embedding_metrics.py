@@ -25,6 +25,7 @@ from lightning_spectral.callbacks.embeddings import (
     EmbeddingFn,
     EmbeddingSource,
     ReferenceEmbedding,
+    datamodule_attribute,
     select,
     to_device,
 )
@@ -58,12 +59,14 @@ class EmbeddingMetrics(Callback):
         embedding: student submodule name or ``fn(pl_module, batch) -> Tensor``.
         batch_input: what the submodule is fed when the callback embeds a batch itself.
         reference_dataloader: reference batches for two-sample metrics (each rank embeds every
-            ``world_size``-th batch).
+            ``world_size``-th batch), or the name of a datamodule method returning them (e.g.
+            ``"train_dataloader_for_eval"``: train vs validation), resolved at ``setup``.
         reference_features: a fixed (N, d) reference embedding for two-sample metrics.
         spec_reference: the reference of ``SPECDivergence`` metrics (module, table with ``index``, function).
         spec_reference_input: what a ``spec_reference`` module is fed (default ``batch_input``).
         index: where a batch holds its dataset indices (galleries, table lookups).
-        images: ``fn(dataset_index) -> image (C, H, W)`` or an indexable dataset, for galleries.
+        images: ``fn(dataset_index) -> image (C, H, W)``, an indexable dataset, or the name of a datamodule
+            method such as ``"image_of"``, for galleries.
         gallery_modes: modes per gallery; gallery_per_mode: images per mode.
         max_gallery_samples: validation embeddings kept per rank for galleries.
         dataloader_idx: the validation dataloader whose batches are measured.
@@ -81,12 +84,12 @@ class EmbeddingMetrics(Callback):
         metrics: Mapping[str, Metric],
         embedding: Union[str, EmbeddingFn] = "encoder",
         batch_input: BatchSelector = None,
-        reference_dataloader: Optional[Iterable] = None,
+        reference_dataloader: Union[Iterable, str, None] = None,
         reference_features: Optional[Tensor] = None,
         spec_reference: Any = None,
         spec_reference_input: BatchSelector = None,
         index: BatchSelector = None,
-        images: Optional[Union[Callable[[int], Tensor], Any]] = None,
+        images: Union[Callable[[int], Tensor], str, Any, None] = None,
         gallery_modes: int = 4,
         gallery_per_mode: int = 8,
         max_gallery_samples: int = 10_000,
@@ -130,6 +133,8 @@ class EmbeddingMetrics(Callback):
         self.max_gallery_samples = check_positive_int(max_gallery_samples, "max_gallery_samples")
         self.dataloader_idx = dataloader_idx
         self.log_prefix = log_prefix
+        self._reference_loader: Optional[Iterable] = None  # resolved at setup (a name needs the datamodule)
+        self._images: Any = None
         self.reference_accumulated = False
         self.last_values: dict[str, float] = {}
         self._kept: list[tuple[Tensor, Optional[Tensor], Tensor]] = []
@@ -143,6 +148,17 @@ class EmbeddingMetrics(Callback):
     @override
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         self.source.attach(pl_module)
+        if isinstance(self.reference_dataloader, str):
+            self._reference_loader = datamodule_attribute(
+                trainer, self.reference_dataloader, "EmbeddingMetrics", "reference_dataloader"
+            )()
+        else:
+            self._reference_loader = self.reference_dataloader
+        self._images = (
+            datamodule_attribute(trainer, self.images, "EmbeddingMetrics", "images")
+            if isinstance(self.images, str)
+            else self.images
+        )
         for metric in self.metrics.values():
             metric.to(pl_module.device)
         if self.spec_reference is not None:
@@ -157,10 +173,10 @@ class EmbeddingMetrics(Callback):
         self._kept = []
         if trainer.sanity_checking or not self.two_sample:
             return
-        if self.reference_dataloader is not None:
+        if self._reference_loader is not None:
             for name in self.two_sample:  # the model changed since last epoch: embed the reference again
                 self._reset_reference(self.metrics[name])
-            for batch_idx, batch in enumerate(self.reference_dataloader):
+            for batch_idx, batch in enumerate(self._reference_loader):
                 if batch_idx % trainer.world_size != trainer.global_rank:
                     continue
                 z = self.source.embed(pl_module, to_device(batch, pl_module.device))
@@ -205,7 +221,7 @@ class EmbeddingMetrics(Callback):
                 metric.update(z, reference)
             else:
                 metric.update(z)
-        if self.images is not None and sum(len(k[0]) for k in self._kept) < self.max_gallery_samples:
+        if self._images is not None and sum(len(k[0]) for k in self._kept) < self.max_gallery_samples:
             ids = torch.as_tensor(select(batch, self.index, "index")).long().flatten().cpu()
             self._kept.append((z.cpu(), None if reference is None else reference.cpu(), ids))
 
@@ -219,7 +235,7 @@ class EmbeddingMetrics(Callback):
             self._log(pl_module, name, metric.compute())
             if isinstance(metric, FastMMD):
                 self._log(pl_module, f"{name}_p_value", metric.p_value())
-            if self.images is not None:
+            if self._images is not None:
                 self._gallery(trainer, name, metric)
             metric.reset()
         self._kept = []
@@ -263,7 +279,7 @@ class EmbeddingMetrics(Callback):
             return
         samples = [pair for pair in samples if len(pair[0])]
         if samples and trainer.logger is not None and hasattr(trainer.logger.experiment, "add_image"):
-            log_image(trainer, f"{self.log_prefix}{name}_modes", mode_gallery(samples, self.images))
+            log_image(trainer, f"{self.log_prefix}{name}_modes", mode_gallery(samples, self._images))
 
     # ------------------------------------------------------------------ resume
 

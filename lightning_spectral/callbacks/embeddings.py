@@ -258,6 +258,23 @@ class ReferenceEmbedding:
         return as_embedding(self.reference(batch), self.owner).to(device)
 
 
+def datamodule_attribute(trainer: "L.Trainer", name: str, owner: str, argument: str) -> Any:
+    """``getattr(trainer.datamodule, name)``: how a config names a loader method (``"train_dataloader_for_eval"``)
+    or an image lookup (``"image_of"``) that only exists once the datamodule does.
+
+    Raises:
+        ValueError: no datamodule, or it has no such attribute; the message names ``argument``.
+    """
+    datamodule = getattr(trainer, "datamodule", None)
+    if datamodule is None or not hasattr(datamodule, name):
+        where = "the trainer has no datamodule" if datamodule is None else f"{type(datamodule).__name__} has none"
+        raise ValueError(
+            f"{owner}: `{argument}`={name!r} names an attribute of the trainer's datamodule, but {where}; pass the "
+            "object itself (e.g. a DataLoader) or the name of a datamodule method."
+        )
+    return getattr(datamodule, name)
+
+
 def to_device(batch: Any, device: torch.device) -> Any:
     """Move every tensor of a (nested) batch to ``device``, as Lightning does for the loop's own batches."""
     from lightning.fabric.utilities.apply_func import move_data_to_device

@@ -31,7 +31,13 @@ from torch.utils.data import DataLoader
 from torchmetrics.utilities.distributed import gather_all_tensors
 from typing_extensions import override
 
-from lightning_spectral.callbacks.embeddings import BatchSelector, EmbeddingFn, EmbeddingSource, to_device
+from lightning_spectral.callbacks.embeddings import (
+    BatchSelector,
+    EmbeddingFn,
+    EmbeddingSource,
+    datamodule_attribute,
+    to_device,
+)
 from lightning_spectral.distributed import collective_device, distributed_available
 from lightning_spectral.ood import KernelPCAOOD, detection_metrics, threshold_at_tpr
 
@@ -84,7 +90,8 @@ class KPCAOODMonitor(Callback):
             ``DataLoader`` (named ``"ood"``) or a mapping ``{name: DataLoader}``.
         ood_val_dataloader_idx: indices of the trainer's validation dataloaders that are out-of-distribution:
             an int, a sequence (named ``val_dataloader_{i}``) or a mapping ``{index: name}``.
-        fit_on: ``"train"`` (the training batches) or a ``DataLoader`` of in-distribution data.
+        fit_on: ``"train"`` (the training batches), a ``DataLoader`` of in-distribution data, or the name of a
+            datamodule method returning one (e.g. ``"train_dataloader_for_eval"``), resolved at ``setup``.
         refit: ``"once"`` (fit on the first epoch, then monitor drift) or ``"epoch"`` (refit every epoch).
         mapping: detector feature map, see :class:`~lightning_spectral.ood.KernelPCAOOD`.
         sigma: Gaussian bandwidth on the unit sphere for ``"corp"``.
@@ -154,10 +161,11 @@ class KPCAOODMonitor(Callback):
         super().__init__()
         if refit not in REFIT_POLICIES:
             raise ValueError(f"KPCAOODMonitor: `refit` must be one of {REFIT_POLICIES}, got {refit!r}.")
-        if isinstance(fit_on, str) and fit_on != "train":
-            raise ValueError(f"KPCAOODMonitor: `fit_on` must be 'train' or a DataLoader, got {fit_on!r}.")
-        if not isinstance(fit_on, (str, DataLoader)):
-            raise ValueError(f"KPCAOODMonitor: `fit_on` must be 'train' or a DataLoader, got {type(fit_on).__name__}.")
+        if not (isinstance(fit_on, DataLoader) or (isinstance(fit_on, str) and fit_on)):
+            raise ValueError(
+                "KPCAOODMonitor: `fit_on` must be 'train', a DataLoader or the name of a datamodule method returning "
+                f"one, got {type(fit_on).__name__}."
+            )
         if isinstance(tpr, bool) or not isinstance(tpr, (int, float)) or not 0 < tpr <= 1:
             raise ValueError(f"KPCAOODMonitor: `tpr` must be in (0, 1], got {tpr!r}.")
         if max_flagged_rate is not None:
@@ -177,6 +185,7 @@ class KPCAOODMonitor(Callback):
 
         self.source = EmbeddingSource(embedding, batch_input, owner="KPCAOODMonitor")
         self.fit_on = fit_on
+        self._fit_loader: Optional[DataLoader] = None if isinstance(fit_on, str) else fit_on
         self.refit = refit
         self.tpr = float(tpr)
         self.max_flagged_rate = None if max_flagged_rate is None else float(max_flagged_rate)
@@ -220,6 +229,10 @@ class KPCAOODMonitor(Callback):
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         self.source.attach(pl_module)
         self._world_size = trainer.world_size
+        if isinstance(self.fit_on, str) and self.fit_on != "train":
+            self._fit_loader = datamodule_attribute(trainer, self.fit_on, "KPCAOODMonitor", "fit_on")()
+        else:
+            self._fit_loader = None if isinstance(self.fit_on, str) else self.fit_on
 
     @override
     def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
@@ -227,7 +240,7 @@ class KPCAOODMonitor(Callback):
 
     # ---- fitting on training batches --------------------------------------------------------------------------
     def _fits_on_train(self) -> bool:
-        return isinstance(self.fit_on, str)
+        return self.fit_on == "train"
 
     @override
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -272,7 +285,7 @@ class KPCAOODMonitor(Callback):
         with _outside_inference_mode():
             if not self._fits_on_train():
                 detector.reset()
-                for embeddings in self._embed_shard(self.fit_on, trainer, pl_module):  # type: ignore[arg-type]
+                for embeddings in self._embed_shard(self._fit_loader, trainer, pl_module):  # type: ignore[arg-type]
                     detector.partial_fit(embeddings)
             try:
                 detector.finalize()

@@ -1,0 +1,107 @@
+"""The alignment recipe (recipes/align_clip.py): a short run of the tiny config, resume, and the paper config."""
+
+import importlib
+import inspect
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIGS = ROOT / "recipes" / "configs"
+sys.path.insert(0, str(ROOT / "recipes"))
+
+from align_clip import knn_accuracy, main  # noqa: E402
+
+SHORT = ["--trainer.limit_train_batches=4", "--trainer.limit_val_batches=3", "--trainer.enable_progress_bar=false"]
+
+
+def run(tmp_path, *extra):
+    args = ["--config", str(CONFIGS / "tiny.yaml"), f"--trainer.logger.init_args.save_dir={tmp_path}", *SHORT]
+    return main([*args, *extra])
+
+
+def images_logged(log_dir):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(log_dir), size_guidance={"images": 0})
+    events.Reload()
+    return events.Tags()["images"]
+
+
+def test_tiny_recipe_runs_and_reports_every_number(tmp_path, capsys):
+    result = run(tmp_path, "--trainer.max_epochs=1", f"--summary_json={tmp_path / 'summary.json'}")
+    expected = {"spec_diff_to_reference", "knn_accuracy", "reference_knn_accuracy", "zero_shot_accuracy", "vendi"}
+    for stage in ("before", "after"):
+        assert expected | {"ood_auroc"} <= set(result[stage])
+        assert all(math.isfinite(v) for v in result[stage].values()), result[stage]
+    assert 0 <= result["after"]["spec_diff_to_reference"] <= 1 and 0.5 < result["after"]["ood_auroc"] <= 1
+    assert result["before"]["reference_knn_accuracy"] == result["after"]["reference_knn_accuracy"] > 0.9
+    # the four callbacks' values were logged at the validation epoch
+    logged = result["logged"]
+    for key in ("ood/flagged_rate", "ood/held_out/auroc", "val/vendi", "val/novelty", "val/mmd", "val/mmd_p_value"):
+        assert key in logged and math.isfinite(logged[key]), key
+    assert "spec_align/spec_diff_epoch" in logged and logged["spec_align/weight"] == 1.0
+    # a person can read the summary, and find the logs, galleries and summary file
+    out = capsys.readouterr().out
+    assert "SPEC-diff to the reference" in out and "kNN accuracy" in out and result["log_dir"] in out
+    assert json.loads((tmp_path / "summary.json").read_text())["after"] == result["after"]
+    assert (Path(result["log_dir"]) / "summary.json").is_file()
+    assert {"val/vendi_modes", "val/novelty_modes"} <= set(images_logged(result["log_dir"]))
+
+
+def test_resumed_recipe_ends_with_the_metrics_of_an_uninterrupted_run(tmp_path):
+    fast = ["--evaluate=false"]
+    whole = run(tmp_path / "whole", "--trainer.max_epochs=2", *fast)
+    first = run(tmp_path / "first", "--trainer.max_epochs=1", *fast)
+    checkpoints = sorted((Path(first["log_dir"]) / "checkpoints").glob("*.ckpt"))
+    assert len(checkpoints) == 1
+    state = torch.load(checkpoints[0], weights_only=False)["callbacks"]
+    assert {key.split("{")[0] for key in state} >= {"SPECAlign", "KPCAOODMonitor", "EmbeddingMetrics"}
+    resumed = run(tmp_path / "resumed", "--trainer.max_epochs=2", f"--ckpt_path={checkpoints[0]}", *fast)
+    assert set(resumed["logged"]) == set(whole["logged"])
+    for key, value in whole["logged"].items():
+        assert resumed["logged"][key] == pytest.approx(value, rel=1e-5, abs=1e-7), key
+
+
+def test_image_size_mismatch_is_a_clear_error(tmp_path):
+    with pytest.raises(ValueError, match="image_size"):
+        run(tmp_path, "--trainer.max_epochs=1", "--data.init_args.image_size=48")
+
+
+def test_knn_accuracy_against_a_hand_count():
+    train = torch.tensor([[1.0, 0.0], [0.9, 0.1], [0.0, 1.0], [0.1, 0.9]])
+    labels = torch.tensor([0, 0, 1, 1])
+    test = torch.tensor([[1.0, 0.05], [0.05, 1.0], [0.2, 1.0]])
+    assert knn_accuracy(train, labels, test, torch.tensor([0, 1, 0]), k=1) == pytest.approx(2 / 3)
+
+
+def _check_class_args(node, where):
+    """Every class_path imports and every init_arg is a parameter of that class."""
+    if isinstance(node, dict):
+        if "class_path" in node:
+            module, name = node["class_path"].rsplit(".", 1)
+            cls = getattr(importlib.import_module(module), name)
+            params = inspect.signature(cls.__init__).parameters
+            unknown = set(node.get("init_args", {})) - set(params)
+            assert not unknown, f"{where}: {cls.__name__} has no parameter(s) {unknown}"
+        for key, value in node.items():
+            _check_class_args(value, f"{where}.{key}")
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            _check_class_args(value, f"{where}[{i}]")
+
+
+@pytest.mark.parametrize("name", ["tiny.yaml", "vit_b32_dinov2.yaml"])
+def test_configs_name_real_classes_and_arguments(name):
+    config = yaml.safe_load((CONFIGS / name).read_text())
+    _check_class_args(config, name)
+    from lightning_spectral.clip import CLIPFineTune
+
+    assert set(config["model"]) <= set(inspect.signature(CLIPFineTune.__init__).parameters)
+    callbacks = [c["class_path"].rsplit(".", 1)[1] for c in config["trainer"]["callbacks"]]
+    assert callbacks == ["SPECAlign", "KPCAOODMonitor", "EmbeddingMetrics"]
