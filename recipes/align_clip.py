@@ -93,7 +93,12 @@ def summary_text(before: Optional[dict[str, float]], after: dict[str, float], lo
         if key in after:
             first = (before or {}).get(key, math.nan)
             lines.append(f"{label:56s}{first:12.4f}{after[key]:12.4f}")
-    interesting = [k for k in sorted(logged) if k.startswith(("ood/", "val/", "spec_align/"))]
+    # Lightning logs on_step + on_epoch values as `x_step` / `x_epoch` next to `x`: show each value once
+    interesting = [
+        k
+        for k in sorted(logged)
+        if k.startswith(("ood/", "val/", "spec_align/")) and not k.endswith(("_step", "_epoch"))
+    ]
     if interesting:
         lines.append("\nlogged by the callbacks at the last validation epoch:")
         lines += [f"  {key:54s}{logged[key]:12.4f}" for key in interesting]
