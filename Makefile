@@ -3,8 +3,9 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
-# MKL's eigensolvers run on OpenMP; with spinning idle threads (the default wait policy) a 1024 x 1024 eigh took
-# 16 s instead of 0.1 s on the 2-core machines this project is built on. Passive waiting costs matmuls nothing.
+# Two torch processes on 2 cores (the DDP tests, torchrun) whose OpenMP threads spin while waiting (the default)
+# starve each other in MKL's eigensolvers: a 1024 x 1024 eigh took > 100 s instead of 0.18 s. Passive waiting
+# prevents it; its price is ~20 ms more per small eigh in an idle single process (docs/benchmarks.md).
 OMP_WAIT_POLICY ?= PASSIVE
 export OMP_WAIT_POLICY
 
