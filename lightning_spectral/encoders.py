@@ -645,7 +645,8 @@ class PixelEncoder(nn.Module):
         self.size = size
         if projection is not None and tuple(projection.shape[:1]) != (size * size,):
             raise ValueError(
-                f"PixelEncoder: `projection` must have {size * size} rows (size^2), got shape {tuple(projection.shape)}."
+                f"PixelEncoder: `projection` must have {size * size} rows (size^2), "
+                f"got shape {tuple(projection.shape)}."
             )
         self.register_buffer("projection", None if projection is None else projection.float().clone())
         self.register_buffer("offset", None if offset is None else offset.float().reshape(1, -1).clone())

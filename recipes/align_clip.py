@@ -53,7 +53,9 @@ def embed(module: CLIPFineTune, loader: Any, reference: Any = None) -> dict[str,
     return {key: torch.cat(value) for key, value in out.items() if value}
 
 
-def knn_accuracy(train: torch.Tensor, train_labels: torch.Tensor, test: torch.Tensor, labels: torch.Tensor, k: int = 10):
+def knn_accuracy(
+    train: torch.Tensor, train_labels: torch.Tensor, test: torch.Tensor, labels: torch.Tensor, k: int = 10
+) -> float:
     """Majority vote of the ``k`` nearest training embeddings by cosine similarity."""
     train, test = torch.nn.functional.normalize(train, dim=1), torch.nn.functional.normalize(test, dim=1)
     votes = train_labels[(test @ train.T).topk(k, dim=1).indices]

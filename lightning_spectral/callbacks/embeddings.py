@@ -208,7 +208,8 @@ class ReferenceEmbedding:
                 raise ValueError(
                     f"{self.owner}: the reference {os.fspath(reference)!r} is not an existing features file; a string "
                     "is read as the path of precomputed features (.npy / .pt / .safetensors). For an encoder, pass "
-                    "the module, e.g. `TimmReference('vit_base_patch14_dinov2', weights=PATH)` from lightning_spectral.encoders."
+                    "the module, e.g. `lightning_spectral.encoders.TimmReference('vit_base_patch14_dinov2', "
+                    "weights=PATH)`."
                 )
             reference = PrecomputedFeatures(reference)
         if isinstance(reference, np.ndarray):
