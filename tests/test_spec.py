@@ -124,6 +124,17 @@ def test_identity_symmetry_and_triangle_inequality():
     assert float(ac) <= float(ab + bc) + 1e-12
 
 
+def test_identical_embeddings_have_no_clusters_on_any_route():
+    """Round-off eigenvalues (~1e-16) of a zero difference are not reported as clusters."""
+    a, _, _ = dispersed()
+    for method in ("covariance", "exact"):
+        result = spec(a, a, "cosine", method=method)
+        assert len(result.clusters_a.members) == 0 and len(result.clusters_b.members) == 0, method
+    metric = SPECDivergence("cosine", in_features=(a.shape[1], a.shape[1]))
+    metric.update(a, a)
+    assert metric.spectrum().numel() == 0 and metric.clusters(3, sign=1).eigenvalues.numel() == 0
+
+
 def test_invariances():
     a, _, _ = dispersed()
     g = torch.Generator().manual_seed(5)

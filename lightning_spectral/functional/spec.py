@@ -89,9 +89,15 @@ def kernel_matrix(x: Tensor, kernel: str, sigma: Optional[float]) -> Tensor:
     return gaussian_kernel(x, sigma=sigma)
 
 
-def nonzero(values: Tensor, rtol: float = 1e-10) -> Tensor:
-    """Mask of the eigenvalues that are not round-off: ``|lambda| > rtol * max |lambda|``."""
-    return values.abs() > rtol * max(float(values.abs().max()), 1e-300)
+def nonzero(values: Tensor, rtol: float = 1e-10, atol: float = 1e-9) -> Tensor:
+    """Mask of the eigenvalues that are not round-off: ``|lambda| > max(rtol * max |lambda|, atol)``.
+
+    The absolute floor matters when every eigenvalue is round-off (identical embeddings): SPEC eigenvalues lie
+    in [-1, 1] (normalised kernels), so nothing below ``atol`` is a cluster.
+    """
+    if values.numel() == 0:
+        return torch.zeros_like(values, dtype=torch.bool)
+    return values.abs() > max(rtol * float(values.abs().max()), atol)
 
 
 def _orient_columns(vectors: Tensor) -> Tensor:
