@@ -134,8 +134,9 @@ def prepare(cli: LightningCLI) -> None:
 
 
 def main(args: Optional[list[str]] = None) -> dict[str, Any]:
-    """Run the recipe; returns ``{"before", "after", "logged", "log_dir"}`` (``before`` is None with
-    ``--evaluate false``, and then ``after`` holds only what the callbacks logged)."""
+    """Run the recipe; returns ``{"before", "after", "logged", "log_dir"}``: the evaluations before and after
+    training (``before`` is None when resuming or with ``--evaluate false``, ``after`` then ``{}``) and the values
+    the callbacks logged at the last validation epoch."""
     cli = AlignCLI(
         CLIPFineTune,
         run=False,
