@@ -7,6 +7,8 @@ import argparse
 from pathlib import Path
 from typing import Any, Union
 
+import torch
+
 from lightning_spectral.cli.pictures import as_lists
 from lightning_spectral.cli.reader import EmbeddingFile, shard_rows
 from lightning_spectral.cli.runtime import Session, UsageError, positive_ints, same_width
@@ -105,10 +107,13 @@ def run(args: argparse.Namespace, session: Session) -> dict[str, Any]:
         rows = shard_rows(data.n, session.rank, session.world_size)
         for features, _ in data.chunks(args.batch_size, rows, session.progress, "evaluate FILE"):
             features = features.to(device)
-            vendi.update(features)
             if finc is not None and mmd is not None:
                 finc.update(features, real=False)
                 mmd.update(features, real=False)
+            else:
+                vendi.update(features)
+        if finc is not None:
+            _share_generated_sums(finc, vendi)
         if finc is not None and mmd is not None:
             reference = files[1]
             rows = shard_rows(reference.n, session.rank, session.world_size)
@@ -145,6 +150,14 @@ def run(args: argparse.Namespace, session: Session) -> dict[str, Any]:
         novel = None if novel_spectrum is None else (novel_spectrum, result["finc"]["threshold"])
         result["pictures"] = _pictures(args, spectrum, novel, samples, novel_samples)
     return result
+
+
+def _share_generated_sums(finc: Any, vendi: Any) -> None:
+    """Give ``vendi`` FINC's sums of FILE instead of accumulating the same (2r)^2 covariance twice: both metrics
+    map with the same frequencies (same sigma, r, seed and width), so the sums are identical."""
+    assert torch.equal(finc.frequency_signature(), vendi.frequency_signature())
+    for mine, theirs in (("cov_sum", "gen_cov_sum"), ("feature_sum", "gen_feature_sum"), ("n_samples", "n_gen")):
+        getattr(vendi, mine).copy_(getattr(finc, theirs))
 
 
 def _finc(finc: Any, args: argparse.Namespace, batches: Any) -> tuple[dict[str, Any], Any, Any]:
