@@ -204,14 +204,15 @@ class ReferenceEmbedding:
         if isinstance(reference, (str, os.PathLike)):  # a features file (.npy / .pt / .safetensors)
             from lightning_spectral.encoders import PrecomputedFeatures
 
-            if not os.path.isfile(reference):
+            try:
+                reference = PrecomputedFeatures(reference)
+            except FileNotFoundError:
                 raise ValueError(
                     f"{self.owner}: the reference {os.fspath(reference)!r} is not an existing features file; a string "
                     "is read as the path of precomputed features (.npy / .pt / .safetensors). For an encoder, pass "
                     "the module, e.g. `lightning_spectral.encoders.TimmReference('vit_base_patch14_dinov2', "
                     "weights=PATH)`."
-                )
-            reference = PrecomputedFeatures(reference)
+                ) from None
         if isinstance(reference, np.ndarray):
             reference = torch.from_numpy(np.ascontiguousarray(reference))
         self.is_table = (
