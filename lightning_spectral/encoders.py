@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import logging
 import os
-import pickle
 import re
 import warnings
 from collections.abc import Sequence
@@ -29,9 +28,18 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-PathLike = Union[str, "os.PathLike[str]"]
+from lightning_spectral.files import (
+    FEATURE_SUFFIXES,
+    EmbeddingFile,
+    PathLike,
+    check_index,
+    check_table,
+    existing_file,
+    index_path,
+    torch_load_safe,
+)
+
 WEIGHT_SUFFIXES = (".safetensors", ".pt", ".pth", ".bin", ".ckpt")
-FEATURE_SUFFIXES = (".npy", ".pt", ".safetensors")
 _WRAPPER_PREFIXES = ("module.", "_orig_mod.")  # DistributedDataParallel, torch.compile
 
 __all__ = [
@@ -54,41 +62,6 @@ __all__ = [
 # ----------------------------------------------------------------------------------------------------------------
 # safe weight files
 # ----------------------------------------------------------------------------------------------------------------
-
-
-def _existing_file(path: PathLike, argument: str, suffixes: Sequence[str]) -> Path:
-    path = Path(os.fspath(path)).expanduser()
-    if not path.is_file():
-        raise FileNotFoundError(f"`{argument}`: no file at {str(path)!r}; pass the path of an existing local file.")
-    if path.suffix.lower() not in suffixes:
-        raise ValueError(
-            f"`{argument}`: {str(path)!r} has suffix {path.suffix!r}; supported: {', '.join(suffixes)}. "
-            "Convert the file to one of these formats."
-        )
-    return path
-
-
-def _torch_load_safe(path: Path, argument: str, mmap: bool = False) -> Any:
-    """``torch.load(weights_only=True)``: tensors and plain containers only, never arbitrary objects.
-
-    ``mmap=True`` maps the tensors' storage from the file instead of reading it (zip-format files only).
-    """
-    try:
-        return torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
-    except pickle.UnpicklingError as error:
-        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise ValueError(
-            f"`{argument}`: refused to load {str(path)!r}: it holds pickled objects other than tensors and plain "
-            f"containers, and only `torch.load(weights_only=True)` is used ({reason}). If you trust the file, "
-            "re-save just the tensors, e.g. `torch.save(model.state_dict(), 'weights.pt')` or "
-            "`safetensors.torch.save_file(state_dict, 'weights.safetensors')`."
-        ) from None
-    except (RuntimeError, EOFError, OSError) as error:
-        how = "memory-mappable " if mmap else ""
-        raise ValueError(
-            f"`{argument}`: {str(path)!r} is not a readable, {how}PyTorch file ({error}); re-save it with "
-            "`torch.save` (zip format)."
-        ) from None
 
 
 def _strip_wrappers(key: str) -> str:
@@ -128,7 +101,7 @@ def load_weights(path: PathLike, prefix: str = "", argument: str = "weights") ->
         >>> {k: tuple(v.shape) for k, v in load_weights(path).items()}
         {'weight': (2, 3)}
     """
-    path = _existing_file(path, argument, WEIGHT_SUFFIXES)
+    path = existing_file(path, argument, WEIGHT_SUFFIXES)
     if path.suffix.lower() == ".safetensors":
         from safetensors import SafetensorError
         from safetensors.torch import load_file
@@ -138,7 +111,7 @@ def load_weights(path: PathLike, prefix: str = "", argument: str = "weights") ->
         except (SafetensorError, OSError) as error:
             raise ValueError(f"`{argument}`: {str(path)!r} is not a readable safetensors file ({error}).") from None
     else:
-        checkpoint = _torch_load_safe(path, argument)
+        checkpoint = torch_load_safe(path, argument)
     for container in ("state_dict", "model"):
         if isinstance(checkpoint, dict) and isinstance(checkpoint.get(container), dict):
             checkpoint = checkpoint[container]
@@ -301,7 +274,7 @@ def create_clip(
     common = dict(precision=precision, device=device, **kwargs)
     local = pretrained is not None and (not isinstance(pretrained, str) or _looks_like_path(pretrained))
     if local:
-        path = _existing_file(pretrained, "pretrained", WEIGHT_SUFFIXES)  # type: ignore[arg-type]
+        path = existing_file(pretrained, "pretrained", WEIGHT_SUFFIXES)  # type: ignore[arg-type]
         quiet = _DropRandomInitWarning()
         logging.getLogger().addFilter(quiet)
         try:
@@ -534,7 +507,7 @@ def create_timm_encoder(
         )
         model = timm.create_model(name, pretrained=False, num_classes=num_classes, **kwargs)
     else:
-        path = _existing_file(weights, "weights", WEIGHT_SUFFIXES)
+        path = existing_file(weights, "weights", WEIGHT_SUFFIXES)
         state = load_weights(path, prefix=checkpoint_prefix, argument="weights")
         default_cfg = timm.models.get_pretrained_cfg(name)
         classifier = (default_cfg.classifier if default_cfg is not None else None) or "head"
@@ -666,10 +639,6 @@ class PixelEncoder(nn.Module):
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def _index_path(path: Path) -> Path:
-    return path.with_name(path.stem + ".index.npy")
-
-
 def save_features(path: PathLike, features: Union[Tensor, np.ndarray], index: Union[Tensor, np.ndarray, None] = None):
     """Write reference features (N, d) for :class:`PrecomputedFeatures`, with optional dataset indices.
 
@@ -693,50 +662,24 @@ def save_features(path: PathLike, features: Union[Tensor, np.ndarray], index: Un
     if path.suffix.lower() not in FEATURE_SUFFIXES:
         raise ValueError(f"`path`: suffix {path.suffix!r} is not supported; use one of {', '.join(FEATURE_SUFFIXES)}.")
     feats = torch.as_tensor(np.asarray(features) if not isinstance(features, Tensor) else features).detach().cpu()
-    _check_table(feats, "features")
+    check_table(feats, "features")
     if not bool(torch.isfinite(feats).all()):
         raise ValueError("`features` contains NaN or Inf; clean them before saving.")
-    idx = None if index is None else _check_index(torch.as_tensor(np.asarray(index)), feats.shape[0], "index")
+    idx = None if index is None else check_index(torch.as_tensor(np.asarray(index)), feats.shape[0], "index")
     path.parent.mkdir(parents=True, exist_ok=True)
     suffix = path.suffix.lower()
     if suffix == ".npy":
         np.save(path, feats.contiguous().numpy(), allow_pickle=False)
         if idx is not None:
-            np.save(_index_path(path), idx.numpy(), allow_pickle=False)
-        elif _index_path(path).exists():
-            _index_path(path).unlink()  # a stale index of an earlier file would silently remap rows
+            np.save(index_path(path), idx.numpy(), allow_pickle=False)
+        elif index_path(path).exists():
+            index_path(path).unlink()  # a stale index of an earlier file would silently remap rows
     elif suffix == ".pt":
         torch.save({"features": feats.contiguous(), **({} if idx is None else {"index": idx})}, path)
     else:
         from safetensors.torch import save_file
 
         save_file({"features": feats.contiguous(), **({} if idx is None else {"index": idx})}, str(path))
-
-
-def _check_table(features: Any, name: str) -> None:
-    if len(features.shape) != 2:
-        raise ValueError(
-            f"`{name}` must be a 2-D (N, d) table of features, got shape {tuple(features.shape)}; "
-            "flatten per-sample dimensions first."
-        )
-    floating = (
-        features.is_floating_point() if isinstance(features, Tensor) else np.issubdtype(features.dtype, np.floating)
-    )
-    if not floating:
-        raise ValueError(f"`{name}` must hold floating-point features, got dtype {features.dtype}.")
-
-
-def _check_index(index: Tensor, rows: int, name: str) -> Tensor:
-    if index.is_floating_point() or index.dtype == torch.bool or index.is_complex():
-        raise ValueError(f"`{name}` must hold integer dataset indices, got dtype {index.dtype}.")
-    index = index.long().flatten()
-    if index.numel() != rows:
-        raise ValueError(f"`{name}` has {index.numel()} entries but the features have {rows} rows; one per row.")
-    if rows and int(index.min()) < 0:
-        raise ValueError(f"`{name}` must hold dataset indices >= 0, got {int(index.min())}.")
-    if torch.unique(index).numel() != rows:
-        raise ValueError(f"`{name}` holds repeated dataset indices; each sample must appear once.")
-    return index
 
 
 class PrecomputedFeatures:
@@ -774,8 +717,9 @@ class PrecomputedFeatures:
         self.path: Optional[Path] = None
         stored_index: Any = None
         if isinstance(source, (str, os.PathLike)):
-            self.path = _existing_file(source, "source", FEATURE_SUFFIXES)
-            data, stored_index = self._read(self.path)
+            file = EmbeddingFile(source, "source")  # checks suffix, shape and dtype; never unpickles
+            self.path, stored_index = file.path, file.index
+            data = file.memmap if file.memmap is not None else file.read(0, file.n, check_finite=False)
         elif isinstance(source, (Tensor, np.ndarray)):
             data = source.detach().cpu() if isinstance(source, Tensor) else source
         else:
@@ -783,7 +727,7 @@ class PrecomputedFeatures:
                 f"`source` must be a features file path (.npy / .pt / .safetensors), a tensor or an array, got "
                 f"{type(source).__name__}."
             )
-        _check_table(data, "source" if self.path is None else f"features in {str(self.path)!r}")
+        check_table(data, "source" if self.path is None else f"features in {str(self.path)!r}")
         self.memory_mapped = isinstance(data, np.memmap)
         if not self.memory_mapped:
             data = torch.as_tensor(np.ascontiguousarray(data) if isinstance(data, np.ndarray) else data)
@@ -797,39 +741,8 @@ class PrecomputedFeatures:
         index = stored_index if index is None else index
         self.index: Optional[Tensor] = None
         if index is not None:
-            self.index = _check_index(torch.as_tensor(np.asarray(index)), rows, "index")
+            self.index = check_index(torch.as_tensor(np.asarray(index)), rows, "index")
             self._sorted, self._order = torch.sort(self.index)
-
-    @staticmethod
-    def _read(path: Path) -> tuple[Any, Any]:
-        suffix = path.suffix.lower()
-        if suffix == ".npy":
-            try:
-                data = np.load(path, mmap_mode="r", allow_pickle=False)
-            except ValueError as error:
-                raise ValueError(f"`source`: {str(path)!r} is not a plain numeric .npy array ({error}).") from None
-            index_file = _index_path(path)
-            index = np.load(index_file, allow_pickle=False) if index_file.is_file() else None
-            return data, index
-        if suffix == ".pt":
-            content = _torch_load_safe(path, "source")
-        else:
-            from safetensors import SafetensorError
-            from safetensors.torch import load_file
-
-            try:
-                content = load_file(str(path), device="cpu")
-            except (SafetensorError, OSError) as error:
-                raise ValueError(f"`source`: {str(path)!r} is not a readable safetensors file ({error}).") from None
-        if isinstance(content, Tensor):
-            return content, None
-        if isinstance(content, dict) and isinstance(content.get("features"), Tensor):
-            return content["features"], content.get("index")
-        keys = sorted(content) if isinstance(content, dict) else type(content).__name__
-        raise ValueError(
-            f"`source`: {str(path)!r} must hold a tensor or a dict with a 'features' tensor (and optional 'index'), "
-            f"found {keys}; write it with `save_features`."
-        )
 
     @property
     def shape(self) -> tuple[int, int]:

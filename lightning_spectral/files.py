@@ -1,0 +1,262 @@
+"""Reading embedding and weight files safely: never unpickling arbitrary objects.
+
+:class:`EmbeddingFile` opens a (N, d) floating table in a ``.npy`` (``numpy.load(mmap_mode="r",
+allow_pickle=False)``), ``.pt`` (``torch.load(mmap=True, weights_only=True)``) or ``.safetensors``
+(``safetensors.safe_open``, row ranges read with ``get_slice``) file and reads it in row chunks. The conventions
+are those of :func:`~lightning_spectral.encoders.save_features`: in a ``.pt`` either a tensor or a dict with a
+``"features"`` tensor, in a ``.safetensors`` the key ``"features"`` (or the only key), and an optional dataset
+index (``"index"``, or ``<stem>.index.npy`` beside a ``.npy``): row ``i`` is sample ``index[i]``. Both
+:class:`~lightning_spectral.encoders.PrecomputedFeatures` and the command line read files through it.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any, Callable, Optional, Union
+
+import numpy as np
+import torch
+from torch import Tensor
+
+PathLike = Union[str, "os.PathLike[str]"]
+FEATURE_SUFFIXES = (".npy", ".pt", ".safetensors")
+
+
+def existing_file(path: PathLike, argument: str, suffixes: Sequence[str]) -> Path:
+    path = Path(os.fspath(path)).expanduser()
+    if not path.is_file():
+        raise FileNotFoundError(f"`{argument}`: no file at {str(path)!r}; pass the path of an existing local file.")
+    if path.suffix.lower() not in suffixes:
+        raise ValueError(
+            f"`{argument}`: {str(path)!r} has suffix {path.suffix!r}; supported: {', '.join(suffixes)}. "
+            "Convert the file to one of these formats."
+        )
+    return path
+
+
+def torch_load_safe(path: Path, argument: str, mmap: bool = False) -> Any:
+    """``torch.load(weights_only=True)``: tensors and plain containers only, never arbitrary objects.
+
+    ``mmap=True`` maps the tensors' storage from the file instead of reading it (zip-format files only).
+    """
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
+    except pickle.UnpicklingError as error:
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise ValueError(
+            f"`{argument}`: refused to load {str(path)!r}: it holds pickled objects other than tensors and plain "
+            f"containers, and only `torch.load(weights_only=True)` is used ({reason}). If you trust the file, "
+            "re-save just the tensors, e.g. `torch.save(model.state_dict(), 'weights.pt')` or "
+            "`safetensors.torch.save_file(state_dict, 'weights.safetensors')`."
+        ) from None
+    except (RuntimeError, EOFError, OSError) as error:
+        how = "memory-mappable " if mmap else ""
+        raise ValueError(
+            f"`{argument}`: {str(path)!r} is not a readable, {how}PyTorch file ({error}); re-save it with "
+            "`torch.save` (zip format)."
+        ) from None
+
+
+def index_path(path: Path) -> Path:
+    return path.with_name(path.stem + ".index.npy")
+
+
+def check_table(features: Any, name: str) -> None:
+    if len(features.shape) != 2:
+        raise ValueError(
+            f"`{name}` must be a 2-D (N, d) table of features, got shape {tuple(features.shape)}; "
+            "flatten per-sample dimensions first."
+        )
+    floating = (
+        features.is_floating_point() if isinstance(features, Tensor) else np.issubdtype(features.dtype, np.floating)
+    )
+    if not floating:
+        raise ValueError(f"`{name}` must hold floating-point features, got dtype {features.dtype}.")
+
+
+def check_index(index: Tensor, rows: int, name: str) -> Tensor:
+    if index.is_floating_point() or index.dtype == torch.bool or index.is_complex():
+        raise ValueError(f"`{name}` must hold integer dataset indices, got dtype {index.dtype}.")
+    index = index.long().flatten()
+    if index.numel() != rows:
+        raise ValueError(f"`{name}` has {index.numel()} entries but the features have {rows} rows; one per row.")
+    if rows and int(index.min()) < 0:
+        raise ValueError(f"`{name}` must hold dataset indices >= 0, got {int(index.min())}.")
+    if torch.unique(index).numel() != rows:
+        raise ValueError(f"`{name}` holds repeated dataset indices; each sample must appear once.")
+    return index
+
+
+_SAFETENSORS_FLOATS = {"F16": torch.float16, "BF16": torch.bfloat16, "F32": torch.float32, "F64": torch.float64}
+
+
+class EmbeddingFile:
+    """A (N, d) floating table in a ``.npy`` / ``.pt`` / ``.safetensors`` file, read chunk by chunk.
+
+    Opening checks the suffix, the shape (2-D, N >= 1) and the dtype (floating) without reading the rows;
+    :meth:`chunks` reads row ranges and refuses NaN / Inf naming the file and the rows.
+
+    Args:
+        path: the file.
+        name: how the file is named in error messages (the command-line argument, e.g. ``"FILE"``).
+
+    Attributes:
+        n: number of rows.
+        d: width.
+        dtype: the stored dtype (``numpy`` or ``torch``).
+        index: the dataset index of the rows (``None``: row ``i`` is sample ``i``).
+
+    Raises:
+        FileNotFoundError: no file at ``path``.
+        ValueError: unsupported suffix, pickled objects, not a floating (N, d) table, no rows, a bad index.
+
+    Example:
+        >>> import tempfile, numpy as np
+        >>> path = tempfile.mkdtemp() + "/emb.npy"
+        >>> np.save(path, np.arange(10.0).reshape(5, 2))
+        >>> table = EmbeddingFile(path)
+        >>> table.n, table.d
+        (5, 2)
+        >>> [(tuple(x.shape), ids.tolist()) for x, ids in table.chunks(batch_size=2)]
+        [((2, 2), [0, 1]), ((2, 2), [2, 3]), ((1, 2), [4])]
+    """
+
+    def __init__(self, path: Union[str, "os.PathLike[str]"], name: str = "FILE") -> None:
+        self.name = name
+        self.path: Path = existing_file(path, name, FEATURE_SUFFIXES)
+        self._handle: Any = None  # keeps the safetensors memory map open
+        self.index: Optional[Tensor] = None
+        suffix = self.path.suffix.lower()
+        opener = {".npy": self._open_npy, ".pt": self._open_pt, ".safetensors": self._open_safetensors}[suffix]
+        probe, index, self._read = opener()
+        self.memmap: Optional[np.memmap] = probe if isinstance(probe, np.memmap) else None  # .npy: the mapped table
+        try:
+            check_table(probe, "features")
+            if index is not None:
+                self.index = check_index(torch.as_tensor(np.asarray(index)), int(probe.shape[0]), "index")
+        except ValueError as error:
+            raise ValueError(f"`{name}` ({self.where}): {error}") from None
+        self.n, self.d = int(probe.shape[0]), int(probe.shape[1])
+        self.dtype = probe.dtype
+        if self.n == 0:
+            raise ValueError(f"`{name}`: {self.where} holds no rows (shape {tuple(probe.shape)}).")
+
+    @property
+    def where(self) -> str:
+        return repr(str(self.path))
+
+    # ---- openers: (shape/dtype probe, optional index, row reader) -------------------------------------------
+    def _open_npy(self) -> tuple[Any, Any, Callable[[int, int], Tensor]]:
+        try:
+            data = np.load(self.path, mmap_mode="r", allow_pickle=False)
+        except (ValueError, OSError, EOFError) as error:
+            raise ValueError(f"`{self.name}`: {self.where} is not a plain numeric .npy array ({error}).") from None
+        index_file = index_path(self.path)
+        index = np.load(index_file, allow_pickle=False) if index_file.is_file() else None
+
+        def read(start: int, stop: int) -> Tensor:
+            rows = data[start:stop]
+            return torch.from_numpy(np.array(rows, dtype=rows.dtype.newbyteorder("=")))
+
+        return data, index, read
+
+    def _open_pt(self) -> tuple[Any, Any, Callable[[int, int], Tensor]]:
+        content = torch_load_safe(self.path, self.name, mmap=True)
+        if isinstance(content, dict) and isinstance(content.get("features"), Tensor):
+            table, index = content["features"], content.get("index")
+        elif isinstance(content, Tensor):
+            table, index = content, None
+        else:
+            found = sorted(map(str, content)) if isinstance(content, dict) else type(content).__name__
+            raise ValueError(
+                f"`{self.name}`: {self.where} must hold a tensor or a dict with a 'features' tensor, found {found}; "
+                "write it with `lightning_spectral.encoders.save_features`."
+            )
+        return table, index, lambda start, stop: table[start:stop].clone()
+
+    def _open_safetensors(self) -> tuple[Any, Any, Callable[[int, int], Tensor]]:
+        from safetensors import SafetensorError, safe_open
+
+        try:
+            self._handle = safe_open(str(self.path), framework="pt", device="cpu")
+            keys = list(self._handle.keys())
+        except (SafetensorError, OSError) as error:
+            raise ValueError(f"`{self.name}`: {self.where} is not a readable safetensors file ({error}).") from None
+        key = "features" if "features" in keys else (keys[0] if len(keys) == 1 else None)
+        if key is None:
+            raise ValueError(
+                f"`{self.name}`: {self.where} has keys {sorted(keys)} but no 'features' key; name the (N, d) table "
+                "'features' (as `lightning_spectral.encoders.save_features` does)."
+            )
+        table = self._handle.get_slice(key)
+        dtype = table.get_dtype()
+        if dtype not in _SAFETENSORS_FLOATS:
+            raise ValueError(
+                f"`{self.name}` ({self.where}) must hold floating-point features, got dtype {dtype} for key {key!r}."
+            )
+        probe = torch.empty(table.get_shape(), dtype=_SAFETENSORS_FLOATS[dtype], device="meta")
+        index = self._handle.get_tensor("index") if key == "features" and "index" in keys else None
+        return probe, index, lambda start, stop: table[start:stop]
+
+    # ---- reading -----------------------------------------------------------------------------------------------
+    def ids(self, start: int, stop: int) -> Tensor:
+        """Sample ids of rows ``start:stop``: the row numbers, or the stored dataset index."""
+        rows = torch.arange(start, stop)
+        return rows if self.index is None else self.index[start:stop]
+
+    def read(self, start: int, stop: int, check_finite: bool = True) -> Tensor:
+        """Rows ``start:stop`` as a CPU tensor in the stored dtype.
+
+        Raises:
+            ValueError: with ``check_finite``, NaN or Inf in those rows (the message names the file and rows).
+        """
+        chunk = self._read(start, stop)
+        if not check_finite:
+            return chunk
+        finite = torch.isfinite(chunk).all(dim=1)
+        if not bool(finite.all()):
+            bad = (torch.nonzero(~finite).flatten() + start).tolist()
+            shown = ", ".join(map(str, bad[:5])) + (f" and {len(bad) - 5} more" if len(bad) > 5 else "")
+            raise ValueError(
+                f"`{self.name}` ({self.where}) holds NaN or Inf in rows {shown} (chunk of rows {start}-{stop - 1}); "
+                "clean or drop them."
+            )
+        return chunk
+
+    def chunks(
+        self,
+        batch_size: int = 4096,
+        rows: Optional[range] = None,
+        progress: bool = False,
+        desc: Optional[str] = None,
+    ) -> Iterator[tuple[Tensor, Tensor]]:
+        """Yield ``(features (b, d), ids (b,))`` over ``rows`` (default all), ``batch_size`` rows at a time.
+
+        Args:
+            batch_size: rows per chunk (memory is one chunk).
+            rows: a contiguous range of rows, e.g. this rank's :func:`shard_rows`.
+            progress: show a tqdm bar on stderr.
+            desc: the bar's label.
+        """
+        rows = range(self.n) if rows is None else rows
+        if batch_size < 1:
+            raise ValueError(f"`--batch-size` must be an integer >= 1, got {batch_size}.")
+        starts = range(rows.start, rows.stop, batch_size)
+        if progress:
+            from tqdm.auto import tqdm
+
+            starts = tqdm(starts, desc=desc or f"{self.name} {self.path.name}", unit="chunk", leave=False)
+        for start in starts:
+            stop = min(start + batch_size, rows.stop)
+            yield self.read(start, stop), self.ids(start, stop)
+
+    def describe(self) -> dict[str, Any]:
+        """``{"path", "n", "d", "dtype", "indexed"}`` for the JSON output."""
+        dtype = str(self.dtype).replace("torch.", "")
+        return {"path": str(self.path), "n": self.n, "d": self.d, "dtype": dtype, "indexed": self.index is not None}
+
+    def __repr__(self) -> str:
+        return f"EmbeddingFile({str(self.path)!r}, n={self.n}, d={self.d}, dtype={self.describe()['dtype']})"
