@@ -8,7 +8,8 @@ about 5/8 of a full Gram product and no per-sample outer product is ever formed.
 from __future__ import annotations
 
 import math
-from typing import Callable, Optional, Union
+from contextlib import contextmanager
+from typing import Callable, Iterator, Optional, Union
 
 import torch
 from torch import Tensor
@@ -103,6 +104,154 @@ def symmetric_eigh(matrix: Tensor) -> tuple[Tensor, Tensor]:
     matrix = matrix.double()
     values, vectors = torch.linalg.eigh((matrix + matrix.T) / 2)
     return values.flip(0), vectors.flip(1)
+
+
+@contextmanager
+def one_thread() -> Iterator[None]:
+    """Run the enclosed torch calls on one intra-op thread, then restore the previous count.
+
+    For small LAPACK calls (an eigendecomposition of a few dozen rows): waking the OpenMP pool costs more
+    than the call itself, ~10x more under ``OMP_WAIT_POLICY=PASSIVE`` (docs/benchmarks.md, issue 14).
+    """
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
+
+
+def default_lanczos_steps(size: int) -> int:
+    """Krylov steps :func:`extreme_eigenvalues` tries before it gives up: ``max(64, size // 16)``, at most ``size``.
+
+    A step costs one matrix-vector product; at ``size`` 4096 a dense ``eigvalsh`` costs a few hundred of them
+    (measured, docs/benchmarks.md), so a failed attempt wastes less than the fallback it precedes.
+    """
+    return min(size, max(64, size // 16))
+
+
+def extreme_eigenvalues(
+    matrix: Tensor, rtol: float = 1e-10, max_steps: Optional[int] = None, seed: int = 0, which: str = "both"
+) -> tuple[Tensor, Tensor]:
+    r"""Smallest and largest eigenvalue of a symmetric (indefinite) matrix by Lanczos, without a full ``eigvalsh``.
+
+    Lanczos builds an orthonormal basis ``Q_k`` of the Krylov space ``span(q, A q, ..., A^{k-1} q)`` from a fixed
+    pseudo-random start ``q`` (a CPU generator seeded with ``seed``: identical input gives identical output),
+    reorthogonalised in full against every earlier vector, twice (classical Gram-Schmidt), so ``Q_k`` stays
+    orthonormal to round-off. The extreme eigenvalues ``theta`` of ``T_k = Q_k^T A Q_k`` (tridiagonal, k x k)
+    approach those of ``A`` from inside. A Ritz pair ``(theta, y = Q_k s)`` is accepted when its residual
+    ``||A y - theta y||`` (``beta_k |s_k|`` during the run, recomputed explicitly at the end) is at most
+    ``rtol * ||A||_2``: an eigenvalue of ``A`` then lies within that distance of ``theta``, and since ``theta``
+    is the extreme Ritz value it is the extreme eigenvalue unless the start vector is (nearly) orthogonal to
+    its eigenvector, which a pseudo-random start makes vanishingly unlikely. Not converged after
+    ``max_steps`` steps (a top eigenvalue in a cluster that is tight compared with the whole spectrum): the
+    dense ``eigvalsh`` answers instead.
+
+    Cost: ``k`` matrix-vector products and ``O(n k^2)`` for the reorthogonalisation; the difference of two
+    RFF covariances of one distribution (the FINC noise floor at ``rho = 1``, 2r = 4096) needs k ~ 25 where
+    ``eigvalsh`` costs several hundred products.
+
+    Args:
+        matrix: (n, n) symmetric; used as ``(A + A^T) / 2``, in float64.
+        rtol: accepted residual, relative to ``||A||_2`` (estimated by the largest ``|theta|``).
+        max_steps: Krylov steps before falling back; default :func:`default_lanczos_steps`.
+        seed: seed of the start vector.
+        which: ``"both"``, ``"largest"`` or ``"smallest"``: the ends that must converge (the other is
+            returned as found, a bound from inside).
+
+    Returns:
+        ``(smallest, largest)``, float64 scalars.
+
+    Raises:
+        ValueError: a non-square matrix, NaN / Inf entries, ``rtol`` not > 0, unknown ``which``.
+
+    Example:
+        >>> import torch
+        >>> q, _ = torch.linalg.qr(torch.randn(300, 300, dtype=torch.float64))
+        >>> a = q @ torch.diag(torch.linspace(-2.0, 1.0, 300, dtype=torch.float64)) @ q.T
+        >>> low, high = extreme_eigenvalues(a)
+        >>> round(float(low), 10), round(float(high), 10)
+        (-2.0, 1.0)
+    """
+    if which not in ("both", "largest", "smallest"):
+        raise ValueError(f"`which` must be 'both', 'largest' or 'smallest', got {which!r}.")
+    if not rtol > 0:
+        raise ValueError(f"`rtol` must be > 0, got {rtol}.")
+    if matrix.ndim != 2 or matrix.shape[0] != matrix.shape[1]:
+        raise ValueError(f"extreme_eigenvalues: expected a square matrix, got shape {tuple(matrix.shape)}.")
+    if not bool(torch.isfinite(matrix).all()):
+        raise ValueError("extreme_eigenvalues: the matrix has NaN or Inf entries.")
+    matrix = matrix.double()
+    matrix = (matrix + matrix.T) / 2
+    size = matrix.shape[0]
+    steps = default_lanczos_steps(size) if max_steps is None else check_positive_int(max_steps, "max_steps")
+    steps = min(steps, size)
+    ends = {"both": (0, -1), "largest": (-1,), "smallest": (0,)}[which]
+    found = _lanczos(matrix, steps, rtol, seed, ends)
+    if found is None:
+        values = torch.linalg.eigvalsh(matrix)
+        found = values[0], values[-1]
+    return found
+
+
+def top_eigenvalue(matrix: Tensor, rtol: float = 1e-10, max_steps: Optional[int] = None, seed: int = 0) -> Tensor:
+    """Largest eigenvalue of a symmetric (indefinite) matrix: :func:`extreme_eigenvalues` with ``which="largest"``.
+
+    Example:
+        >>> import torch
+        >>> round(float(top_eigenvalue(torch.diag(torch.tensor([-3.0, 0.5, 2.0])))), 12)
+        2.0
+    """
+    return extreme_eigenvalues(matrix, rtol, max_steps, seed, which="largest")[1]
+
+
+def _lanczos(
+    matrix: Tensor, steps: int, rtol: float, seed: int, ends: tuple[int, ...]
+) -> Optional[tuple[Tensor, Tensor]]:
+    """The Lanczos loop of :func:`extreme_eigenvalues`: ``(smallest, largest)`` Ritz values, or None if not converged."""
+    size = matrix.shape[0]
+    generator = torch.Generator(device="cpu").manual_seed(int(seed))
+    start = torch.randn(size, generator=generator, dtype=torch.float64).to(matrix.device)
+    basis = matrix.new_zeros(size, steps + 1)
+    basis[:, 0] = start / start.norm()
+    alphas, betas = [], []
+    next_check = 5
+    for step in range(1, steps + 1):
+        done = basis[:, :step]
+        w = matrix @ basis[:, step - 1]
+        alphas.append(basis[:, step - 1] @ w)
+        for _ in range(2):  # full reorthogonalisation, twice
+            w -= done @ (done.T @ w)
+        beta = w.norm()
+        betas.append(beta)
+        exhausted = step == steps or float(beta) <= 1e-300
+        if step >= next_check or exhausted:
+            next_check = step + max(5, step // 8)
+            result = _ritz_check(matrix, done, alphas, betas, rtol, ends)
+            if result is not None:
+                return result
+            if exhausted:
+                return None
+        basis[:, step] = w / beta
+    return None
+
+
+def _ritz_check(
+    matrix: Tensor, basis: Tensor, alphas: list, betas: list, rtol: float, ends: tuple[int, ...]
+) -> Optional[tuple[Tensor, Tensor]]:
+    """Extreme Ritz values of ``T_k`` if the wanted ones have residual <= ``rtol * ||A||``, verified explicitly."""
+    alpha, beta = torch.stack(alphas), torch.stack(betas)
+    tridiagonal = torch.diag(alpha) + torch.diag(beta[:-1], 1) + torch.diag(beta[:-1], -1)
+    with one_thread():
+        theta, s = torch.linalg.eigh(tridiagonal)
+    tolerance = rtol * float(theta.abs().max())
+    if any(float(beta[-1] * s[-1, end].abs()) > tolerance for end in ends):
+        return None
+    for end in ends:  # the recurrence's residual estimate, checked against the true one (one product each)
+        y = basis @ s[:, end]
+        if float((matrix @ y - theta[end] * y).norm()) > tolerance:
+            return None
+    return theta[0], theta[-1]
 
 
 def psd_eigenvalues(matrix: Tensor, rtol: float = 1e-5) -> Tensor:

@@ -5,12 +5,15 @@ import torch
 
 from lightning_spectral.features import GaussianRFF, gaussian_kernel
 from lightning_spectral.linalg import (
+    _lanczos,
     add_covariance_,
     add_gram_,
+    extreme_eigenvalues,
     psd_eigenvalues,
     renyi_entropy,
     rke_from_covariance,
     symmetric_eigh,
+    top_eigenvalue,
     vendi_score,
 )
 
@@ -179,3 +182,64 @@ def test_bad_spectra_raise():
         renyi_entropy(torch.zeros(3))
     with pytest.raises(ValueError, match="zero or non-finite"):
         rke_from_covariance(torch.zeros(3, 3))
+
+
+def split_covariances(n=3000, width=256, seed=0):
+    """Two RFF covariances of disjoint halves of one 8-mode mixture: a dense spectrum near the top of C_A - C_B."""
+    g = torch.Generator().manual_seed(seed)
+    means = 3 * torch.randn(8, 16, generator=g, dtype=torch.float64)
+    x = means[torch.randint(8, (n,), generator=g)] + torch.randn(n, 16, generator=g, dtype=torch.float64)
+    rff = GaussianRFF(16, width, sigma=4.0, seed=seed)
+    return covariance(x[0::2], rff, 512) / (n // 2), covariance(x[1::2], rff, 512) / (n // 2)
+
+
+@pytest.mark.parametrize("rho", [1.0, 2.0])
+def test_lanczos_extremes_match_eigvalsh_without_falling_back(rho, monkeypatch):
+    cov_a, cov_b = split_covariances()
+    matrix = cov_a - rho * cov_b
+    exact = torch.linalg.eigvalsh(matrix)
+    norm = float(exact.abs().max())
+
+    def no_dense(*args, **kwargs):
+        raise AssertionError("fell back to eigvalsh")
+
+    monkeypatch.setattr(torch.linalg, "eigvalsh", no_dense)
+    low, high = extreme_eigenvalues(matrix)
+    assert abs(float(high - exact[-1])) <= 1e-10 * norm and abs(float(low - exact[0])) <= 1e-10 * norm
+    assert abs(float(top_eigenvalue(matrix) - exact[-1])) <= 1e-10 * norm
+    # identical input, identical output (fixed start vector)
+    assert float(top_eigenvalue(matrix.clone())) == float(top_eigenvalue(matrix))
+
+
+def test_lanczos_on_a_top_cluster_falls_back_to_the_dense_answer():
+    q, _ = torch.linalg.qr(torch.randn(200, 200, dtype=torch.float64, generator=torch.Generator().manual_seed(1)))
+    values = torch.cat([torch.linspace(-1.0, 0.0, 190, dtype=torch.float64), 0.5 + 1e-9 * torch.arange(10.0).double()])
+    matrix = q @ torch.diag(values) @ q.T
+    assert _lanczos(matrix, 6, 1e-10, 0, (-1,)) is None  # 6 steps cannot resolve a cluster of width 1e-8
+    dense = float(torch.linalg.eigvalsh((matrix + matrix.T) / 2)[-1])
+    assert float(top_eigenvalue(matrix, max_steps=6)) == dense
+    assert float(top_eigenvalue(matrix)) == pytest.approx(0.5 + 9e-9, abs=1e-10)  # the default budget suffices
+
+
+def test_lanczos_on_tiny_and_low_rank_matrices():
+    assert float(top_eigenvalue(torch.tensor([[2.0]]))) == 2.0
+    diagonal = torch.diag(torch.tensor([3.0, -1.0, 0.0], dtype=torch.float64))
+    assert [float(v) for v in extreme_eigenvalues(diagonal)] == pytest.approx([-1.0, 3.0], abs=1e-14)
+    u = torch.randn(100, 2, dtype=torch.float64)  # rank 2: the Krylov space is exhausted after 3 steps
+    low, high = extreme_eigenvalues(u[:, :1] @ u[:, :1].T - u[:, 1:] @ u[:, 1:].T)
+    exact = torch.linalg.eigvalsh(u[:, :1] @ u[:, :1].T - u[:, 1:] @ u[:, 1:].T)
+    assert float(low) == pytest.approx(float(exact[0]), rel=1e-10)
+    assert float(high) == pytest.approx(float(exact[-1]), rel=1e-10)
+
+
+def test_lanczos_bad_input_raises():
+    with pytest.raises(ValueError, match="square"):
+        top_eigenvalue(torch.zeros(3, 4))
+    with pytest.raises(ValueError, match="NaN"):
+        top_eigenvalue(torch.full((3, 3), float("nan")))
+    with pytest.raises(ValueError, match="which"):
+        extreme_eigenvalues(torch.eye(3), which="top")
+    with pytest.raises(ValueError, match="rtol"):
+        extreme_eigenvalues(torch.eye(3), rtol=0.0)
+    with pytest.raises(ValueError, match="max_steps"):
+        extreme_eigenvalues(torch.eye(3), max_steps=0)

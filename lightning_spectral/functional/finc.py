@@ -32,7 +32,13 @@ from torch import Tensor
 
 from lightning_spectral._checks import check_features, check_positive
 from lightning_spectral.features import GaussianRFF, gaussian_kernel
-from lightning_spectral.linalg import DEFAULT_CHUNK_SIZE, covariance, symmetric_eigh
+from lightning_spectral.linalg import (
+    DEFAULT_CHUNK_SIZE,
+    covariance,
+    extreme_eigenvalues,
+    symmetric_eigh,
+    top_eigenvalue,
+)
 
 #: Default margin of the significance rule: eigenvalues must exceed twice the estimated noise floor.
 DEFAULT_SIGNIFICANCE = 2.0
@@ -80,10 +86,13 @@ def split_noise_floor(
     """
     if min(n_a, n_b) < 1:
         raise ValueError("the noise floor needs at least 2 reference samples (one in each half).")
-    split_top = max(
-        float(torch.linalg.eigvalsh(_sym(cov_a - rho * cov_b))[-1]),
-        float(torch.linalg.eigvalsh(_sym(cov_b - rho * cov_a))[-1]),
-    )
+    # Only lambda_max is needed: Lanczos instead of two dense eigvalsh. At rho = 1 the mirror is exactly the
+    # negative (C_B - C_A = -(C_A - C_B)), so one run gives both: lambda_max(mirror) = -lambda_min.
+    if rho == 1.0:
+        lowest, highest = extreme_eigenvalues(cov_a - cov_b)
+        split_top = max(float(highest), -float(lowest))
+    else:
+        split_top = max(float(top_eigenvalue(cov_a - rho * cov_b)), float(top_eigenvalue(cov_b - rho * cov_a)))
     scale = math.sqrt((1 / n_x + rho**2 / n_y) / (1 / n_a + rho**2 / n_b))
     return max(split_top, 0.0) * scale
 
