@@ -19,14 +19,14 @@ eigenvector's large entries are the members); a negative one the reverse. SPEC-d
 from __future__ import annotations
 
 import math
-from typing import NamedTuple, Optional
+from typing import Any, NamedTuple, Optional
 
 import torch
 from torch import Tensor
 
 from lightning_spectral._checks import check_features, check_positive, check_positive_int
 from lightning_spectral.features import CosineMap, PairedFeatureMap, gaussian_kernel, median_bandwidth
-from lightning_spectral.linalg import DEFAULT_CHUNK_SIZE, covariance, differential_eigh, symmetric_eigh
+from lightning_spectral.linalg import DEFAULT_CHUNK_SIZE, covariance, differential_eigh, one_thread, symmetric_eigh
 
 METHODS = ("auto", "exact", "covariance")
 
@@ -351,3 +351,186 @@ def _eigenvalue_at(phi: Tensor, v: Tensor, value: Tensor, n: int, width: int) ->
     if abs(float(value)) <= 1e-12:
         return (phi @ v).sum() * 0.0
     return (phi @ v).square().sum() / (n * d_norm)
+
+
+class SpecAlignSolver:
+    r"""SPEC-align penalty with a warm-started block Krylov solver: :func:`spec_align_loss` without a full eigh.
+
+    Same value and gradient as :func:`spec_align_loss` (the exact route, to ``tol``), at ``O(n D b)`` per
+    Krylov block instead of an ``n x n`` eigendecomposition per step. With ``A = [Phi_s, Phi_r]`` (n, D) and
+    ``S = diag(I, -I)``, ``Lambda = A S A^T / n`` is applied as ``A (S (A^T U)) / n``, never formed:
+
+    1. start block ``U = A V``: ``V`` (D, b) are the previous call's Ritz vectors, held in FEATURE space
+       because consecutive batches hold different samples (``u = A v`` maps an eigenvector of
+       ``Gamma = S C`` to one of ``Lambda``, ``v = S A^T u`` maps back; SPEC Proposition 1); the first
+       call starts from a seeded random block;
+    2. block Krylov basis ``Q`` of ``[U, Lambda U, Lambda^2 U, ...]`` (reorthogonalised twice) and
+       Rayleigh-Ritz on ``T = Q^T Lambda Q`` (at most ``b * max_blocks`` wide, on one thread), until the
+       winning end (``lambda_+`` or ``-lambda_-``, whichever is larger) has a Ritz pair ``(theta, y)`` with
+       ``||Lambda y - theta y|| / gap <= tol`` (a bound on the eigenvector's error; ``gap`` to the next Ritz
+       value) and beats the other end by more than both residuals;
+    3. ``loss = +-(||Phi_s^T u||^2 - ||Phi_r^T u||^2) / n = +-u^T Lambda u`` with the unit ``u`` held fixed:
+       the eigenvalue and its gradient (Proposition 2), differentiable through the student's features;
+    4. not converged after ``max_blocks`` blocks (a near tie between ``lambda_+`` and ``-lambda_-``, a
+       winner inside a tight cluster, identical embeddings): :func:`spec_align_loss` answers.
+
+    The Krylov iteration runs detached in float64 on one thread (small LAPACK calls would wake the OpenMP
+    pool, which costs more than they do). The warm start changes only how fast the solver converges, not
+    what it returns (to ``tol``); ``state_dict`` keeps it so a resumed run repeats the same iterates.
+
+    Args:
+        kernel: ``"cosine"`` or ``"gaussian"``, as :func:`spec_align_loss`.
+        sigma_student: Gaussian bandwidth of the student.
+        sigma_reference: Gaussian bandwidth of the reference.
+        n_frequencies: random frequencies per embedding for the Gaussian kernel.
+        seed: frequency seed, also the seed of the first call's start block.
+        feature_map: a prebuilt :class:`~lightning_spectral.features.PairedFeatureMap` (else built on the first
+            call from the embeddings' widths).
+        tol: accepted bound on the winning eigenvector's error (the gradient's relative error is ~2 tol).
+        block: Krylov block width ``b`` (Ritz vectors carried to the next call: both ends' top ``b / 2``).
+        max_blocks: blocks before falling back to the exact route.
+
+    Raises:
+        ValueError: as :func:`spec_align_loss`; ``tol`` not > 0; ``block`` < 2 or ``max_blocks`` < 1.
+
+    Example:
+        >>> import torch
+        >>> solver = SpecAlignSolver(kernel="cosine")
+        >>> student = torch.randn(64, 8, dtype=torch.float64, requires_grad=True)
+        >>> reference = torch.randn(64, 5, dtype=torch.float64)
+        >>> loss = solver(student, reference)
+        >>> loss.backward()
+        >>> bool(torch.isclose(loss, spec_align_loss(student, reference), rtol=1e-10))
+        True
+    """
+
+    def __init__(
+        self,
+        kernel: str = "cosine",
+        sigma_student: Optional[float] = None,
+        sigma_reference: Optional[float] = None,
+        n_frequencies: int = 512,
+        seed: int = 0,
+        feature_map: Optional[PairedFeatureMap] = None,
+        tol: float = 1e-7,
+        block: int = 2,
+        max_blocks: int = 12,
+    ) -> None:
+        self.kernel, self.sigmas = kernel, (sigma_student, sigma_reference)
+        self.n_frequencies = check_positive_int(n_frequencies, "n_frequencies")
+        self.seed = int(seed)
+        self.feature_map = feature_map
+        self.tol = check_positive(tol, "tol")
+        if check_positive_int(block, "block") < 2:
+            raise ValueError(f"`block` must be >= 2 (one Ritz vector per end at least), got {block}.")
+        self.block = block
+        self.max_blocks = check_positive_int(max_blocks, "max_blocks")
+        self.warm_start: Optional[Tensor] = None  # (D, block) float64, feature space
+        self.last_blocks = 0  # Krylov blocks the last call used
+        self.fallbacks = 0  # calls answered by the exact route
+
+    def __call__(self, student: Tensor, reference: Tensor) -> Tensor:
+        """Differentiable SPEC-diff of the batch: (n, d_s) student (with gradient), (n, d_r) reference."""
+        reference = reference.detach()
+        student_, reference = check_pair(student, reference, "SpecAlignSolver")
+        n = student_.shape[0]
+        if n < 2:
+            raise ValueError(f"SpecAlignSolver needs at least 2 samples in the batch, got {n}.")
+        feature_map = self._feature_map(student_, reference)
+        with torch.autocast(student.device.type, enabled=False):
+            phi = feature_map(student_, reference.to(student_.dtype))
+            width = feature_map.out_features[0]
+            with torch.no_grad(), one_thread():
+                found = self._solve(phi.detach().double(), width)
+            if found is None:
+                self.fallbacks += 1
+                return spec_align_loss(student, reference, feature_map=feature_map)
+            u, sign = found
+            u = u.to(phi.dtype)
+            value = ((phi[:, :width].T @ u).square().sum() - (phi[:, width:].T @ u).square().sum()) / n
+        return (sign * value).to(student_.dtype)
+
+    def _feature_map(self, student: Tensor, reference: Tensor) -> PairedFeatureMap:
+        widths = (student.shape[1], reference.shape[1])
+        if self.feature_map is None or tuple(self.feature_map.in_features) != widths:
+            if self.feature_map is not None:  # other embeddings: the warm start means nothing for them
+                self.warm_start = None
+            self.feature_map = PairedFeatureMap(self.kernel, widths, self.sigmas, self.n_frequencies, self.seed)
+        return self.feature_map.to(student.device)
+
+    def _solve(self, a: Tensor, width: int) -> Optional[tuple[Tensor, float]]:
+        """Block Krylov on ``Lambda = A S A^T / n``: the winning unit eigenvector and its sign, or None."""
+        n, features = a.shape
+        weights = torch.full((features, 1), 1.0 / n, dtype=a.dtype, device=a.device)
+        weights[width:] = -1.0 / n  # S / n
+
+        def apply(block: Tensor) -> Tensor:
+            return a @ (weights * (a.T @ block))
+
+        basis = self._start(a)
+        images = apply(basis)
+        last, result = basis.shape[1], None
+        for blocks in range(1, self.max_blocks + 1):
+            self.last_blocks = blocks
+            theta, vectors = torch.linalg.eigh(_sym(basis.T @ images))
+            # The next block: Lambda times the last one, orthogonalised against the basis by one Householder QR.
+            # Its triangle also gives the residuals: Lambda Q s - theta Q s = Q_next R_next s[last block].
+            width_before = basis.shape[1]
+            q, triangle = torch.linalg.qr(torch.cat([basis, images[:, -last:]], 1))
+            coupling = triangle[width_before:, width_before:]
+            result = self._converged(basis, images, theta, vectors, coupling)
+            if result is not None or blocks == self.max_blocks or width_before >= n:
+                break
+            keep = coupling.diagonal().abs() > 1e-12 * float(theta.abs().max())
+            new = q[:, width_before:][:, keep]
+            if new.shape[1] == 0:  # an invariant subspace: the Ritz pairs above are exact
+                break
+            basis, images, last = torch.cat([basis, new], 1), torch.cat([images, apply(new)], 1), new.shape[1]
+        self._keep(a, weights, basis @ vectors)
+        return result
+
+    def _start(self, a: Tensor) -> Tensor:
+        n, features = a.shape
+        if self.warm_start is not None and self.warm_start.shape[0] == features:
+            start = a @ self.warm_start.to(a.device)
+        else:
+            generator = torch.Generator(device="cpu").manual_seed(self.seed)
+            start = torch.randn(n, self.block, generator=generator, dtype=a.dtype).to(a.device)
+        return torch.linalg.qr(start[:, : min(self.block, n)])[0]
+
+    def _converged(
+        self, basis: Tensor, images: Tensor, theta: Tensor, vectors: Tensor, coupling: Tensor
+    ) -> Optional[tuple[Tensor, float]]:
+        """The winning end's unit Ritz vector and sign if its error bound is within ``tol``, else None."""
+        if theta.shape[0] < 3:
+            return None
+        win, runner_up, lose = (-1, -2, 0) if float(theta[-1]) >= -float(theta[0]) else (0, 1, -1)
+        r_win, r_lose = (float(x) for x in (coupling @ vectors[-coupling.shape[0] :, [win, lose]]).norm(dim=0))
+        gap = abs(float(theta[win] - theta[runner_up]))
+        if not (r_win <= self.tol * gap and abs(float(theta[win])) - r_win > abs(float(theta[lose])) + r_lose):
+            return None
+        u = basis @ vectors[:, win]
+        if float((images @ vectors[:, win] - theta[win] * u).norm()) > self.tol * gap:  # the true residual
+            return None
+        return u, (1.0 if win == -1 else -1.0)
+
+    def _keep(self, a: Tensor, weights: Tensor, ritz: Tensor) -> None:
+        """Carry both ends' leading Ritz vectors to the next call, in feature space: ``v = S A^T u``."""
+        half = self.block // 2
+        chosen = torch.cat([ritz[:, -half:], ritz[:, :half]], 1) if ritz.shape[1] >= self.block else ritz
+        v = weights * (a.T @ chosen)
+        self.warm_start = v / v.norm(dim=0).clamp_min(1e-300)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The warm-start block (feature space) and the counters; a resumed run then repeats the same iterates."""
+        warm = None if self.warm_start is None else self.warm_start.detach().cpu().clone()
+        return {"warm_start": warm, "fallbacks": self.fallbacks}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`'s output."""
+        self.warm_start = state.get("warm_start")
+        self.fallbacks = int(state.get("fallbacks", 0))
+
+
+def _sym(matrix: Tensor) -> Tensor:
+    return (matrix + matrix.T) / 2
