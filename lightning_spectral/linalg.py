@@ -14,7 +14,7 @@ from typing import Callable, Iterator, Optional, Union
 import torch
 from torch import Tensor
 
-from lightning_spectral._checks import check_positive_int
+from lightning_spectral._checks import check_positive, check_positive_int
 
 #: Rows per chunk: bounds the transient feature matrix at ``chunk_size x width`` floats.
 DEFAULT_CHUNK_SIZE = 4096
@@ -175,23 +175,13 @@ def extreme_eigenvalues(
     """
     if which not in ("both", "largest", "smallest"):
         raise ValueError(f"`which` must be 'both', 'largest' or 'smallest', got {which!r}.")
-    if not rtol > 0:
-        raise ValueError(f"`rtol` must be > 0, got {rtol}.")
-    if matrix.ndim != 2 or matrix.shape[0] != matrix.shape[1]:
-        raise ValueError(f"extreme_eigenvalues: expected a square matrix, got shape {tuple(matrix.shape)}.")
-    if not bool(torch.isfinite(matrix).all()):
-        raise ValueError("extreme_eigenvalues: the matrix has NaN or Inf entries.")
-    matrix = matrix.double()
-    matrix = (matrix + matrix.T) / 2
-    size = matrix.shape[0]
-    steps = default_lanczos_steps(size) if max_steps is None else check_positive_int(max_steps, "max_steps")
-    steps = min(steps, size)
+    matrix, steps = _lanczos_input(matrix, rtol, max_steps, "extreme_eigenvalues")
     ends = {"both": (0, -1), "largest": (-1,), "smallest": (0,)}[which]
-    found = _lanczos(matrix, steps, rtol, seed, ends)
+    found = _lanczos(matrix, steps, rtol, seed, ends, vectors=False)
     if found is None:
         values = torch.linalg.eigvalsh(matrix)
-        found = values[0], values[-1]
-    return found
+        return values[0], values[-1]
+    return found[0][0], found[0][-1]
 
 
 def top_eigenvalue(matrix: Tensor, rtol: float = 1e-10, max_steps: Optional[int] = None, seed: int = 0) -> Tensor:
@@ -205,17 +195,82 @@ def top_eigenvalue(matrix: Tensor, rtol: float = 1e-10, max_steps: Optional[int]
     return extreme_eigenvalues(matrix, rtol, max_steps, seed, which="largest")[1]
 
 
+def extreme_eigenpairs(
+    matrix: Tensor,
+    n_smallest: int,
+    n_largest: int,
+    rtol: float = 1e-10,
+    max_steps: Optional[int] = None,
+    seed: int = 0,
+) -> tuple[Tensor, Tensor]:
+    """The ``n_smallest`` lowest and ``n_largest`` highest eigen-pairs of a symmetric matrix, by Lanczos.
+
+    As :func:`extreme_eigenvalues`, with every wanted Ritz pair held to the residual test; the vectors are the
+    unit Ritz vectors ``Q_k s``. Not converged: the dense ``eigh`` answers.
+
+    Args:
+        matrix: (n, n) symmetric; used as ``(A + A^T) / 2``, in float64.
+        n_smallest: pairs wanted at the bottom of the spectrum (may be 0).
+        n_largest: pairs wanted at the top (may be 0).
+        rtol: accepted residual, relative to ``||A||_2``.
+        max_steps: Krylov steps before falling back; default :func:`default_lanczos_steps`.
+        seed: seed of the start vector.
+
+    Returns:
+        ``(values (m,), vectors (n, m))``, float64, ascending as ``torch.linalg.eigh``: the ``n_smallest``
+        lowest, then the ``n_largest`` highest (``m = n_smallest + n_largest``, at most ``n``).
+
+    Raises:
+        ValueError: as :func:`extreme_eigenvalues`; negative counts.
+
+    Example:
+        >>> import torch
+        >>> values, vectors = extreme_eigenpairs(torch.diag(torch.arange(10.0)), 1, 2)
+        >>> values.round(decimals=10).tolist(), vectors.abs().argmax(0).tolist()
+        ([0.0, 8.0, 9.0], [0, 8, 9])
+    """
+    if min(n_smallest, n_largest) < 0:
+        raise ValueError(f"`n_smallest` and `n_largest` must be >= 0, got {n_smallest} and {n_largest}.")
+    matrix, steps = _lanczos_input(matrix, rtol, max_steps, "extreme_eigenpairs")
+    size = matrix.shape[0]
+    n_smallest, n_largest = min(n_smallest, size), min(n_largest, size - min(n_smallest, size))
+    ends = tuple(range(n_smallest)) + tuple(range(-n_largest, 0))
+    if not ends:
+        return matrix.new_zeros(0), matrix.new_zeros(size, 0)
+    found = _lanczos(matrix, max(steps, min(size, 2 * len(ends) + 5)), rtol, seed, ends, vectors=True)
+    if found is None:
+        values, vectors = torch.linalg.eigh(matrix)
+        keep = torch.tensor([end % size for end in ends], dtype=torch.long, device=matrix.device)
+        return values[keep], vectors[:, keep]
+    theta, vectors = found
+    keep = torch.tensor([end % theta.shape[0] for end in ends], dtype=torch.long, device=matrix.device)
+    return theta[keep], vectors
+
+
+def _lanczos_input(matrix: Tensor, rtol: float, max_steps: Optional[int], owner: str) -> tuple[Tensor, int]:
+    if not rtol > 0:
+        raise ValueError(f"`rtol` must be > 0, got {rtol}.")
+    if matrix.ndim != 2 or matrix.shape[0] != matrix.shape[1]:
+        raise ValueError(f"{owner}: expected a square matrix, got shape {tuple(matrix.shape)}.")
+    if not bool(torch.isfinite(matrix).all()):
+        raise ValueError(f"{owner}: the matrix has NaN or Inf entries.")
+    matrix = matrix.double()
+    size = matrix.shape[0]
+    steps = default_lanczos_steps(size) if max_steps is None else check_positive_int(max_steps, "max_steps")
+    return (matrix + matrix.T) / 2, min(steps, size)
+
+
 def _lanczos(
-    matrix: Tensor, steps: int, rtol: float, seed: int, ends: tuple[int, ...]
-) -> Optional[tuple[Tensor, Tensor]]:
-    """The Lanczos loop of :func:`extreme_eigenvalues`: ``(smallest, largest)`` Ritz values, or None if not converged."""
+    matrix: Tensor, steps: int, rtol: float, seed: int, ends: tuple[int, ...], vectors: bool
+) -> Optional[tuple[Tensor, Optional[Tensor]]]:
+    """Lanczos: all Ritz values (ascending) and the unit Ritz vectors at ``ends``, or None if not converged."""
     size = matrix.shape[0]
     generator = torch.Generator(device="cpu").manual_seed(int(seed))
     start = torch.randn(size, generator=generator, dtype=torch.float64).to(matrix.device)
     basis = matrix.new_zeros(size, steps + 1)
     basis[:, 0] = start / start.norm()
     alphas, betas = [], []
-    next_check = 5
+    next_check = max(5, len(ends) + 1)
     for step in range(1, steps + 1):
         done = basis[:, :step]
         w = matrix @ basis[:, step - 1]
@@ -227,31 +282,31 @@ def _lanczos(
         exhausted = step == steps or float(beta) <= 1e-300
         if step >= next_check or exhausted:
             next_check = step + max(5, step // 8)
-            result = _ritz_check(matrix, done, alphas, betas, rtol, ends)
-            if result is not None:
+            result = _ritz_check(matrix, done, alphas, betas, rtol, ends, vectors)
+            if result is not None or exhausted:
                 return result
-            if exhausted:
-                return None
         basis[:, step] = w / beta
     return None
 
 
 def _ritz_check(
-    matrix: Tensor, basis: Tensor, alphas: list, betas: list, rtol: float, ends: tuple[int, ...]
-) -> Optional[tuple[Tensor, Tensor]]:
-    """Extreme Ritz values of ``T_k`` if the wanted ones have residual <= ``rtol * ||A||``, verified explicitly."""
+    matrix: Tensor, basis: Tensor, alphas: list, betas: list, rtol: float, ends: tuple[int, ...], vectors: bool
+) -> Optional[tuple[Tensor, Optional[Tensor]]]:
+    """Ritz values of ``T_k`` (and vectors) if the wanted ones have residual <= ``rtol * ||A||`` (checked twice)."""
     alpha, beta = torch.stack(alphas), torch.stack(betas)
     tridiagonal = torch.diag(alpha) + torch.diag(beta[:-1], 1) + torch.diag(beta[:-1], -1)
     with one_thread():
         theta, s = torch.linalg.eigh(tridiagonal)
-    tolerance = rtol * float(theta.abs().max())
-    if any(float(beta[-1] * s[-1, end].abs()) > tolerance for end in ends):
+    if len(ends) > theta.shape[0]:
         return None
-    for end in ends:  # the recurrence's residual estimate, checked against the true one (one product each)
-        y = basis @ s[:, end]
-        if float((matrix @ y - theta[end] * y).norm()) > tolerance:
-            return None
-    return theta[0], theta[-1]
+    tolerance = rtol * float(theta.abs().max())
+    chosen = list(ends)
+    if float((beta[-1] * s[-1, chosen]).abs().max()) > tolerance:
+        return None
+    ritz = basis @ s[:, chosen]  # the recurrence's residual estimate, checked against the true one
+    if float((matrix @ ritz - ritz * theta[chosen]).norm(dim=0).max()) > tolerance:
+        return None
+    return theta, (ritz if vectors else None)
 
 
 def psd_eigenvalues(matrix: Tensor, rtol: float = 1e-5) -> Tensor:
@@ -358,25 +413,105 @@ def rke_from_covariance(covariance: Tensor) -> Tensor:
     return covariance.trace().square() / frobenius_sq
 
 
-def differential_eigh(joint_covariance: Tensor, width_a: int, rtol: float = 1e-12) -> tuple[Tensor, Tensor]:
-    r"""Eigen-pairs of the SPEC differential covariance ``Gamma = D C`` through a symmetric similar matrix.
+def jittered_cholesky(matrix: Tensor, jitter: Optional[float] = None, tries: int = 6) -> tuple[Tensor, float]:
+    """Lower Cholesky factor of a PSD matrix after the smallest diagonal shift that works: ``M + eps I = L L^T``.
+
+    ``eps = jitter * trace(M) * 100^t`` for the first ``t = 0, 1, ...`` at which the factorisation succeeds. A PSD
+    matrix whose numerical rank is below its size (fewer samples than features, duplicated features) cannot be
+    factorised without a shift. The default ``jitter = D * 2.2e-16`` (float64's unit round-off times the size,
+    the scale of Cholesky's backward error) covers round-off. The shift moves every eigenvalue of ``M`` up by
+    exactly ``eps``.
+
+    Args:
+        matrix: (D, D) symmetric PSD; used as ``(M + M^T) / 2``, in float64.
+        jitter: the first shift, relative to ``trace(M)``; default ``D * 2.2e-16``.
+        tries: shifts tried (each 100 times the last) before giving up.
+
+    Returns:
+        ``(L (D, D) lower triangular, eps)``.
+
+    Raises:
+        ValueError: NaN / Inf entries, a trace <= 0, or no shift up to ``jitter * trace * 100^(tries-1)`` works
+            (the matrix is not PSD).
+
+    Example:
+        >>> import torch
+        >>> m = torch.tensor([[1.0, 1.0], [1.0, 1.0]], dtype=torch.float64)   # rank 1
+        >>> factor, eps = jittered_cholesky(m)
+        >>> bool(torch.allclose(factor @ factor.T, m + eps * torch.eye(2), atol=0)), eps > 0
+        (True, True)
+    """
+    if not bool(torch.isfinite(matrix).all()):
+        raise ValueError("jittered_cholesky: the matrix has NaN or Inf entries.")
+    matrix = matrix.double()
+    matrix = (matrix + matrix.T) / 2
+    trace = float(matrix.trace())
+    if not trace > 0:
+        raise ValueError(f"jittered_cholesky: trace {trace:g} <= 0; expected a non-zero PSD matrix (no samples?).")
+    identity = torch.eye(matrix.shape[0], dtype=matrix.dtype, device=matrix.device)
+    jitter = matrix.shape[0] * 2.2e-16 if jitter is None else check_positive(jitter, "jitter")
+    for attempt in range(tries):
+        eps = jitter * trace * 100.0**attempt
+        factor, info = torch.linalg.cholesky_ex(matrix + eps * identity)
+        if int(info) == 0:
+            return factor, eps
+    raise ValueError(
+        f"jittered_cholesky: no factorisation with a diagonal shift up to {eps:.1e}: the matrix is not positive "
+        "semi-definite (a bug or a corrupted covariance)."
+    )
+
+
+def differential_theta(joint_covariance: Tensor, width_a: int) -> tuple[Tensor, Tensor, Tensor]:
+    r"""The symmetric form ``Theta = L^T S L`` of SPEC's ``Gamma = S C``, with ``C ~ L L^T`` by one Cholesky.
 
     ``C = (1/n) A^T A`` is the joint covariance of ``A = [Phi_a, Phi_b]`` (``width_a`` columns of the first
-    embedding's features, then the second's) and ``D = diag(I, -I)``. ``Gamma`` is not symmetric, but with
-    ``C = B B^T`` (``B = U_k sqrt(S_k)``, the eigen-pairs of ``C`` above ``rtol * s_max``) its non-zero
-    eigenvalues are those of the symmetric ``Theta = B^T D B`` (k x k), and ``Theta w = lambda w`` gives
-    ``Gamma v = lambda v`` with ``v = D B w``. No jitter and no general ``eig`` are needed.
+    embedding, then the second's) and ``S = diag(I, -I)``. ``Gamma = S C`` is not symmetric (SPEC, Proposition 1),
+    but with ``C = L L^T``, ``L^T (S L L^T) L^{-T} = L^T S L``: ``Theta w = lambda w`` gives ``Gamma v = lambda v``
+    with ``v = S L w``. One Cholesky replaces the eigendecomposition of ``C`` that an exact square root needs.
+
+    Rank: ``C + eps I = L L^T`` (:func:`jittered_cholesky`, ``eps ~ D 2.2e-16 trace(C)``). Where ``C`` is singular
+    (identical or rotated embeddings, fewer samples than features) the shift alone would move the zero eigenvalues
+    of ``Gamma`` to ``+-sqrt(2 p eps)`` (``Gamma``'s Jordan blocks there: ``[[p + eps, p], [-p, -p - eps]]`` has
+    eigenvalues ``+-sqrt(2 p eps + eps^2)``); so columns of ``L`` whose pivot ``L_jj^2`` is below ``100 eps``
+    (dependent, up to the shift, on earlier columns) are set to zero. ``L L^T`` then differs from ``C`` by
+    ``O(eps)`` and so do the eigenvalues, null ones included.
+
+    Cost: ``L``'s first ``width_a`` rows vanish right of column ``width_a``, so
+    ``Theta = [[L_11^T L_11, 0], [0, 0]] - L_b^T L_b`` (``L_b``: the other rows) costs about 5/8 of one
+    ``D^3`` product (:func:`add_gram_`).
+
+    Returns:
+        ``(Theta (D, D), L (D, D), s (D,))``, float64, ``s`` the diagonal of ``S``.
+    """
+    factor, eps = jittered_cholesky(joint_covariance)
+    dependent = factor.diagonal().square() <= 100.0 * eps
+    if bool(dependent.any()):
+        factor[:, dependent] = 0.0
+    size = factor.shape[0]
+    theta = -add_gram_(torch.zeros(size, size, dtype=factor.dtype, device=factor.device), factor[width_a:])
+    top = factor[:width_a, :width_a]
+    theta[:width_a, :width_a] += top.T @ top
+    signs = torch.ones(size, dtype=factor.dtype, device=factor.device)
+    signs[width_a:] = -1.0
+    return (theta + theta.T) / 2, factor, signs
+
+
+def differential_eigh(joint_covariance: Tensor, width_a: int) -> tuple[Tensor, Tensor]:
+    r"""Eigen-pairs of the SPEC differential covariance ``Gamma = S C`` through its symmetric form.
+
+    One Cholesky and one symmetric ``eigh`` (:func:`differential_theta`): ``Theta w = lambda w`` and
+    ``v = S L w``.
 
     Args:
         joint_covariance: ``C`` (D_a + D_b, D_a + D_b), symmetric PSD.
         width_a: ``D_a``, the number of leading columns that belong to the first embedding.
-        rtol: eigenvalues of ``C`` below ``rtol * s_max`` are treated as its null space.
 
     Returns:
-        ``(eigenvalues (k,), vectors (D_a + D_b, k))``, float64, eigenvalues descending (both signs), ``k`` =
-        the numerical rank of ``C``; the columns ``v`` are eigenvectors of ``Gamma`` scaled so that
-        ``v^T D v = lambda`` and ``v^T C v = lambda^2`` (so ``u = A v``, the eigenvector of the n x n
-        ``Lambda = A D A^T / n``, has ``||u||^2 = n lambda^2``).
+        ``(eigenvalues (D,), vectors (D, D))``, float64, eigenvalues descending (both signs; where ``C`` has
+        rank below ``D`` the null directions give eigenvalues of the order of the Cholesky shift, ~1e-12);
+        the columns ``v`` are eigenvectors of ``Gamma`` scaled so that ``v^T S v = lambda`` and
+        ``v^T C v = lambda^2`` (so ``u = A v``, the eigenvector of the n x n ``Lambda = A S A^T / n``, has
+        ``||u||^2 = n lambda^2``), both up to the shift.
 
     Example:
         >>> import torch
@@ -386,13 +521,6 @@ def differential_eigh(joint_covariance: Tensor, width_a: int, rtol: float = 1e-1
         >>> bool(values.abs().max() < 1e-10)   # identical embeddings: no difference
         True
     """
-    values, vectors = symmetric_eigh(joint_covariance)
-    keep = values > rtol * max(float(values[0]), 0.0)
-    if not bool(keep.any()):
-        raise ValueError("differential_eigh: the joint covariance is zero (no samples accumulated?).")
-    basis = vectors[:, keep] * values[keep].sqrt()  # B, with C = B B^T
-    signs = torch.ones(basis.shape[0], dtype=basis.dtype, device=basis.device)
-    signs[width_a:] = -1.0
-    theta = basis.T @ (signs[:, None] * basis)
+    theta, factor, signs = differential_theta(joint_covariance, width_a)
     eigenvalues, w = symmetric_eigh(theta)
-    return eigenvalues, signs[:, None] * (basis @ w)
+    return eigenvalues, signs[:, None] * (factor @ w)

@@ -8,7 +8,11 @@ from lightning_spectral.linalg import (
     _lanczos,
     add_covariance_,
     add_gram_,
+    differential_eigh,
+    differential_theta,
+    extreme_eigenpairs,
     extreme_eigenvalues,
+    jittered_cholesky,
     psd_eigenvalues,
     renyi_entropy,
     rke_from_covariance,
@@ -215,7 +219,7 @@ def test_lanczos_on_a_top_cluster_falls_back_to_the_dense_answer():
     q, _ = torch.linalg.qr(torch.randn(200, 200, dtype=torch.float64, generator=torch.Generator().manual_seed(1)))
     values = torch.cat([torch.linspace(-1.0, 0.0, 190, dtype=torch.float64), 0.5 + 1e-9 * torch.arange(10.0).double()])
     matrix = q @ torch.diag(values) @ q.T
-    assert _lanczos(matrix, 6, 1e-10, 0, (-1,)) is None  # 6 steps cannot resolve a cluster of width 1e-8
+    assert _lanczos(matrix, 6, 1e-10, 0, (-1,), vectors=False) is None  # 6 steps cannot resolve a cluster of width 1e-8
     dense = float(torch.linalg.eigvalsh((matrix + matrix.T) / 2)[-1])
     assert float(top_eigenvalue(matrix, max_steps=6)) == dense
     assert float(top_eigenvalue(matrix)) == pytest.approx(0.5 + 9e-9, abs=1e-10)  # the default budget suffices
@@ -243,3 +247,71 @@ def test_lanczos_bad_input_raises():
         extreme_eigenvalues(torch.eye(3), rtol=0.0)
     with pytest.raises(ValueError, match="max_steps"):
         extreme_eigenvalues(torch.eye(3), max_steps=0)
+
+
+def test_extreme_eigenpairs_match_eigh():
+    cov_a, cov_b = split_covariances(seed=2)
+    matrix = cov_a - cov_b
+    values, vectors = torch.linalg.eigh(matrix)
+    found, ritz = extreme_eigenpairs(matrix, 2, 3)
+    keep = [0, 1, -3, -2, -1]
+    norm = float(values.abs().max())
+    assert float((found - values[keep]).abs().max()) <= 1e-10 * norm
+    residual = matrix @ ritz - ritz * found
+    assert float(residual.norm(dim=0).max()) <= 1e-10 * norm
+    assert torch.allclose(ritz.T @ ritz, torch.eye(5, dtype=torch.float64), atol=1e-10)
+    assert extreme_eigenpairs(matrix, 0, 0)[1].shape == (matrix.shape[0], 0)
+    with pytest.raises(ValueError, match="n_smallest"):
+        extreme_eigenpairs(matrix, -1, 2)
+
+
+def test_jittered_cholesky_shifts_only_as_much_as_needed():
+    x = torch.randn(10, 30, dtype=torch.float64)
+    full = x.T @ x + torch.eye(30, dtype=torch.float64)
+    factor, eps = jittered_cholesky(full)
+    assert eps == pytest.approx(30 * 2.2e-16 * float(full.trace()))
+    torch.testing.assert_close(factor @ factor.T, full + eps * torch.eye(30, dtype=torch.float64))
+    singular = x.T @ x  # rank 10
+    factor, eps = jittered_cholesky(singular)
+    torch.testing.assert_close(factor @ factor.T, singular + eps * torch.eye(30, dtype=torch.float64))
+    indefinite = full.clone()
+    indefinite[0, 0] = -5.0
+    with pytest.raises(ValueError, match="not positive semi-definite"):
+        jittered_cholesky(indefinite)
+    with pytest.raises(ValueError, match="trace"):
+        jittered_cholesky(-full)
+    with pytest.raises(ValueError, match="NaN"):
+        jittered_cholesky(torch.full((2, 2), float("nan")))
+
+
+def joint_covariance(n, d_a, d_b, seed=0, same=False):
+    g = torch.Generator().manual_seed(seed)
+    a = torch.nn.functional.normalize(torch.randn(n, d_a, generator=g, dtype=torch.float64), dim=1)
+    b = a if same else torch.nn.functional.normalize(
+        torch.randn(n, d_b, generator=g, dtype=torch.float64) + a[:, :1], dim=1
+    )
+    joint = torch.cat([a, b], 1)
+    return joint.T @ joint / n
+
+
+@pytest.mark.parametrize("n", [400, 30])  # full rank, and rank 30 < D = 40
+def test_differential_eigh_equals_the_general_eigendecomposition_of_gamma(n):
+    cov = joint_covariance(n, 16, 24)
+    signs = torch.cat([torch.ones(16), -torch.ones(24)]).double()
+    gamma = signs[:, None] * cov
+    expected = torch.linalg.eigvals(gamma).real.sort(descending=True).values
+    values, vectors = differential_eigh(cov, 16)
+    assert float((values - expected).abs().max()) < 1e-12
+    big = values.abs() > 1e-9
+    assert int(big.sum()) == min(n, 40)
+    v = vectors[:, big]
+    # eigenvectors of Gamma, scaled so that v^T S v = lambda and v^T C v = lambda^2
+    torch.testing.assert_close(gamma @ v, v * values[big], atol=1e-10, rtol=0)
+    torch.testing.assert_close((v * (signs[:, None] * v)).sum(0), values[big], atol=1e-12, rtol=0)
+    torch.testing.assert_close((v * (cov @ v)).sum(0), values[big].square(), atol=1e-12, rtol=0)
+
+
+def test_differential_theta_of_identical_embeddings_is_zero():
+    """Gamma is nilpotent there (Jordan blocks): a plain shift would give +-sqrt(2 p eps) ~ 1e-7, not ~eps."""
+    theta, factor, signs = differential_theta(joint_covariance(500, 32, 32, same=True), 32)
+    assert float(torch.linalg.eigvalsh(theta).abs().max()) < 1e-12

@@ -13,7 +13,8 @@ eigenvector's large entries are the members); a negative one the reverse. SPEC-d
 - ``"covariance"``: the joint covariance ``C = (1/n) A^T A`` of ``A = [Phi_a, Phi_b]`` (random Fourier
   features for the Gaussian kernel, the normalised embeddings for the cosine kernel) and the non-symmetric
   ``Gamma = D C``, ``D = diag(I, -I)`` (Proposition 1), solved through its symmetric similar form
-  (:func:`~lightning_spectral.linalg.differential_eigh`). Cost O(n D^2 + D^3), linear in n.
+  ``L^T D L`` (one Cholesky ``C = L L^T``, :func:`~lightning_spectral.linalg.differential_theta`): one ``eigvalsh``
+  for the spectrum and Lanczos for the few eigenvectors the clusters need. Cost O(n D^2 + D^3), linear in n.
 """
 
 from __future__ import annotations
@@ -26,7 +27,15 @@ from torch import Tensor
 
 from lightning_spectral._checks import check_features, check_positive, check_positive_int
 from lightning_spectral.features import CosineMap, PairedFeatureMap, gaussian_kernel, median_bandwidth
-from lightning_spectral.linalg import DEFAULT_CHUNK_SIZE, covariance, differential_eigh, one_thread, symmetric_eigh
+from lightning_spectral.linalg import (
+    DEFAULT_CHUNK_SIZE,
+    covariance,
+    differential_eigh,
+    differential_theta,
+    extreme_eigenpairs,
+    one_thread,
+    symmetric_eigh,
+)
 
 METHODS = ("auto", "exact", "covariance")
 
@@ -105,13 +114,24 @@ def _orient_columns(vectors: Tensor) -> Tensor:
     return vectors * signs
 
 
-def _clusters(eigenvalues: Tensor, vectors: Tensor, k: int, per_cluster: int, positive: bool) -> SPECClusters:
-    """Top-k clusters on one side from eigenvalues (descending) and unit sample-space eigenvectors (n, m)."""
+def _side(eigenvalues: Tensor, k: int, positive: bool) -> Tensor:
+    """Positions (in the descending ``eigenvalues``) of one side's top ``k``, largest ``|eigenvalue|`` first."""
     order = torch.arange(eigenvalues.shape[0], device=eigenvalues.device)
     if not positive:
         order = order.flip(0)
-    order = order[(eigenvalues[order] > 0) if positive else (eigenvalues[order] < 0)][:k]
-    chosen = _orient_columns(vectors[:, order])
+    return order[(eigenvalues[order] > 0) if positive else (eigenvalues[order] < 0)][:k]
+
+
+def _clusters(
+    eigenvalues: Tensor, vectors: Tensor, columns: Tensor, k: int, per_cluster: int, positive: bool
+) -> SPECClusters:
+    """Top-k clusters on one side from eigenvalues (descending) and unit sample-space eigenvectors (n, m).
+
+    ``columns[i]`` is the column of ``vectors`` that belongs to ``eigenvalues[i]`` (the covariance route maps only
+    the eigenvectors the clusters need).
+    """
+    order = _side(eigenvalues, k, positive)
+    chosen = _orient_columns(vectors[:, columns[order]])
     members = chosen.topk(min(per_cluster, chosen.shape[0]), dim=0).indices.T
     return SPECClusters(eigenvalues[order], chosen, members)
 
@@ -122,11 +142,27 @@ def _exact_route(a: Tensor, b: Tensor, kernel: str, sigma_a, sigma_b) -> tuple[T
     return values, vectors
 
 
-def _covariance_route(a: Tensor, b: Tensor, feature_map: PairedFeatureMap, chunk_size: int) -> tuple[Tensor, Tensor]:
+def _covariance_route(
+    a: Tensor, b: Tensor, feature_map: PairedFeatureMap, chunk_size: int, k: int
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Eigenvalues (descending), the column of each in the sample vectors (-1: not mapped), and the unit sample
+    vectors (n, m) of the ``k`` top clusters per side: one Cholesky, one ``eigvalsh`` of ``Theta = L^T S L``
+    (:func:`~lightning_spectral.linalg.differential_theta`), and Lanczos for the few eigenvectors the clusters need.
+    """
     joint = torch.cat([a, b.to(a.dtype)], 1)
-    values, gamma_vectors = differential_eigh(
+    theta, factor, signs = differential_theta(
         covariance(joint, feature_map.joint, chunk_size), feature_map.out_features[0]
     )
+    values = torch.linalg.eigvalsh(theta).flip(0)
+    shown = torch.where(nonzero(values), values, 0.0)
+    top, bottom = _side(shown, k, True), _side(shown, k, False)
+    positions = torch.cat([bottom, top.flip(0)])  # ascending, as extreme_eigenpairs returns them
+    ritz, w = extreme_eigenpairs(theta, len(bottom), len(top))
+    if not torch.allclose(ritz, values[positions], rtol=0, atol=1e-8 * float(values.abs().max())):
+        w = torch.linalg.eigh(theta)[1][:, values.shape[0] - 1 - positions]  # Lanczos missed one: the dense answer
+    columns = torch.full((values.shape[0],), -1, dtype=torch.long, device=values.device)
+    columns[positions] = torch.arange(positions.shape[0], device=values.device)
+    gamma_vectors = signs[:, None] * (factor @ w)
     # u = A v maps an eigenvector of Gamma to one of Lambda (||u|| = sqrt(n) |lambda|); built chunk by chunk.
     sample_vectors = torch.cat(
         [
@@ -134,7 +170,7 @@ def _covariance_route(a: Tensor, b: Tensor, feature_map: PairedFeatureMap, chunk
             for i in range(0, joint.shape[0], chunk_size)
         ]
     )
-    return values, sample_vectors / sample_vectors.norm(dim=0).clamp_min(1e-300)
+    return values, columns, sample_vectors / sample_vectors.norm(dim=0).clamp_min(1e-300)
 
 
 def spec(
@@ -198,15 +234,16 @@ def spec(
         method = "exact" if a.shape[0] <= sum(feature_map.out_features) else "covariance"
     if method == "exact":
         values, vectors = _exact_route(a, b, kernel, *sigmas)
+        columns = torch.arange(values.shape[0], device=values.device)
     else:
-        values, vectors = _covariance_route(a, b, feature_map, chunk_size)
+        values, columns, vectors = _covariance_route(a, b, feature_map, chunk_size, k)
     kept = nonzero(values)
     values = torch.where(kept, values, 0.0)  # round-off eigenvalues are neither side's clusters
     return SPECResult(
         values[kept],
         values.abs().max(),
-        _clusters(values, vectors, k, per_cluster, positive=True),
-        _clusters(values, vectors, k, per_cluster, positive=False),
+        _clusters(values, vectors, columns, k, per_cluster, positive=True),
+        _clusters(values, vectors, columns, k, per_cluster, positive=False),
     )
 
 
