@@ -10,6 +10,7 @@ from lightning_spectral.linalg import (
     add_gram_,
     differential_eigh,
     differential_theta,
+    eigen_dtype,
     extreme_eigenpairs,
     extreme_eigenvalues,
     jittered_cholesky,
@@ -315,3 +316,18 @@ def test_differential_theta_of_identical_embeddings_is_zero():
     """Gamma is nilpotent there (Jordan blocks): a plain shift would give +-sqrt(2 p eps) ~ 1e-7, not ~eps."""
     theta, factor, signs = differential_theta(joint_covariance(500, 32, 32, same=True), 32)
     assert float(torch.linalg.eigvalsh(theta).abs().max()) < 1e-12
+
+
+def test_float32_eigenvalues_keep_vendi_and_rke_within_half_a_percent(monkeypatch):
+    """A flat RFF spectrum (modes wide against sigma: hundreds of small eigenvalues), float32 route vs float64."""
+    g = torch.Generator().manual_seed(0)
+    means = 2 * torch.randn(20, 32, generator=g)
+    x = means[torch.randint(20, (3000,), generator=g)] + torch.randn(3000, 32, generator=g)
+    cov = covariance(x, GaussianRFF(32, 512, sigma=6.0), 1024) / 3000
+    exact, single = psd_eigenvalues(cov), psd_eigenvalues(cov, precision="float32")
+    assert float((single - exact).abs().max()) < 1e-6 * float(exact[0])
+    for alpha in (1, 2, "inf"):
+        assert float(vendi_score(single, alpha)) == pytest.approx(float(vendi_score(exact, alpha)), rel=5e-3)
+    assert eigen_dtype("auto", 4095) == torch.float64 and eigen_dtype("auto", 4096) == torch.float32
+    with pytest.raises(ValueError, match="precision"):
+        psd_eigenvalues(cov, precision="half")

@@ -135,6 +135,26 @@ def test_identical_embeddings_have_no_clusters_on_any_route():
     assert metric.spectrum().numel() == 0 and metric.clusters(3, sign=1).eigenvalues.numel() == 0
 
 
+def test_float32_spectrum_stays_within_float32_rounding_and_keeps_the_clusters():
+    g = torch.Generator().manual_seed(3)
+    a = torch.randn(600, 48, generator=g, dtype=torch.float64)
+    b = torch.cat([a[:, :16], torch.randn(600, 40, generator=g, dtype=torch.float64)], 1)
+    b[:100] = 0.1 * torch.randn(100, 56, generator=g, dtype=torch.float64) + 3.0  # a cluster b has and a lacks
+    exact = spec(a, b, "cosine", method="covariance", precision="float64")
+    single = spec(a, b, "cosine", method="covariance", precision="float32")
+    scale = float(exact.spec_diff)
+    assert abs(float(single.spec_diff) - scale) <= 1e-6 * scale
+    big = exact.eigenvalues.abs() > 1e-5 * scale  # float32 drops what is below its round-off
+    assert torch.allclose(single.eigenvalues[single.eigenvalues.abs() > 1e-5 * scale], exact.eigenvalues[big],
+                          atol=1e-6 * scale, rtol=0)
+    for side in ("clusters_a", "clusters_b"):  # the same float64 eigenvectors: the same members
+        assert torch.equal(getattr(single, side).members, getattr(exact, side).members)
+    same = spec(a, a, "cosine", method="covariance", precision="float32")
+    assert len(same.clusters_a.members) == 0 and len(same.clusters_b.members) == 0
+    with pytest.raises(ValueError, match="precision"):
+        spec(a, b, "cosine", precision="half")
+
+
 def test_invariances():
     a, _, _ = dispersed()
     g = torch.Generator().manual_seed(5)
