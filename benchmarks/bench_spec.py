@@ -2,6 +2,7 @@
 
     python benchmarks/bench_spec.py overhead [--encoder vit|mlp] [--model ViT-B-32] [--steps 3]
     python benchmarks/bench_spec.py routes
+    python benchmarks/bench_spec.py reference [--device cpu] [--n 5000] [--r 1024] [--repeats 3]
 
 overhead: one Trainer step (forward, loss, backward, optimizer step) of an open_clip image tower (random
 init, 224 x 224 inputs, batch 256, embedding width 512) with and without SPECAlign (cosine kernel, weight
@@ -11,6 +12,14 @@ the worst case. Median of ``--steps`` timed steps after one warm-up step.
 
 routes: time of ``spec`` on synthetic embeddings (d_a = 512, d_b = 768) for the exact n x n route and the
 covariance route (cosine: D = 1280; Gaussian: r = 1000 per side, D = 4000) as n grows.
+
+reference (issue 14): the covariance route's eigen-step against the reference code's core
+(``spec/spec_core.py``, method ``'cholesky'``, as written there: float32 joint covariance, upper Cholesky of
+``C + 1e-7 I``, ``Theta = Z D Z^T`` with a dense ``D``, ``eigh(Theta)``, eigenvectors ``D Z^T W``) and the
+previous route (an ``eigh`` of ``C``, then one of ``B^T D B``), side by side on one joint covariance
+(n = 5000 Gaussian-kernel samples, d_a = 512, d_b = 768, r = 1024 frequencies per side: D = 4096); plus
+``spec(..., method="covariance")`` end to end. Eigenvalues are compared with the float64 general ``eig``-free
+old route.
 """
 
 from __future__ import annotations
@@ -25,7 +34,9 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 from lightning_spectral.callbacks import SPECAlign
+from lightning_spectral.features import PairedFeatureMap
 from lightning_spectral.functional import spec, spec_align_loss
+from lightning_spectral.linalg import covariance, differential_theta, extreme_eigenpairs
 
 
 class StepTimer(L.Callback):
@@ -126,11 +137,99 @@ def routes() -> None:
         print("; ".join(row), flush=True)
 
 
+def reference_core(cov32: torch.Tensor, width_a: int, eps: float = 1e-7):
+    """The reference code's ``compute_by_covariance_matrix(method='cholesky')`` from its covariance on: float32."""
+    signs = torch.diag(torch.cat([torch.ones(width_a), -torch.ones(cov32.shape[0] - width_a)]).to(cov32))
+    z = torch.linalg.cholesky(cov32 + eps * torch.eye(cov32.shape[0], device=cov32.device), upper=True)
+    theta = z @ signs @ z.T
+    eigenvalues, eigvecs = torch.linalg.eigh(theta)
+    core = time.perf_counter()
+    eigenvectors = signs @ z.T @ eigvecs
+    eigenvectors = eigenvectors / torch.linalg.norm(eigenvectors, dim=0)
+    return eigenvalues, eigenvectors, core
+
+
+def previous_route(cov: torch.Tensor, width_a: int, rtol: float = 1e-12):
+    """The eigen-step this issue replaced: eigh of C (float64), then eigh of B^T D B (B = U sqrt(S))."""
+    values, vectors = torch.linalg.eigh(cov)
+    keep = values > rtol * float(values[-1])
+    basis = vectors[:, keep] * values[keep].sqrt()
+    signs = torch.ones(basis.shape[0], dtype=basis.dtype, device=basis.device)
+    signs[width_a:] = -1.0
+    eigenvalues, w = torch.linalg.eigh(basis.T @ (signs[:, None] * basis))
+    return eigenvalues.flip(0), signs[:, None] * (basis @ w.flip(1))
+
+
+def new_route(cov: torch.Tensor, width_a: int, dtype: torch.dtype, k: int = 3):
+    """The covariance route's eigen-step now: one Cholesky, eigvalsh of Theta (float64, or float32 as
+    ``precision="auto"`` does from D = 4096), float64 Lanczos for the 2k cluster vectors."""
+    theta, factor, signs, floor = differential_theta(cov, width_a)
+    values = torch.linalg.eigvalsh(theta.to(dtype)).double().flip(0)
+    values = torch.where(values.abs() > floor, values, 0.0)
+    _, w = extreme_eigenpairs(theta, k, k)
+    return values, signs[:, None] * (factor @ w)
+
+
+def bench_reference(args: argparse.Namespace) -> None:
+    device, n, r = args.device, args.n, args.r
+    g = torch.Generator().manual_seed(0)
+    a = torch.randn(n, 512, generator=g)
+    b = torch.cat([a[:, :256], torch.randn(n, 512, generator=g)], 1)
+    a, b = a.to(device), b.to(device)
+    paired = PairedFeatureMap("gaussian", (512, 768), (32.0, 40.0), r, 0).to(device)
+    cov = covariance(torch.cat([a, b], 1), paired.joint)
+    cov32, width = cov.float(), paired.out_features[0]
+    print(f"reference: n = {n}, D = {cov.shape[0]} (r = {r} per side), device {device}, "
+          f"threads {torch.get_num_threads()}, torch {torch.__version__}")
+    names = ("reference core (Cholesky + Theta + eigh, float32)", "reference + eigenvectors",
+             "previous route (2 eigh, float64)", "new eigen-step, float64 eigvalsh", "new eigen-step, float32 eigvalsh",
+             "spec(method='covariance') end to end (auto: float32)")
+    rows: dict[str, list[float]] = {name: [] for name in names}
+    for _ in range(args.repeats):
+        start = time.perf_counter()
+        ref_values, _, core = reference_core(cov32, width)
+        rows[names[0]].append(core - start)
+        rows[names[1]].append(time.perf_counter() - start)
+        start = time.perf_counter()
+        old_values, _ = previous_route(cov, width)
+        rows[names[2]].append(time.perf_counter() - start)
+        start = time.perf_counter()
+        new_values, _ = new_route(cov, width, torch.float64)
+        rows[names[3]].append(time.perf_counter() - start)
+        start = time.perf_counter()
+        single_values, _ = new_route(cov, width, torch.float32)
+        rows[names[4]].append(time.perf_counter() - start)
+        start = time.perf_counter()
+        result = spec(a, b, sigma_a=32.0, sigma_b=40.0, n_frequencies=r, method="covariance")
+        rows[names[5]].append(time.perf_counter() - start)
+    median = {name: statistics.median(times) for name, times in rows.items()}
+    core = median[names[0]]
+    for name, value in median.items():
+        print(f"  {name:>55}: {value:6.2f} s = {core / value:5.2f}x the reference core's speed")
+    old_sorted = old_values.sort(descending=True).values
+    m = min(len(old_sorted), len(new_values))
+    new_error = float((new_values[:m] - old_sorted[:m]).abs().max())
+    single_error = float((single_values[:m] - old_sorted[:m]).abs().max())
+    ref_error = float((ref_values.double().sort(descending=True).values[:m] - old_sorted[:m]).abs().max())
+    print(f"  eigenvalues against the previous float64 route (all {m}), largest |difference|: new float64 "
+          f"{new_error:.1e}, new float32 {single_error:.1e}, reference core (float32, eps 1e-7) {ref_error:.1e}; "
+          f"max |eigenvalue| {float(old_sorted.abs().max()):.4f}, SPEC-diff {float(result.spec_diff):.6f}")
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
-    parser.add_argument("what", choices=["overhead", "routes"])
+    parser.add_argument("what", choices=["overhead", "routes", "reference"])
     parser.add_argument("--encoder", choices=["vit", "mlp"], default="mlp")
     parser.add_argument("--model", default="ViT-B-32")
     parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--n", type=int, default=5000)
+    parser.add_argument("--r", type=int, default=1024)
+    parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
-    overhead(args.encoder, args.model, args.steps) if args.what == "overhead" else routes()
+    if args.what == "overhead":
+        overhead(args.encoder, args.model, args.steps)
+    elif args.what == "routes":
+        routes()
+    else:
+        bench_reference(args)

@@ -495,39 +495,37 @@ def jittered_cholesky(matrix: Tensor, jitter: Optional[float] = None, tries: int
     )
 
 
-def differential_theta(joint_covariance: Tensor, width_a: int) -> tuple[Tensor, Tensor, Tensor]:
-    r"""The symmetric form ``Theta = L^T S L`` of SPEC's ``Gamma = S C``, with ``C ~ L L^T`` by one Cholesky.
+def differential_theta(joint_covariance: Tensor, width_a: int) -> tuple[Tensor, Tensor, Tensor, float]:
+    r"""The symmetric form ``Theta = L^T S L`` of SPEC's ``Gamma = S C``, with ``C + eps I = L L^T`` (one Cholesky).
 
     ``C = (1/n) A^T A`` is the joint covariance of ``A = [Phi_a, Phi_b]`` (``width_a`` columns of the first
     embedding, then the second's) and ``S = diag(I, -I)``. ``Gamma = S C`` is not symmetric (SPEC, Proposition 1),
     but with ``C = L L^T``, ``L^T (S L L^T) L^{-T} = L^T S L``: ``Theta w = lambda w`` gives ``Gamma v = lambda v``
     with ``v = S L w``. One Cholesky replaces the eigendecomposition of ``C`` that an exact square root needs.
 
-    Rank: ``C + eps I = L L^T`` (:func:`jittered_cholesky`, ``eps ~ D 2.2e-16 trace(C)``). Where ``C`` is singular
-    (identical or rotated embeddings, fewer samples than features) the shift alone would move the zero eigenvalues
-    of ``Gamma`` to ``+-sqrt(2 p eps)`` (``Gamma``'s Jordan blocks there: ``[[p + eps, p], [-p, -p - eps]]`` has
-    eigenvalues ``+-sqrt(2 p eps + eps^2)``); so columns of ``L`` whose pivot ``L_jj^2`` is below ``100 eps``
-    (dependent, up to the shift, on earlier columns) are set to zero. ``L L^T`` then differs from ``C`` by
-    ``O(eps)`` and so do the eigenvalues, null ones included.
+    The shift ``eps`` (:func:`jittered_cholesky`, ``~D 2.2e-16 trace(C)``) lets a singular ``C`` (fewer samples
+    than features, near-dependent random features) factorise; ``Theta``'s eigenvalues are those of
+    ``S (C + eps I)``, within ``~2 eps`` of ``Gamma``'s (measured) except where ``Gamma`` has Jordan blocks:
+    identical or rotated embeddings give ``S C`` blocks ``[[p, p], [-p, -p]]`` whose zero eigenvalues move to
+    ``+-sqrt(2 p eps)``. So eigenvalues below the returned ``floor = 4 sqrt(eps trace(C))`` (~1e-6 at D = 4096)
+    are round-off of the shift: set them to 0.
 
     Cost: ``L``'s first ``width_a`` rows vanish right of column ``width_a``, so
     ``Theta = [[L_11^T L_11, 0], [0, 0]] - L_b^T L_b`` (``L_b``: the other rows) costs about 5/8 of one
     ``D^3`` product (:func:`add_gram_`).
 
     Returns:
-        ``(Theta (D, D), L (D, D), s (D,))``, float64, ``s`` the diagonal of ``S``.
+        ``(Theta (D, D), L (D, D), s (D,), floor)``, float64, ``s`` the diagonal of ``S``.
     """
     factor, eps = jittered_cholesky(joint_covariance)
-    dependent = factor.diagonal().square() <= 100.0 * eps
-    if bool(dependent.any()):
-        factor[:, dependent] = 0.0
     size = factor.shape[0]
     theta = -add_gram_(torch.zeros(size, size, dtype=factor.dtype, device=factor.device), factor[width_a:])
     top = factor[:width_a, :width_a]
     theta[:width_a, :width_a] += top.T @ top
     signs = torch.ones(size, dtype=factor.dtype, device=factor.device)
     signs[width_a:] = -1.0
-    return (theta + theta.T) / 2, factor, signs
+    floor = 4.0 * math.sqrt(eps * float(joint_covariance.double().trace()))
+    return (theta + theta.T) / 2, factor, signs, floor
 
 
 def differential_eigh(joint_covariance: Tensor, width_a: int) -> tuple[Tensor, Tensor]:
@@ -541,8 +539,8 @@ def differential_eigh(joint_covariance: Tensor, width_a: int) -> tuple[Tensor, T
         width_a: ``D_a``, the number of leading columns that belong to the first embedding.
 
     Returns:
-        ``(eigenvalues (D,), vectors (D, D))``, float64, eigenvalues descending (both signs; where ``C`` has
-        rank below ``D`` the null directions give eigenvalues of the order of the Cholesky shift, ~1e-12);
+        ``(eigenvalues (D,), vectors (D, D))``, float64, eigenvalues descending (both signs; those below the
+        Cholesky shift's noise floor, ~1e-6 at D = 4096, are 0: null directions where ``C`` has rank below D);
         the columns ``v`` are eigenvectors of ``Gamma`` scaled so that ``v^T S v = lambda`` and
         ``v^T C v = lambda^2`` (so ``u = A v``, the eigenvector of the n x n ``Lambda = A S A^T / n``, has
         ``||u||^2 = n lambda^2``), both up to the shift.
@@ -555,6 +553,7 @@ def differential_eigh(joint_covariance: Tensor, width_a: int) -> tuple[Tensor, T
         >>> bool(values.abs().max() < 1e-10)   # identical embeddings: no difference
         True
     """
-    theta, factor, signs = differential_theta(joint_covariance, width_a)
+    theta, factor, signs, floor = differential_theta(joint_covariance, width_a)
     eigenvalues, w = symmetric_eigh(theta)
+    eigenvalues = torch.where(eigenvalues.abs() > floor, eigenvalues, 0.0)
     return eigenvalues, signs[:, None] * (factor @ w)

@@ -312,10 +312,28 @@ def test_differential_eigh_equals_the_general_eigendecomposition_of_gamma(n):
     torch.testing.assert_close((v * (cov @ v)).sum(0), values[big].square(), atol=1e-12, rtol=0)
 
 
-def test_differential_theta_of_identical_embeddings_is_zero():
-    """Gamma is nilpotent there (Jordan blocks): a plain shift would give +-sqrt(2 p eps) ~ 1e-7, not ~eps."""
-    theta, factor, signs = differential_theta(joint_covariance(500, 32, 32, same=True), 32)
-    assert float(torch.linalg.eigvalsh(theta).abs().max()) < 1e-12
+def test_identical_embeddings_give_a_zero_spectrum_despite_the_shift():
+    """Gamma has Jordan blocks there: the Cholesky shift alone moves its zeros to +-sqrt(2 p eps), below the floor."""
+    cov = joint_covariance(500, 32, 32, same=True)
+    theta, factor, signs, floor = differential_theta(cov, 32)
+    raw = torch.linalg.eigvalsh(theta).abs().max()
+    assert 1e-12 < float(raw) <= floor < 1e-5
+    assert float(differential_eigh(cov, 32)[0].abs().max()) == 0.0
+
+
+def test_near_singular_covariance_keeps_float64_accuracy():
+    """Random features of low-dimensional inputs are nearly dependent (C's smallest eigenvalue ~1e-14)."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(300, 3, generator=g, dtype=torch.float64)
+    phi = torch.cat([GaussianRFF(3, 64, 2.0, seed=1)(x), GaussianRFF(3, 64, 2.0, seed=2)(torch.tanh(x))], 1)
+    cov = phi.T @ phi / 300
+    assert float(torch.linalg.eigvalsh(cov)[0]) < 1e-10
+    exact = torch.linalg.eigvalsh((phi[:, :128] @ phi[:, :128].T - phi[:, 128:] @ phi[:, 128:].T) / 300)
+    values = differential_eigh(cov, 128)[0].flip(0)  # ascending, as exact
+    low, high = int((exact < -1e-4).sum()), int((exact > 1e-4).sum())  # far above the shift's floor (~1e-6)
+    assert low >= 3 and high >= 10
+    for ends in (slice(0, low), slice(-high, None)):
+        assert torch.allclose(values[ends], exact[ends], atol=1e-11, rtol=0)
 
 
 def test_float32_eigenvalues_keep_vendi_and_rke_within_half_a_percent(monkeypatch):

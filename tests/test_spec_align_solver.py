@@ -85,12 +85,12 @@ def test_state_dict_round_trip_repeats_the_same_iterates():
         first(student, reference)
     resumed = SpecAlignSolver("cosine")
     resumed.load_state_dict(first.state_dict())
-    assert resumed.warm_start.shape == (88, 2)  # feature space (48 + 40), one vector per end
+    assert resumed.warm_start.shape == (88, 4)  # feature space (48 + 40), two vectors per end
     fresh = SpecAlignSolver("cosine")  # no warm start: a different path to the same answer (within tol)
     a, b = loss_and_grad(first, *stream[3]), loss_and_grad(resumed, *stream[3])
     c = loss_and_grad(fresh, *stream[3])
     assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
-    assert first.last_blocks == resumed.last_blocks < fresh.last_blocks
+    assert first.last_cycles == resumed.last_cycles <= fresh.last_cycles
     torch.testing.assert_close(c[1], a[1], rtol=1e-6, atol=1e-6 * float(a[1].abs().max()))
 
 
@@ -109,8 +109,10 @@ def test_solver_bad_arguments_raise():
         SpecAlignSolver(tol=0.0)
     with pytest.raises(ValueError, match="block"):
         SpecAlignSolver(block=1)
-    with pytest.raises(ValueError, match="max_blocks"):
-        SpecAlignSolver(max_blocks=0)
+    with pytest.raises(ValueError, match="max_cycles"):
+        SpecAlignSolver(max_cycles=0)
+    with pytest.raises(ValueError, match="steps"):
+        SpecAlignSolver(steps=0)
     with pytest.raises(ValueError, match="at least 2 samples"):
         SpecAlignSolver()(torch.randn(1, 3), torch.randn(1, 2))
     with pytest.raises(ValueError, match="SAME samples"):

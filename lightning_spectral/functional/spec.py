@@ -153,11 +153,12 @@ def _covariance_route(
     in float32 where ``precision`` says so) and float64 Lanczos for the few eigenvectors the clusters need.
     """
     joint = torch.cat([a, b.to(a.dtype)], 1)
-    theta, factor, signs = differential_theta(
+    theta, factor, signs, floor = differential_theta(
         covariance(joint, feature_map.joint, chunk_size), feature_map.out_features[0]
     )
     dtype = eigen_dtype(precision, theta.shape[0])
     values = torch.linalg.eigvalsh(theta.to(dtype)).double().flip(0)
+    values = torch.where(values.abs() > floor, values, 0.0)  # the Cholesky shift's round-off
     rtol = 1e-10 if dtype == torch.float64 else 1e-5  # below it, |eigenvalue| / max |eigenvalue| is round-off
     shown = torch.where(nonzero(values, rtol), values, 0.0)
     top, bottom = _side(shown, k, True), _side(shown, k, False)
@@ -412,15 +413,15 @@ class SpecAlignSolver:
        because consecutive batches hold different samples (``u = A v`` maps an eigenvector of
        ``Gamma = S C`` to one of ``Lambda``, ``v = S A^T u`` maps back; SPEC Proposition 1); the first
        call starts from a seeded random block;
-    2. block Krylov basis ``Q`` of ``[U, Lambda U, Lambda^2 U, ...]`` (each new block orthogonalised by one
-       Householder QR against the basis, whose triangle also gives the Ritz residuals) and
-       Rayleigh-Ritz on ``T = Q^T Lambda Q`` (at most ``b * max_blocks`` wide, on one thread), until the
-       winning end (``lambda_+`` or ``-lambda_-``, whichever is larger) has a Ritz pair ``(theta, y)`` with
+    2. Rayleigh-Ritz on the block Krylov space of ``[U, Lambda U, ..., Lambda^steps U]`` (the powers only
+       normalised, one Householder QR for the basis: few dispatches, which is what such small products cost),
+       restarted from both ends' ``b / 2`` leading Ritz vectors, until the winning end (``lambda_+`` or
+       ``-lambda_-``, whichever is larger) has a Ritz pair ``(theta, y)`` with
        ``||Lambda y - theta y|| / gap <= tol`` (a bound on the eigenvector's error; ``gap`` to the next Ritz
        value) and beats the other end by more than both residuals;
     3. ``loss = +-(||Phi_s^T u||^2 - ||Phi_r^T u||^2) / n = +-u^T Lambda u`` with the unit ``u`` held fixed:
        the eigenvalue and its gradient (Proposition 2), differentiable through the student's features;
-    4. not converged after ``max_blocks`` blocks (a near tie between ``lambda_+`` and ``-lambda_-``, a
+    4. not converged after ``max_cycles`` cycles (a near tie between ``lambda_+`` and ``-lambda_-``, a
        winner inside a tight cluster, identical embeddings): :func:`spec_align_loss` answers.
 
     The forward pass runs on one thread, the Krylov iteration detached in float64 (small LAPACK calls and
@@ -437,11 +438,12 @@ class SpecAlignSolver:
         feature_map: a prebuilt :class:`~lightning_spectral.features.PairedFeatureMap` (else built on the first
             call from the embeddings' widths).
         tol: accepted bound on the winning eigenvector's error (the gradient's relative error is ~2 tol).
-        block: Krylov block width ``b`` (Ritz vectors carried to the next call: both ends' top ``b / 2``).
-        max_blocks: blocks before falling back to the exact route.
+        block: Krylov block width ``b`` (Ritz vectors carried to the next cycle and call: both ends' ``b / 2``).
+        steps: Krylov steps (powers of ``Lambda``) per Rayleigh-Ritz cycle.
+        max_cycles: cycles before falling back to the exact route.
 
     Raises:
-        ValueError: as :func:`spec_align_loss`; ``tol`` not > 0; ``block`` < 2 or ``max_blocks`` < 1.
+        ValueError: as :func:`spec_align_loss`; ``tol`` not > 0; ``block`` < 2; ``steps`` or ``max_cycles`` < 1.
 
     Example:
         >>> import torch
@@ -463,8 +465,9 @@ class SpecAlignSolver:
         seed: int = 0,
         feature_map: Optional[PairedFeatureMap] = None,
         tol: float = 1e-7,
-        block: int = 2,
-        max_blocks: int = 12,
+        block: int = 4,
+        steps: int = 4,
+        max_cycles: int = 4,
     ) -> None:
         self.kernel, self.sigmas = kernel, (sigma_student, sigma_reference)
         self.n_frequencies = check_positive_int(n_frequencies, "n_frequencies")
@@ -474,9 +477,10 @@ class SpecAlignSolver:
         if check_positive_int(block, "block") < 2:
             raise ValueError(f"`block` must be >= 2 (one Ritz vector per end at least), got {block}.")
         self.block = block
-        self.max_blocks = check_positive_int(max_blocks, "max_blocks")
+        self.steps = check_positive_int(steps, "steps")
+        self.max_cycles = check_positive_int(max_cycles, "max_cycles")
         self.warm_start: Optional[Tensor] = None  # (D, block) float64, feature space
-        self.last_blocks = 0  # Krylov blocks the last call used
+        self.last_cycles = 0  # Rayleigh-Ritz cycles the last call used
         self.fallbacks = 0  # calls answered by the exact route
 
     def __call__(self, student: Tensor, reference: Tensor) -> Tensor:
@@ -509,7 +513,7 @@ class SpecAlignSolver:
         return self.feature_map.to(student.device)
 
     def _solve(self, a: Tensor, width: int) -> Optional[tuple[Tensor, float]]:
-        """Block Krylov on ``Lambda = A S A^T / n``: the winning unit eigenvector and its sign, or None."""
+        """Restarted block Krylov on ``Lambda = A S A^T / n``: the winning unit eigenvector and its sign, or None."""
         n, features = a.shape
         weights = torch.full((features, 1), 1.0 / n, dtype=a.dtype, device=a.device)
         weights[width:] = -1.0 / n  # S / n
@@ -517,58 +521,44 @@ class SpecAlignSolver:
         def apply(block: Tensor) -> Tensor:
             return a @ (weights * (a.T @ block))
 
-        basis = self._start(a)
-        images = apply(basis)
-        last, result = basis.shape[1], None
-        for blocks in range(1, self.max_blocks + 1):
-            self.last_blocks = blocks
-            theta, vectors = torch.linalg.eigh(basis.T @ images)  # symmetric to round-off: eigh reads a triangle
-            # The next block: Lambda times the last one, orthogonalised against the basis by one Householder QR.
-            # Its triangle also gives the residuals: Lambda Q s - theta Q s = Q_next R_next s[last block].
-            width_before = basis.shape[1]
-            q, triangle = torch.linalg.qr(torch.cat([basis, images[:, -last:]], 1))
-            coupling = triangle[width_before:, width_before:]
-            result = self._converged(basis, images, theta, vectors, coupling)
-            if result is not None or blocks == self.max_blocks or width_before >= n:
+        start, result = self._start(a), None
+        for cycle in range(1, self.max_cycles + 1):
+            self.last_cycles = cycle
+            basis, images, theta, vectors = _rayleigh_ritz(start, apply, self.steps)
+            result = self._converged(basis, images, theta, vectors)
+            if result is not None or basis.shape[1] >= n:
                 break
-            keep = coupling.diagonal().abs() > 1e-12 * float(theta.abs().max())
-            new = q[:, width_before:][:, keep]
-            if new.shape[1] == 0:  # an invariant subspace: the Ritz pairs above are exact
-                break
-            basis, images, last = torch.cat([basis, new], 1), torch.cat([images, apply(new)], 1), new.shape[1]
-        self._keep(a, weights, basis @ vectors)
+            start = basis @ vectors[:, _ends(theta.shape[0], self.block)]  # restart from both ends' Ritz vectors
+        self._keep(a, weights, basis @ vectors[:, _ends(theta.shape[0], self.block)])
         return result
 
     def _start(self, a: Tensor) -> Tensor:
         n, features = a.shape
         if self.warm_start is not None and self.warm_start.shape[0] == features:
-            start = a @ self.warm_start.to(a.device)
-        else:
-            generator = torch.Generator(device="cpu").manual_seed(self.seed)
-            start = torch.randn(n, self.block, generator=generator, dtype=a.dtype).to(a.device)
-        return torch.linalg.qr(start[:, : min(self.block, n)])[0]
+            return a @ self.warm_start.to(a.device)
+        generator = torch.Generator(device="cpu").manual_seed(self.seed)
+        return torch.randn(n, min(self.block, n), generator=generator, dtype=a.dtype).to(a.device)
 
     def _converged(
-        self, basis: Tensor, images: Tensor, theta: Tensor, vectors: Tensor, coupling: Tensor
+        self, basis: Tensor, images: Tensor, theta: Tensor, vectors: Tensor
     ) -> Optional[tuple[Tensor, float]]:
         """The winning end's unit Ritz vector and sign if its error bound is within ``tol``, else None."""
         if theta.shape[0] < 3:
             return None
-        win, runner_up, lose = (-1, -2, 0) if float(theta[-1]) >= -float(theta[0]) else (0, 1, -1)
-        r_win, r_lose = (float(x) for x in (coupling @ vectors[-coupling.shape[0] :, [win, lose]]).norm(dim=0))
-        gap = abs(float(theta[win] - theta[runner_up]))
-        if not (r_win <= self.tol * gap and abs(float(theta[win])) - r_win > abs(float(theta[lose])) + r_lose):
+        low, second, second_last, high = theta[[0, 1, -2, -1]].tolist()
+        top_wins = high >= -low
+        ends = [-1, 0] if top_wins else [0, -1]
+        ritz = basis @ vectors[:, ends]
+        r_win, r_lose = (images @ vectors[:, ends] - ritz * theta[ends]).norm(dim=0).tolist()
+        gap = high - second_last if top_wins else second - low
+        value, other = (high, -low) if top_wins else (-low, high)
+        if not (r_win <= self.tol * gap and value - r_win > abs(other) + r_lose):
             return None
-        u = basis @ vectors[:, win]
-        if float((images @ vectors[:, win] - theta[win] * u).norm()) > self.tol * gap:  # the true residual
-            return None
-        return u, (1.0 if win == -1 else -1.0)
+        return ritz[:, 0], (1.0 if top_wins else -1.0)
 
     def _keep(self, a: Tensor, weights: Tensor, ritz: Tensor) -> None:
         """Carry both ends' leading Ritz vectors to the next call, in feature space: ``v = S A^T u``."""
-        half = self.block // 2
-        chosen = torch.cat([ritz[:, -half:], ritz[:, :half]], 1) if ritz.shape[1] >= self.block else ritz
-        v = weights * (a.T @ chosen)
+        v = weights * (a.T @ ritz)
         self.warm_start = v / v.norm(dim=0).clamp_min(1e-300)
 
     def state_dict(self) -> dict[str, Any]:
@@ -581,3 +571,35 @@ class SpecAlignSolver:
         self.warm_start = state.get("warm_start")
         self.fallbacks = int(state.get("fallbacks", 0))
 
+
+
+def _ends(count: int, block: int) -> list[int]:
+    """Indices of the ``block // 2`` lowest and highest of ``count`` ascending Ritz values (all if too few)."""
+    half = block // 2
+    return list(range(count)) if count <= block else list(range(half)) + list(range(count - half, count))
+
+
+def _rayleigh_ritz(start: Tensor, apply, steps: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Rayleigh-Ritz on the block Krylov space of ``[U, M U, ..., M^steps U]`` (``apply`` = ``M``, symmetric).
+
+    The powers are only normalised (no orthogonalisation between steps: few dispatches), then one Householder
+    QR ``K = Q R`` gives the basis, and ``M Q = (M K) R^{-1}`` comes from the powers already computed. Columns
+    after the first (numerically) dependent one are dropped. Returns ``(Q, M Q, theta, W)``: Ritz values
+    ascending, ``Q W`` the Ritz vectors.
+    """
+    powers, images = [start], []
+    for _ in range(steps):
+        image = apply(powers[-1])
+        images.append(image)
+        powers.append(image / image.norm(dim=0).clamp_min(1e-300))
+    images.append(apply(powers[-1]))
+    krylov, mapped = torch.cat(powers, 1), torch.cat(images, 1)  # K and M K
+    basis, triangle = torch.linalg.qr(krylov)
+    pivots = triangle.diagonal().abs()
+    bad = pivots <= 1e-10 * float(pivots.max())
+    if bool(bad.any()):
+        keep = int(bad.int().argmax())
+        basis, triangle, mapped = basis[:, :keep], triangle[:keep, :keep], mapped[:, :keep]
+    images_q = torch.linalg.solve_triangular(triangle, mapped, upper=True, left=False)
+    theta, vectors = torch.linalg.eigh(basis.T @ images_q)
+    return basis, images_q, theta, vectors
