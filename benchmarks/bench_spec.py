@@ -161,13 +161,13 @@ def previous_route(cov: torch.Tensor, width_a: int, rtol: float = 1e-12):
 
 
 def new_route(cov: torch.Tensor, width_a: int, dtype: torch.dtype, k: int = 3):
-    """The covariance route's eigen-step now: one Cholesky, eigvalsh of Theta (float64, or float32 as
-    ``precision="auto"`` does from D = 4096), float64 Lanczos for the 2k cluster vectors."""
-    theta, factor, signs, floor = differential_theta(cov, width_a)
-    values = torch.linalg.eigvalsh(theta.to(dtype)).double().flip(0)
+    """The covariance route's eigen-step now: one float64 Cholesky, then Theta, its eigvalsh and Lanczos for the 2k
+    cluster vectors in ``dtype`` (float64, or float32 as ``precision="auto"`` does from D = 4096)."""
+    theta, factor, signs, floor = differential_theta(cov, width_a, dtype)
+    values = torch.linalg.eigvalsh(theta).double().flip(0)
     values = torch.where(values.abs() > floor, values, 0.0)
-    _, w = extreme_eigenpairs(theta, k, k)
-    return values, signs[:, None] * (factor @ w)
+    _, w = extreme_eigenpairs(theta, k, k, rtol=1e-10 if dtype == torch.float64 else 1e-5)
+    return values, signs[:, None] * (factor @ w.double())
 
 
 def bench_reference(args: argparse.Namespace) -> None:

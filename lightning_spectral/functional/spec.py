@@ -149,26 +149,26 @@ def _covariance_route(
     """Eigenvalues (descending), the column of each in the sample vectors (-1: not mapped), the unit sample
     vectors (n, m) of the ``k`` top clusters per side, and the relative round-off level of the eigenvalues.
 
-    One Cholesky, one ``eigvalsh`` of ``Theta = L^T S L`` (:func:`~lightning_spectral.linalg.differential_theta`;
-    in float32 where ``precision`` says so) and float64 Lanczos for the few eigenvectors the clusters need.
+    One Cholesky, one ``eigvalsh`` of ``Theta = L^T S L`` (:func:`~lightning_spectral.linalg.differential_theta`)
+    and Lanczos for the few eigenvectors the clusters need; ``Theta``, its spectrum and the Lanczos products in
+    float32 where ``precision`` says so (the Cholesky factor and the map back stay float64).
     """
     joint = torch.cat([a, b.to(a.dtype)], 1)
-    theta, factor, signs, floor = differential_theta(
-        covariance(joint, feature_map.joint, chunk_size), feature_map.out_features[0]
-    )
-    dtype = eigen_dtype(precision, theta.shape[0])
-    values = torch.linalg.eigvalsh(theta.to(dtype)).double().flip(0)
+    cov = covariance(joint, feature_map.joint, chunk_size)
+    dtype = eigen_dtype(precision, cov.shape[0])
+    theta, factor, signs, floor = differential_theta(cov, feature_map.out_features[0], dtype)
+    values = torch.linalg.eigvalsh(theta).double().flip(0)
     values = torch.where(values.abs() > floor, values, 0.0)  # the Cholesky shift's round-off
     rtol = 1e-10 if dtype == torch.float64 else 1e-5  # below it, |eigenvalue| / max |eigenvalue| is round-off
     shown = torch.where(nonzero(values, rtol), values, 0.0)
     top, bottom = _side(shown, k, True), _side(shown, k, False)
     positions = torch.cat([bottom, top.flip(0)])  # ascending, as extreme_eigenpairs returns them
-    ritz, w = extreme_eigenpairs(theta, len(bottom), len(top))
-    if not torch.allclose(ritz, values[positions], rtol=0, atol=100 * rtol * float(values.abs().max())):
+    ritz, w = extreme_eigenpairs(theta, len(bottom), len(top), rtol=rtol)
+    if not torch.allclose(ritz.double(), values[positions], rtol=0, atol=100 * rtol * float(values.abs().max())):
         w = torch.linalg.eigh(theta)[1][:, values.shape[0] - 1 - positions]  # Lanczos missed one: the dense answer
     columns = torch.full((values.shape[0],), -1, dtype=torch.long, device=values.device)
     columns[positions] = torch.arange(positions.shape[0], device=values.device)
-    gamma_vectors = signs[:, None] * (factor @ w)
+    gamma_vectors = signs[:, None] * (factor @ w.double())
     # u = A v maps an eigenvector of Gamma to one of Lambda (||u|| = sqrt(n) |lambda|); built chunk by chunk.
     sample_vectors = torch.cat(
         [
@@ -210,9 +210,9 @@ def spec(
         per_cluster: members returned per cluster.
         chunk_size: rows per chunk on the covariance route.
         precision: the covariance route's spectrum: ``"float64"``, ``"float32"`` (``eigvalsh`` of ``Theta`` rounded
-            to float32: about twice as fast at D = 4096, eigenvalues within ~1e-7 max ``|eigenvalue|``, those below
-            1e-5 max ``|eigenvalue|`` count as zero; the cluster eigenvectors stay float64) or ``"auto"``: float32
-            from D = :data:`~lightning_spectral.linalg.FLOAT32_MIN_SIZE`.
+            to float32: faster at D = 4096, eigenvalues within ~1e-7 max ``|eigenvalue|``, those below 1e-5 max
+            ``|eigenvalue|`` count as zero; cluster eigenvectors to ~1e-5) or ``"auto"``: float32 from
+            D = :data:`~lightning_spectral.linalg.FLOAT32_MIN_SIZE`.
 
     Returns:
         :class:`SPECResult`.
