@@ -20,8 +20,8 @@ from lightning_spectral._checks import check_positive, check_positive_int
 DEFAULT_CHUNK_SIZE = 4096
 #: Column tile of the symmetric Gram product; tiles below the diagonal are mirrored, not computed.
 DEFAULT_TILE = 1024
-#: ``precision="auto"`` computes spectra of matrices at least this wide in float32 (``eigvalsh`` ~2x faster;
-#: scores within 0.5 % of float64, docs/benchmarks.md, issue 14).
+#: ``precision="auto"`` computes spectra of matrices at least this wide in float32 (``eigvalsh`` 1.2-2.7x faster
+#: at 8192, Vendi / RKE / FINC scores within 0.001 % of float64's; docs/benchmarks.md, issue 14).
 FLOAT32_MIN_SIZE = 4096
 PRECISIONS = ("float64", "float32", "auto")
 
@@ -337,11 +337,12 @@ def psd_eigenvalues(matrix: Tensor, rtol: float = 1e-5, precision: str = "float6
     raises rather than being hidden. Tiny positive round-off eigenvalues are kept: they change Renyi
     entropies of order >= 1 negligibly, but orders < 1 amplify them (``p^alpha``).
 
-    Precision: ``"float32"`` rounds the matrix to float32 and runs ``eigvalsh`` there: about twice as fast
-    at 2r >= 4096 (its tridiagonalisation is memory-bound), eigenvalues within ~1e-7 of ``lambda_max``, the
-    Vendi-1 / RKE / FINC scores of RFF covariances within 0.1 % of float64's at 2r = 8192 (measured,
-    docs/benchmarks.md); its round-off negatives reach ~1e-6 * lambda_max, so ``rtol`` is at least 1e-4
-    there. ``"auto"``: float32 from :data:`FLOAT32_MIN_SIZE` rows, float64 below.
+    Precision: ``"float32"`` rounds the matrix to float32 and runs ``eigvalsh`` there: 1.2x to 2.7x faster at
+    2r = 8192 (its tridiagonalisation is memory-bound), eigenvalues within ~1e-7 of ``lambda_max``, the
+    Vendi-1 / RKE / FINC scores of RFF covariances within 0.001 % of float64's at 2r = 8192 (measured on a
+    mixture and on scikit-learn's digits, docs/benchmarks.md); its round-off negatives were ~1e-7 * lambda_max
+    at 2r = 4096, so ``rtol`` is at least 1e-4 there. ``"auto"``: float32 from :data:`FLOAT32_MIN_SIZE` rows,
+    float64 below.
 
     Raises:
         ValueError: non-finite entries, an eigenvalue below ``-rtol * lambda_max``, an unknown ``precision``.

@@ -349,3 +349,15 @@ def test_float32_eigenvalues_keep_vendi_and_rke_within_half_a_percent(monkeypatc
     assert eigen_dtype("auto", 4095) == torch.float64 and eigen_dtype("auto", 4096) == torch.float32
     with pytest.raises(ValueError, match="precision"):
         psd_eigenvalues(cov, precision="half")
+
+
+@pytest.mark.parametrize("rho, n", [(1.0, 3000), (2.0, 300), (2.0, 3000)])  # Lanczos, Lanczos, dense (full rank)
+def test_finc_noise_floor_equals_the_dense_eigenvalues(rho, n):
+    """The first user of the Lanczos routines: split_noise_floor, against its former two dense eigvalsh."""
+    from lightning_spectral.functional.finc import split_noise_floor
+
+    cov_a, cov_b = split_covariances(n=n, width=128)
+    dense = max(float(torch.linalg.eigvalsh(m)[-1]) for m in (cov_a - rho * cov_b, cov_b - rho * cov_a))
+    scale = math.sqrt((1 / 500 + rho**2 / 700) / (1 / (n // 2) + rho**2 / (n // 2)))
+    floor = split_noise_floor(cov_a, n // 2, cov_b, n // 2, rho, 500, 700)
+    assert floor == pytest.approx(max(dense, 0.0) * scale, rel=1e-10, abs=1e-15)

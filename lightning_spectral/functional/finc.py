@@ -87,12 +87,20 @@ def split_noise_floor(
     if min(n_a, n_b) < 1:
         raise ValueError("the noise floor needs at least 2 reference samples (one in each half).")
     # Only lambda_max is needed: Lanczos instead of two dense eigvalsh. At rho = 1 the mirror is exactly the
-    # negative (C_B - C_A = -(C_A - C_B)), so one run gives both: lambda_max(mirror) = -lambda_min.
+    # negative (C_B - C_A = -(C_A - C_B)), so one run gives both: lambda_max(mirror) = -lambda_min. At rho > 1
+    # with both halves' covariances of full rank (more samples than features), the top of C_A - rho C_B is a
+    # tight cluster just above 0, far below the spectrum's width rho lambda_max(C_B): Lanczos would exhaust its
+    # budget and fall back (measured, docs/benchmarks.md), so the dense eigvalsh answers directly.
     if rho == 1.0:
         lowest, highest = extreme_eigenvalues(cov_a - cov_b)
         split_top = max(float(highest), -float(lowest))
-    else:
+    elif min(n_a, n_b) < cov_a.shape[0]:
         split_top = max(float(top_eigenvalue(cov_a - rho * cov_b)), float(top_eigenvalue(cov_b - rho * cov_a)))
+    else:
+        split_top = max(
+            float(torch.linalg.eigvalsh(_sym(cov_a - rho * cov_b))[-1]),
+            float(torch.linalg.eigvalsh(_sym(cov_b - rho * cov_a))[-1]),
+        )
     scale = math.sqrt((1 / n_x + rho**2 / n_y) / (1 / n_a + rho**2 / n_b))
     return max(split_top, 0.0) * scale
 

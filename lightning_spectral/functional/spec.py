@@ -492,15 +492,15 @@ class SpecAlignSolver:
             raise ValueError(f"SpecAlignSolver needs at least 2 samples in the batch, got {n}.")
         feature_map = self._feature_map(student_, reference)
         with torch.autocast(student.device.type, enabled=False), one_thread():
-            phi = feature_map(student_, reference.to(student_.dtype))
-            width = feature_map.out_features[0]
+            phi_s = feature_map.map_a(student_)
             with torch.no_grad():
-                found = self._solve(phi.detach().double(), width)
+                phi_r = feature_map.map_b(reference.to(student_.dtype)).to(phi_s.dtype)
+                found = self._solve(torch.cat([phi_s.detach(), phi_r], 1).double(), phi_s.shape[1])
             if found is not None:
                 u, sign = found
-                u = u.to(phi.dtype)
-                value = ((phi[:, :width].T @ u).square().sum() - (phi[:, width:].T @ u).square().sum()) / n
-                return (sign * value).to(student_.dtype)
+                u = u.to(phi_s.dtype)
+                constant = float((phi_r.T @ u).square().sum())  # the reference's part carries no gradient
+                return (sign * ((phi_s.T @ u).square().sum() - constant) / n).to(student_.dtype)
         self.fallbacks += 1
         return spec_align_loss(student, reference, feature_map=feature_map)
 
