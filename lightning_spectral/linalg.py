@@ -511,8 +511,8 @@ def differential_theta(
     than features, near-dependent random features) factorise; ``Theta``'s eigenvalues are those of
     ``S (C + eps I)``, within ``~2 eps`` of ``Gamma``'s (measured) except where ``Gamma`` has Jordan blocks:
     identical or rotated embeddings give ``S C`` blocks ``[[p, p], [-p, -p]]`` whose zero eigenvalues move to
-    ``+-sqrt(2 p eps)``. So eigenvalues below the returned ``floor = 4 sqrt(eps trace(C))`` (~1e-6 at D = 4096)
-    are round-off of the shift: set them to 0.
+    ``+-sqrt(2 p eps)``. So eigenvalues below the returned ``floor = 4 sqrt(eps trace(C))`` (~8e-6 at
+    D = 4096, trace 2) are round-off of the shift: set them to 0.
 
     Cost: ``L``'s first ``width_a`` rows vanish right of column ``width_a``, so
     ``Theta = [[L_11^T L_11, 0], [0, 0]] - L_b^T L_b`` (``L_b``: the other rows) costs about 5/8 of one
@@ -546,7 +546,7 @@ def differential_eigh(joint_covariance: Tensor, width_a: int) -> tuple[Tensor, T
 
     Returns:
         ``(eigenvalues (D,), vectors (D, D))``, float64, eigenvalues descending (both signs; those below the
-        Cholesky shift's noise floor, ~1e-6 at D = 4096, are 0: null directions where ``C`` has rank below D);
+        Cholesky shift's noise floor, ~8e-6 at D = 4096, are 0: null directions where ``C`` has rank below D);
         the columns ``v`` are eigenvectors of ``Gamma`` scaled so that ``v^T S v = lambda`` and
         ``v^T C v = lambda^2`` (so ``u = A v``, the eigenvector of the n x n ``Lambda = A S A^T / n``, has
         ``||u||^2 = n lambda^2``), both up to the shift.
