@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 from typing import Optional
 
 import torch
@@ -20,11 +21,83 @@ def check_positive(value: float, name: str) -> float:
     return value
 
 
-def check_positive_int(value: int, name: str) -> int:
-    """Return ``value`` or raise ``ValueError`` unless it is an integer >= 1."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"`{name}` must be an integer >= 1, got {value!r}.")
+def check_seed(value: int, name: str = "seed") -> int:
+    """Return ``int(value)`` or raise ``ValueError`` unless it is an integer (a NumPy integer is fine)."""
+    if isinstance(value, bool) or not hasattr(value, "__index__"):
+        raise ValueError(f"`{name}` must be an integer, got {value!r}.")
+    return int(value.__index__())
+
+
+def check_bool(value: bool, name: str) -> bool:
+    """Return ``value`` or raise ``TypeError`` unless it is a bool."""
+    if not isinstance(value, bool):
+        raise TypeError(f"`{name}` must be True or False, got {value!r}.")
     return value
+
+
+def check_fraction(value: float, name: str, low_open: bool = True, high_closed: bool = True) -> float:
+    """Return ``float(value)`` or raise ``ValueError`` unless it lies in (0, 1] (the default) or [0, 1) etc."""
+    number = check_number(value, name)
+    low_ok = number > 0 if low_open else number >= 0
+    high_ok = number <= 1 if high_closed else number < 1
+    if not (low_ok and high_ok):
+        interval = ("(" if low_open else "[") + "0, 1" + ("]" if high_closed else ")")
+        raise ValueError(f"`{name}` must be in {interval}, got {value!r}.")
+    return number
+
+
+def check_number(value: float, name: str) -> float:
+    """Return ``float(value)`` or raise ``ValueError`` unless it is a finite real number (not a bool)."""
+    if isinstance(value, bool):
+        raise ValueError(f"`{name}` must be a number, got {value!r}.")
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"`{name}` must be a number, got {value!r}.") from None
+    if not math.isfinite(number):
+        raise ValueError(f"`{name}` must be finite, got {value!r}.")
+    return number
+
+
+#: Fraction of the machine's memory a metric's sums may take before construction refuses (they must also fit
+#: a copy for the all-reduce and the eigendecomposition's workspace).
+MEMORY_FRACTION = 0.5
+
+
+def total_memory_bytes() -> int:
+    """Physical memory of this machine in bytes (0 when unknown)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 0
+
+
+def check_memory(owner: str, argument: str, value: object, needed: int, what: str) -> None:
+    """Raise before allocating ``needed`` bytes (``what``) when they exceed half of this machine's memory.
+
+    Raises:
+        ValueError: naming ``argument`` (whose ``value`` asks for the memory) and the amount.
+    """
+    available = total_memory_bytes()
+    if available and needed > MEMORY_FRACTION * available:
+        raise ValueError(
+            f"{owner}: `{argument}`={value} needs {needed / 2**30:.1f} GiB ({what}), more than half of this "
+            f"machine's {available / 2**30:.1f} GiB; use a smaller `{argument}` (2r = 4096 to 16384 is typical)."
+        )
+
+
+def check_state_memory(owner: str, n_frequencies: int, matrices: int, vectors: int = 0) -> None:
+    """Raise before allocating ``matrices`` float64 (2r)^2 sums and ``vectors`` 2r ones that cannot fit in memory."""
+    width = 2 * n_frequencies
+    needed = 8 * (matrices * width * width + vectors * width)
+    check_memory(owner, "n_frequencies", n_frequencies, needed, f"{matrices} float64 matrices of {width} x {width}")
+
+
+def check_positive_int(value: int, name: str) -> int:
+    """Return ``int(value)`` or raise ``ValueError`` unless it is an integer >= 1 (NumPy integers are fine)."""
+    if isinstance(value, bool) or not hasattr(value, "__index__") or value.__index__() < 1:
+        raise ValueError(f"`{name}` must be an integer >= 1, got {value!r}.")
+    return int(value.__index__())
 
 
 def compute_dtype(x: Tensor) -> torch.dtype:

@@ -95,13 +95,17 @@ def covariance(x: Tensor, feature_map: Callable[[Tensor], Tensor], chunk_size: i
     return add_covariance_(total, x, feature_map, chunk_size) / x.shape[0]
 
 
+def symmetrize(matrix: Tensor) -> Tensor:
+    """``(A + A^T) / 2`` over the last two dimensions: removes round-off asymmetry before a symmetric solver."""
+    return (matrix + matrix.transpose(-1, -2)) / 2
+
+
 def symmetric_eigh(matrix: Tensor) -> tuple[Tensor, Tensor]:
     """Eigenvalues (descending) and eigenvectors (columns) of a symmetric matrix, in float64.
 
     The input is re-symmetrised as ``(A + A^T) / 2`` first to remove round-off asymmetry.
     """
-    matrix = matrix.double()
-    values, vectors = torch.linalg.eigh((matrix + matrix.T) / 2)
+    values, vectors = torch.linalg.eigh(symmetrize(matrix.double()))
     return values.flip(0), vectors.flip(1)
 
 
@@ -119,7 +123,7 @@ def psd_eigenvalues(matrix: Tensor, rtol: float = 1e-5) -> Tensor:
     """
     if not bool(torch.isfinite(matrix).all()):
         raise ValueError("psd_eigenvalues: the matrix has NaN or Inf entries.")
-    values = torch.linalg.eigvalsh((matrix.double() + matrix.double().T) / 2).flip(0)
+    values = torch.linalg.eigvalsh(symmetrize(matrix.double())).flip(0)
     scale = max(float(values[0]), 0.0) if values.numel() else 0.0
     lowest = float(values[-1]) if values.numel() else 0.0
     if lowest < -rtol * scale - 1e-300:
@@ -130,7 +134,8 @@ def psd_eigenvalues(matrix: Tensor, rtol: float = 1e-5) -> Tensor:
     return values.clamp_min(0.0)
 
 
-def _parse_alpha(alpha: Alpha) -> float:
+def parse_alpha(alpha: Alpha) -> float:
+    """An order ``alpha`` as a float in (0, inf] (``"inf"`` allowed). Raises ``ValueError`` otherwise."""
     if isinstance(alpha, str):
         if alpha.lower() not in ("inf", "infinity"):
             raise ValueError(f"`alpha` must be a number in (0, inf] or 'inf', got {alpha!r}.")
@@ -166,7 +171,7 @@ def renyi_entropy(eigenvalues: Tensor, alpha: Alpha = 1.0) -> Tensor:
         >>> float(renyi_entropy(torch.tensor([0.5, 0.5, 0.0]), alpha=2)) == math.log(2)
         True
     """
-    alpha = _parse_alpha(alpha)
+    alpha = parse_alpha(alpha)
     values = eigenvalues.double().flatten()
     if values.numel() == 0 or not bool(torch.isfinite(values).all()) or bool((values < 0).any()):
         raise ValueError("renyi_entropy: eigenvalues must be a non-empty, finite, non-negative 1-D tensor.")
