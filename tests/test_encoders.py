@@ -416,6 +416,35 @@ def test_npy_is_memory_mapped_and_nan_is_found_per_lookup(tmp_path):
         table[[3, 7]]
 
 
+def test_big_endian_npy_files_and_arrays_are_read_in_native_byte_order(tmp_path):
+    from lightning_spectral.files import EmbeddingFile
+
+    features = np.random.default_rng(0).normal(size=(30, 4))
+    index = np.arange(30)[::-1] * 2
+    for dtype in (">f4", ">f8", ">f2"):
+        np.save(tmp_path / "ref.npy", features.astype(dtype))  # numpy keeps the byte order in the file
+        np.save(tmp_path / "ref.index.npy", index.astype(">i8"))
+        table = PrecomputedFeatures(tmp_path / "ref.npy")
+        assert table.memory_mapped and table._data.dtype.byteorder == ">"  # converted per lookup, not up front
+        expected = torch.from_numpy(features.astype(dtype).astype(dtype.replace(">", "=")))
+        expected = expected if expected.dtype != torch.float16 else expected.float()
+        torch.testing.assert_close(table[index[[0, 7, 29]]], expected[[0, 7, 29]], rtol=0, atol=0)
+        torch.testing.assert_close(table[int(index[3])], expected[3], rtol=0, atol=0)
+        chunks = [x for x, _ in EmbeddingFile(tmp_path / "ref.npy").chunks(batch_size=8)]  # the command line's reader
+        assert torch.equal(torch.cat(chunks).to(expected.dtype), expected)
+    in_memory = PrecomputedFeatures(features.astype(">f4"), index=index.astype(">i4"))  # arrays, not files
+    torch.testing.assert_close(in_memory[index[[1, 2]]], torch.from_numpy(features[[1, 2]]).float(), rtol=0, atol=0)
+    torch.testing.assert_close(in_memory[np.array([index[1]], dtype=">i8")], in_memory[[int(index[1])]])
+    save_features(tmp_path / "saved.pt", features.astype(">f8"), index=index.astype(">i8"))
+    torch.testing.assert_close(PrecomputedFeatures(tmp_path / "saved.pt")[index[[5]]], torch.from_numpy(features[[5]]))
+    broken = features.astype(">f4")
+    broken[4, 1] = np.inf
+    np.save(tmp_path / "inf.npy", broken)
+    (tmp_path / "inf.index.npy").unlink(missing_ok=True)
+    with pytest.raises(ValueError, match="NaN or Inf at rows \\[4\\]"):
+        PrecomputedFeatures(tmp_path / "inf.npy")[[3, 4]]
+
+
 def test_precomputed_features_index_sidecar_and_overrides(tmp_path):
     features = torch.arange(12.0).reshape(4, 3)
     save_features(tmp_path / "ref.npy", features, index=[3, 2, 1, 0])

@@ -18,14 +18,15 @@ from lightning_spectral.files import (
     check_index,
     check_table,
     index_path,
+    native_byte_order,
 )
 
 
 def _as_tensor(values: Any) -> Tensor:
-    """A tensor of ``values`` (a tensor, an array, a sequence), on the CPU."""
+    """A tensor of ``values`` (a tensor, an array of either byte order, a sequence), on the CPU."""
     if isinstance(values, Tensor):
         return values.detach().cpu()
-    return torch.as_tensor(np.asarray(values))
+    return torch.as_tensor(native_byte_order(np.asarray(values)))
 
 
 def save_features(path: PathLike, features: Union[Tensor, np.ndarray], index: Union[Tensor, np.ndarray, None] = None):
@@ -120,7 +121,7 @@ class PrecomputedFeatures:
         self.memory_mapped = isinstance(data, np.memmap)
         if not self.memory_mapped:
             if isinstance(data, np.ndarray):
-                data = np.ascontiguousarray(data)
+                data = np.ascontiguousarray(native_byte_order(data))
             data = torch.as_tensor(data)
             if not bool(torch.isfinite(data).all()):
                 bad = int((~torch.isfinite(data)).any(dim=1).sum())
@@ -179,7 +180,8 @@ class PrecomputedFeatures:
         single = isinstance(ids, (int, np.integer)) or (isinstance(ids, Tensor) and ids.ndim == 0)
         rows = self.rows(ids)
         if self.memory_mapped:
-            data = torch.from_numpy(np.array(self._data[rows.numpy()]))
+            # a copy of the looked-up rows only, in the machine's byte order (a .npy may be big-endian)
+            data = torch.from_numpy(np.array(self._data[rows.numpy()], dtype=self._data.dtype.newbyteorder("=")))
             if not bool(torch.isfinite(data).all()):
                 raise ValueError(
                     f"PrecomputedFeatures: the features of {str(self.path)!r} hold NaN or Inf at rows "
