@@ -144,3 +144,93 @@ def check_side(real: object, owner: str) -> bool:
     if not isinstance(real, bool):
         raise TypeError(f"{owner}.update: `real` must be True (reference) or False (generated), got {real!r}.")
     return real
+
+
+def check_fraction(value: float, name: str, low_open: bool = True, high_closed: bool = True) -> float:
+    """Return ``float(value)`` or raise ``ValueError`` unless it lies in (0, 1] (the bounds as the flags say).
+
+    ``low_open=False`` admits 0 and ``high_closed=False`` excludes 1: e.g. a validation share in [0, 1).
+    """
+    interval = ("(" if low_open else "[") + "0, 1" + ("]" if high_closed else ")")
+    try:
+        if isinstance(value, bool):
+            raise TypeError
+        value = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"`{name}` must be a number in {interval}, got {value!r}.") from None
+    above = value > 0 if low_open else value >= 0
+    below = value <= 1 if high_closed else value < 1
+    if not (above and below):  # NaN fails both
+        raise ValueError(f"`{name}` must be in {interval}, got {value}.")
+    return value
+
+
+def check_number(value: float, name: str) -> float:
+    """Return ``float(value)`` or raise ``ValueError`` unless it is a finite real number (not a bool)."""
+    try:
+        if isinstance(value, bool):
+            raise TypeError
+        value = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"`{name}` must be a finite number, got {value!r}.") from None
+    if not math.isfinite(value):
+        raise ValueError(f"`{name}` must be a finite number, got {value}.")
+    return value
+
+
+def check_bool(value: bool, name: str) -> bool:
+    """Return ``value`` or raise ``TypeError`` unless it is ``True`` or ``False`` (the string "false" is truthy)."""
+    if not isinstance(value, bool):
+        raise TypeError(f"`{name}` must be True or False, got {value!r}.")
+    return value
+
+
+def check_seed(value: int, name: str = "seed") -> int:
+    """Return ``int(value)`` or raise ``ValueError`` unless it is an integer (Python or NumPy) in the range a
+    ``torch.Generator`` accepts."""
+    from numbers import Integral
+
+    if isinstance(value, bool) or not isinstance(value, Integral):
+        raise ValueError(f"`{name}` must be an integer, got {value!r}.")
+    value = int(value)
+    if not -(2**63) <= value < 2**64:
+        raise ValueError(f"`{name}` must be an integer in [-2**63, 2**64) (torch.Generator's range), got {value}.")
+    return value
+
+
+def check_nonnegative_int(value: int, name: str) -> int:
+    """Return ``int(value)`` or raise ``ValueError`` unless it is an integer >= 0 (e.g. ``num_workers``)."""
+    from numbers import Integral
+
+    if isinstance(value, bool) or not isinstance(value, Integral) or value < 0:
+        raise ValueError(f"`{name}` must be an integer >= 0, got {value!r}.")
+    return int(value)
+
+
+def check_normalisation(
+    mean: Optional[tuple[float, ...]],
+    std: Optional[tuple[float, ...]],
+    names: tuple[str, str] = ("mean", "std"),
+    channels: tuple[int, ...] = (3,),
+) -> None:
+    """Per-channel image normalisation: ``mean`` and ``std`` (sequences) both given or both ``None``, each
+    ``channels`` finite numbers, ``std > 0``; ``names`` are the two arguments as the caller calls them.
+
+    Raises:
+        ValueError: naming the argument at fault.
+    """
+    mean_name, std_name = names
+    if (mean is None) != (std is None):
+        raise ValueError(f"Pass both `{mean_name}` and `{std_name}` (per-channel normalisation), or neither.")
+    if mean is None or std is None:
+        return
+    counts = " or ".join(map(str, channels))
+    for values, name in ((mean, mean_name), (std, std_name)):
+        try:
+            floats = [float(v) for v in values]
+        except (TypeError, ValueError):
+            floats = []
+        if len(floats) not in channels or not all(map(math.isfinite, floats)):
+            raise ValueError(f"`{name}` must be {counts} finite numbers (per channel), got {values!r}.")
+    if any(float(s) <= 0 for s in std):
+        raise ValueError(f"`{std_name}` must be > 0 in every channel, got {std!r}.")
