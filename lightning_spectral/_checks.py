@@ -21,44 +21,6 @@ def check_positive(value: float, name: str) -> float:
     return value
 
 
-def check_seed(value: int, name: str = "seed") -> int:
-    """Return ``int(value)`` or raise ``ValueError`` unless it is an integer (a NumPy integer is fine)."""
-    if isinstance(value, bool) or not hasattr(value, "__index__"):
-        raise ValueError(f"`{name}` must be an integer, got {value!r}.")
-    return int(value.__index__())
-
-
-def check_bool(value: bool, name: str) -> bool:
-    """Return ``value`` or raise ``TypeError`` unless it is a bool."""
-    if not isinstance(value, bool):
-        raise TypeError(f"`{name}` must be True or False, got {value!r}.")
-    return value
-
-
-def check_fraction(value: float, name: str, low_open: bool = True, high_closed: bool = True) -> float:
-    """Return ``float(value)`` or raise ``ValueError`` unless it lies in (0, 1] (the default) or [0, 1) etc."""
-    number = check_number(value, name)
-    low_ok = number > 0 if low_open else number >= 0
-    high_ok = number <= 1 if high_closed else number < 1
-    if not (low_ok and high_ok):
-        interval = ("(" if low_open else "[") + "0, 1" + ("]" if high_closed else ")")
-        raise ValueError(f"`{name}` must be in {interval}, got {value!r}.")
-    return number
-
-
-def check_number(value: float, name: str) -> float:
-    """Return ``float(value)`` or raise ``ValueError`` unless it is a finite real number (not a bool)."""
-    if isinstance(value, bool):
-        raise ValueError(f"`{name}` must be a number, got {value!r}.")
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"`{name}` must be a number, got {value!r}.") from None
-    if not math.isfinite(number):
-        raise ValueError(f"`{name}` must be finite, got {value!r}.")
-    return number
-
-
 #: Fraction of the machine's memory a metric's sums may take before construction refuses (they must also fit
 #: a copy for the all-reduce and the eigendecomposition's workspace).
 MEMORY_FRACTION = 0.5
