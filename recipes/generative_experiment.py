@@ -29,7 +29,7 @@ from __future__ import annotations
 import argparse
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Optional
 
 import lightning as L
 import torch
@@ -150,18 +150,17 @@ def row_text(seed: int, name: str, row: dict[str, Any], times: tuple[float, floa
     )
 
 
-def verdict(normal: dict[str, Any], collapse: dict[str, Any]) -> str:
-    """The acceptance check of one seed (see docs/generative_notes.md)."""
-    checks = {
+def checks(normal: dict[str, Any], collapse: dict[str, Any]) -> dict[str, bool]:
+    """The acceptance check of one seed (docs/generative_notes.md)."""
+    return {
         "normal: no significant missing or novel mode": normal["missing"] == 0 and normal["novel"] == 0,
         "collapse: top missing modes significant": collapse["top_missing_significant"],
         "collapse: purity >= 0.9": collapse["purity"] >= 0.9,
         "collapse: Vendi-1 below normal": collapse["vendi"] < normal["vendi"],
     }
-    return "; ".join(f"{text}: {'yes' if ok else 'NO'}" for text, ok in checks.items())
 
 
-def main() -> None:
+def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--epochs", type=int, default=100)
@@ -180,11 +179,15 @@ def main() -> None:
     parser.add_argument("--kid-subsets", type=int, default=100)
     parser.add_argument("--kid-subset-size", type=int, default=500)
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
-    args = parser.parse_args()
-    torch.set_num_threads(args.threads)
+    return parser.parse_args(argv)
 
+
+def main(argv: Optional[Sequence[str]] = None) -> dict[int, dict[str, dict[str, Any]]]:
+    """Run the experiment, print the table and the checks; returns the rows by seed and run."""
+    args = parse_args(argv)
+    torch.set_num_threads(args.threads)
     print(HEADER)
-    verdicts = []
+    results, verdicts = {}, []
     for seed in args.seeds:
         rows = {}
         for name, drop in (("normal", ()), ("collapse", tuple(args.drop))):
@@ -194,9 +197,12 @@ def main() -> None:
             rows[name] = measure(model, data, args, seed)
             times = (trained - start, time.perf_counter() - trained)
             print(row_text(seed, name, rows[name], times), flush=True)
-        sigma = rows["normal"]["sigma"]
-        verdicts.append(f"seed {seed} (sigma {sigma:.3f}): {verdict(rows['normal'], rows['collapse'])}")
+        results[seed] = rows
+        passed = checks(rows["normal"], rows["collapse"])
+        text = "; ".join(f"{check}: {'yes' if ok else 'NO'}" for check, ok in passed.items())
+        verdicts.append(f"seed {seed} (sigma {rows['normal']['sigma']:.3f}): {text}")
     print("\n" + "\n".join(verdicts))
+    return results
 
 
 if __name__ == "__main__":
