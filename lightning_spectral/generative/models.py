@@ -119,8 +119,8 @@ class DigitsVAE(L.LightningModule):
     def sample(self, n: int, generator: Optional[torch.Generator] = None) -> Tensor:
         """``n`` images (n, 1, H, W) in [0, 1]: decoded draws of ``z`` from the mixture prior.
 
-        The draws come from ``generator`` (a CPU ``torch.Generator``; the global RNG when ``None``), so one
-        seed gives the same images on any device.
+        The latent draws come from ``generator`` (a CPU ``torch.Generator``; the global RNG when ``None``), so
+        one seed gives the same draws on any device.
         """
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
             raise ValueError(f"DigitsVAE.sample: `n` must be an integer >= 1, got {n!r}.")
