@@ -17,6 +17,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset, Sampler
 
+from lightning_spectral._checks import check_fraction, check_nonnegative_int, check_positive_int
 from lightning_spectral.data import stratified_split
 
 __all__ = ["DigitsImages", "DropClassesSampler", "ImageDataset", "load_digit_images"]
@@ -101,8 +102,8 @@ class DropClassesSampler(Sampler[int]):
         self.labels = torch.as_tensor(list(labels), dtype=torch.long)
         self.seed, self.epoch = int(seed), 0
         self.drop_classes = _check_classes(drop_classes, self.labels)
-        self.drop_after_epoch = _check_int(drop_after_epoch, "drop_after_epoch", 0)
-        self.keep_fraction = _check_fraction(keep_fraction, "keep_fraction")
+        self.drop_after_epoch = check_nonnegative_int(drop_after_epoch, "drop_after_epoch")
+        self.keep_fraction = check_fraction(keep_fraction, "keep_fraction", low_open=False, high_closed=False)
         dropped = torch.isin(self.labels, torch.tensor(self.drop_classes, dtype=torch.long))
         kept = torch.nonzero(~dropped).flatten()
         candidates = torch.nonzero(dropped).flatten()
@@ -170,13 +171,13 @@ class DigitsImages(L.LightningDataModule):
         num_workers: int = 0,
     ) -> None:
         super().__init__()
-        self.val_fraction = _check_fraction(val_fraction, "val_fraction")
-        self.batch_size = _check_int(batch_size, "batch_size", 1)
+        self.val_fraction = check_fraction(val_fraction, "val_fraction", low_open=False, high_closed=False)
+        self.batch_size = check_positive_int(batch_size, "batch_size")
         self.seed = int(seed)
         self.drop_classes = _check_classes(drop_classes, torch.arange(self.n_classes))
-        self.drop_after_epoch = _check_int(drop_after_epoch, "drop_after_epoch", 0)
-        self.keep_fraction = _check_fraction(keep_fraction, "keep_fraction")
-        self.num_workers = _check_int(num_workers, "num_workers", 0)
+        self.drop_after_epoch = check_nonnegative_int(drop_after_epoch, "drop_after_epoch")
+        self.keep_fraction = check_fraction(keep_fraction, "keep_fraction", low_open=False, high_closed=False)
+        self.num_workers = check_nonnegative_int(num_workers, "num_workers")
         self.train_set: Optional[ImageDataset] = None
         self.val_set: Optional[ImageDataset] = None
 
@@ -214,22 +215,6 @@ class DigitsImages(L.LightningDataModule):
         """The whole training split (every class, dropped ones included), in a fixed order."""
         self.setup()
         return self._loader(self.train_set)
-
-
-def _check_fraction(value: float, name: str) -> float:
-    try:
-        value = float(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"`{name}` must be a number in [0, 1), got {value!r}.") from None
-    if not 0.0 <= value < 1.0:
-        raise ValueError(f"`{name}` must be in [0, 1), got {value}.")
-    return value
-
-
-def _check_int(value: int, name: str, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"`{name}` must be an integer >= {minimum}, got {value!r}.")
-    return value
 
 
 def _check_classes(classes: Sequence[int], labels: Tensor) -> tuple[int, ...]:
