@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 from typing import Optional
 
 import torch
@@ -20,11 +21,45 @@ def check_positive(value: float, name: str) -> float:
     return value
 
 
+#: Fraction of the machine's memory a metric's sums may take before construction refuses (they must also fit
+#: a copy for the all-reduce and the eigendecomposition's workspace).
+MEMORY_FRACTION = 0.5
+
+
+def total_memory_bytes() -> int:
+    """Physical memory of this machine in bytes (0 when unknown)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 0
+
+
+def check_memory(owner: str, argument: str, value: object, needed: int, what: str) -> None:
+    """Raise before allocating ``needed`` bytes (``what``) when they exceed half of this machine's memory.
+
+    Raises:
+        ValueError: naming ``argument`` (whose ``value`` asks for the memory) and the amount.
+    """
+    available = total_memory_bytes()
+    if available and needed > MEMORY_FRACTION * available:
+        raise ValueError(
+            f"{owner}: `{argument}`={value} needs {needed / 2**30:.1f} GiB ({what}), more than half of this "
+            f"machine's {available / 2**30:.1f} GiB; use a smaller `{argument}` (2r = 4096 to 16384 is typical)."
+        )
+
+
+def check_state_memory(owner: str, n_frequencies: int, matrices: int, vectors: int = 0) -> None:
+    """Raise before allocating ``matrices`` float64 (2r)^2 sums and ``vectors`` 2r ones that cannot fit in memory."""
+    width = 2 * n_frequencies
+    needed = 8 * (matrices * width * width + vectors * width)
+    check_memory(owner, "n_frequencies", n_frequencies, needed, f"{matrices} float64 matrices of {width} x {width}")
+
+
 def check_positive_int(value: int, name: str) -> int:
-    """Return ``value`` or raise ``ValueError`` unless it is an integer >= 1."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+    """Return ``int(value)`` or raise ``ValueError`` unless it is an integer >= 1 (NumPy integers are fine)."""
+    if isinstance(value, bool) or not hasattr(value, "__index__") or value.__index__() < 1:
         raise ValueError(f"`{name}` must be an integer >= 1, got {value!r}.")
-    return value
+    return int(value.__index__())
 
 
 def compute_dtype(x: Tensor) -> torch.dtype:
@@ -71,3 +106,93 @@ def check_side(real: object, owner: str) -> bool:
     if not isinstance(real, bool):
         raise TypeError(f"{owner}.update: `real` must be True (reference) or False (generated), got {real!r}.")
     return real
+
+
+def check_fraction(value: float, name: str, low_open: bool = True, high_closed: bool = True) -> float:
+    """Return ``float(value)`` or raise ``ValueError`` unless it lies in (0, 1] (the bounds as the flags say).
+
+    ``low_open=False`` admits 0 and ``high_closed=False`` excludes 1: e.g. a validation share in [0, 1).
+    """
+    interval = ("(" if low_open else "[") + "0, 1" + ("]" if high_closed else ")")
+    try:
+        if isinstance(value, bool):
+            raise TypeError
+        value = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"`{name}` must be a number in {interval}, got {value!r}.") from None
+    above = value > 0 if low_open else value >= 0
+    below = value <= 1 if high_closed else value < 1
+    if not (above and below):  # NaN fails both
+        raise ValueError(f"`{name}` must be in {interval}, got {value}.")
+    return value
+
+
+def check_number(value: float, name: str) -> float:
+    """Return ``float(value)`` or raise ``ValueError`` unless it is a finite real number (not a bool)."""
+    try:
+        if isinstance(value, bool):
+            raise TypeError
+        value = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"`{name}` must be a finite number, got {value!r}.") from None
+    if not math.isfinite(value):
+        raise ValueError(f"`{name}` must be a finite number, got {value}.")
+    return value
+
+
+def check_bool(value: bool, name: str) -> bool:
+    """Return ``value`` or raise ``TypeError`` unless it is ``True`` or ``False`` (the string "false" is truthy)."""
+    if not isinstance(value, bool):
+        raise TypeError(f"`{name}` must be True or False, got {value!r}.")
+    return value
+
+
+def check_seed(value: int, name: str = "seed") -> int:
+    """Return ``int(value)`` or raise ``ValueError`` unless it is an integer (Python or NumPy) in the range a
+    ``torch.Generator`` accepts."""
+    from numbers import Integral
+
+    if isinstance(value, bool) or not isinstance(value, Integral):
+        raise ValueError(f"`{name}` must be an integer, got {value!r}.")
+    value = int(value)
+    if not -(2**63) <= value < 2**64:
+        raise ValueError(f"`{name}` must be an integer in [-2**63, 2**64) (torch.Generator's range), got {value}.")
+    return value
+
+
+def check_nonnegative_int(value: int, name: str) -> int:
+    """Return ``int(value)`` or raise ``ValueError`` unless it is an integer >= 0 (e.g. ``num_workers``)."""
+    from numbers import Integral
+
+    if isinstance(value, bool) or not isinstance(value, Integral) or value < 0:
+        raise ValueError(f"`{name}` must be an integer >= 0, got {value!r}.")
+    return int(value)
+
+
+def check_normalisation(
+    mean: Optional[tuple[float, ...]],
+    std: Optional[tuple[float, ...]],
+    names: tuple[str, str] = ("mean", "std"),
+    channels: tuple[int, ...] = (3,),
+) -> None:
+    """Per-channel image normalisation: ``mean`` and ``std`` (sequences) both given or both ``None``, each
+    ``channels`` finite numbers, ``std > 0``; ``names`` are the two arguments as the caller calls them.
+
+    Raises:
+        ValueError: naming the argument at fault.
+    """
+    mean_name, std_name = names
+    if (mean is None) != (std is None):
+        raise ValueError(f"Pass both `{mean_name}` and `{std_name}` (per-channel normalisation), or neither.")
+    if mean is None or std is None:
+        return
+    counts = " or ".join(map(str, channels))
+    for values, name in ((mean, mean_name), (std, std_name)):
+        try:
+            floats = [float(v) for v in values]
+        except (TypeError, ValueError):
+            floats = []
+        if len(floats) not in channels or not all(map(math.isfinite, floats)):
+            raise ValueError(f"`{name}` must be {counts} finite numbers (per channel), got {values!r}.")
+    if any(float(s) <= 0 for s in std):
+        raise ValueError(f"`{std_name}` must be > 0 in every channel, got {std!r}.")

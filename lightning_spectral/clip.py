@@ -14,6 +14,8 @@ import lightning as L
 import open_clip
 import torch
 from torch import Tensor
+from torch.optim.lr_scheduler import CosineAnnealingLR, LinearLR, SequentialLR
+from torchmetrics.functional.classification import multiclass_accuracy
 
 from lightning_spectral.encoders import ImageTower, TextTower, create_clip
 
@@ -90,8 +92,9 @@ class CLIPFineTune(L.LightningModule):
         size = len(batch["image"])
         self.log("val/contrastive", loss, sync_dist=True, add_dataloader_idx=False, batch_size=size)
         if self._class_text is not None and "label" in batch:
-            predicted = (image @ self._class_text.T).argmax(1)
-            accuracy = (predicted == batch["label"]).float().mean()
+            predicted, classes = (image @ self._class_text.T).argmax(1), max(2, len(self._class_text))
+            # labels -1 are unknown (the datamodules' convention): left out
+            accuracy = multiclass_accuracy(predicted, batch["label"], classes, average="micro", ignore_index=-1)
             self.log(
                 "val/zero_shot_acc", accuracy, sync_dist=True, add_dataloader_idx=False, prog_bar=True, batch_size=size
             )
@@ -105,12 +108,9 @@ class CLIPFineTune(L.LightningModule):
         )
         total = self.hparams.max_steps or int(self.trainer.estimated_stepping_batches)
         warmup = self.hparams.warmup_steps
-
-        def schedule(step: int) -> float:
-            if step < warmup:
-                return (step + 1) / warmup
-            progress = min(1.0, (step - warmup) / max(1, total - warmup))
-            return 0.5 * (1.0 + torch.cos(torch.tensor(torch.pi * progress)).item())
-
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
+        # lr * (step + 1) / warmup for the first `warmup` steps, then a cosine from lr down to 0 at `total`
+        scheduler = cosine = CosineAnnealingLR(optimizer, T_max=max(1, total - warmup))
+        if warmup > 0:
+            linear = LinearLR(optimizer, start_factor=1.0 / warmup, end_factor=1.0, total_iters=max(1, warmup - 1))
+            scheduler = SequentialLR(optimizer, [linear, cosine], milestones=[warmup])
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}

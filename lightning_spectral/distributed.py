@@ -45,11 +45,55 @@ def all_reduce_sum(tensor: Tensor, group: Optional[Any] = None) -> list[Tensor]:
     return [reduced]
 
 
+def all_gather_rows(x: Tensor, group: Optional[Any] = None, sync_grads: bool = False) -> Tensor:
+    """Rows (N_rank, ...) of every rank concatenated in rank order; ranks may hold different N (even 0).
+
+    The one gather of this library (scores, top-sample candidates, votes, SPECAlign's batch). Ranks first
+    exchange their row counts, pad to the largest and trim after the all_gather. With ``sync_grads`` the result
+    is differentiable (``torch.distributed.nn.all_gather``): each rank's slice sends its gradient back to it.
+    Outside a process group it returns ``x``.
+
+    Example:
+        >>> import torch
+        >>> all_gather_rows(torch.ones(2, 3)).shape  # not distributed here
+        torch.Size([2, 3])
+    """
+    if not distributed_available():
+        return x
+    device = collective_device(group)
+    world = dist.get_world_size(group)
+    size = torch.tensor([x.shape[0]], device=device)
+    sizes = [torch.empty_like(size) for _ in range(world)]
+    dist.all_gather(sizes, size, group=group)
+    counts = [int(s) for s in sizes]
+    largest = max(counts)
+    local = x.to(device)
+    if local.shape[0] < largest:
+        local = torch.cat([local, local.new_zeros(largest - local.shape[0], *local.shape[1:])])
+    if sync_grads:
+        from torch.distributed.nn.functional import all_gather as differentiable_all_gather
+
+        parts = differentiable_all_gather(local.contiguous(), group=group or dist.group.WORLD)
+    else:
+        parts = [torch.empty_like(local) for _ in range(world)]
+        dist.all_gather(parts, local.contiguous(), group=group)
+    return torch.cat([part[:count] for part, count in zip(parts, counts)]).to(x.device)
+
+
+def all_reduce_max(value: float, group: Optional[Any] = None) -> float:
+    """The largest ``value`` over all ranks (the value itself outside a process group)."""
+    if not distributed_available():
+        return value
+    tensor = torch.tensor([float(value)], dtype=torch.float64, device=collective_device(group))
+    dist.all_reduce(tensor, op=dist.ReduceOp.MAX, group=group)
+    return float(tensor)
+
+
 _FINGERPRINT_SIZE = 7
 
 
 def fingerprint(tensor: Tensor) -> Tensor:
-    """A small float64 summary of a tensor that differs when its values or shape differ.
+    """A small float64 summary (7,) of a tensor that differs when its values or shape differ.
 
     Shape, sum, sum of squares and an index-weighted sum: two frequency draws with another seed, sigma
     or width disagree in every entry.
@@ -62,7 +106,7 @@ def fingerprint(tensor: Tensor) -> Tensor:
             torch.tensor(shape, dtype=torch.float64, device=flat.device),
             torch.stack([flat.sum(), flat.square().sum(), (flat * weights).sum()]),
         ]
-    )
+    ).cpu()
 
 
 def check_same_across_ranks(
@@ -79,12 +123,9 @@ def check_same_across_ranks(
     """
     if not distributed_available():
         return
-    abstain = torch.full((_FINGERPRINT_SIZE,), float("nan"), dtype=torch.float64)
-    local = fingerprint(tensor) if tensor is not None else abstain
-    local = local.to(collective_device(group))
-    gathered = [torch.empty_like(local) for _ in range(dist.get_world_size(group))]
-    dist.all_gather(gathered, local, group=group)
-    voters = [(rank, f.cpu()) for rank, f in enumerate(gathered) if not bool(torch.isnan(f).any())]
+    local = fingerprint(tensor) if tensor is not None else torch.full((_FINGERPRINT_SIZE,), float("nan"))
+    votes = all_gather_rows(local.double()[None], group)
+    voters = [(rank, row) for rank, row in enumerate(votes) if not bool(torch.isnan(row).any())]
     if not voters:
         return
     first_rank, reference = voters[0]

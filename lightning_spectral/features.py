@@ -14,7 +14,7 @@ from typing import Optional
 import torch
 from torch import Tensor, nn
 
-from lightning_spectral._checks import check_features, check_positive, check_positive_int
+from lightning_spectral._checks import check_features, check_positive, check_positive_int, check_seed
 
 
 def standard_normal_draws(in_features: int, n_frequencies: int, seed: int) -> Tensor:
@@ -37,7 +37,8 @@ class GaussianRFF(nn.Module):
         n_frequencies: number of frequencies ``r``; the output has ``2r`` features (cos block, then sin block).
         sigma: Gaussian bandwidth (> 0), in the units of the inputs.
         seed: seed of the CPU generator that draws the frequencies. The frequencies ``omega`` (d, r) are a
-            float64 buffer, saved in ``state_dict`` and identical on every rank and device.
+            float64 buffer, identical on every rank and device.
+        persistent: save ``omega`` in ``state_dict`` (metrics redraw it from the seed instead).
 
     Shapes: input (N, d) floating point; output (N, 2r) in float32, or float64 for float64 input
     (float16 / bfloat16 are upcast to float32).
@@ -58,13 +59,15 @@ class GaussianRFF(nn.Module):
 
     omega: Tensor
 
-    def __init__(self, in_features: int, n_frequencies: int, sigma: float, seed: int = 0) -> None:
+    def __init__(
+        self, in_features: int, n_frequencies: int, sigma: float, seed: int = 0, persistent: bool = True
+    ) -> None:
         super().__init__()
         self.in_features = check_positive_int(in_features, "in_features")
         self.n_frequencies = check_positive_int(n_frequencies, "n_frequencies")
         self.sigma = check_positive(sigma, "sigma")
-        self.seed = int(seed)
-        self.register_buffer("omega", self._draw())
+        self.seed = check_seed(seed)
+        self.register_buffer("omega", self._draw(), persistent=persistent)
 
     @property
     def out_features(self) -> int:
@@ -83,9 +86,14 @@ class GaussianRFF(nn.Module):
         return self
 
     def projection(self, x: Tensor) -> Tensor:
-        """Phases ``x W`` of shape (N, r), in the compute dtype of ``x`` (validated)."""
+        """Phases ``x W`` of shape (N, r), in the compute dtype of ``x`` (validated).
+
+        Raises:
+            ValueError: the phases overflow (inputs near the float32 limit): scale the inputs (and sigma) down.
+        """
         x = check_features(x, "x", width=self.in_features, owner=type(self).__name__)
-        return x @ self.omega.to(device=x.device, dtype=x.dtype)
+        omega = self.omega.to(device=x.device, dtype=x.dtype)
+        return check_phases(x @ omega, type(self).__name__, x, self.omega)
 
     def forward(self, x: Tensor) -> Tensor:
         """Map inputs (N, d) to unit-norm features (N, 2r)."""
@@ -97,6 +105,82 @@ class GaussianRFF(nn.Module):
             f"in_features={self.in_features}, n_frequencies={self.n_frequencies}, "
             f"sigma={self.sigma:g}, seed={self.seed}"
         )
+
+
+def check_phases(phases: Tensor, owner: str, x: Optional[Tensor] = None, frequencies: Optional[Tensor] = None) -> Tensor:
+    """Return ``phases = x W`` or raise when they overflowed: ``cos(inf)`` would be a silent NaN.
+
+    With ``x`` and ``frequencies`` given, the full check runs only when ``max |x| * max_j ||w_j||_1`` (a bound on
+    every ``|x . w_j|``) comes near the dtype's range, which is cheaper than scanning the (N, r) phases.
+    """
+    if x is not None and frequencies is not None and x.numel():
+        bound = float(x.abs().max()) * float(frequencies.abs().sum(0).max())
+        if bound < torch.finfo(phases.dtype).max / 4:
+            return phases
+    if phases.numel() and not bool(torch.isfinite(phases).all()):
+        raise ValueError(
+            f"{owner}: the random-feature phases x W overflow {phases.dtype} (inputs of magnitude near "
+            f"{torch.finfo(phases.dtype).max:.1e} / ||w||); rescale the inputs (and sigma with them: the kernel only "
+            "depends on x / sigma), or pass float64 inputs."
+        )
+    return phases
+
+
+class MultiBandwidthRFF(nn.Module):
+    """Random Fourier features at several bandwidths from one projection: ``phi_b(x) = [cos(xZ/s_b), sin(xZ/s_b)]/sqrt(r)``.
+
+    The standard-normal draws ``Z`` (d, r) are shared by every bandwidth (as :class:`GaussianRFF` with the same
+    seed would draw them), so ``x Z`` is computed once and rescaled per bandwidth (FastMMD, Zhao & Meng 2015,
+    section 3.3, evaluates all kernels of a family from one set of frequencies the same way).
+
+    Shapes: input (N, d); output (B, N, 2r) for B bandwidths.
+
+    Examples:
+        >>> import torch
+        >>> x = torch.randn(5, 3, dtype=torch.float64)
+        >>> multi = MultiBandwidthRFF(3, 16, sigmas=(1.0, 2.0))
+        >>> torch.allclose(multi(x)[1], GaussianRFF(3, 16, sigma=2.0)(x))
+        True
+    """
+
+    standard: Tensor
+
+    def __init__(self, in_features: int, n_frequencies: int, sigmas: tuple[float, ...], seed: int = 0) -> None:
+        super().__init__()
+        self.in_features = check_positive_int(in_features, "in_features")
+        self.n_frequencies = check_positive_int(n_frequencies, "n_frequencies")
+        self.sigmas = tuple(check_positive(s, "sigma") for s in sigmas)
+        self.seed = check_seed(seed)
+        self.register_buffer("standard", standard_normal_draws(in_features, n_frequencies, self.seed), persistent=False)
+
+    @property
+    def out_features(self) -> int:
+        """Width of each bandwidth's features, ``2 * n_frequencies``."""
+        return 2 * self.n_frequencies
+
+    def _apply(self, fn, recurse: bool = True):  # type: ignore[no-untyped-def]
+        super()._apply(fn, recurse)
+        if self.standard.dtype != torch.float64:  # keep the draws float64 under a parent's dtype cast
+            self.standard = standard_normal_draws(self.in_features, self.n_frequencies, self.seed).to(
+                self.standard.device
+            )
+        return self
+
+    def forward(self, x: Tensor) -> Tensor:
+        """Map inputs (N, d) to (B, N, 2r), one unit-norm feature block per bandwidth."""
+        x = check_features(x, "x", width=self.in_features, owner=type(self).__name__)
+        projected = x @ self.standard.to(device=x.device, dtype=x.dtype)
+        projected = check_phases(projected, type(self).__name__, x / min(self.sigmas), self.standard)
+        scale = 1.0 / math.sqrt(self.n_frequencies)
+        blocks = []
+        for sigma in self.sigmas:
+            phases = projected / sigma
+            blocks.append(torch.cat([phases.cos(), phases.sin()], dim=1).mul_(scale))
+        return torch.stack(blocks)
+
+    def frequencies(self) -> Tensor:
+        """What every rank must hold identically: the draws and the bandwidths."""
+        return torch.cat([self.standard.flatten(), torch.tensor(self.sigmas, dtype=torch.float64).to(self.standard)])
 
 
 class CosineMap(nn.Module):
@@ -122,14 +206,17 @@ class CosineMap(nn.Module):
             ValueError: a row has (near) zero norm, or the usual shape / NaN problems.
         """
         x = check_features(x, "x", owner=type(self).__name__)
-        norms = x.norm(dim=1, keepdim=True)
-        zero = norms.squeeze(1) <= self.eps
+        # Divide by the largest entry first: the squared norm of a float32 row near 1e20 overflows.
+        scale = x.abs().amax(dim=1, keepdim=True)
+        scaled = x / scale.clamp_min(torch.finfo(x.dtype).tiny)
+        norms = scaled.norm(dim=1, keepdim=True)
+        zero = (scale * norms).squeeze(1) <= self.eps
         if bool(zero.any()):
             raise ValueError(
                 f"CosineMap: {int(zero.sum())} of {x.shape[0]} rows have norm <= {self.eps:g}; the cosine kernel "
                 "is undefined for them. Drop those samples or use the Gaussian kernel."
             )
-        return x / norms
+        return scaled / norms
 
 
 def gaussian_kernel(x: Tensor, y: Optional[Tensor] = None, sigma: float = 1.0) -> Tensor:
@@ -187,7 +274,7 @@ KERNELS = ("gaussian", "cosine")
 
 
 def kernel_feature_map(
-    kernel: str, in_features: int, sigma: Optional[float], n_frequencies: int, seed: int
+    kernel: str, in_features: int, sigma: Optional[float], n_frequencies: int, seed: int, persistent: bool = True
 ) -> nn.Module:
     """A normalised kernel's feature map: :class:`GaussianRFF` (``"gaussian"``) or :class:`CosineMap` (``"cosine"``).
 
@@ -203,7 +290,7 @@ def kernel_feature_map(
             "The Gaussian kernel needs a bandwidth `sigma`; start from `median_bandwidth(x)` or, for SPEC, match the "
             "two embeddings with `lightning_spectral.functional.match_bandwidth`."
         )
-    return GaussianRFF(in_features, n_frequencies, sigma, seed)
+    return GaussianRFF(in_features, n_frequencies, sigma, seed, persistent=persistent)
 
 
 class PairedFeatureMap(nn.Module):
@@ -219,8 +306,9 @@ class PairedFeatureMap(nn.Module):
         sigma: bandwidths ``(sigma_a, sigma_b)`` for the Gaussian kernel (ignored for cosine).
         n_frequencies: ``r`` per embedding for the Gaussian kernel.
         seed: frequency seed.
+        persistent: save the frequencies in ``state_dict``.
 
-    Example:
+    Examples:
         >>> import torch
         >>> paired = PairedFeatureMap("cosine", (3, 2))
         >>> paired(torch.randn(4, 3), torch.randn(4, 2)).shape
@@ -234,12 +322,13 @@ class PairedFeatureMap(nn.Module):
         sigma: tuple[Optional[float], Optional[float]] = (None, None),
         n_frequencies: int = 2000,
         seed: int = 0,
+        persistent: bool = True,
     ) -> None:
         super().__init__()
         self.kernel = kernel
         self.in_features = tuple(check_positive_int(width, "in_features") for width in in_features)
-        self.map_a = kernel_feature_map(kernel, self.in_features[0], sigma[0], n_frequencies, seed)
-        self.map_b = kernel_feature_map(kernel, self.in_features[1], sigma[1], n_frequencies, seed)
+        self.map_a = kernel_feature_map(kernel, self.in_features[0], sigma[0], n_frequencies, seed, persistent)
+        self.map_b = kernel_feature_map(kernel, self.in_features[1], sigma[1], n_frequencies, seed, persistent)
         self.out_features = tuple(2 * n_frequencies if kernel == "gaussian" else width for width in self.in_features)
 
     def forward(self, x_a: Tensor, x_b: Tensor) -> Tensor:

@@ -60,6 +60,12 @@ def torch_load_safe(path: Path, argument: str, mmap: bool = False) -> Any:
         ) from None
 
 
+def native_byte_order(array: np.ndarray) -> np.ndarray:
+    """``array`` in the machine's byte order: itself if it is already, else a converted copy (torch reads native
+    byte order only, and ``numpy.save`` keeps a big-endian array big-endian)."""
+    return array.astype(array.dtype.newbyteorder("="), copy=False)
+
+
 def index_path(path: Path) -> Path:
     return path.with_name(path.stem + ".index.npy")
 
@@ -155,7 +161,7 @@ class EmbeddingFile:
         except (ValueError, OSError, EOFError) as error:
             raise ValueError(f"`{self.name}`: {self.where} is not a plain numeric .npy array ({error}).") from None
         index_file = index_path(self.path)
-        index = np.load(index_file, allow_pickle=False) if index_file.is_file() else None
+        index = native_byte_order(np.load(index_file, allow_pickle=False)) if index_file.is_file() else None
 
         def read(start: int, stop: int) -> Tensor:
             rows = data[start:stop]

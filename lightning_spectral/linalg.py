@@ -32,7 +32,9 @@ def add_gram_(total: Tensor, phi: Tensor, tile: int = DEFAULT_TILE) -> Tensor:
     """In place ``total += phi^T phi`` for ``phi`` of shape (N, D), ``total`` of shape (D, D).
 
     The product runs in ``phi``'s dtype (one BLAS call per row strip of tiles on or above the diagonal)
-    and is added to ``total`` in ``total``'s dtype (float64 for every state in this library). Returns ``total``.
+    and is added to ``total`` in ``total``'s dtype (float64 for every state in this library). The total stays
+    exactly symmetric (tiles below the diagonal are mirrors, diagonal tiles are symmetrised), so storing its
+    upper triangle loses nothing. Returns ``total``.
     """
     width = phi.shape[1]
     if total.shape != (width, width):
@@ -40,6 +42,8 @@ def add_gram_(total: Tensor, phi: Tensor, tile: int = DEFAULT_TILE) -> Tensor:
     for start in range(0, width, tile):
         stop = min(start + tile, width)
         strip = phi[:, start:stop].T @ phi[:, start:]  # (tile, width - start): diagonal tile and right of it
+        diagonal = strip[:, : stop - start]
+        diagonal.copy_(symmetrize(diagonal))  # a BLAS product is not exactly symmetric: the total must be
         total[start:stop, start:] += strip
         total[stop:, start:stop] += strip[:, stop - start :].T  # mirror of the off-diagonal part
     return total
@@ -69,7 +73,7 @@ def add_covariance_(
     Returns:
         ``total``.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from lightning_spectral.features import GaussianRFF
         >>> rff = GaussianRFF(2, n_frequencies=8, sigma=1.0)
@@ -100,13 +104,17 @@ def covariance(x: Tensor, feature_map: Callable[[Tensor], Tensor], chunk_size: i
     return add_covariance_(total, x, feature_map, chunk_size) / x.shape[0]
 
 
+def symmetrize(matrix: Tensor) -> Tensor:
+    """``(A + A^T) / 2`` over the last two dimensions: removes round-off asymmetry before a symmetric solver."""
+    return (matrix + matrix.transpose(-1, -2)) / 2
+
+
 def symmetric_eigh(matrix: Tensor) -> tuple[Tensor, Tensor]:
     """Eigenvalues (descending) and eigenvectors (columns) of a symmetric matrix, in float64.
 
     The input is re-symmetrised as ``(A + A^T) / 2`` first to remove round-off asymmetry.
     """
-    matrix = matrix.double()
-    values, vectors = torch.linalg.eigh((matrix + matrix.T) / 2)
+    values, vectors = torch.linalg.eigh(symmetrize(matrix.double()))
     return values.flip(0), vectors.flip(1)
 
 
@@ -169,7 +177,7 @@ def extreme_eigenvalues(
     Raises:
         ValueError: a non-square matrix, NaN / Inf entries, ``rtol`` not > 0, unknown ``which``.
 
-    Example:
+    Examples:
         >>> import torch
         >>> q, _ = torch.linalg.qr(torch.randn(300, 300, dtype=torch.float64))
         >>> a = q @ torch.diag(torch.linspace(-2.0, 1.0, 300, dtype=torch.float64)) @ q.T
@@ -191,7 +199,7 @@ def extreme_eigenvalues(
 def top_eigenvalue(matrix: Tensor, rtol: float = 1e-10, max_steps: Optional[int] = None, seed: int = 0) -> Tensor:
     """Largest eigenvalue of a symmetric (indefinite) matrix: :func:`extreme_eigenvalues` with ``which="largest"``.
 
-    Example:
+    Examples:
         >>> import torch
         >>> round(float(top_eigenvalue(torch.diag(torch.tensor([-3.0, 0.5, 2.0])))), 12)
         2.0
@@ -228,7 +236,7 @@ def extreme_eigenpairs(
     Raises:
         ValueError: as :func:`extreme_eigenvalues`; negative counts.
 
-    Example:
+    Examples:
         >>> import torch
         >>> values, vectors = extreme_eigenpairs(torch.diag(torch.arange(10.0)), 1, 2)
         >>> values.round(decimals=10).tolist(), vectors.abs().argmax(0).tolist()
@@ -262,7 +270,7 @@ def _lanczos_input(matrix: Tensor, rtol: float, max_steps: Optional[int], owner:
     matrix = matrix if matrix.dtype == torch.float32 else matrix.double()
     size = matrix.shape[0]
     steps = default_lanczos_steps(size) if max_steps is None else check_positive_int(max_steps, "max_steps")
-    return (matrix + matrix.T) / 2, min(steps, size)
+    return symmetrize(matrix), min(steps, size)
 
 
 def _lanczos(
@@ -347,7 +355,7 @@ def psd_eigenvalues(matrix: Tensor, rtol: float = 1e-5, precision: str = "float6
     Raises:
         ValueError: non-finite entries, an eigenvalue below ``-rtol * lambda_max``, an unknown ``precision``.
 
-    Example:
+    Examples:
         >>> import torch
         >>> c = torch.diag(torch.tensor([0.5, 0.3, 0.2, 0.0], dtype=torch.float64))
         >>> bool(torch.allclose(psd_eigenvalues(c, precision="float32"), psd_eigenvalues(c), rtol=0, atol=1e-7))
@@ -358,8 +366,7 @@ def psd_eigenvalues(matrix: Tensor, rtol: float = 1e-5, precision: str = "float6
     dtype = eigen_dtype(precision, matrix.shape[0])
     if dtype == torch.float32:
         rtol = max(rtol, 1e-4)
-    symmetric = (matrix.double() + matrix.double().T) / 2
-    values = torch.linalg.eigvalsh(symmetric.to(dtype)).double().flip(0)
+    values = torch.linalg.eigvalsh(symmetrize(matrix.double()).to(dtype)).double().flip(0)
     scale = max(float(values[0]), 0.0) if values.numel() else 0.0
     lowest = float(values[-1]) if values.numel() else 0.0
     if lowest < -rtol * scale - 1e-300:
@@ -370,7 +377,8 @@ def psd_eigenvalues(matrix: Tensor, rtol: float = 1e-5, precision: str = "float6
     return values.clamp_min(0.0)
 
 
-def _parse_alpha(alpha: Alpha) -> float:
+def parse_alpha(alpha: Alpha) -> float:
+    """An order ``alpha`` as a float in (0, inf] (``"inf"`` allowed). Raises ``ValueError`` otherwise."""
     if isinstance(alpha, str):
         if alpha.lower() not in ("inf", "infinity"):
             raise ValueError(f"`alpha` must be a number in (0, inf] or 'inf', got {alpha!r}.")
@@ -401,12 +409,12 @@ def renyi_entropy(eigenvalues: Tensor, alpha: Alpha = 1.0) -> Tensor:
     Raises:
         ValueError: negative eigenvalues, an empty or all-zero spectrum, or ``alpha`` outside (0, inf].
 
-    Example:
+    Examples:
         >>> import torch
         >>> float(renyi_entropy(torch.tensor([0.5, 0.5, 0.0]), alpha=2)) == math.log(2)
         True
     """
-    alpha = _parse_alpha(alpha)
+    alpha = parse_alpha(alpha)
     values = eigenvalues.double().flatten()
     if values.numel() == 0 or not bool(torch.isfinite(values).all()) or bool((values < 0).any()):
         raise ValueError("renyi_entropy: eigenvalues must be a non-empty, finite, non-negative 1-D tensor.")
@@ -426,7 +434,7 @@ def vendi_score(eigenvalues: Tensor, alpha: Alpha = 1.0) -> Tensor:
 
     ``alpha = 2`` is the RKE score ``1 / sum p_i^2``; ``alpha = inf`` is ``1 / p_max``.
 
-    Example:
+    Examples:
         >>> import torch
         >>> round(float(vendi_score(torch.full((4,), 0.25), alpha=1)), 6)
         4.0
@@ -437,7 +445,7 @@ def vendi_score(eigenvalues: Tensor, alpha: Alpha = 1.0) -> Tensor:
 def rke_from_covariance(covariance: Tensor) -> Tensor:
     """RKE (Vendi of order 2) without an eigendecomposition: ``trace(C)^2 / ||C||_F^2`` (= ``1/||C||_F^2`` at trace 1).
 
-    Example:
+    Examples:
         >>> import torch
         >>> float(rke_from_covariance(torch.eye(3) / 3))
         3.0
@@ -470,7 +478,7 @@ def jittered_cholesky(matrix: Tensor, jitter: Optional[float] = None, tries: int
         ValueError: NaN / Inf entries, a trace <= 0, or no shift up to ``jitter * trace * 100^(tries-1)`` works
             (the matrix is not PSD).
 
-    Example:
+    Examples:
         >>> import torch
         >>> m = torch.tensor([[1.0, 1.0], [1.0, 1.0]], dtype=torch.float64)   # rank 1
         >>> factor, eps = jittered_cholesky(m)
@@ -480,7 +488,7 @@ def jittered_cholesky(matrix: Tensor, jitter: Optional[float] = None, tries: int
     if not bool(torch.isfinite(matrix).all()):
         raise ValueError("jittered_cholesky: the matrix has NaN or Inf entries.")
     matrix = matrix.double()
-    matrix = (matrix + matrix.T) / 2
+    matrix = symmetrize(matrix)
     trace = float(matrix.trace())
     if not trace > 0:
         raise ValueError(f"jittered_cholesky: trace {trace:g} <= 0; expected a non-zero PSD matrix (no samples?).")
@@ -531,7 +539,7 @@ def differential_theta(
     signs = torch.ones(size, dtype=factor.dtype, device=factor.device)
     signs[width_a:] = -1.0
     floor = 4.0 * math.sqrt(eps * float(joint_covariance.double().trace()))
-    return (theta + theta.T) / 2, factor, signs, floor
+    return symmetrize(theta), factor, signs, floor
 
 
 def differential_eigh(joint_covariance: Tensor, width_a: int) -> tuple[Tensor, Tensor]:
@@ -551,7 +559,7 @@ def differential_eigh(joint_covariance: Tensor, width_a: int) -> tuple[Tensor, T
         ``v^T C v = lambda^2`` (so ``u = A v``, the eigenvector of the n x n ``Lambda = A S A^T / n``, has
         ``||u||^2 = n lambda^2``), both up to the shift.
 
-    Example:
+    Examples:
         >>> import torch
         >>> phi_a = torch.nn.functional.normalize(torch.randn(50, 3, dtype=torch.float64), dim=1)
         >>> joint = torch.cat([phi_a, phi_a], 1)

@@ -19,25 +19,71 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from typing import Optional
+from typing import Any, Optional, Union
 
 import torch
-import torch.distributed as dist
 from torch import Tensor, nn
 from torchmetrics.functional.classification import binary_auroc
-from torchmetrics.utilities.distributed import gather_all_tensors
 
-from lightning_spectral._checks import check_features, check_positive, check_positive_int
-from lightning_spectral.distributed import (
-    all_reduce_sum,
-    check_same_across_ranks,
-    collective_device,
-    distributed_available,
+from lightning_spectral._checks import (
+    check_features,
+    check_fraction,
+    check_positive,
+    check_positive_int,
+    check_seed,
+    check_state_memory,
 )
+from lightning_spectral.distributed import all_gather_rows
 from lightning_spectral.features import CosineMap, GaussianRFF
-from lightning_spectral.linalg import DEFAULT_CHUNK_SIZE, add_covariance_, symmetric_eigh
+from lightning_spectral.linalg import DEFAULT_CHUNK_SIZE, symmetric_eigh
+from lightning_spectral.metrics.base import SpectralMetric
 
 MAPPINGS = ("corp", "cop", "linear")
+
+
+class MappedMoments(SpectralMetric):
+    """The mean and centred covariance of ``Phi(z)`` over a stream (the fit of :class:`KernelPCAOOD`).
+
+    One centred :class:`~lightning_spectral.metrics.side.CovarianceSide` (``samples``): the sums are accumulated
+    around a shift near the mean, so a large offset of the features (linear PCA of raw embeddings) does not
+    cancel catastrophically, and they sync like every metric's sums (one all-reduce; a rank without samples
+    joins with zeros). ``compute()`` returns ``(mean (M,), covariance (M, M))``.
+
+    Args:
+        mapping, sigma, n_frequencies, seed, chunk_size: as :class:`KernelPCAOOD`.
+    """
+
+    def __init__(
+        self, mapping: str, sigma: float, n_frequencies: int, seed: int = 0, chunk_size: int = DEFAULT_CHUNK_SIZE
+    ) -> None:
+        super().__init__(chunk_size)
+        self.mapping, self.sigma, self.n_frequencies, self.seed = mapping, sigma, n_frequencies, seed
+        self.samples = self.add_side("samples", 2 * n_frequencies if mapping == "corp" else None, centre=True)
+
+    def build_feature_map(self, in_features: int) -> nn.Module:
+        if self.mapping == "linear":
+            return nn.Identity()
+        if self.mapping == "cop":
+            return CosineMap()
+        return nn.Sequential(
+            CosineMap(), GaussianRFF(in_features, self.n_frequencies, self.sigma, self.seed, persistent=False)
+        )
+
+    def feature_width(self, in_features: int) -> int:
+        return 2 * self.n_frequencies if self.mapping == "corp" else in_features
+
+    def frequency_signature(self) -> Optional[Tensor]:
+        if self.mapping != "corp" or self.feature_map is None:
+            return None
+        return self.feature_map[1].omega  # type: ignore[index]
+
+    def update(self, features: Tensor) -> None:
+        """Add in-distribution features (N, d)."""
+        self.samples.add(self.embeddings(features))
+
+    def compute(self) -> tuple[Tensor, Tensor]:
+        """``(mu, S)``: the mean (M,) and the centred covariance (M, M) of ``Phi(z)``, float64."""
+        return self.samples.mean(), self.samples.centred_covariance()
 
 
 class KernelPCAOOD(nn.Module):
@@ -52,12 +98,16 @@ class KernelPCAOOD(nn.Module):
         seed: frequency seed (identical on every rank).
         chunk_size: rows per chunk when accumulating.
 
-    Example:
+    State: the fit's sums (:class:`MappedMoments`, emptied once the fit is final) and the fitted subspace:
+    ``mean`` (M,), ``components`` (M, q), ``eigenvalues`` (M,), ``threshold`` and ``n_fitted`` (samples of the
+    last fit, all ranks).
+
+    Examples:
         >>> import torch
         >>> g = torch.Generator().manual_seed(0)
         >>> angles = torch.randint(6, (2000,), generator=g) * (torch.pi / 3)
         >>> inside = torch.stack([angles.cos(), angles.sin()], 1) + 0.05 * torch.randn(2000, 2, generator=g)
-        >>> detector = KernelPCAOOD("corp", sigma=0.5, n_frequencies=256).fit([inside[:1500]])
+        >>> detector = KernelPCAOOD("corp", sigma=0.5, n_frequencies=256).fit(inside[:1500])
         >>> between = angles[:500] + torch.pi / 6   # the same circle, between the clusters
         >>> outside = torch.stack([between.cos(), between.sin()], 1)
         >>> bool(detector.score(outside).mean() > 3 * detector.score(inside[1500:]).mean())
@@ -65,6 +115,7 @@ class KernelPCAOOD(nn.Module):
     """
 
     threshold: Tensor
+    n_fitted: Tensor
 
     def __init__(
         self,
@@ -79,46 +130,36 @@ class KernelPCAOOD(nn.Module):
         super().__init__()
         if mapping not in MAPPINGS:
             raise ValueError(f"`mapping` must be one of {MAPPINGS}, got {mapping!r}.")
-        if not 0 < float(explained_variance) <= 1:
-            raise ValueError(f"`explained_variance` must be in (0, 1], got {explained_variance}.")
         self.mapping = mapping
         self.sigma = check_positive(sigma, "sigma")
         self.n_frequencies = check_positive_int(n_frequencies, "n_frequencies")
-        self.explained_variance = float(explained_variance)
+        self.explained_variance = check_fraction(explained_variance, "explained_variance")
         self.n_components = None if n_components is None else check_positive_int(n_components, "n_components")
-        self.seed = int(seed)
-        self.chunk_size = check_positive_int(chunk_size, "chunk_size")
-        self.rff: Optional[GaussianRFF] = None
-        self.in_features: Optional[int] = None
-        for name in ("cov_sum", "feature_sum", "n_samples", "mean", "components", "eigenvalues"):
+        self.seed = check_seed(seed)
+        if mapping == "corp":
+            check_state_memory("KernelPCAOOD", self.n_frequencies, matrices=2)  # the sums, then the eigenvectors
+        self.sums = MappedMoments(mapping, self.sigma, self.n_frequencies, self.seed, chunk_size)
+        for name in ("mean", "components", "eigenvalues"):
             self.register_buffer(name, None)
         self.register_buffer("threshold", torch.tensor(float("nan"), dtype=torch.float64))
+        self.register_buffer("n_fitted", torch.zeros((), dtype=torch.float64))
 
     # ---- mapping -------------------------------------------------------------------------------------------
+    @property
+    def in_features(self) -> Optional[int]:
+        """Width d of the inputs (``None`` until the first ``partial_fit``)."""
+        return self.sums.in_features
+
     @property
     def width(self) -> int:
         """M, the width of the mapped features."""
         if self.in_features is None:
             raise RuntimeError("KernelPCAOOD: the input width is unknown until the first `partial_fit`.")
-        return 2 * self.n_frequencies if self.mapping == "corp" else self.in_features
-
-    def _build(self, in_features: int) -> None:
-        self.in_features = in_features
-        if self.mapping == "corp":
-            self.rff = GaussianRFF(in_features, self.n_frequencies, self.sigma, self.seed)
-        device = self.threshold.device
-        self.cov_sum = torch.zeros(self.width, self.width, dtype=torch.float64, device=device)
-        self.feature_sum = torch.zeros(self.width, dtype=torch.float64, device=device)
-        self.n_samples = torch.zeros((), dtype=torch.float64, device=device)
-        if self.rff is not None:
-            self.rff.to(device)
+        return self.sums.feature_width(self.in_features)
 
     def feature_map(self, features: Tensor) -> Tensor:
         """``Phi(z)``: (N, d) -> (N, M)."""
-        if self.mapping == "linear":
-            return features
-        unit = CosineMap()(features)
-        return self.rff(unit) if self.rff is not None else unit
+        return self.sums.map_rows(self._validated(features))
 
     def _validated(self, features: Tensor, name: str = "features") -> Tensor:
         return check_features(features, name, width=self.in_features, owner="KernelPCAOOD")
@@ -126,53 +167,35 @@ class KernelPCAOOD(nn.Module):
     # ---- fitting -------------------------------------------------------------------------------------------
     def reset(self) -> None:
         """Forget the accumulated sums and the fitted subspace (the frequencies stay)."""
-        if self.in_features is not None:
-            self._build(self.in_features)
+        self.sums.reset()
         self.mean = self.components = self.eigenvalues = None
-        self.threshold = torch.tensor(float("nan"), dtype=torch.float64, device=self.threshold.device)
+        self.threshold = torch.full_like(self.threshold, float("nan"))
+        self.n_fitted = torch.zeros_like(self.n_fitted)
 
     def partial_fit(self, features: Tensor) -> KernelPCAOOD:
-        """Add in-distribution features (N, d) to the sums. Call :meth:`finalize` when the stream ends."""
-        features = self._validated(features)
-        if self.in_features is None:
-            self._build(features.shape[1])
-        add_covariance_(self.cov_sum, features, self.feature_map, self.chunk_size, feature_sum=self.feature_sum)
-        self.n_samples += features.shape[0]
+        """Add in-distribution features (N, d) to the sums (detached). Call :meth:`finalize` when the stream ends."""
+        self.sums.update(features.detach())
         return self
 
-    def _sync_sums(self) -> None:
-        """Sum the states over ranks (a collective): ranks agree on the width first, so a rank that saw no
-        samples takes part with zeros instead of hanging."""
-        if not distributed_available():
-            return
-        width = torch.tensor([self.in_features or 0], device=collective_device())
-        dist.all_reduce(width, op=dist.ReduceOp.MAX)
-        if int(width) == 0:
-            return
-        if self.in_features is None:
-            self._build(int(width))
-        check_same_across_ranks(
-            None if self.rff is None else self.rff.omega, "KernelPCAOOD: random Fourier frequencies"
-        )
-        for name in ("cov_sum", "feature_sum", "n_samples"):
-            (total,) = all_reduce_sum(getattr(self, name).to(collective_device()))
-            setattr(self, name, total.to(self.threshold.device))
-
     def finalize(self) -> KernelPCAOOD:
-        """Form mean, covariance and the kept subspace from the (all-reduced) sums. A collective under DDP.
+        """Form mean, covariance and the kept subspace from the (all-reduced) sums; then empty the sums.
+
+        A collective under DDP: every rank must call it (a rank that saw no sample takes part with zeros).
 
         Raises:
-            RuntimeError: no samples were accumulated.
+            RuntimeError: fewer than 2 samples were accumulated on all ranks together.
         """
-        self._sync_sums()
-        if self.in_features is None or float(self.n_samples) < 2:
-            raise RuntimeError("KernelPCAOOD.finalize: fewer than 2 in-distribution samples were accumulated.")
-        mean = self.feature_sum / self.n_samples
-        covariance = self.cov_sum / self.n_samples - torch.outer(mean, mean)
+        with self.sums.synced():
+            total = float(self.sums.samples.count)
+            if total < 2:
+                raise RuntimeError("KernelPCAOOD.finalize: fewer than 2 in-distribution samples were accumulated.")
+            mean, covariance = self.sums.samples.mean(), self.sums.samples.centred_covariance()
         values, vectors = symmetric_eigh(covariance)
         values = values.clamp_min(0)
         q = self._n_kept(values)
         self.mean, self.components, self.eigenvalues = mean, vectors[:, :q].contiguous(), values
+        self.n_fitted = torch.full_like(self.n_fitted, total)
+        self.sums.reset()
         return self
 
     def _n_kept(self, eigenvalues: Tensor) -> int:
@@ -181,9 +204,15 @@ class KernelPCAOOD(nn.Module):
         ratios = eigenvalues.cumsum(0) / eigenvalues.sum().clamp_min(1e-300)
         return min(int((ratios < self.explained_variance - 1e-12).sum()) + 1, eigenvalues.numel())
 
-    def fit(self, batches: Iterable[Tensor]) -> KernelPCAOOD:
-        """Reset, stream in-distribution batches (N, d) and finalize. Returns ``self``."""
+    def fit(self, batches: Union[Tensor, Iterable[Tensor]]) -> KernelPCAOOD:
+        """Reset, stream in-distribution features and finalize. Returns ``self``.
+
+        Args:
+            batches: one (N, d) tensor (scikit-learn's habit) or an iterable of (N_i, d) batches.
+        """
         self.reset()
+        if isinstance(batches, Tensor):
+            batches = self._validated(batches, "batches").split(self.sums.chunk_size)
         for batch in batches:
             self.partial_fit(batch)
         return self.finalize()
@@ -203,23 +232,20 @@ class KernelPCAOOD(nn.Module):
             raise RuntimeError("KernelPCAOOD.score: the detector is not fitted; call `fit` (or `finalize`) first.")
         features = self._validated(features)
         scores = []
-        for start in range(0, features.shape[0], self.chunk_size):
-            residual = self.feature_map(features[start : start + self.chunk_size]).double() - self.mean
+        for start in range(0, features.shape[0], self.sums.chunk_size):
+            residual = self.sums.map_rows(features[start : start + self.sums.chunk_size]).double() - self.mean
             kept = residual @ self.components
             scores.append((residual.square().sum(1) - kept.square().sum(1)).clamp_min(0).sqrt())
-        return torch.cat(scores) if scores else torch.zeros(0, dtype=torch.float64)
+        return torch.cat(scores) if scores else torch.zeros(0, dtype=torch.float64, device=features.device)
 
     def calibrate(self, in_distribution: Tensor, tpr: float = 0.95) -> float:
         """Set the threshold so that a fraction ``tpr`` of in-distribution samples is accepted.
 
         The threshold is the ``ceil(tpr * n)``-th smallest in-distribution score (all ranks' scores under DDP,
-        a collective); samples scoring above it are flagged. Returns the threshold.
+        a collective). Returns the threshold.
         """
-        if not 0 < tpr <= 1:
-            raise ValueError(f"`tpr` must be in (0, 1], got {tpr}.")
-        scores = self.score(in_distribution)
-        if distributed_available():
-            scores = torch.cat(gather_all_tensors(scores.to(collective_device())))
+        tpr = check_fraction(tpr, "tpr")
+        scores = all_gather_rows(self.score(in_distribution))
         if scores.numel() == 0:
             raise ValueError("KernelPCAOOD.calibrate: no in-distribution samples to calibrate on.")
         self.threshold = threshold_at_tpr(scores, tpr).to(self.threshold.device)
@@ -232,18 +258,11 @@ class KernelPCAOOD(nn.Module):
         return self.score(features) > self.threshold
 
     # ---- state ---------------------------------------------------------------------------------------------
-    def _load_from_state_dict(self, state_dict: dict, prefix: str, *args, **kwargs) -> None:  # type: ignore[override]
-        # Lazily sized buffers take their shapes from the checkpoint.
-        for name in ("cov_sum", "feature_sum", "n_samples", "mean", "components", "eigenvalues"):
+    def _load_from_state_dict(self, state_dict: dict, prefix: str, *args: Any, **kwargs: Any) -> None:
+        # The fitted subspace's buffers take their shapes from the checkpoint.
+        for name in ("mean", "components", "eigenvalues"):
             if prefix + name in state_dict:
                 setattr(self, name, torch.empty_like(state_dict[prefix + name]))
-        if prefix + "rff.omega" in state_dict and self.rff is None:
-            self.rff = GaussianRFF(state_dict[prefix + "rff.omega"].shape[0], self.n_frequencies, self.sigma, self.seed)
-        if self.in_features is None:
-            if self.rff is not None:
-                self.in_features = self.rff.in_features
-            elif prefix + "mean" in state_dict:
-                self.in_features = state_dict[prefix + "mean"].shape[0]
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
 

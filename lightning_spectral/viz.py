@@ -1,28 +1,31 @@
 """Pictures users look at: galleries of the top samples of each mode, and eigen-spectrum plots.
 
 Build them anywhere (they return a tensor image or a matplotlib figure); log them through a Trainer's
-logger with :func:`log_image` / :func:`log_figure` (TensorBoard: ``add_image`` / ``add_figure``).
+logger with :func:`log_image` / :func:`log_figure` (TensorBoard: ``add_image`` / ``add_figure``). Figures are
+built with matplotlib's object interface (``matplotlib.figure.Figure``, imported when a plot is made): no
+pyplot state and no backend switch, so importing this module leaves a notebook's backend alone.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, Union
+from typing import TYPE_CHECKING, Any, Optional, Union
 
-import matplotlib
+import torch
+from lightning.pytorch.utilities import rank_zero_only
+from torch import Tensor
+from torchvision.utils import make_grid
 
-matplotlib.use("Agg", force=False)  # no display needed; a no-op where a backend is already chosen
-import matplotlib.pyplot as plt  # noqa: E402
-import torch  # noqa: E402
-from lightning.pytorch.utilities import rank_zero_only  # noqa: E402
-from torch import Tensor  # noqa: E402
-from torchvision.utils import make_grid  # noqa: E402
+if TYPE_CHECKING:  # pragma: no cover
+    from matplotlib.figure import Figure
 
 ImageSource = Union[Callable[[int], Tensor], Sequence[Tensor]]
 
 
 def _image(source: ImageSource, index: int, normalize: bool) -> Tensor:
     image = source(index) if callable(source) else source[index]
+    if isinstance(image, (tuple, list)):  # a dataset item (image, label...): its first element
+        image = image[0]
     image = torch.as_tensor(image).detach().cpu().float()
     if image.ndim == 2:
         image = image[None]
@@ -34,47 +37,84 @@ def _image(source: ImageSource, index: int, normalize: bool) -> Tensor:
 
 
 def mode_gallery(
-    samples: Sequence[tuple[Tensor, Tensor]], images: ImageSource, padding: int = 2, normalize: bool = True
+    samples: Sequence[tuple[Tensor, Tensor]],
+    images: ImageSource,
+    padding: int = 2,
+    normalize: bool = True,
+    labels: Optional[Sequence[str]] = None,
 ) -> Tensor:
     """An image grid with one row per mode and the mode's top samples left to right (best first).
 
     Args:
         samples: the output of ``top_samples``: per mode, ``(ids, scores)``.
-        images: maps a sample id to its image (C, H, W) or (H, W): a function or an indexable dataset
-            of tensors. All images must share one size.
+        images: maps a sample id to its image (C, H, W) or (H, W): a function or an indexable sequence of
+            tensors (a list of kept images, a dataset of tensors). All images must share one size.
         padding: pixels between images.
         normalize: rescale each image to [0, 1] for display.
+        labels: one text per row (e.g. ``"mode 1: 12.0% of the mass"``), drawn in a strip left of the row.
 
     Returns:
         A (3, H, W) float tensor in [0, 1], ready for ``add_image`` or ``torchvision.utils.save_image``.
 
-    Example:
+    Examples:
         >>> import torch
         >>> pictures = torch.rand(10, 1, 8, 8)
         >>> modes = [(torch.tensor([0, 1, 2]), torch.ones(3)), (torch.tensor([5]), torch.ones(1))]
         >>> grid = mode_gallery(modes, pictures)
         >>> grid.shape  # 2 rows of 3 slots of 8 + 2 pixels, plus the outer padding
         torch.Size([3, 22, 32])
+        >>> mode_gallery(modes, pictures, labels=["mode 1", "mode 2"]).shape[1]   # same height, a label strip
+        22
     """
     rows = [[_image(images, int(i), normalize) for i in ids] for ids, _ in samples]
     first = next((row[0] for row in rows if row), None)
     if first is None:
         raise ValueError("mode_gallery: no samples to show (every mode is empty).")
+    if labels is not None and len(labels) != len(rows):
+        raise ValueError(f"mode_gallery: {len(labels)} labels for {len(rows)} rows; pass one label per mode.")
     per_row = max(len(row) for row in rows)
     blank = torch.zeros_like(first)
     tiles = [tile for row in rows for tile in row + [blank] * (per_row - len(row))]
-    return make_grid(torch.stack(tiles), nrow=per_row, padding=padding, pad_value=1.0)
+    grid = make_grid(torch.stack(tiles), nrow=per_row, padding=padding, pad_value=1.0)
+    if labels is None:
+        return grid
+    row_height = first.shape[1] + padding
+    return torch.cat([_label_strip(labels, grid.shape[1], row_height, padding), grid], dim=2)
+
+
+def _label_strip(labels: Sequence[str], height: int, row_height: int, padding: int) -> Tensor:
+    """A white (3, height, width) strip with ``labels[i]`` written at the height of row ``i`` (PIL's font)."""
+    from PIL import Image, ImageDraw
+    from torchvision.transforms.functional import pil_to_tensor
+
+    width = 6 * max(len(label) for label in labels) + 2 * padding + 4
+    strip = Image.new("RGB", (width, height), "white")
+    draw = ImageDraw.Draw(strip)
+    for row, label in enumerate(labels):
+        draw.text((padding + 2, padding + row * row_height + max(row_height // 2 - 6, 0)), label, fill="black")
+    return pil_to_tensor(strip).float() / 255.0
 
 
 def plot_spectrum(
-    eigenvalues: Tensor, threshold: float | None = None, top: int = 50, title: str = "Eigen-spectrum"
-) -> plt.Figure:
+    eigenvalues: Tensor,
+    threshold: Optional[float] = None,
+    top: int = 50,
+    title: str = "Eigen-spectrum",
+    ax: Any = None,
+) -> "Figure":
     """Bar plot of the ``top`` largest eigenvalues, with an optional significance threshold line.
 
     Positive bars are modes (FKEA) or over-represented modes (FINC: those above the dashed threshold pass).
+    Draws into ``ax`` when given (returns its figure), else into a new figure.
     """
+    from matplotlib.figure import Figure
+
     values = eigenvalues.detach().double().cpu()[:top]
-    figure, axis = plt.subplots(figsize=(6, 3.2))
+    if ax is None:
+        figure = Figure(figsize=(6, 3.2))
+        axis = figure.subplots()
+    else:
+        axis, figure = ax, ax.figure
     colors = ["tab:blue" if threshold is None or v > threshold else "tab:gray" for v in values.tolist()]
     axis.bar(range(1, len(values) + 1), values.numpy(), color=colors)
     if threshold is not None:
@@ -106,10 +146,9 @@ def log_image(logger_or_trainer: Any, tag: str, image: Tensor, step: int | None 
 
 
 @rank_zero_only
-def log_figure(logger_or_trainer: Any, tag: str, figure: plt.Figure, step: int | None = None) -> None:
-    """Log a matplotlib figure through a Trainer's (or a logger's) TensorBoard experiment, on rank 0; closes it."""
+def log_figure(logger_or_trainer: Any, tag: str, figure: "Figure", step: int | None = None) -> None:
+    """Log a matplotlib figure through a Trainer's (or a logger's) TensorBoard experiment, on rank 0."""
     _experiment(logger_or_trainer, "add_figure").add_figure(tag, figure, global_step=_step(logger_or_trainer, step))
-    plt.close(figure)
 
 
 def _step(logger_or_trainer: Any, step: int | None) -> int | None:

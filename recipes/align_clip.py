@@ -24,6 +24,7 @@ from typing import Any, Optional
 import torch
 from lightning.pytorch.cli import LightningCLI
 from lightning.pytorch.utilities import rank_zero_info
+from torchmetrics.functional.classification import multiclass_accuracy
 
 from lightning_spectral.callbacks import SPECAlign
 from lightning_spectral.clip import CLIPFineTune
@@ -53,13 +54,20 @@ def embed(module: CLIPFineTune, loader: Any, reference: Any = None) -> dict[str,
     return {key: torch.cat(value) for key, value in out.items() if value}
 
 
+def accuracy(predicted: torch.Tensor, labels: torch.Tensor) -> float:
+    """Share of ``predicted`` class ids equal to ``labels``; labels -1 (unknown, as the datamodules write them)
+    are left out."""
+    classes = max(2, int(torch.cat([predicted, labels]).max()) + 1)  # torchmetrics needs at least 2
+    return float(multiclass_accuracy(predicted, labels, num_classes=classes, average="micro", ignore_index=-1))
+
+
 def knn_accuracy(
     train: torch.Tensor, train_labels: torch.Tensor, test: torch.Tensor, labels: torch.Tensor, k: int = 10
 ) -> float:
-    """Majority vote of the ``k`` nearest training embeddings by cosine similarity."""
+    """Accuracy of the majority vote of the ``k`` nearest training embeddings by cosine similarity."""
     train, test = torch.nn.functional.normalize(train, dim=1), torch.nn.functional.normalize(test, dim=1)
     votes = train_labels[(test @ train.T).topk(k, dim=1).indices]
-    return float((votes.mode(dim=1).values == labels).float().mean())
+    return accuracy(votes.mode(dim=1).values, labels)
 
 
 @torch.no_grad()
@@ -76,7 +84,7 @@ def evaluate(module: CLIPFineTune, datamodule: Any, align: Optional[SPECAlign], 
         result["reference_knn_accuracy"] = knn_accuracy(train["ref"], train["label"], val["ref"], val["label"])
     if getattr(datamodule, "prompts", None):
         classes = module.text_tower(module.tokenizer(datamodule.prompts).to(module.device)).float().cpu()
-        result["zero_shot_accuracy"] = float(((val["z"] @ classes.T).argmax(1) == val["label"]).float().mean())
+        result["zero_shot_accuracy"] = accuracy((val["z"] @ classes.T).argmax(1), val["label"])
     vendi = FKEAVendi(sigma=vendi_sigma, n_frequencies=1024)
     vendi.update(val["z"])
     result["vendi"] = float(vendi.compute())

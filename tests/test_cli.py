@@ -118,7 +118,9 @@ def test_evaluate_equals_the_metrics_on_the_whole_array(tmp_path, capsys, suffix
     novel, missing = finc.novel_modes(3), finc.missing_modes(3)
     assert np.allclose(out["finc"]["novel_eigenvalues"], novel.eigenvalues.numpy(), rtol=1e-6)
     assert np.allclose(out["finc"]["missing"]["eigenvalues"], missing.eigenvalues.numpy(), rtol=1e-6)
-    assert out["finc"]["novelty"] == 0.0 and out["finc"]["missing"]["n_significant"] == 1  # the fifth mode
+    # the fifth mode, absent from FILE, is the one missing mode; it outweighs FILE's 1/4-vs-1/5 over-representations
+    assert out["finc"]["missing"]["n_significant"] == 1
+    assert out["finc"]["missing"]["eigenvalues"][0] > 2 * max(out["finc"]["novel_eigenvalues"])
 
     mmd = FastMMD(sigma, r, seed=3)
     mmd.update(real, real=True)

@@ -216,6 +216,21 @@ def test_digits_argument_errors():
         DigitsImageText(tokenizer=3)
     with pytest.raises(ValueError, match="context_length"):
         DigitsImageText(tokenizer=lambda texts: torch.zeros(len(texts), 4, dtype=torch.long), context_length=4)
+    with pytest.raises(ValueError, match=r"`val_fraction` must be in \[0, 1\), got nan"):
+        DigitsImageText(val_fraction=float("nan"))
+    with pytest.raises(ValueError, match="`caption_noise` must be a number"):
+        DigitsImageText(caption_noise=True)
+    with pytest.raises(ValueError, match="`num_workers` must be an integer >= 0"):
+        DigitsImageText(num_workers=-1)
+    with pytest.raises(ValueError, match="`seed` must be an integer"):
+        DigitsImageText(seed=1.5)
+    assert DigitsImageText(seed=np.int64(3)).seed == 3 and type(DigitsImageText(seed=np.int64(3)).seed) is int
+    with pytest.raises(TypeError, match="`ood_in_val` must be True or False"):
+        DigitsImageText(ood_in_val="false")  # a truthy string: read as True before
+    with pytest.raises(ValueError, match="`mean` must be 3 finite numbers"):
+        DigitsImageText(mean=(0.5, 0.5))
+    with pytest.raises(ValueError, match="`std` must be > 0"):
+        DigitsImageText(std=(0.2, 0.0, 0.2))
     bad = DigitsImageText(image_size=8, tokenizer=lambda texts: torch.zeros(4, dtype=torch.long))
     bad.setup()
     with pytest.raises(ValueError, match=r"\(n, context_length\)"):
@@ -325,6 +340,48 @@ def test_image_folder_with_class_captions_and_held_out_classes(tmp_path):
         ImageFolderText(tmp_path, held_out=("dog",))
     with pytest.raises(FileNotFoundError, match="no folder"):
         ImageFolderText(tmp_path / "absent")
+    with pytest.raises(FileNotFoundError, match="no class subfolders"):
+        ImageFolderText(tmp_path / "cat" / "sub")
+
+
+def test_image_folder_indices_follow_torchvision_and_hidden_folders_are_no_classes(tmp_path):
+    from torchvision.datasets import ImageFolder
+
+    for name in ("b", "a"):
+        for file in ("z.png", "sub/y.png", "m.jpg", "sub/deeper/x.png", "sub2/w.png"):
+            write_image(tmp_path / name / file, 50)
+        (tmp_path / name / "notes.txt").write_text("not an image")
+    data = ImageFolderText(tmp_path, val_fraction=0.0, image_size=8)
+    data.setup()
+    # the same samples in the same order as torchvision's ImageFolder: index i is ImageFolder(root).samples[i]
+    assert list(zip(data._sources, data.train_set.labels)) == ImageFolder(str(tmp_path)).samples
+    (tmp_path / ".ipynb_checkpoints").mkdir()
+    write_image(tmp_path / ".ipynb_checkpoints" / "stale.png", 0)
+    (tmp_path / "empty").mkdir()  # a class without images yet: a prompt, no samples
+    data = ImageFolderText(tmp_path, val_fraction=0.0, image_size=8)
+    data.setup()
+    assert data.class_names == ["a", "b", "empty"] and len(data.train_set) == 10
+    assert not any(".ipynb_checkpoints" in path for path in data._sources)
+
+
+def test_the_default_transform_is_resize_crop_and_normalise(tmp_path):
+    from torchvision import transforms
+
+    Image.fromarray(np.random.default_rng(0).integers(0, 256, (30, 50, 3), dtype=np.uint8)).save(tmp_path / "x.png")
+    (tmp_path / "train.csv").write_text("filepath\ttitle\n" + f"{tmp_path / 'x.png'}\ta\n" * 2)
+    data = CsvImageText(tmp_path / "train.csv", val_fraction=0.0, image_size=16)
+    data.setup()
+    expected = transforms.Compose(
+        [
+            transforms.Resize(16, interpolation=transforms.InterpolationMode.BICUBIC),
+            transforms.CenterCrop(16),
+            transforms.ToTensor(),
+            transforms.Normalize(OPENAI_DATASET_MEAN, OPENAI_DATASET_STD),
+        ]
+    )(Image.open(tmp_path / "x.png").convert("RGB"))
+    torch.testing.assert_close(data.train_set[0]["image"], expected, rtol=0, atol=0)
+    mean, std = torch.tensor(OPENAI_DATASET_MEAN).view(3, 1, 1), torch.tensor(OPENAI_DATASET_STD).view(3, 1, 1)
+    torch.testing.assert_close(data.image_of(0), expected * std + mean, rtol=0, atol=1e-6)  # galleries: [0, 1]
 
 
 def test_caption_noise_relabels_a_seeded_fraction_of_training_captions_only():

@@ -19,7 +19,7 @@ def metric_on_shard(rank, world_size, dtype):
     for batch in torch.split(shard, 70 + 30 * rank):  # different batching on each rank
         metric.update(batch)
     cov = metric.compute()
-    return cov, float(metric.n_samples)  # local states are restored after compute
+    return cov, float(metric.samples.count)  # local states are restored after compute
 
 
 def rank_one_sees_nothing(rank, world_size):

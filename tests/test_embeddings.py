@@ -29,7 +29,7 @@ def test_select_parts_of_a_batch():
 def test_hook_captures_the_last_call_with_its_graph_and_embeds_on_demand():
     module, source = Module(), EmbeddingSource("model.visual", batch_input="image")
     source.attach(module)
-    source.start()
+    source.clear()
     assert source.captured() is None
     x = torch.randn(5, 3)
     module.model.visual(x)
@@ -38,7 +38,7 @@ def test_hook_captures_the_last_call_with_its_graph_and_embeds_on_demand():
     assert captured is out and captured.requires_grad
     embedded = source.captured_or_embed(module, {"image": x})
     assert embedded.shape == (2, 2)  # still the captured one within the step
-    source.start()
+    source.clear()
     assert source.captured_or_embed(module, {"image": x}).shape == (5, 2)  # nothing captured: run it
     source.detach()
     module.model.visual(x)

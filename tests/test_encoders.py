@@ -132,19 +132,46 @@ def test_position_embeddings_are_resized_to_the_image_size(saved_clip):
         torch.testing.assert_close(model.eval().encode_text(tokens), text, rtol=0, atol=0)  # text tower untouched
 
 
-def test_pickled_objects_are_refused_without_running_them(saved_clip, tmp_path):
+def test_pickled_objects_are_refused_without_running_them(saved_clip, tmp_path, monkeypatch):
     import pickle
+
+    import open_clip
 
     pickle.loads(pickle.dumps(Payload()))  # the sentinel works: unpickling records itself
     assert UNPICKLED == [{"secret": "ran"}]
     UNPICKLED.clear()
+    opened = []  # open_clip's reader falls back to torch.load without weights_only on a TypeError: never reach it
+    monkeypatch.setattr(open_clip, "load_checkpoint", lambda *args, **kwargs: opened.append(args))
     source, _, _ = saved_clip
     torch.save({"state_dict": source.state_dict(), "extra": Payload()}, tmp_path / "unsafe.pt")
     torch.save(Payload(), tmp_path / "object.pt")
     for name in ("unsafe.pt", "object.pt"):
         with pytest.raises(ValueError, match="refused to load"):
             fresh_clip(0, pretrained=str(tmp_path / name))
-    assert UNPICKLED == []
+    assert UNPICKLED == [] and opened == []
+
+
+def test_open_clip_loads_plain_checkpoints_and_wrapped_ones_are_loaded_here(saved_clip, tmp_path, monkeypatch):
+    import open_clip
+
+    source, (image, text), folder = saved_clip
+    calls = []
+    library = open_clip.load_checkpoint
+    monkeypatch.setattr(
+        open_clip, "load_checkpoint", lambda *args, **kwargs: calls.append(kwargs) or library(*args, **kwargs)
+    )
+    fresh_clip(1, pretrained=str(folder / "clip.safetensors"))
+    assert calls == [dict(strict=True, weights_only=True)]
+    # torch.compile's `_orig_mod.` inside DDP's `module.`, and timm's {"model": ...}: open_clip's reader knows neither
+    compiled = {"module._orig_mod." + k: v for k, v in source.state_dict().items()}
+    torch.save(compiled, tmp_path / "compiled.pt")
+    torch.save({"model": source.state_dict(), "epoch": 2}, tmp_path / "timm_style.pth")
+    for name in ("compiled.pt", "timm_style.pth"):
+        model = fresh_clip(2, pretrained=str(tmp_path / name)).model
+        loaded_image, loaded_text = clip_outputs(model)
+        torch.testing.assert_close(loaded_image, image, rtol=0, atol=0)
+        torch.testing.assert_close(loaded_text, text, rtol=0, atol=0)
+    assert len(calls) == 1
 
 
 def test_pretrained_arguments_that_cannot_work_offline(monkeypatch, tmp_path):
@@ -214,6 +241,8 @@ def test_pixel_encoder_recovers_the_digits_pixels():
         PixelEncoder(8, torch.randn(10, 5))
     with pytest.raises(ValueError, match="expects images"):
         PixelEncoder(8)(torch.randn(4, 64))
+    with pytest.raises(ValueError, match="`size` must be an integer >= 1"):
+        PixelEncoder(0)
 
 
 def test_timm_reference_is_the_frozen_timm_encoder(tmp_path):
@@ -333,6 +362,12 @@ def test_timm_encoder_input_adapter_converts_clip_normalised_batches(tmp_path):
         torch.testing.assert_close(encoder(clip_input), source(imagenet_input), rtol=1e-4, atol=1e-4)
     with pytest.raises(ValueError, match="both `input_mean` and `input_std`"):
         create_timm_encoder("vit_small_patch14_dinov2", weights=tmp_path / "dino.pt", input_mean=(0.5,), **DINO)
+    with pytest.raises(ValueError, match="`input_std` must be > 0"):
+        create_timm_encoder("vit_small_patch14_dinov2", input_mean=(0.5,), input_std=(0.0,), **DINO)
+    with pytest.raises(ValueError, match="`input_mean` must be 1 or 3 finite numbers"):
+        create_timm_encoder("vit_small_patch14_dinov2", input_mean=(0.5, 0.5), input_std=(0.2,), **DINO)
+    with pytest.raises(ValueError, match="`num_classes` must be an integer >= 0"):
+        create_timm_encoder("vit_small_patch14_dinov2", num_classes=-1, **DINO)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -379,6 +414,35 @@ def test_npy_is_memory_mapped_and_nan_is_found_per_lookup(tmp_path):
     torch.testing.assert_close(rows, torch.from_numpy(features[[0, 8, 49]]))
     with pytest.raises(ValueError, match="NaN or Inf at rows \\[7\\]"):
         table[[3, 7]]
+
+
+def test_big_endian_npy_files_and_arrays_are_read_in_native_byte_order(tmp_path):
+    from lightning_spectral.files import EmbeddingFile
+
+    features = np.random.default_rng(0).normal(size=(30, 4))
+    index = np.arange(30)[::-1] * 2
+    for dtype in (">f4", ">f8", ">f2"):
+        np.save(tmp_path / "ref.npy", features.astype(dtype))  # numpy keeps the byte order in the file
+        np.save(tmp_path / "ref.index.npy", index.astype(">i8"))
+        table = PrecomputedFeatures(tmp_path / "ref.npy")
+        assert table.memory_mapped and table._data.dtype.byteorder == ">"  # converted per lookup, not up front
+        expected = torch.from_numpy(features.astype(dtype).astype(dtype.replace(">", "=")))
+        expected = expected if expected.dtype != torch.float16 else expected.float()
+        torch.testing.assert_close(table[index[[0, 7, 29]]], expected[[0, 7, 29]], rtol=0, atol=0)
+        torch.testing.assert_close(table[int(index[3])], expected[3], rtol=0, atol=0)
+        chunks = [x for x, _ in EmbeddingFile(tmp_path / "ref.npy").chunks(batch_size=8)]  # the command line's reader
+        assert torch.equal(torch.cat(chunks).to(expected.dtype), expected)
+    in_memory = PrecomputedFeatures(features.astype(">f4"), index=index.astype(">i4"))  # arrays, not files
+    torch.testing.assert_close(in_memory[index[[1, 2]]], torch.from_numpy(features[[1, 2]]).float(), rtol=0, atol=0)
+    torch.testing.assert_close(in_memory[np.array([index[1]], dtype=">i8")], in_memory[[int(index[1])]])
+    save_features(tmp_path / "saved.pt", features.astype(">f8"), index=index.astype(">i8"))
+    torch.testing.assert_close(PrecomputedFeatures(tmp_path / "saved.pt")[index[[5]]], torch.from_numpy(features[[5]]))
+    broken = features.astype(">f4")
+    broken[4, 1] = np.inf
+    np.save(tmp_path / "inf.npy", broken)
+    (tmp_path / "inf.index.npy").unlink(missing_ok=True)
+    with pytest.raises(ValueError, match="NaN or Inf at rows \\[4\\]"):
+        PrecomputedFeatures(tmp_path / "inf.npy")[[3, 4]]
 
 
 def test_precomputed_features_index_sidecar_and_overrides(tmp_path):

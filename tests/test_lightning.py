@@ -40,7 +40,7 @@ class DigitsModule(L.LightningModule):
         return loss
 
     def on_validation_epoch_start(self):
-        if float(self.novelty.n_ref_a + self.novelty.n_ref_b) == 0:  # the reference is accumulated once
+        if self.novelty.sample_count(real=True) == 0:  # the reference is accumulated once (a collective)
             reference = self.images[self.labels < 8]
             shard = reference[self.global_rank :: self.trainer.world_size]
             with torch.no_grad():
@@ -114,8 +114,8 @@ def test_metrics_and_galleries_logged_inside_trainer_fit(tmp_path):
     assert float(fit.callback_metrics["val/novelty"]) == pytest.approx(novelty, rel=1e-4, abs=1e-6)
     assert float(fit.callback_metrics["val/mmd"]) == pytest.approx(mmd, rel=1e-4)
     # Lightning reset the metrics after logging; the reference side was kept (reset_real_features=False)
-    assert float(module.novelty.n_gen) == 0
-    assert float(module.novelty.n_ref_a + module.novelty.n_ref_b) == int((digits()[1] < 8).sum())
+    assert module.novelty.sample_count() == 0
+    assert module.novelty.sample_count(real=True) == int((digits()[1] < 8).sum())
     events = EventAccumulator(str(fit.logger.log_dir), size_guidance={"images": 0})
     events.Reload()
     assert {"val/vendi_modes", "val/vendi_spectrum"} <= set(events.Tags()["images"])

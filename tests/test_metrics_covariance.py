@@ -18,12 +18,14 @@ def test_covariance_equals_explicit_formula_and_has_trace_one():
 
 
 def test_state_size_is_independent_of_the_number_of_samples():
-    metric = RFFCovariance(sigma=1.0, n_frequencies=8)
+    metric = RFFCovariance(sigma=1.0, n_frequencies=8, chunk_size=256)
     metric.update(torch.randn(10, 3))
-    sizes = {name: getattr(metric, name).numel() for name in metric._defaults}
-    metric.update(torch.randn(5000, 3))
-    assert sizes == {name: getattr(metric, name).numel() for name in metric._defaults}
-    assert sizes == {"cov_sum": 256, "feature_sum": 16, "n_samples": 1}
+    sizes = {name: getattr(metric, name).numel() for name in metric.samples.states}
+    for batch in torch.randn(5000, 3).split(100):
+        metric.update(batch)
+        assert metric.samples.pending_rows < 256  # the row buffer is bounded by chunk_size
+    assert sizes == {name: getattr(metric, name).numel() for name in metric.samples.states}
+    assert sizes == {"samples_cov_sum": 256, "samples_sum": 16, "samples_count": 1}
 
 
 def test_feature_map_is_built_lazily_or_eagerly_with_the_same_frequencies():
@@ -42,7 +44,8 @@ def test_state_round_trips_through_state_dict_into_a_fresh_metric():
     metric.update(x[:50])
     restored = RFFCovariance(sigma=2.0, n_frequencies=16, seed=1)
     restored.load_state_dict(metric.state_dict())
-    assert torch.equal(restored.feature_map.omega, metric.feature_map.omega)
+    assert torch.equal(restored.feature_map.omega, metric.feature_map.omega)  # redrawn from the seed
+    assert "feature_map.omega" not in metric.state_dict()  # the checkpoint carries the sums, not the draws
     metric.update(x[50:])
     restored.update(x[50:])
     assert torch.equal(restored.compute(), metric.compute())
@@ -53,7 +56,7 @@ def test_reset_clears_sums_but_keeps_frequencies():
     metric.update(torch.randn(10, 3))
     omega = metric.feature_map.omega.clone()
     metric.reset()
-    assert float(metric.n_samples) == 0 and float(metric.cov_sum.abs().sum()) == 0
+    assert metric.sample_count() == 0 and float(metric.samples_cov_sum.abs().sum()) == 0
     assert torch.equal(metric.feature_map.omega, omega)
 
 
@@ -61,7 +64,7 @@ def test_dtype_casts_keep_float64_states():
     metric = RFFCovariance(sigma=1.0, n_frequencies=8)
     metric.update(torch.randn(10, 3))
     holder = torch.nn.ModuleDict({"m": metric}).to(torch.bfloat16)
-    assert holder["m"].cov_sum.dtype == torch.float64
+    assert holder["m"].samples_cov_sum.dtype == torch.float64
     assert holder["m"].feature_map.omega.dtype == torch.float64
     holder["m"].update(torch.randn(10, 3, dtype=torch.bfloat16))
     assert float(holder["m"].compute().trace()) == pytest.approx(1.0, abs=1e-6)
@@ -86,4 +89,4 @@ def test_empty_batches_are_accepted():
     metric = RFFCovariance(sigma=1.0, n_frequencies=8)
     metric.update(torch.empty(0, 3))
     metric.update(torch.randn(5, 3))
-    assert float(metric.n_samples) == 5
+    assert metric.sample_count() == 5

@@ -39,7 +39,7 @@ def run_metrics(rank, world_size):
         "threshold": finc.threshold(),
         "novel": finc.novel_modes(3),
         "finc_top": finc.top_samples(batches, k=2, per_mode=20),
-        "local_n": float(vendi.n_samples),
+        "local_n": float(vendi.samples.count),
         "mmd": mmd.compute(),
         "mmd_test": mmd.test(),
     }

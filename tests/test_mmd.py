@@ -176,7 +176,7 @@ def test_reference_kept_across_reset_and_state_round_trip(tmp_path):
     metric.update(y, real=False)
     before = metric.compute()
     metric.reset()
-    assert float(metric.n_real) == 100 and float(metric.n_gen) == 0
+    assert metric.sample_count(real=True) == 100 and metric.sample_count() == 0
     torch.save(metric.state_dict(), tmp_path / "mmd.pt")
     restored = FastMMD(sigma=1.0, n_frequencies=32, reset_real_features=False)
     restored.load_state_dict(torch.load(tmp_path / "mmd.pt", weights_only=True))
@@ -206,8 +206,11 @@ def test_bad_input_raises_clear_errors():
         fast_mmd(torch.randn(1, 2), torch.randn(3, 2), sigma=1.0)
 
 
-def test_forward_only_accumulates():
+def test_calling_like_a_function_raises_and_names_the_right_place():
     x, y = pair(100, shift=1.0, seed=7)
     metric = FastMMD(sigma=1.0, n_frequencies=32, reset_real_features=False)
-    assert metric(x, real=True) is None and metric(y, real=False) is None
+    with pytest.raises(RuntimeError, match="no per-batch value"):
+        metric(x, real=True)
+    metric.update(x, real=True)
+    metric.update(y, real=False)
     torch.testing.assert_close(metric.compute(), fast_mmd(x, y, 1.0, 32))

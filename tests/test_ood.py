@@ -160,7 +160,7 @@ def fit_on_shards(rank, world_size, empty_rank):
         detector.partial_fit(batch)
     detector.finalize()
     detector.calibrate(inside[rank::world_size], tpr=0.9)
-    return detector.score(outside), float(detector.threshold), float(detector.n_samples)
+    return detector.score(outside), float(detector.threshold), float(detector.n_fitted)
 
 
 @pytest.mark.parametrize("empty_rank", [None, 1])

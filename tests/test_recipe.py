@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "recipes" / "configs"
 sys.path.insert(0, str(ROOT / "recipes"))
 
-from align_clip import knn_accuracy, main  # noqa: E402
+from align_clip import accuracy, knn_accuracy, main  # noqa: E402
 
 SHORT = ["--trainer.limit_train_batches=4", "--trainer.limit_val_batches=3", "--trainer.enable_progress_bar=false"]
 
@@ -51,7 +51,9 @@ def test_tiny_recipe_runs_and_reports_every_number(tmp_path, capsys):
     assert "SPEC-diff to the reference" in out and "kNN accuracy" in out and result["log_dir"] in out
     assert json.loads((tmp_path / "summary.json").read_text())["after"] == result["after"]
     assert (Path(result["log_dir"]) / "summary.json").is_file()
-    assert {"val/vendi_modes", "val/novelty_modes"} <= set(images_logged(result["log_dir"]))
+    images = set(images_logged(result["log_dir"]))
+    assert "val/vendi/modes" in images
+    assert ("val/novelty/novel" in images) == (logged["val/novelty_novel_modes"] > 0)  # only significant modes
 
 
 def test_resumed_recipe_ends_with_the_metrics_of_an_uninterrupted_run(tmp_path):
@@ -78,6 +80,34 @@ def test_knn_accuracy_against_a_hand_count():
     labels = torch.tensor([0, 0, 1, 1])
     test = torch.tensor([[1.0, 0.05], [0.05, 1.0], [0.2, 1.0]])
     assert knn_accuracy(train, labels, test, torch.tensor([0, 1, 0]), k=1) == pytest.approx(2 / 3)
+
+
+def test_accuracy_leaves_unknown_labels_out():
+    assert accuracy(torch.tensor([0, 1, 1, 2]), torch.tensor([0, 1, 0, -1])) == pytest.approx(2 / 3)
+    assert accuracy(torch.tensor([3]), torch.tensor([3])) == 1.0
+    assert accuracy(torch.tensor([0, 0]), torch.tensor([-1, -1])) == 0.0  # nothing known: 0, not NaN
+
+
+def test_learning_rate_warms_up_linearly_then_decays_as_a_cosine():
+    from lightning_spectral.clip import CLIPFineTune
+
+    tiny = dict(
+        embed_dim=16,
+        vision_cfg=dict(image_size=32, layers=1, width=32, head_width=16, patch_size=16),
+        text_cfg=dict(context_length=8, width=32, heads=2, layers=1),
+    )
+    for warmup, total in ((4, 20), (0, 10), (1, 5)):
+        module = CLIPFineTune(model_kwargs=tiny, lr=0.1, warmup_steps=warmup, max_steps=total)
+        config = module.configure_optimizers()
+        optimizer, scheduler = config["optimizer"], config["lr_scheduler"]["scheduler"]
+        rates = []
+        for _ in range(total):
+            rates.append(optimizer.param_groups[0]["lr"])
+            optimizer.step()
+            scheduler.step()
+        cosine = [0.05 * (1 + math.cos(math.pi * step / (total - warmup))) for step in range(total - warmup)]
+        expected = [0.1 * (step + 1) / warmup for step in range(warmup)] + cosine
+        assert rates == pytest.approx(expected, rel=1e-6, abs=1e-12), (warmup, total)
 
 
 def _check_class_args(node, where):

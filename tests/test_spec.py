@@ -232,8 +232,11 @@ def test_bad_input_raises_clear_errors():
         spec(a, b, "gaussian", 1.0, 1.0, n_frequencies=0)
     with pytest.raises(ValueError, match="SAME samples"):
         spec_align_loss(a[:5], b[:4])
-    with pytest.raises(ValueError, match="in_features"):
-        SPECDivergence("cosine")
+    with pytest.raises(ValueError, match="`in_features` must be a pair"):
+        SPECDivergence("cosine", in_features=(3,))
+    lazy = SPECDivergence("cosine")  # the widths come from the first batch (and are agreed across ranks)
+    lazy.update(a, b)
+    assert lazy.in_features == (10, 10) and float(lazy.compute()) > 0
     with pytest.raises(ValueError, match="sigma_a"):
         SPECDivergence("gaussian", sigma_a=-1.0, sigma_b=1.0)
     metric = SPECDivergence("cosine", in_features=(10, 10))

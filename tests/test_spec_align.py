@@ -127,6 +127,33 @@ def test_every_n_steps_warmup_and_reference_module(tmp_path):
     )
 
 
+def test_two_instances_share_one_fit_and_each_adds_its_penalty(tmp_path):
+    """Two references in one fit (the issue: Lightning refused two stateful SPECAlign callbacks with one
+    state_key, and the second teardown's `del training_step` raised AttributeError)."""
+    x, _, reference = toy_data(n=256)
+    frozen = torch.nn.Linear(16, 6)
+    by_table = SPECAlign(reference=reference, weight=0.3, index=1, log_prefix="spec_align/table/")
+    by_module = SPECAlign(reference=frozen, weight=0.7, log_prefix="spec_align/module/")
+    assert by_table.state_key != by_module.state_key
+    module = ToyModule(lr=0.0)
+    trainer = make_trainer(tmp_path, callbacks=[by_table, by_module])
+    trainer.fit(module, loader(x, 64))
+    assert "training_step" not in vars(module) and by_table.penalised_steps == by_module.penalised_steps == 4
+    batch = x[192:256]
+    with torch.no_grad():
+        z = module.encoder(batch)
+        task = 1e-3 * torch.nn.functional.mse_loss(module.decoder(z), batch)
+        both = task + 0.3 * spec_align_loss(z, reference[192:256]) + 0.7 * spec_align_loss(z, frozen(batch))
+    assert module.backward_losses[-1] == pytest.approx(float(both), rel=1e-5)
+    assert {"spec_align/table/spec_diff", "spec_align/module/spec_diff"} <= set(trainer.callback_metrics)
+    trainer = make_trainer(tmp_path, callbacks=[by_table, by_module])  # a second fit installs and removes again
+    trainer.fit(module, loader(x, 64))
+    assert "training_step" not in vars(module)
+    clash = [SPECAlign(reference=reference, index=1), SPECAlign(reference=frozen, weight=0.5)]
+    with pytest.raises(ValueError, match="log_prefix='spec_align/'; give each its own"):
+        make_trainer(tmp_path, callbacks=clash).fit(ToyModule(lr=0.0), loader(x, 64))
+
+
 def test_student_function_and_dict_output(tmp_path):
     x, _, reference = toy_data(n=128)
 

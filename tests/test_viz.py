@@ -1,4 +1,3 @@
-import matplotlib.pyplot as plt
 import pytest
 import torch
 
@@ -33,7 +32,51 @@ def test_spectrum_plot_marks_the_threshold():
     assert len(axis.patches) == 4
     colors = [patch.get_facecolor() for patch in axis.patches]
     assert colors[0] == colors[1] != colors[2]  # above the threshold vs below
-    plt.close(figure)
+
+
+def test_gallery_rows_carry_their_labels():
+    images = torch.zeros(4, 1, 8, 8)
+    plain = mode_gallery([(torch.tensor([0, 1]), torch.ones(2))] * 2, images, normalize=False)
+    labelled = mode_gallery([(torch.tensor([0, 1]), torch.ones(2))] * 2, images, normalize=False,
+                            labels=["mode 1: 40.0% of the mass", "mode 2: 3.0% of the mass"])
+    strip = labelled[:, :, : labelled.shape[2] - plain.shape[2]]
+    assert labelled.shape[1] == plain.shape[1] and strip.shape[2] > 0
+    assert float(strip.min()) < 0.5  # dark text on the white strip
+    torch.testing.assert_close(labelled[:, :, strip.shape[2]:], plain)
+    with pytest.raises(ValueError, match="one label per mode"):
+        mode_gallery([(torch.tensor([0]), torch.ones(1))], images, labels=["a", "b"])
+
+
+def test_importing_the_library_leaves_the_matplotlib_backend_alone():
+    """The issue: importing lightning_spectral.callbacks ran matplotlib.use("Agg") and switched a notebook's
+    backend. A fresh interpreter picks a backend, imports everything, and the backend is unchanged."""
+    import subprocess
+    import sys
+
+    code = (
+        "import matplotlib; matplotlib.use('svg'); "
+        "import lightning_spectral.callbacks, lightning_spectral.viz, lightning_spectral.metrics, lightning_spectral.cli; "
+        "print(matplotlib.get_backend())"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert out == "svg"
+
+
+def test_importing_the_metrics_adds_no_heavy_dependency():
+    """`import lightning_spectral.metrics` adds neither matplotlib, open_clip, timm nor scikit-learn to what
+    torchmetrics and lightning import themselves (torchmetrics itself imports matplotlib.pyplot)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; import torchmetrics, lightning; before = set(sys.modules); "
+        "import lightning_spectral.metrics, lightning_spectral.functional; "
+        "print(' '.join(sorted(set(sys.modules) - before)))"
+    )
+    added = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    heavy = [name for name in added if name.split(".")[0] in ("matplotlib", "open_clip", "timm", "sklearn")]
+    assert heavy == [], heavy
+    assert any(name.startswith("lightning_spectral.metrics") for name in added)  # the import happened
 
 
 def test_logging_to_a_logger_without_images_raises_a_clear_error():

@@ -1,8 +1,8 @@
 """EmbeddingMetrics: feed validation embeddings into this library's metrics and log them, no validation_step edits.
 
-Embeddings come from the shared :class:`~lightning_spectral.callbacks.embeddings.EmbeddingSource` (a forward
-hook on a named submodule, so the module's own ``validation_step`` forward is reused), the metrics are the
-library's torchmetrics ``Metric`` objects, and each validation epoch ends with ``compute()`` (all-reduced under
+Embeddings come from the module's own validation forward (a hook on a named submodule, see
+:class:`~lightning_spectral.callbacks.base.EmbeddingCallback`); the metrics are torchmetrics ``Metric`` objects
+fed according to their ``inputs`` protocol; each validation epoch ends with ``summary()`` (all-reduced under
 DDP), ``log``, optional mode galleries to TensorBoard, and ``reset()``.
 """
 
@@ -13,66 +13,85 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Callable, Optional, Union
 
 import lightning as L
+import numpy as np
 import torch
-from lightning.pytorch.callbacks import Callback
 from torch import Tensor
 from torchmetrics import Metric
 from typing_extensions import override
 
 from lightning_spectral._checks import check_positive_int
-from lightning_spectral.callbacks.embeddings import (
-    BatchSelector,
-    EmbeddingFn,
-    EmbeddingSource,
-    ReferenceEmbedding,
-    datamodule_attribute,
-    select,
-    to_device,
-)
-from lightning_spectral.distributed import collective_device
-from lightning_spectral.metrics import FastMMD, FINCNovelty, RFFCovariance, SPECDivergence
-from lightning_spectral.viz import log_image, mode_gallery
+from lightning_spectral.callbacks.base import EmbeddingCallback, outside_inference_mode
+from lightning_spectral.callbacks.embeddings import BatchSelector, EmbeddingFn, ReferenceEmbedding, select
+from lightning_spectral.distributed import all_reduce_max
 
 
-class EmbeddingMetrics(Callback):
+def metric_inputs(metric: Metric) -> str:
+    """How a metric's ``update`` is called: ``"one"`` (any torchmetrics metric), ``"two"`` or ``"paired"``."""
+    return getattr(metric, "inputs", "one")
+
+
+def metric_has_samples(metric: Metric) -> bool:
+    """Whether a metric accumulated anything on any rank (every rank gets the same answer; a collective)."""
+    if hasattr(metric, "sample_count"):
+        return metric.sample_count() > 0
+    return all_reduce_max(float(metric.update_count)) > 0
+
+
+def flatten_values(name: str, value: Any) -> dict[str, float]:
+    """``{name: float}`` pairs of a computed value: a dict becomes ``name/key``, a vector ``name/i``."""
+    if isinstance(value, Mapping):
+        out: dict[str, float] = {}
+        for key, item in value.items():
+            out.update(flatten_values(f"{name}/{key}", item))
+        return out
+    if isinstance(value, Tensor) and value.numel() > 1:
+        out = {}
+        for index, item in enumerate(value.flatten()):
+            out.update(flatten_values(f"{name}/{index}", item))
+        return out
+    return {name: float(value)}
+
+
+class EmbeddingMetrics(EmbeddingCallback):
     """Computes and logs embedding metrics of the validation data every validation epoch.
 
-    How each metric is fed (by type):
+    Each metric is fed by its ``inputs`` protocol, never by its type, so any metric works:
 
-    - one-sample metrics (``FKEAVendi``, ``RFFCovariance``, any ``Metric`` with ``update(z)``): the validation
-      embeddings;
-    - two-sample metrics (``FINCNovelty``, ``FastMMD``): validation embeddings as the generated / test side
+    - ``"one"`` (``FKEAVendi``, ``RFFCovariance``, any ``Metric`` with ``update(z)``): the validation embeddings;
+    - ``"two"`` (``FINCNovelty``, ``FastMMD``): validation embeddings as the generated / test side
       (``real=False``) and the reference side (``real=True``) from ``reference_dataloader`` (embedded with the
       current model at the start of every validation epoch, e.g. the training data: "train vs validation"), or
-      from fixed ``reference_features`` (accumulated once; set ``reset_real_features=False`` on the metric);
-    - ``SPECDivergence``: validation embeddings against ``spec_reference`` (a frozen encoder, precomputed
-      features looked up by ``index``, or a function of the batch) on the same samples.
+      from fixed ``reference_features`` (accumulated once when the metric keeps its reference,
+      ``reset_real_features=False``);
+    - ``"paired"`` (``SPECDivergence``): validation embeddings against ``spec_reference`` (a frozen encoder,
+      precomputed features looked up by ``index``, or a function of the batch) on the same samples.
 
-    Logged as ``{log_prefix}{name}`` (a dict-valued metric as ``{name}/{key}``); ``FastMMD`` also logs
-    ``{name}_p_value``. With ``images`` and a TensorBoard logger, galleries of the top samples of the top modes
-    (FKEA / RFFCovariance modes, FINC novel modes, SPEC clusters of both signs) are logged as
-    ``{log_prefix}{name}_modes``; that keeps up to ``max_gallery_samples`` validation embeddings per rank in
-    memory for the second pass.
+    Logged: every value of ``metric.summary()``: the metric's own value as ``{log_prefix}{name}`` (a dict of
+    Vendi orders as ``{name}/{order}``, several bandwidths as ``{name}/{i}``) and the others as
+    ``{log_prefix}{name}_{key}`` (FastMMD's ``_p_value``, FINC's ``_missing`` score and ``_novel_modes`` /
+    ``_missing_modes`` counts); plain torchmetrics metrics log ``compute()``. With ``images`` and a TensorBoard logger, each metric's ``galleries`` (modes, significant
+    novel modes, SPEC clusters of both signs) are logged as ``{log_prefix}{name}/{gallery}``, rows labelled; that
+    keeps up to ``max_gallery_samples`` validation embeddings per rank for the second pass.
 
     Args:
         metrics: ``{name: metric}``.
         embedding: student submodule name or ``fn(pl_module, batch) -> Tensor``.
         batch_input: what the submodule is fed when the callback embeds a batch itself.
-        reference_dataloader: reference batches for two-sample metrics (each rank embeds every
-            ``world_size``-th batch), or the name of a datamodule method returning them (e.g.
-            ``"train_dataloader_for_eval"``: train vs validation), resolved at ``setup``.
-        reference_features: a fixed (N, d) reference embedding for two-sample metrics.
-        spec_reference: the reference of ``SPECDivergence`` metrics (module, table with ``index``, function).
+        reference_dataloader: reference batches for two-sample metrics (each rank embeds its share), or the name
+            of a datamodule method returning them (e.g. ``"train_dataloader_for_eval"``), resolved at ``setup``.
+        reference_features: a fixed (N, d) reference embedding (tensor or array) for two-sample metrics.
+        spec_reference: the reference of paired metrics (module, table with ``index``, function).
         spec_reference_input: what a ``spec_reference`` module is fed (default ``batch_input``).
         index: where a batch holds its dataset indices (galleries, table lookups).
         images: ``fn(dataset_index) -> image (C, H, W)``, an indexable dataset, or the name of a datamodule
-            method such as ``"image_of"``, for galleries.
-        gallery_modes: modes per gallery; gallery_per_mode: images per mode.
+            attribute such as ``"image_of"``, for galleries.
+        gallery_modes: modes per gallery.
+        gallery_per_mode: images per mode.
         max_gallery_samples: validation embeddings kept per rank for galleries.
-        dataloader_idx: the validation dataloader whose batches are measured.
+        dataloader_idx: the validation dataloader whose batches are measured (>= 0).
         log_prefix: prefix of the logged names.
 
-    Example:
+    Examples:
         >>> from lightning_spectral.metrics import FKEAVendi
         >>> callback = EmbeddingMetrics({"vendi": FKEAVendi(sigma=1.0, n_frequencies=64)}, embedding="encoder")
         >>> sorted(callback.metrics)
@@ -85,7 +104,7 @@ class EmbeddingMetrics(Callback):
         embedding: Union[str, EmbeddingFn] = "encoder",
         batch_input: BatchSelector = None,
         reference_dataloader: Union[str, Iterable, None] = None,
-        reference_features: Optional[Tensor] = None,
+        reference_features: Union[Tensor, np.ndarray, None] = None,
         spec_reference: Any = None,
         spec_reference_input: BatchSelector = None,
         index: BatchSelector = None,
@@ -96,24 +115,37 @@ class EmbeddingMetrics(Callback):
         dataloader_idx: int = 0,
         log_prefix: str = "val/",
     ) -> None:
-        if not metrics or not all(isinstance(m, Metric) for m in metrics.values()):
+        super().__init__(embedding, batch_input, owner="EmbeddingMetrics")
+        if not isinstance(metrics, Mapping) or not metrics or not all(isinstance(m, Metric) for m in metrics.values()):
             raise ValueError("EmbeddingMetrics: `metrics` must be a non-empty {name: torchmetrics.Metric} mapping.")
         self.metrics = dict(metrics)
-        self.source = EmbeddingSource(embedding, batch_input, owner="EmbeddingMetrics")
-        self.two_sample = [n for n, m in self.metrics.items() if isinstance(m, (FINCNovelty, FastMMD))]
-        if self.two_sample and reference_dataloader is None and reference_features is None:
+        two_sample = [n for n, m in self.metrics.items() if metric_inputs(m) == "two"]
+        if two_sample and reference_dataloader is None and reference_features is None:
             raise ValueError(
-                f"EmbeddingMetrics: {self.two_sample} compare against a reference; pass `reference_dataloader` "
+                f"EmbeddingMetrics: {two_sample} compare against a reference; pass `reference_dataloader` "
                 "(embedded each epoch with the current model) or fixed `reference_features`."
             )
+        if isinstance(reference_features, np.ndarray):
+            reference_features = torch.from_numpy(np.ascontiguousarray(reference_features))
+        if reference_features is not None and (not isinstance(reference_features, Tensor) or reference_features.ndim != 2):
+            raise ValueError(
+                "EmbeddingMetrics: `reference_features` must be an (N, d) tensor or array of embeddings, got "
+                f"{type(reference_features).__name__} {tuple(getattr(reference_features, 'shape', ()))}."
+            )
+        paired = [n for n, m in self.metrics.items() if metric_inputs(m) == "paired"]
+        if paired and spec_reference is None:
+            raise ValueError(
+                f"EmbeddingMetrics: {paired} compare against a reference embedding of the same samples; pass "
+                "`spec_reference` (a frozen encoder, precomputed features with `index`, or a function)."
+            )
+        if images is not None and index is None:
+            raise ValueError("EmbeddingMetrics: galleries look images up by dataset index; pass `index` too.")
+        if isinstance(dataloader_idx, bool) or not isinstance(dataloader_idx, int) or dataloader_idx < 0:
+            raise ValueError(f"EmbeddingMetrics: `dataloader_idx` must be an integer >= 0, got {dataloader_idx!r}.")
+        if not isinstance(log_prefix, str):
+            raise ValueError(f"EmbeddingMetrics: `log_prefix` must be a string (e.g. 'val/'), got {log_prefix!r}.")
         self.reference_dataloader = reference_dataloader
         self.reference_features = reference_features
-        self.spec_names = [n for n, m in self.metrics.items() if isinstance(m, SPECDivergence)]
-        if self.spec_names and spec_reference is None:
-            raise ValueError(
-                f"EmbeddingMetrics: {self.spec_names} compare against a reference embedding of the same samples; "
-                "pass `spec_reference` (a frozen encoder, precomputed features with `index`, or a function)."
-            )
         self.spec_reference = (
             None
             if spec_reference is None
@@ -126,8 +158,6 @@ class EmbeddingMetrics(Callback):
         )
         self.index = index
         self.images = images
-        if images is not None and index is None:
-            raise ValueError("EmbeddingMetrics: galleries look images up by dataset index; pass `index` too.")
         self.gallery_modes = check_positive_int(gallery_modes, "gallery_modes")
         self.gallery_per_mode = check_positive_int(gallery_per_mode, "gallery_per_mode")
         self.max_gallery_samples = check_positive_int(max_gallery_samples, "max_gallery_samples")
@@ -143,62 +173,40 @@ class EmbeddingMetrics(Callback):
     def state_key(self) -> str:
         return self._generate_state_key(metrics=tuple(sorted(self.metrics)), prefix=self.log_prefix)
 
+    def _with(self, inputs: str) -> list[Metric]:
+        return [metric for metric in self.metrics.values() if metric_inputs(metric) == inputs]
+
     # ------------------------------------------------------------------ lifecycle
 
     @override
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        self.source.attach(pl_module)
-        if isinstance(self.reference_dataloader, str):
-            self._reference_loader = datamodule_attribute(
-                trainer, self.reference_dataloader, "EmbeddingMetrics", "reference_dataloader"
-            )()
-        else:
-            self._reference_loader = self.reference_dataloader
-        self._images = (
-            datamodule_attribute(trainer, self.images, "EmbeddingMetrics", "images")
-            if isinstance(self.images, str)
-            else self.images
-        )
+        super().setup(trainer, pl_module, stage)
+        self._reference_loader = self.resolve(trainer, self.reference_dataloader, "reference_dataloader", call=True)
+        self._images = self.resolve(trainer, self.images, "images")
         for metric in self.metrics.values():
             metric.to(pl_module.device)
         if self.spec_reference is not None:
             self.spec_reference.to(pl_module.device)
 
     @override
-    def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        self.source.detach()
-
-    @override
     def on_validation_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._kept = []
-        if trainer.sanity_checking or not self.two_sample:
+        two_sample = self._with("two")
+        if trainer.sanity_checking or not two_sample:
             return
-        if self._reference_loader is not None:
-            for name in self.two_sample:  # the model changed since last epoch: embed the reference again
-                self._reset_reference(self.metrics[name])
-            for batch_idx, batch in enumerate(self._reference_loader):
-                if batch_idx % trainer.world_size != trainer.global_rank:
-                    continue
-                z = self.source.embed(pl_module, to_device(batch, pl_module.device))
-                for name in self.two_sample:
-                    self.metrics[name].update(z, real=True)
-        else:  # fixed features: once, or again each epoch for metrics whose reset() clears the reference
-            shard = self.reference_features[trainer.global_rank :: trainer.world_size].to(pl_module.device)  # type: ignore[index]
-            for name in self.two_sample:
-                if not self.reference_accumulated or self.metrics[name].reset_real_features:
-                    self.metrics[name].update(shard, real=True)
+        with outside_inference_mode():
+            if self._reference_loader is not None:  # the model changed since last epoch: embed the reference again
+                for metric in two_sample:
+                    metric.reset_reference()  # type: ignore[operator]
+                for z, _ in self.embed_loader(self._reference_loader, trainer, pl_module):
+                    for metric in two_sample:
+                        metric.update(z, real=True)
+            else:  # fixed features: once, or again each epoch for metrics whose reset() clears the reference
+                shard = self.reference_features[trainer.global_rank :: trainer.world_size].to(pl_module.device)  # type: ignore[index]
+                for metric in two_sample:
+                    if not self.reference_accumulated or getattr(metric, "reset_real_features", True):
+                        metric.update(shard, real=True)
         self.reference_accumulated = True
-
-    @staticmethod
-    def _reset_reference(metric: Metric) -> None:
-        for state in getattr(metric, "reference_states", ()):
-            setattr(metric, state, metric._defaults[state].clone().to(metric.device))
-
-    @override
-    def on_validation_batch_start(
-        self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int, dataloader_idx: int = 0
-    ) -> None:
-        self.source.start()
 
     @override
     def on_validation_batch_end(
@@ -212,16 +220,18 @@ class EmbeddingMetrics(Callback):
     ) -> None:
         if trainer.sanity_checking or dataloader_idx != self.dataloader_idx:
             return
-        z = self.source.captured_or_embed(pl_module, batch).detach()
+        z = self.batch_embedding(pl_module, batch).detach()
         reference = None if self.spec_reference is None else self.spec_reference(batch, pl_module.device)
-        for name, metric in self.metrics.items():
-            if name in self.two_sample:
-                metric.update(z, real=False)
-            elif name in self.spec_names:
-                metric.update(z, reference)
-            else:
-                metric.update(z)
-        if self._images is not None and sum(len(k[0]) for k in self._kept) < self.max_gallery_samples:
+        with outside_inference_mode():
+            for metric in self.metrics.values():
+                inputs = metric_inputs(metric)
+                if inputs == "two":
+                    metric.update(z, real=False)
+                elif inputs == "paired":
+                    metric.update(z, reference)
+                else:
+                    metric.update(z)
+        if self._images is not None and sum(len(kept[0]) for kept in self._kept) < self.max_gallery_samples:
             ids = torch.as_tensor(select(batch, self.index, "index")).long().flatten().cpu()
             self._kept.append((z.cpu(), None if reference is None else reference.cpu(), ids))
 
@@ -230,56 +240,33 @@ class EmbeddingMetrics(Callback):
         if trainer.sanity_checking:
             return
         for name, metric in self.metrics.items():
-            if self._is_empty(metric):  # e.g. the measured dataloader did not run this epoch
+            if not metric_has_samples(metric):  # e.g. the measured dataloader did not run this epoch
                 continue
-            self._log(pl_module, name, metric.compute())
-            if isinstance(metric, FastMMD):
-                self._log(pl_module, f"{name}_p_value", metric.p_value())
-            if self._images is not None:
-                self._gallery(trainer, name, metric)
+            summary = metric.summary() if hasattr(metric, "summary") else {"": metric.compute()}
+            values: dict[str, float] = {}
+            for key, value in summary.items():
+                values.update(flatten_values(name if key == "" else f"{name}_{key}", value))
+            self.last_values.update(values)
+            # Values are global already (the metrics all-reduce their sums): no further sync.
+            self.log_values(pl_module, {key: v for key, v in values.items() if math.isfinite(v)}, self.log_prefix)
+            if self._images is not None and hasattr(metric, "galleries"):
+                self._log_galleries(trainer, name, metric)
             metric.reset()
         self._kept = []
 
-    def _is_empty(self, metric: Metric) -> bool:
-        # every rank must agree: the counts are summed over ranks before deciding
-        counts = [getattr(metric, s) for s in ("n_samples", "n_gen") if hasattr(metric, s)]
-        if not counts:
-            return False
-        total = torch.stack([c.double().sum() for c in counts]).sum()
-        if torch.distributed.is_available() and torch.distributed.is_initialized():
-            total = total.to(collective_device())
-            torch.distributed.all_reduce(total)
-        return float(total) == 0
+    def _log_galleries(self, trainer: L.Trainer, name: str, metric: Metric) -> None:
+        from lightning_spectral.viz import log_image, mode_gallery
 
-    def _log(self, pl_module: L.LightningModule, name: str, value: Any) -> None:
-        if isinstance(value, Mapping):
-            for key, item in value.items():
-                self._log(pl_module, f"{name}/{key}", item)
-            return
-        if isinstance(value, Tensor) and value.numel() > 1:  # e.g. one p-value per FastMMD bandwidth
-            for i, item in enumerate(value.flatten()):
-                self._log(pl_module, f"{name}/{i}", item)
-            return
-        value = float(value)
-        self.last_values[name] = value
-        if math.isfinite(value):  # values are global already (metrics all-reduce in compute)
-            pl_module.log(self.log_prefix + name, value, sync_dist=False, rank_zero_only=False)
-
-    def _gallery(self, trainer: L.Trainer, name: str, metric: Metric) -> None:
-        k, per_mode = self.gallery_modes, self.gallery_per_mode
-        if isinstance(metric, RFFCovariance):
-            samples = metric.top_samples([(z, ids) for z, _, ids in self._kept], k=k, per_mode=per_mode)
-        elif isinstance(metric, FINCNovelty):
-            samples = metric.top_samples([(z, ids) for z, _, ids in self._kept], k=k, per_mode=per_mode)
-        elif isinstance(metric, SPECDivergence):
-            pairs = [((z, ref), ids) for z, ref, ids in self._kept]
-            samples = metric.top_samples(pairs, k=k, sign=1, per_cluster=per_mode)
-            samples += metric.top_samples(pairs, k=k, sign=-1, per_cluster=per_mode)
-        else:
-            return
-        samples = [pair for pair in samples if len(pair[0])]
-        if samples and trainer.logger is not None and hasattr(trainer.logger.experiment, "add_image"):
-            log_image(trainer, f"{self.log_prefix}{name}_modes", mode_gallery(samples, self._images))
+        paired = metric_inputs(metric) == "paired"
+        batches = [(((z, ref) if paired else z), ids) for z, ref, ids in self._kept]
+        galleries = metric.galleries(batches, self.gallery_modes, self.gallery_per_mode)  # type: ignore[operator]
+        can_log = trainer.logger is not None and hasattr(trainer.logger.experiment, "add_image")
+        for gallery_name, gallery in galleries.items():
+            rows = [(ids, scores) for ids, scores in gallery.samples if len(ids)]
+            labels = [label for (ids, _), label in zip(gallery.samples, gallery.labels) if len(ids)]
+            if rows and can_log:
+                tag = f"{self.log_prefix}{name}/{gallery_name}"
+                log_image(trainer, tag, mode_gallery(rows, self._images, labels=labels))
 
     # ------------------------------------------------------------------ resume
 

@@ -1,4 +1,4 @@
-"""How callbacks obtain embeddings of a batch: the one mechanism shared by SPECAlign and KPCAOODMonitor.
+"""How callbacks obtain embeddings of a batch: the one mechanism every callback of this library uses.
 
 An :class:`EmbeddingSource` is either
 
@@ -8,7 +8,7 @@ An :class:`EmbeddingSource` is either
   submodule on ``batch_input(batch)``; or
 - a function ``fn(pl_module, batch) -> Tensor (N, d)``, called on demand.
 
-The hook keeps the output of the last call since :meth:`EmbeddingSource.start` (with its autograd graph
+The hook keeps the output of the last call since :meth:`EmbeddingSource.clear` (with its autograd graph
 when gradients are on, which SPECAlign needs); a submodule called several times in one step is reported
 once with a warning, because only one call can line up with the batch's samples.
 """
@@ -87,7 +87,7 @@ class EmbeddingSource:
             (see :func:`select`); ignored for a function.
         owner: name used in error messages.
 
-    Example:
+    Examples:
         >>> import torch, lightning as L
         >>> class M(L.LightningModule):
         ...     def __init__(self):
@@ -95,7 +95,7 @@ class EmbeddingSource:
         ...         self.encoder = torch.nn.Linear(3, 2)
         >>> module, source = M(), EmbeddingSource("encoder")
         >>> source.attach(module)
-        >>> source.start()
+        >>> source.clear()
         >>> _ = module.encoder(torch.randn(4, 3))
         >>> source.captured().shape
         torch.Size([4, 2])
@@ -145,12 +145,12 @@ class EmbeddingSource:
         self._calls += 1
         self._output = as_embedding(output, self.owner)
 
-    def start(self) -> None:
-        """Forget what was captured before (call at the start of each step)."""
+    def clear(self) -> None:
+        """Forget what was captured before (called at the start of each step)."""
         self._output, self._calls = None, 0
 
     def captured(self) -> Optional[Tensor]:
-        """The submodule's output of the last call since :meth:`start`, or ``None``."""
+        """The submodule's output of the last call since :meth:`clear`, or ``None``."""
         if self._calls > 1 and not self._warned:
             self._warned = True
             rank_zero_warn(
@@ -165,7 +165,7 @@ class EmbeddingSource:
             return as_embedding(self.source(pl_module, batch), self.owner)  # type: ignore[operator]
         if self._module is None:
             self.attach(pl_module)
-        self.start()
+        self.clear()
         output = self._module(select(batch, self.batch_input, "batch_input"))  # type: ignore[misc]
         self._output = None
         return as_embedding(output, self.owner)
@@ -189,7 +189,7 @@ class ReferenceEmbedding:
         index: where a batch holds its dataset indices (required for a table).
         owner: name used in error messages.
 
-    Example:
+    Examples:
         >>> import torch
         >>> table = ReferenceEmbedding(torch.eye(5), index="index")
         >>> table({"index": torch.tensor([3, 1])}, torch.device("cpu"))
@@ -235,6 +235,14 @@ class ReferenceEmbedding:
             )
         self.reference = reference
 
+    def describe(self) -> str:
+        """A short label of the reference (its kind and shape or type), e.g. for a callback's ``state_key``."""
+        if self.is_table:
+            return f"table{tuple(int(n) for n in self.reference.shape)}"
+        if isinstance(self.reference, nn.Module):
+            return type(self.reference).__name__
+        return getattr(self.reference, "__qualname__", type(self.reference).__name__)
+
     def to(self, device: torch.device) -> "ReferenceEmbedding":
         """Move a reference module to ``device``, frozen (eval mode, no gradients)."""
         if isinstance(self.reference, nn.Module):
@@ -258,23 +266,6 @@ class ReferenceEmbedding:
             output = self.reference(select(batch, self.batch_input, "reference_input"))
             return as_embedding(output, self.owner)
         return as_embedding(self.reference(batch), self.owner).to(device)
-
-
-def datamodule_attribute(trainer: "L.Trainer", name: str, owner: str, argument: str) -> Any:
-    """``getattr(trainer.datamodule, name)``: how a config names a loader method (``"train_dataloader_for_eval"``)
-    or an image lookup (``"image_of"``) that only exists once the datamodule does.
-
-    Raises:
-        ValueError: no datamodule, or it has no such attribute; the message names ``argument``.
-    """
-    datamodule = getattr(trainer, "datamodule", None)
-    if datamodule is None or not hasattr(datamodule, name):
-        where = "the trainer has no datamodule" if datamodule is None else f"{type(datamodule).__name__} has none"
-        raise ValueError(
-            f"{owner}: `{argument}`={name!r} names an attribute of the trainer's datamodule, but {where}; pass the "
-            "object itself (e.g. a DataLoader) or the name of a datamodule method."
-        )
-    return getattr(datamodule, name)
 
 
 def to_device(batch: Any, device: torch.device) -> Any:

@@ -10,35 +10,27 @@ validation data, and every validation epoch scores the validation data and any o
 - per out-of-distribution set: the flagged rate (the detection rate at the fixed threshold), the AUROC and
   the FPR at ``tpr`` TPR of this epoch's scores (:func:`~lightning_spectral.ood.detection_metrics`).
 
-Embeddings come from :class:`~lightning_spectral.callbacks.embeddings.EmbeddingSource`, the mechanism
-SPECAlign uses as well. Under DDP every decision rests on all-reduced sums and all-gathered scores, so all
+Embeddings come from :class:`~lightning_spectral.callbacks.base.EmbeddingCallback` (the lifecycle every
+callback here shares). Under DDP every decision rests on all-reduced sums and all-gathered scores, so all
 ranks log the same values and take the same branch.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from typing import Any, Optional, Union
 
 import lightning as L
 import torch
-from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor
 from torch.utils.data import DataLoader
-from torchmetrics.utilities.distributed import gather_all_tensors
 from typing_extensions import override
 
-from lightning_spectral.callbacks.embeddings import (
-    BatchSelector,
-    EmbeddingFn,
-    EmbeddingSource,
-    datamodule_attribute,
-    to_device,
-)
-from lightning_spectral.distributed import collective_device, distributed_available
+from lightning_spectral._checks import check_fraction
+from lightning_spectral.callbacks.base import EmbeddingCallback, outside_inference_mode
+from lightning_spectral.callbacks.embeddings import BatchSelector, EmbeddingFn
 from lightning_spectral.ood import KernelPCAOOD, detection_metrics, threshold_at_tpr
 
 __all__ = ["KPCAOODMonitor", "OODDriftWarning"]
@@ -50,22 +42,14 @@ class OODDriftWarning(UserWarning):
     """The in-distribution flagged rate passed ``max_flagged_rate``: the embedding drifted since the fit."""
 
 
-@contextmanager
-def _outside_inference_mode() -> Iterator[None]:
-    """Lightning validates under ``torch.inference_mode``; the detector's sums must stay ordinary tensors so
-    that later training steps can add to them in place."""
-    with torch.inference_mode(False), torch.no_grad():
-        yield
-
-
-class KPCAOODMonitor(Callback):
+class KPCAOODMonitor(EmbeddingCallback):
     """Fit a kernel PCA OOD detector on in-distribution embeddings and monitor validation / OOD data with it.
 
     Timeline in ``Trainer.fit`` (the sanity-check validation is skipped: nothing is fitted yet):
 
     1. Fit: with ``fit_on="train"`` the embeddings the training steps compute (captured by a forward hook,
-       detached) stream into the detector's sums; with a ``DataLoader`` the callback embeds it itself in eval
-       mode without gradients, rank ``r`` taking batches ``r, r + world_size, ...``.
+       detached) stream into the detector's sums; with a ``DataLoader`` the callback embeds it itself without
+       gradients, each rank its share of the samples (``r, r + world_size, ...``).
     2. At the start of the next validation epoch the sums are all-reduced and the kept subspace formed
        (``refit="once"``: the first validation epoch only; ``"epoch"``: the first validation of every training
        epoch, on that epoch's embeddings alone; a ``fit_on`` loader is embedded again with the current model).
@@ -158,7 +142,7 @@ class KPCAOODMonitor(Callback):
         stop_on_drift: bool = False,
         log_prefix: str = "ood/",
     ) -> None:
-        super().__init__()
+        super().__init__(embedding, batch_input, owner="KPCAOODMonitor")
         if refit not in REFIT_POLICIES:
             raise ValueError(f"KPCAOODMonitor: `refit` must be one of {REFIT_POLICIES}, got {refit!r}.")
         if not (isinstance(fit_on, DataLoader) or (isinstance(fit_on, str) and fit_on)):
@@ -166,10 +150,11 @@ class KPCAOODMonitor(Callback):
                 "KPCAOODMonitor: `fit_on` must be 'train', a DataLoader or the name of a datamodule method returning "
                 f"one, got {type(fit_on).__name__}."
             )
-        if isinstance(tpr, bool) or not isinstance(tpr, (int, float)) or not 0 < tpr <= 1:
-            raise ValueError(f"KPCAOODMonitor: `tpr` must be in (0, 1], got {tpr!r}.")
+        tpr = check_fraction(tpr, "tpr")
         if max_flagged_rate is not None:
-            if not 1 - tpr < max_flagged_rate <= 1:
+            if isinstance(max_flagged_rate, bool) or not isinstance(max_flagged_rate, (int, float)) or not (
+                1 - tpr < max_flagged_rate <= 1
+            ):
                 raise ValueError(
                     f"KPCAOODMonitor: `max_flagged_rate` must be in (1 - tpr, 1] = ({1 - tpr:g}, 1], got "
                     f"{max_flagged_rate!r}: the calibrated threshold already flags a fraction 1 - tpr, so a lower "
@@ -182,12 +167,13 @@ class KPCAOODMonitor(Callback):
                 )
         elif stop_on_drift:
             raise ValueError("KPCAOODMonitor: `stop_on_drift=True` needs a `max_flagged_rate` bound.")
+        if not isinstance(log_prefix, str):
+            raise ValueError(f"KPCAOODMonitor: `log_prefix` must be a string (e.g. 'ood/'), got {log_prefix!r}.")
 
-        self.source = EmbeddingSource(embedding, batch_input, owner="KPCAOODMonitor")
         self.fit_on = fit_on
         self._fit_loader: Optional[DataLoader] = None if isinstance(fit_on, str) else fit_on
         self.refit = refit
-        self.tpr = float(tpr)
+        self.tpr = tpr
         self.max_flagged_rate = None if max_flagged_rate is None else float(max_flagged_rate)
         self.stop_on_drift = bool(stop_on_drift)
         self.log_prefix = log_prefix
@@ -215,28 +201,19 @@ class KPCAOODMonitor(Callback):
         self.n_fits = 0
         self._world_size = 1
         self._scores: list[tuple[int, Tensor]] = []
-        self._warned: set[str] = set()
 
     @property
     @override
     def state_key(self) -> str:
-        source = self.source.source
-        label = source if isinstance(source, str) else getattr(source, "__qualname__", repr(source))
-        return self._generate_state_key(embedding=label, log_prefix=self.log_prefix)
+        return self._generate_state_key(embedding=self._identity(), log_prefix=self.log_prefix)
 
     # ---- setup -------------------------------------------------------------------------------------------------
     @override
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        self.source.attach(pl_module)
+        super().setup(trainer, pl_module, stage)
         self._world_size = trainer.world_size
-        if isinstance(self.fit_on, str) and self.fit_on != "train":
-            self._fit_loader = datamodule_attribute(trainer, self.fit_on, "KPCAOODMonitor", "fit_on")()
-        else:
-            self._fit_loader = None if isinstance(self.fit_on, str) else self.fit_on
-
-    @override
-    def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        self.source.detach()
+        if self.fit_on != "train":
+            self._fit_loader = self.resolve(trainer, self.fit_on, "fit_on", call=True)
 
     # ---- fitting on training batches --------------------------------------------------------------------------
     def _fits_on_train(self) -> bool:
@@ -245,25 +222,18 @@ class KPCAOODMonitor(Callback):
     @override
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if self._fits_on_train() and self.refit == "epoch":
-            with _outside_inference_mode():
+            with outside_inference_mode():
                 self.detector.reset()
             self._accumulating = True
-
-    @override
-    def on_train_batch_start(
-        self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int
-    ) -> None:
-        self.source.start()
 
     @override
     def on_train_batch_end(
         self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
         if self._fits_on_train() and self._accumulating:
-            with _outside_inference_mode():
-                embeddings = self.source.captured_or_embed(pl_module, batch).detach()
-                self._on_device(pl_module).partial_fit(embeddings)
-        self.source.start()  # drop the reference to the step's output
+            with outside_inference_mode():
+                self._on_device(pl_module).partial_fit(self.batch_embedding(pl_module, batch).detach())
+        self.source.clear()  # drop the reference to the step's output
 
     # ---- validation ---------------------------------------------------------------------------------------------
     @override
@@ -282,16 +252,16 @@ class KPCAOODMonitor(Callback):
     def _fit(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         """Finalize the sums (after embedding ``fit_on`` when it is a loader): a collective on every rank."""
         detector = self._on_device(pl_module)
-        with _outside_inference_mode():
+        with outside_inference_mode():
             if not self._fits_on_train():
                 detector.reset()
-                for embeddings in self._embed_shard(self._fit_loader, trainer, pl_module):  # type: ignore[arg-type]
+                for embeddings, _ in self.embed_loader(self._fit_loader, trainer, pl_module):  # type: ignore[arg-type]
                     detector.partial_fit(embeddings)
             try:
                 detector.finalize()
             except RuntimeError as error:  # fewer than 2 samples on all ranks together: the same on every rank
                 detector.reset()
-                self._warn_once("fit", f"KPCAOODMonitor: no detector fitted yet ({error}).")
+                self.warn_once("fit", f"KPCAOODMonitor: no detector fitted yet ({error}).")
                 return
         self._accumulating = False
         self._calibrate = True
@@ -300,12 +270,6 @@ class KPCAOODMonitor(Callback):
 
     def _monitoring(self, trainer: L.Trainer) -> bool:
         return not trainer.sanity_checking and self.detector.fitted
-
-    @override
-    def on_validation_batch_start(
-        self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int, dataloader_idx: int = 0
-    ) -> None:
-        self.source.start()
 
     @override
     def on_validation_batch_end(
@@ -319,10 +283,10 @@ class KPCAOODMonitor(Callback):
     ) -> None:
         if self._monitoring(trainer):
             with torch.no_grad():
-                embeddings = self.source.captured_or_embed(pl_module, batch)
+                embeddings = self.batch_embedding(pl_module, batch)
                 set_id = self._set_ids.get(self.ood_val_names.get(dataloader_idx, ""), 0)
                 self._scores.append((set_id, self.detector.score(embeddings)))
-        self.source.start()
+        self.source.clear()
 
     @override
     def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -330,42 +294,34 @@ class KPCAOODMonitor(Callback):
             return
         if not self.detector.fitted:
             how = "after the first training epoch" if self._fits_on_train() else "at the first validation epoch"
-            self._warn_once(
+            self.warn_once(
                 "unfitted", f"KPCAOODMonitor: the detector is not fitted, nothing is logged (it is fitted {how})."
             )
             return
-        with torch.no_grad():
-            for name, loader in self.ood_dataloaders.items():
-                for embeddings in self._embed_shard(loader, trainer, pl_module):
-                    self._scores.append((self._set_ids[name], self.detector.score(embeddings)))
+        for name, loader in self.ood_dataloaders.items():
+            for embeddings, _ in self.embed_loader(loader, trainer, pl_module):
+                self._scores.append((self._set_ids[name], self.detector.score(embeddings)))
         scores = self._gather()
         self._scores = []
         self._report(trainer, pl_module, scores)
 
-    def _embed_shard(self, loader: DataLoader, trainer: L.Trainer, pl_module: L.LightningModule) -> Iterator[Tensor]:
-        """Embeddings of this rank's batches of ``loader`` (batch ``i`` goes to rank ``i % world_size``)."""
-        for index, batch in enumerate(loader):
-            if index % trainer.world_size == trainer.global_rank:
-                yield self.source.embed(pl_module, to_device(batch, pl_module.device)).detach()
-
     def _gather(self) -> dict[int, Tensor]:
-        """All ranks' scores of this epoch per set id, in one all-gather of ``(score, set id)`` rows."""
+        """All ranks' scores of this epoch per set id, in one gather of ``(score, set id)`` rows."""
         rows = [torch.stack([s.double(), torch.full_like(s, i, dtype=torch.float64)], 1) for i, s in self._scores]
         local = torch.cat(rows).cpu() if rows else torch.zeros(0, 2, dtype=torch.float64)
-        if distributed_available():
-            local = torch.cat([part.cpu() for part in gather_all_tensors(local.to(collective_device()))])
-        return {i: local[local[:, 1] == i, 0] for i in range(len(self._set_ids) + 1)}
+        everything = self.gather(local)
+        return {i: everything[everything[:, 1] == i, 0] for i in range(len(self._set_ids) + 1)}
 
     def _report(self, trainer: L.Trainer, pl_module: L.LightningModule, scores: dict[int, Tensor]) -> None:
         inside = scores[0]
         if inside.numel() == 0:
-            self._warn_once(
+            self.warn_once(
                 "no-ind", "KPCAOODMonitor: no in-distribution validation samples; nothing is calibrated or logged."
             )
             return
         calibrating = self._calibrate
         if calibrating:
-            with _outside_inference_mode():
+            with outside_inference_mode():
                 self.detector.threshold = threshold_at_tpr(inside, self.tpr).clone().to(self.detector.threshold.device)
             self._calibrate = False
         threshold = float(self.detector.threshold)
@@ -380,16 +336,14 @@ class KPCAOODMonitor(Callback):
         for name, set_id in self._set_ids.items():
             outside = scores[set_id]
             if outside.numel() == 0:
-                self._warn_once(f"empty-{name}", f"KPCAOODMonitor: the OOD set {name!r} had no samples this epoch.")
+                self.warn_once(f"empty-{name}", f"KPCAOODMonitor: the OOD set {name!r} had no samples this epoch.")
                 continue
             detection = detection_metrics(inside, outside, self.tpr)
             metrics[f"{name}/flagged_rate"] = float((outside > threshold).double().mean())
             metrics[f"{name}/score_mean"] = float(outside.mean())
             metrics[f"{name}/auroc"] = float(detection["auroc"])
             metrics[f"{name}/fpr{100 * self.tpr:g}"] = float(detection["fpr"])
-        for key, value in metrics.items():
-            # identical on every rank (global scores); sync_dist only averages equal values, silencing Lightning
-            pl_module.log(self.log_prefix + key, value, sync_dist=True)
+        self.log_values(pl_module, metrics, self.log_prefix)  # global already: computed from gathered scores
         if not calibrating and self.max_flagged_rate is not None and flagged_rate > self.max_flagged_rate:
             self._drifted(trainer, flagged_rate)
 
@@ -408,21 +362,16 @@ class KPCAOODMonitor(Callback):
     # ---- helpers -----------------------------------------------------------------------------------------------
     def _on_device(self, pl_module: L.LightningModule) -> KernelPCAOOD:
         if self.detector.threshold.device != pl_module.device:
-            with _outside_inference_mode():
+            with outside_inference_mode():
                 self.detector.to(pl_module.device)
         return self.detector
-
-    def _warn_once(self, key: str, message: str) -> None:
-        if key not in self._warned:
-            self._warned.add(key)
-            rank_zero_warn(message)
 
     # ---- checkpointing -----------------------------------------------------------------------------------------
     @override
     def state_dict(self) -> dict[str, Any]:
         return {
-            "detector": {name: value.detach().cpu() for name, value in self.detector.state_dict().items()},
-            "in_features": self.detector.in_features,
+            "detector": {name: value.detach().cpu() if isinstance(value, Tensor) else value
+                         for name, value in self.detector.state_dict().items()},
             "accumulating": self._accumulating,
             "calibrate": self._calibrate,
             "fit_epoch": self._fit_epoch,
@@ -434,17 +383,16 @@ class KPCAOODMonitor(Callback):
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         detector = KernelPCAOOD(**self._detector_args)
         detector.load_state_dict(state_dict["detector"])
-        detector.in_features = state_dict["in_features"]
         self.detector = detector
         self._accumulating = state_dict["accumulating"]
         self._calibrate = state_dict["calibrate"]
         self._fit_epoch = state_dict["fit_epoch"]
         self.n_fits = state_dict["n_fits"]
-        pending = self._accumulating and detector.n_samples is not None and float(detector.n_samples) > 0
+        pending = self._accumulating and float(detector.sums.samples.count) > 0  # local: no collective here
         if pending and state_dict["world_size"] > 1:
             # A mid-epoch checkpoint holds rank 0's partial sums only; adding them on every rank would be wrong.
-            with _outside_inference_mode():
-                detector.reset()
+            with outside_inference_mode():
+                detector.sums.reset()
             rank_zero_warn(
                 "KPCAOODMonitor: the checkpoint was written by a DDP run in the middle of a fit; the partial sums "
                 "are dropped and the fit restarts from the remaining batches of the epoch."

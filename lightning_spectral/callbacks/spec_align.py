@@ -6,8 +6,9 @@ therefore wraps the module's ``training_step`` for the duration of ``fit`` (the 
 Lightning itself uses to redirect ``forward`` under DDP): the wrapper calls the user's step, takes the
 student embedding the step produced (a forward hook on a named submodule, so no extra forward pass), adds
 the penalty to the returned loss and returns it. Everything downstream is Lightning's own: the division by
-``accumulate_grad_batches``, AMP / ``bf16-mixed``, gradient clipping, DDP gradient averaging. The original
-method is restored when ``fit`` ends.
+``accumulate_grad_batches``, AMP / ``bf16-mixed``, gradient clipping, DDP gradient averaging. One wrapper
+serves every SPECAlign of a fit (two references, say): each registers its penalty with it, and the original
+method is restored when the last one's ``fit`` ends.
 """
 
 from __future__ import annotations
@@ -19,12 +20,13 @@ from typing import Any, Callable, Optional, Union
 
 import lightning as L
 import torch
-from lightning.pytorch.callbacks import Callback
 from torch import Tensor, nn
 from typing_extensions import override
 
-from lightning_spectral._checks import check_positive, check_positive_int
-from lightning_spectral.callbacks.embeddings import BatchSelector, EmbeddingFn, EmbeddingSource, ReferenceEmbedding
+from lightning_spectral._checks import check_memory, check_positive, check_positive_int, check_seed
+from lightning_spectral.callbacks.base import EmbeddingCallback
+from lightning_spectral.callbacks.embeddings import BatchSelector, EmbeddingFn, ReferenceEmbedding
+from lightning_spectral.distributed import all_gather_rows
 from lightning_spectral.features import KERNELS, PairedFeatureMap
 from lightning_spectral.functional.spec import spec_align_loss
 
@@ -33,7 +35,7 @@ from lightning_spectral.functional.spec import spec_align_loss
 Reference = Union[str, nn.Module, Any]
 
 
-class SPECAlign(Callback):
+class SPECAlign(EmbeddingCallback):
     r"""Adds ``weight * SPEC-diff(student, reference)`` of each training batch to the training loss.
 
     SPEC-align (Jalali et al., ICML 2025, eq. 6): ``min_theta L(psi_theta) + beta * SPEC-diff(psi_theta, psi_ref)``.
@@ -53,8 +55,8 @@ class SPECAlign(Callback):
         reference_input: what to feed a reference module (default: the same as ``student_input``).
         index: where the dataset indices are in a batch, for precomputed reference features.
         kernel: ``"cosine"`` (default, the reference implementation's) or ``"gaussian"``.
-        sigma_student: Gaussian bandwidth of the student (fixed: the student's scale drifts in training,
-            digest pitfall 15, so a cosine kernel is the robust default).
+        sigma_student: Gaussian bandwidth of the student (fixed, while the student's scale drifts in training:
+            the cosine kernel of the SPEC reference implementation is the robust default).
         sigma_reference: Gaussian bandwidth of the reference.
         n_frequencies: random frequencies per embedding for the Gaussian kernel.
         seed: frequency seed.
@@ -62,7 +64,8 @@ class SPECAlign(Callback):
         warmup_steps: ramp the weight linearly from 0 over this many optimizer steps.
         schedule: optional ``fn(global_step) -> multiplier`` applied on top (e.g. a cosine decay).
         gather: gather the batch over DDP ranks before computing SPEC (the loss then sees the global batch).
-        log_prefix: prefix of the logged values ``spec_diff``, ``penalty``, ``task_loss`` and ``weight``.
+        log_prefix: prefix of the logged values ``spec_diff``, ``penalty``, ``task_loss`` and ``weight``; several
+            SPECAlign callbacks in one fit (one per reference) need distinct prefixes.
 
     Example:
         >>> import torch
@@ -102,35 +105,45 @@ class SPECAlign(Callback):
                 )
             check_positive(sigma_student, "sigma_student")
             check_positive(sigma_reference, "sigma_reference")
+            # at least: float64 frequencies of width-1 inputs and float32 features of a 2-sample batch, both sides
+            check_memory("SPECAlign", "n_frequencies", n_frequencies, 64 * n_frequencies, "frequencies and features")
         if isinstance(warmup_steps, bool) or not isinstance(warmup_steps, int) or warmup_steps < 0:
             raise ValueError(f"SPECAlign: `warmup_steps` must be an integer >= 0, got {warmup_steps!r}.")
+        if schedule is not None and not callable(schedule):
+            raise ValueError(
+                f"SPECAlign: `schedule` must be a function `fn(global_step) -> multiplier`, got {schedule!r}."
+            )
+        if not isinstance(log_prefix, str):
+            raise ValueError(f"SPECAlign: `log_prefix` must be a string, got {log_prefix!r}.")
+        super().__init__(student, student_input, owner="SPECAlign(student)")
         self.weight = float(weight)
-        self.student = EmbeddingSource(student, student_input, owner="SPECAlign(student)")
         self.reference = ReferenceEmbedding(
             reference, reference_input if reference_input is not None else student_input, index, "SPECAlign(reference)"
         )
         self.kernel = kernel
         self.sigmas = (sigma_student, sigma_reference)
         self.n_frequencies = check_positive_int(n_frequencies, "n_frequencies")
-        self.seed = int(seed)
+        self.seed = check_seed(seed)
         self.every_n_steps = check_positive_int(every_n_steps, "every_n_steps")
         self.warmup_steps = warmup_steps
         self.schedule = schedule
-        self.gather = gather
+        self.gather = bool(gather)
         self.log_prefix = log_prefix
         self.last_spec_diff = math.nan
         self.penalised_steps = 0
         self._feature_map: Optional[PairedFeatureMap] = None
-        self._original_step: Optional[Callable] = None
+        self._trainer: Optional[L.Trainer] = None
+
+    @property
+    def student(self) -> Any:
+        """The student's :class:`~lightning_spectral.callbacks.embeddings.EmbeddingSource`."""
+        return self.source
 
     @property
     def state_key(self) -> str:
-        name = (
-            self.student.source
-            if isinstance(self.student.source, str)
-            else getattr(self.student.source, "__name__", "fn")
+        return self._generate_state_key(
+            student=self._identity(), reference=self.reference.describe(), kernel=self.kernel, log_prefix=self.log_prefix
         )
-        return self._generate_state_key(student=name, weight=self.weight, kernel=self.kernel)
 
     def weight_at(self, step: int) -> float:
         """The penalty weight at optimizer step ``step``: warm-up ramp, then ``schedule``."""
@@ -151,26 +164,14 @@ class SPECAlign(Callback):
                 "optimisation. With manual optimisation call `lightning_spectral.functional.spec_align_loss` "
                 "in your step instead."
             )
-        self.student.attach(pl_module)
         self.reference.to(pl_module.device)
-        original = pl_module.training_step
-        self._original_step = original
-
-        @functools.wraps(original)
-        def training_step(*args: Any, **kwargs: Any) -> Any:
-            self.student.start()
-            output = original(*args, **kwargs)
-            batch = args[0] if args else kwargs.get("batch")
-            return self._add_penalty(trainer, pl_module, batch, output)
-
-        pl_module.training_step = training_step  # type: ignore[method-assign]
+        self._trainer = trainer
+        _register_penalty(pl_module, self)
 
     @override
     def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
-        if self._original_step is not None:
-            del pl_module.training_step  # the instance attribute; the class method is back
-            self._original_step = None
-        self.student.detach()
+        _unregister_penalty(pl_module, self)
+        super().teardown(trainer, pl_module, stage)
 
     # ------------------------------------------------------------------ the penalty
 
@@ -182,11 +183,13 @@ class SPECAlign(Callback):
             return output
         if not isinstance(loss, Tensor):
             raise TypeError(f"SPECAlign: training_step returned a loss of type {type(loss).__name__}, not a tensor.")
-        student = self.student.captured_or_embed(pl_module, batch)
+        student = self.batch_embedding(pl_module, batch)
         reference = self.reference(batch, pl_module.device)
         if self.gather and trainer.world_size > 1:
-            student = _gather(pl_module, student, sync_grads=True)
-            reference = _gather(pl_module, reference, sync_grads=False)
+            # Every rank computes the same loss on the global batch; the gather's backward sends each rank the
+            # gradient of its own slice, and DDP averages parameter gradients: the global-batch penalty's gradient.
+            student = all_gather_rows(student, sync_grads=True)
+            reference = all_gather_rows(reference)
         spec_diff = spec_align_loss(student, reference, feature_map=self._paired_map(student, reference))
         penalty = weight * spec_diff
         total = loss + penalty.to(loss.dtype)
@@ -223,15 +226,45 @@ class SPECAlign(Callback):
         self.penalised_steps = int(state_dict["penalised_steps"])
 
 
-def _gather(pl_module: L.LightningModule, x: Tensor, sync_grads: bool) -> Tensor:
-    """Concatenate (N_rank, d) over ranks, padding uneven batches; with ``sync_grads`` gradients flow back.
+_PENALTIES = "_lightning_spectral_penalties"
 
-    Every rank computes the same loss on the global batch; the all-gather backward sums the ranks'
-    gradients for each local slice and DDP averages parameter gradients, so the parameters receive exactly
-    the gradient of the global-batch penalty.
-    """
-    sizes = pl_module.all_gather(torch.tensor(x.shape[0], device=x.device)).flatten()
-    largest = int(sizes.max())
-    padded = torch.cat([x, x.new_zeros(largest - x.shape[0], x.shape[1])]) if x.shape[0] < largest else x
-    gathered = pl_module.all_gather(padded, sync_grads=sync_grads)  # (world, largest, d)
-    return torch.cat([gathered[rank, : int(size)] for rank, size in enumerate(sizes)])
+
+def _register_penalty(pl_module: L.LightningModule, callback: SPECAlign) -> None:
+    """Add ``callback``'s penalty to the module's ``training_step``, wrapping it once for all SPECAlign callbacks."""
+    registry = pl_module.__dict__.get(_PENALTIES)
+    if registry is None:
+        original = pl_module.training_step
+        registry = {"callbacks": [], "replaced": pl_module.__dict__.get("training_step")}
+
+        @functools.wraps(original)
+        def training_step(*args: Any, **kwargs: Any) -> Any:
+            output = original(*args, **kwargs)
+            batch = args[0] if args else kwargs.get("batch")
+            for penalty in list(registry["callbacks"]):
+                output = penalty._add_penalty(penalty._trainer, pl_module, batch, output)
+            return output
+
+        pl_module.training_step = training_step  # type: ignore[method-assign]
+        pl_module.__dict__[_PENALTIES] = registry
+    clash = [other for other in registry["callbacks"] if other.log_prefix == callback.log_prefix]
+    if clash:
+        raise ValueError(
+            f"SPECAlign: two SPECAlign callbacks log under log_prefix={callback.log_prefix!r}; give each its own "
+            "(e.g. 'spec_align/dino/' and 'spec_align/clip/')."
+        )
+    registry["callbacks"].append(callback)
+
+
+def _unregister_penalty(pl_module: L.LightningModule, callback: SPECAlign) -> None:
+    """Remove ``callback``'s penalty; the last one out restores what ``training_step`` was before."""
+    registry = pl_module.__dict__.get(_PENALTIES)
+    if registry is None or callback not in registry["callbacks"]:
+        return
+    registry["callbacks"].remove(callback)
+    if registry["callbacks"]:
+        return
+    del pl_module.__dict__[_PENALTIES]
+    if registry["replaced"] is None:
+        pl_module.__dict__.pop("training_step", None)  # the class method is back
+    else:
+        pl_module.training_step = registry["replaced"]  # type: ignore[method-assign]

@@ -83,6 +83,7 @@ def parse_order(text: str) -> Union[int, float, str]:
 
 def run(args: argparse.Namespace, session: Session) -> dict[str, Any]:
     from lightning_spectral.functional.fkea import vendi_from_spectrum
+    from lightning_spectral.functional.modes import mode_scores, top_samples
     from lightning_spectral.linalg import psd_eigenvalues
     from lightning_spectral.metrics import FastMMD, FINCNovelty, FKEAVendi
 
@@ -95,12 +96,17 @@ def run(args: argparse.Namespace, session: Session) -> dict[str, Any]:
         same_width(files)
         data, width = files[0], files[0].d
         common = dict(n_frequencies=args.n_frequencies, seed=args.seed, in_features=width)
-        vendi = FKEAVendi(args.sigma, alpha=orders, **common).to(device)
         finc = mmd = None
         if args.reference is not None:
+            # FINC's generated side holds FILE's covariance under the same frequencies: FKEA reads it from there
+            # instead of accumulating the same (2r)^2 sums a second time.
             finc_options = dict(rho=args.rho, significance=args.significance, min_eigenvalue=args.min_eigenvalue)
             finc = FINCNovelty(args.sigma, **finc_options, **common).to(device)
             mmd = FastMMD(args.sigma, **common).to(device)
+            owner, side = finc, finc.gen
+        else:
+            vendi = FKEAVendi(args.sigma, alpha=orders, **common).to(device)
+            owner, side = vendi, vendi.samples
         positive_ints(args, "top_k", "per_mode", "batch_size")
         if not 0 < args.mmd_alpha < 1:
             raise UsageError(f"`--mmd-alpha` must be a test level in (0, 1), got {args.mmd_alpha}.")
@@ -112,8 +118,6 @@ def run(args: argparse.Namespace, session: Session) -> dict[str, Any]:
                 mmd.update(features, real=False)
             else:
                 vendi.update(features)
-        if finc is not None:
-            _share_generated_sums(finc, vendi)
         if finc is not None and mmd is not None:
             reference = files[1]
             rows = shard_rows(reference.n, session.rank, session.world_size)
@@ -123,8 +127,10 @@ def run(args: argparse.Namespace, session: Session) -> dict[str, Any]:
                 mmd.update(features, real=True)
 
     # collectives from here on: every rank computes the same synced values
-    with vendi.synced():  # one eigvalsh gives every order and the top eigenvalues (no eigenvectors needed)
-        spectrum = psd_eigenvalues(vendi.cov_sum / vendi.n_samples)
+    wants_samples = args.images is not None or args.mode_samples
+    with owner.synced():  # one eigvalsh gives every order and the top eigenvalues (eigenvectors only if needed)
+        spectrum = psd_eigenvalues(side.second_moment())
+        vectors = side.modes()[1][:, : args.top_k] if wants_samples else None
     scores = vendi_from_spectrum(spectrum, orders)
     scores = scores if isinstance(scores, dict) else {orders[0]: scores}
     result: dict[str, Any] = {
@@ -138,9 +144,10 @@ def run(args: argparse.Namespace, session: Session) -> dict[str, Any]:
         for features, ids in data.chunks(args.batch_size, rows, session.progress, "modes FILE"):
             yield features.to(device), ids
 
-    wants_samples = args.images is not None or args.mode_samples
-    samples = vendi.top_samples(batches(), k=args.top_k, per_mode=args.per_mode) if wants_samples else None
-    if samples is not None:
+    samples = None
+    if vectors is not None:
+        feature_map = owner.feature_map
+        samples = top_samples(batches(), lambda x: mode_scores(x, feature_map, vectors), vectors.shape[1], args.per_mode)
         result["modes"]["top_samples"] = as_lists(samples, spectrum)
     novel_samples = novel_spectrum = None
     if finc is not None and mmd is not None:
@@ -150,14 +157,6 @@ def run(args: argparse.Namespace, session: Session) -> dict[str, Any]:
         novel = None if novel_spectrum is None else (novel_spectrum, result["finc"]["threshold"])
         result["pictures"] = _pictures(args, spectrum, novel, samples, novel_samples)
     return result
-
-
-def _share_generated_sums(finc: Any, vendi: Any) -> None:
-    """Give ``vendi`` FINC's sums of FILE instead of accumulating the same (2r)^2 covariance twice: both metrics
-    map with the same frequencies (same sigma, r, seed and width), so the sums are identical."""
-    assert torch.equal(finc.frequency_signature(), vendi.frequency_signature())
-    for mine, theirs in (("cov_sum", "gen_cov_sum"), ("feature_sum", "gen_feature_sum"), ("n_samples", "n_gen")):
-        getattr(vendi, mine).copy_(getattr(finc, theirs))
 
 
 def _finc(finc: Any, args: argparse.Namespace, batches: Any) -> tuple[dict[str, Any], Any, Any]:

@@ -11,6 +11,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from lightning_spectral.distributed import all_gather_rows
 from lightning_spectral.cli.reader import EmbeddingFile, shard_rows
 from lightning_spectral.cli.runtime import Session, UsageError, positive_ints, same_width
 
@@ -57,11 +58,7 @@ def _scores(detector: Any, table: EmbeddingFile, args: argparse.Namespace, sessi
         chunks = table.chunks(args.batch_size, rows, session.progress, f"score {table.name}")
         parts = [detector.score(features.to(session.device)).cpu() for features, _ in chunks]
     local = torch.cat(parts) if parts else torch.zeros(0, dtype=torch.float64)
-    if not session.distributed:
-        return local
-    from torchmetrics.utilities.distributed import gather_all_tensors
-
-    return torch.cat([part.cpu() for part in gather_all_tensors(local.to(session._collective_device()))])
+    return all_gather_rows(local)
 
 
 def _statistics(scores: Tensor) -> dict[str, float]:

@@ -14,15 +14,12 @@ def save_spectrum(
     plot_dir: Path, name: str, eigenvalues: Tensor, title: str, threshold: Optional[float] = None
 ) -> str:
     """Save a bar plot of ``eigenvalues`` as ``plot_dir/name.png``; returns the path."""
-    import matplotlib.pyplot as plt
-
     from lightning_spectral.viz import plot_spectrum
 
     plot_dir.mkdir(parents=True, exist_ok=True)
     path = plot_dir / f"{name}.png"
     figure = plot_spectrum(eigenvalues, threshold=threshold, title=title)
     figure.savefig(path, dpi=100)
-    plt.close(figure)
     return str(path)
 
 

@@ -20,6 +20,8 @@ from typing import Any, Optional
 import torch
 import torch.distributed as dist
 
+from lightning_spectral.distributed import all_reduce_max
+
 
 class UsageError(ValueError):
     """A bad combination of flags, reported like the library's ``ValueError`` (one line, exit code 2)."""
@@ -69,9 +71,6 @@ class Session:
     def distributed(self) -> bool:
         return self.world_size > 1
 
-    def _collective_device(self) -> torch.device:
-        return self.device if dist.get_backend() == dist.Backend.NCCL else torch.device("cpu")
-
     @contextmanager
     def agreed(self) -> Iterator[None]:
         """Run a block of local work (opening and streaming files) and make every rank agree on its outcome.
@@ -85,9 +84,8 @@ class Session:
         except Exception as caught:  # noqa: BLE001 - re-raised below, after the other ranks know
             error = caught
         if self.distributed:
-            failed = torch.tensor([0 if error is None else 1], device=self._collective_device())
-            dist.all_reduce(failed, op=dist.ReduceOp.MAX)
-            if error is None and int(failed) > 0:
+            failed = all_reduce_max(0.0 if error is None else 1.0)  # every rank votes, all decide alike
+            if error is None and failed > 0:
                 raise FailedElsewhere("another rank failed (its message is above)")
         if error is not None:
             raise error

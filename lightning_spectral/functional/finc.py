@@ -7,9 +7,11 @@ often as the reference; its mirror ``C_ref - rho C_gen`` finds the under-represe
 
 Finite samples give ``L`` many small positive eigenvalues from noise alone, so the novelty score counts only
 eigenvalues above a noise floor estimated from the data: the reference is split into two disjoint halves
-A and B (alternate samples) and the largest eigenvalue of ``C_A - rho C_B`` (or its mirror) is what noise
-alone produces between two samples of one distribution. Its size is rescaled from the halves' sample sizes
-to the test's: the noise of ``C_x - rho C_y`` has standard deviation ~ ``sqrt(1/n_x + rho^2/n_y)``::
+A and B and the largest eigenvalue of ``C_A - rho C_B`` (or its mirror) is what noise alone produces between
+two samples of one distribution. Each reference sample joins a half by a hash of its own bits
+(:func:`reference_halves`), so the halves, the floor and every score are the same for any order, batch size
+or sharding of the same samples. The floor's size is rescaled from the halves' sample sizes to the test's:
+the noise of ``C_x - rho C_y`` has standard deviation ~ ``sqrt(1/n_x + rho^2/n_y)``::
 
     floor = max(0, lambda_max(split)) * sqrt((1/n_gen + rho^2/n_ref) / (1/n_A + rho^2/n_B))
 
@@ -17,7 +19,8 @@ An eigenvalue is significant when it exceeds ``max(significance * floor, min_eig
 1e-3): the floor is itself one noisy draw, and the margin keeps one distribution against itself (disjoint
 samples) free of false modes. The absolute minimum drops the tiny eigenvalues that a real, well-resolved
 over-represented mode also has along its within-mode spread directions (its mass sits in the top one), and
-anything worth less than about 0.1 % of extra probability mass.
+anything worth less than about 0.1 % of extra probability mass (FINC, Algorithm 1 keeps "positive"
+eigenvalues; with finite samples "positive" needs such a tolerance).
 ``novelty = sum of the significant eigenvalues`` (about the extra probability mass of the novel modes times
 their within-mode kernel similarity; FINC section 3).
 """
@@ -25,7 +28,7 @@ their within-mode kernel similarity; FINC section 3).
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
+from typing import NamedTuple, Optional
 
 import torch
 from torch import Tensor
@@ -37,26 +40,27 @@ from lightning_spectral.linalg import (
     covariance,
     extreme_eigenvalues,
     symmetric_eigh,
+    symmetrize,
     top_eigenvalue,
 )
 
 #: Default margin of the significance rule: eigenvalues must exceed twice the estimated noise floor.
 DEFAULT_SIGNIFICANCE = 2.0
-#: Default absolute minimum of a significant eigenvalue (digest pitfall 12: a tolerance rather than > 0).
+#: Default absolute minimum of a significant eigenvalue (a tolerance rather than FINC Algorithm 1's "> 0").
 DEFAULT_MIN_EIGENVALUE = 1e-3
 
 
 class DifferentialSpectrum(NamedTuple):
-    """Eigen-decomposition of ``C_x - rho C_y`` with its significance threshold.
+    """Eigenvalues (and eigenvectors) of ``C_x - rho C_y`` with its significance threshold.
 
     Attributes:
         eigenvalues: (2r,) float64, descending.
-        eigenvectors: (2r, 2r) float64, columns (not yet oriented).
+        eigenvectors: (2r, 2r) float64 columns (not yet oriented), or ``None`` when only the score was needed.
         threshold: eigenvalues above it are significant (``max(significance * floor, min_eigenvalue)``).
     """
 
     eigenvalues: Tensor
-    eigenvectors: Tensor
+    eigenvectors: Optional[Tensor]
     threshold: float
 
     @property
@@ -68,6 +72,50 @@ class DifferentialSpectrum(NamedTuple):
     def score(self) -> Tensor:
         """Sum of the significant eigenvalues (0 when none passes)."""
         return self.eigenvalues[self.significant].sum()
+
+
+class NoiseSplit(NamedTuple):
+    """The reference's two disjoint halves: normalised covariances (trace 1) and sizes."""
+
+    cov_a: Tensor
+    n_a: float
+    cov_b: Tensor
+    n_b: float
+
+
+_HASH_PRIME = 2_147_483_647  # 2^31 - 1: every product below stays under 2^62, so int64 never overflows
+_hash_weights: dict[tuple[int, str], Tensor] = {}
+
+
+def reference_halves(x: Tensor) -> Tensor:
+    """(N,) bool: which half of the reference (A = True) each row of ``x`` (N, d) joins, from its bits alone.
+
+    ``h(x) = sum_j w_j b_j(x) mod p`` over the 32-bit words ``b_j`` of the row (``p = 2^31 - 1``, fixed random
+    weights ``w``), and the row joins A when ``h`` is even. Integer sums modulo ``p`` do not depend on the order
+    of anything, so any order, batching or sharding of the same rows gives the same halves. Equal rows join
+    the same half; ``-0.0`` counts as ``0.0``.
+
+    Examples:
+        >>> import torch
+        >>> x = torch.randn(1000, 4)
+        >>> halves = reference_halves(x)
+        >>> torch.equal(halves[torch.arange(999, -1, -1)], reference_halves(x.flip(0)))   # order-free
+        True
+        >>> 400 < int(halves.sum()) < 600
+        True
+    """
+    x = x.contiguous() + 0.0
+    if x.dtype == torch.float64:
+        bits = x.view(torch.int64)
+        words = torch.stack([bits & 0xFFFFFFFF, (bits >> 32) & 0xFFFFFFFF], dim=2).flatten(1)
+    else:
+        words = x.float().view(torch.int32).to(torch.int64) & 0xFFFFFFFF
+    key = (words.shape[1], str(words.device))
+    if key not in _hash_weights:
+        generator = torch.Generator().manual_seed(20_240_917)
+        _hash_weights[key] = torch.randint(1, _HASH_PRIME, (words.shape[1],), generator=generator).to(words.device)
+    hashed = ((words % _HASH_PRIME) * _hash_weights[key] % _HASH_PRIME).sum(1) % _HASH_PRIME
+    return hashed % 2 == 0
 
 
 def split_noise_floor(
@@ -106,7 +154,7 @@ def split_noise_floor(
 
 
 def _sym(matrix: Tensor) -> Tensor:
-    return (matrix + matrix.T) / 2
+    return symmetrize(matrix)
 
 
 def differential_spectrum(
@@ -114,15 +162,23 @@ def differential_spectrum(
     n_x: float,
     cov_y: Tensor,
     n_y: float,
-    floor_split: tuple,
+    split: NoiseSplit,
     rho: float,
     significance: float = DEFAULT_SIGNIFICANCE,
     min_eigenvalue: float = DEFAULT_MIN_EIGENVALUE,
+    vectors: bool = True,
 ) -> DifferentialSpectrum:
-    """Eigen-pairs of ``C_x - rho C_y`` and the threshold from the split ``(cov_a, n_a, cov_b, n_b)``."""
-    values, vectors = symmetric_eigh(cov_x - rho * cov_y)
-    floor = split_noise_floor(*floor_split, rho=rho, n_x=n_x, n_y=n_y)
-    return DifferentialSpectrum(values, vectors, max(significance * floor, min_eigenvalue))
+    """Eigenvalues (and, with ``vectors``, eigenvectors) of ``C_x - rho C_y`` and the threshold from ``split``.
+
+    Without ``vectors`` one ``eigvalsh`` suffices (the score needs no eigenvectors).
+    """
+    difference = cov_x - rho * cov_y
+    if vectors:
+        values, eigenvectors = symmetric_eigh(difference)
+    else:
+        values, eigenvectors = torch.linalg.eigvalsh(symmetrize(difference.double())).flip(0), None
+    floor = split_noise_floor(split.cov_a, split.n_a, split.cov_b, split.n_b, rho=rho, n_x=n_x, n_y=n_y)
+    return DifferentialSpectrum(values, eigenvectors, max(significance * floor, min_eigenvalue))
 
 
 def finc_spectrum(
@@ -138,7 +194,7 @@ def finc_spectrum(
 ) -> DifferentialSpectrum:
     """FINC on two embedding sets (N, d) and (M, d): the spectrum of ``C_gen - rho C_ref`` and its threshold.
 
-    The reference is split into alternate samples (``reference[0::2]``, ``reference[1::2]``) for the floor.
+    The reference is split into halves by :func:`reference_halves` for the floor.
 
     Raises:
         ValueError: an empty side, fewer than 2 reference samples, widths that differ, NaN / Inf, rho <= 0.
@@ -149,13 +205,16 @@ def finc_spectrum(
     if generated.shape[0] == 0 or reference.shape[0] < 2:
         raise ValueError("finc: needs at least 1 generated and 2 reference samples.")
     rff = GaussianRFF(generated.shape[1], n_frequencies, sigma, seed).to(generated.device)
-    half_a, half_b = reference[0::2], reference[1::2]
+    in_a = reference_halves(reference)
+    half_a, half_b = reference[in_a], reference[~in_a]
+    if min(half_a.shape[0], half_b.shape[0]) == 0:
+        raise ValueError("finc: the noise floor needs reference samples in both halves; pass more reference samples.")
     cov_a, cov_b = covariance(half_a, rff, chunk_size), covariance(half_b, rff, chunk_size)
     n_a, n_b = half_a.shape[0], half_b.shape[0]
     cov_ref = (cov_a * n_a + cov_b * n_b) / (n_a + n_b)
     return differential_spectrum(
         covariance(generated, rff, chunk_size), generated.shape[0], cov_ref, reference.shape[0],
-        (cov_a, n_a, cov_b, n_b), rho, significance, min_eigenvalue,
+        NoiseSplit(cov_a, n_a, cov_b, n_b), rho, significance, min_eigenvalue,
     )
 
 
@@ -171,7 +230,7 @@ def finc(
 ) -> Tensor:
     """FINC novelty score: the sum of the eigenvalues of ``C_gen - rho C_ref`` above the noise threshold.
 
-    Example:
+    Examples:
         >>> import torch
         >>> g = torch.Generator().manual_seed(0)
         >>> shared = torch.randn(400, 2, generator=g) * 0.1
@@ -205,7 +264,7 @@ def finc_exact(generated: Tensor, reference: Tensor, sigma: float, rho: float = 
     """Exact eigenvalues (descending) of ``C_gen - rho C_ref`` for the Gaussian kernel, through the n x n
     kernel matrices (:func:`ken_eigenvalues`). O((n+m)^3): the oracle for small n, m.
 
-    Example:
+    Examples:
         >>> import torch
         >>> x = torch.randn(20, 3)
         >>> values = finc_exact(x, x, sigma=1.0, rho=1.0)  # one sample against itself: all zero

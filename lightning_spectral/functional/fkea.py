@@ -15,7 +15,7 @@ from torch import Tensor
 
 from lightning_spectral._checks import check_features
 from lightning_spectral.features import GaussianRFF, gaussian_kernel
-from lightning_spectral.linalg import DEFAULT_CHUNK_SIZE, Alpha, covariance, psd_eigenvalues, vendi_score
+from lightning_spectral.linalg import DEFAULT_CHUNK_SIZE, Alpha, covariance, parse_alpha, psd_eigenvalues, vendi_score
 
 Orders = Union[Alpha, Sequence[Alpha]]
 VendiResult = Union[Tensor, dict]
@@ -28,7 +28,7 @@ def check_orders(alpha: Orders) -> tuple[list[Alpha], bool]:
     if not orders:
         raise ValueError("`alpha` must be an order in (0, inf] or a non-empty sequence of orders.")
     for order in orders:
-        vendi_score(torch.ones(1), order)  # validates the order with the shared message
+        parse_alpha(order)  # raises the shared message for a bad order
     return orders, single
 
 
@@ -59,7 +59,7 @@ def fkea_vendi(
     Returns:
         A scalar float64 tensor for one order, a dict keyed by order for several.
 
-    Example:
+    Examples:
         >>> import torch
         >>> x = torch.cat([torch.zeros(50, 2), torch.full((50, 2), 100.0)])  # two far-apart points
         >>> round(float(fkea_vendi(x, sigma=1.0, n_frequencies=256, alpha=2)), 1)
@@ -77,7 +77,7 @@ def vendi_exact(features: Tensor, sigma: float, alpha: Orders = 1.0) -> VendiRes
 
     The oracle FKEA converges to as r grows. For RKE alone, ``1 / mean(K^2)`` needs no eigendecomposition.
 
-    Example:
+    Examples:
         >>> import torch
         >>> round(float(vendi_exact(torch.eye(3) * 100, sigma=1.0)), 6)  # three far-apart points
         3.0

@@ -221,7 +221,7 @@ def spec(
         ValueError: different n, NaN, zero-norm rows under the cosine kernel, ``sigma <= 0`` or missing, unknown
             ``kernel`` / ``method`` / ``precision``.
 
-    Example:
+    Examples:
         >>> import torch
         >>> g = torch.Generator().manual_seed(0)
         >>> x = torch.randn(60, 4, generator=g, dtype=torch.float64)
@@ -289,7 +289,7 @@ def match_bandwidth(
     Raises:
         ValueError: different n, NaN, ``sigma_reference <= 0``.
 
-    Example:
+    Examples:
         >>> import torch
         >>> x = torch.randn(200, 3, generator=torch.Generator().manual_seed(0))
         >>> round(match_bandwidth(x, 10 * x, sigma_reference=1.0), 2)   # scaling x by 10 scales sigma by 10
@@ -357,7 +357,7 @@ def spec_align_loss(
     Returns:
         Scalar tensor in the student's dtype (float32 for half-precision input).
 
-    Example:
+    Examples:
         >>> import torch
         >>> student = torch.randn(32, 8, requires_grad=True)
         >>> loss = spec_align_loss(student, torch.randn(32, 5))
@@ -445,7 +445,7 @@ class SpecAlignSolver:
     Raises:
         ValueError: as :func:`spec_align_loss`; ``tol`` not > 0; ``block`` < 2; ``steps`` or ``max_cycles`` < 1.
 
-    Example:
+    Examples:
         >>> import torch
         >>> solver = SpecAlignSolver(kernel="cosine")
         >>> student = torch.randn(64, 8, dtype=torch.float64, requires_grad=True)

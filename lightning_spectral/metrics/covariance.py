@@ -1,4 +1,4 @@
-"""Streaming random-Fourier-feature covariance and its modes: the shared state behind FKEA and kernel PCA."""
+"""Streaming random-Fourier-feature covariance and its modes: the shared state behind FKEA."""
 
 from __future__ import annotations
 
@@ -6,12 +6,12 @@ from collections.abc import Iterable
 from typing import Any, Optional
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
-from lightning_spectral._checks import check_positive_int
-from lightning_spectral.functional.modes import Ids, Modes, mode_scores, orient, top_samples
-from lightning_spectral.linalg import DEFAULT_CHUNK_SIZE, add_covariance_, symmetric_eigh
-from lightning_spectral.metrics._base import RFFMetric
+from lightning_spectral._checks import check_positive_int, check_state_memory
+from lightning_spectral.functional.modes import Ids, Modes, mode_scores, top_samples
+from lightning_spectral.linalg import DEFAULT_CHUNK_SIZE
+from lightning_spectral.metrics.base import ModeGallery, RFFMetric
 
 
 class RFFCovariance(RFFMetric):
@@ -19,18 +19,23 @@ class RFFCovariance(RFFMetric):
 
     ``phi`` is :class:`~lightning_spectral.features.GaussianRFF` (``2r`` features of unit norm), so ``trace(C) = 1``
     and the non-zero eigenvalues of ``C`` equal those of the proxy kernel matrix ``K~/n`` (FKEA eq. 2).
-    States: ``cov_sum`` (2r, 2r), ``feature_sum`` (2r,) and ``n_samples``, float64 sums, all-reduced under DDP;
-    memory does not grow with the number of samples.
+    State: one :class:`~lightning_spectral.metrics.side.CovarianceSide`, ``samples`` (the count, the feature sum
+    (2r,) and the outer-product sum (2r, 2r), float64), all-reduced under DDP; memory does not grow with the
+    number of samples.
 
     Args:
         sigma: Gaussian bandwidth (> 0).
         n_frequencies: number of frequencies ``r`` (features ``2r``).
         seed: seed of the frequencies; every rank must use the same one.
         in_features: input width; if ``None`` the feature map is built at the first ``update``.
-        chunk_size: rows per chunk of the accumulation.
+        chunk_size: rows per chunk: rows wait in a buffer until this many are pending.
+        feature: optional frozen module mapping images to embeddings; ``update`` then takes images (see
+            :class:`~lightning_spectral.metrics.feature.FrozenFeature`).
+        normalize: with ``feature``: float images in [0, 1] (True) or uint8 in [0, 255] (False).
+        save_feature: with ``feature``: keep its weights in ``state_dict``.
         kwargs: ``torchmetrics.Metric`` keyword arguments.
 
-    Example:
+    Examples:
         >>> import torch
         >>> metric = RFFCovariance(sigma=1.0, n_frequencies=16)
         >>> metric.update(torch.randn(100, 3))
@@ -39,12 +44,7 @@ class RFFCovariance(RFFMetric):
         (torch.Size([32, 32]), 1.0)
     """
 
-    is_differentiable = False
     higher_is_better: Optional[bool] = None
-
-    cov_sum: Tensor
-    feature_sum: Tensor
-    n_samples: Tensor
 
     def __init__(
         self,
@@ -53,22 +53,18 @@ class RFFCovariance(RFFMetric):
         seed: int = 0,
         in_features: Optional[int] = None,
         chunk_size: int = DEFAULT_CHUNK_SIZE,
+        feature: Optional[nn.Module] = None,
+        normalize: bool = False,
+        save_feature: bool = False,
         **kwargs: Any,
     ) -> None:
-        super().__init__(sigma, n_frequencies, seed, in_features, chunk_size, **kwargs)
-        self.add_sum_state("cov_sum", (self.feature_dim, self.feature_dim))
-        self.add_sum_state("feature_sum", (self.feature_dim,))
-        self.add_sum_state("n_samples")
+        check_state_memory(type(self).__name__, check_positive_int(n_frequencies, "n_frequencies"), matrices=1, vectors=1)
+        super().__init__(sigma, n_frequencies, seed, in_features, chunk_size, feature, normalize, save_feature, **kwargs)
+        self.samples = self.add_side("samples", self.feature_dim)
 
     def update(self, features: Tensor) -> None:
-        """Add a batch of embeddings (N, d); N may be 0."""
-        feature_map = self.validated_features_map(features)
-        add_covariance_(self.cov_sum, features, feature_map, self.chunk_size, feature_sum=self.feature_sum)
-        self.n_samples += features.shape[0]
-
-    def _covariance(self) -> Tensor:
-        self._require_samples(self.n_samples)
-        return self.cov_sum / self.n_samples
+        """Add a batch of embeddings (N, d), or of images with ``feature``; N may be 0."""
+        self.samples.add(self.embeddings(features))
 
     def compute(self) -> Tensor:
         """The covariance ``C`` (2r, 2r), float64.
@@ -76,7 +72,7 @@ class RFFCovariance(RFFMetric):
         Raises:
             RuntimeError: no samples were accumulated on any rank.
         """
-        return self._covariance()
+        return self.samples.second_moment()
 
     def modes(self, k: int = 10) -> Modes:
         """The top-``k`` eigenvalues and eigenvectors (2r, k) of ``C``, over all ranks (a collective under DDP).
@@ -87,9 +83,9 @@ class RFFCovariance(RFFMetric):
         """
         check_positive_int(k, "k")
         with self.synced():
-            values, vectors = self.cached("eigh", lambda: symmetric_eigh(self._covariance()))
+            values, vectors = self.cached("eigh", self.samples.modes)
             k = min(k, values.shape[0])
-            vectors = orient(vectors[:, :k], self.feature_sum)
+            vectors = vectors[:, :k]
         return Modes(values[:k], vectors, torch.ones(k, dtype=torch.bool))
 
     def top_samples(
@@ -113,3 +109,13 @@ class RFFCovariance(RFFMetric):
         return top_samples(
             batches, lambda x: mode_scores(x, feature_map, vectors), vectors.shape[1], per_mode, self.process_group
         )
+
+    def galleries(
+        self, batches: Iterable[tuple[Tensor, Ids]], k: int, per_mode: int, reference_batches: Optional[Iterable] = None
+    ) -> dict[str, ModeGallery]:
+        """``{"modes": ...}``: the top samples of the top ``k`` modes, each row labelled with its eigenvalue (the
+        mode's share of the kernel covariance's unit trace)."""
+        samples = self.top_samples(batches, k, per_mode)
+        values = self.modes(k).eigenvalues
+        labels = [f"mode {i + 1}: {float(v):.1%} of the mass" for i, v in enumerate(values[: len(samples)])]
+        return {"modes": ModeGallery(samples, labels)}

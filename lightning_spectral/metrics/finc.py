@@ -1,4 +1,4 @@
-"""FINCNovelty: the modes a model produces more often than a reference (FINC), with a noise-aware score."""
+"""FINCNovelty: the modes a model produces more (novel) or less (missing) often than a reference (FINC)."""
 
 from __future__ import annotations
 
@@ -6,18 +6,20 @@ from collections.abc import Iterable
 from typing import Any, Optional
 
 from lightning.pytorch.utilities import rank_zero_warn
-from torch import Tensor
+from torch import Tensor, nn
 
-from lightning_spectral._checks import check_positive, check_positive_int, check_side
+from lightning_spectral._checks import check_bool, check_positive, check_positive_int, check_side, check_state_memory
 from lightning_spectral.functional.finc import (
     DEFAULT_MIN_EIGENVALUE,
     DEFAULT_SIGNIFICANCE,
     DifferentialSpectrum,
+    NoiseSplit,
     differential_spectrum,
+    reference_halves,
 )
 from lightning_spectral.functional.modes import Ids, Modes, mode_scores, orient, top_samples
-from lightning_spectral.linalg import DEFAULT_CHUNK_SIZE, add_covariance_
-from lightning_spectral.metrics._base import RFFMetric
+from lightning_spectral.linalg import DEFAULT_CHUNK_SIZE
+from lightning_spectral.metrics.base import ModeGallery, RFFMetric
 
 
 class FINCNovelty(RFFMetric):
@@ -30,8 +32,9 @@ class FINCNovelty(RFFMetric):
     Score (``compute``): finite samples give ``L`` many small positive eigenvalues from noise alone, often
     summing to more than a real novel class contributes, so only eigenvalues above a noise threshold count:
     ``novelty = sum of eigenvalues > max(significance * floor, min_eigenvalue)``, where the floor is the
-    largest eigenvalue that two disjoint halves of the reference produce against each other (alternate
-    reference samples go to halves A and B as they stream in), rescaled to the test's sample sizes. See
+    largest eigenvalue that two disjoint halves of the reference produce against each other (each reference
+    sample joins a half by a hash of its own values, so order, batching and sharding do not matter), rescaled
+    to the test's sample sizes. See
     :mod:`lightning_spectral.functional.finc` for the formula. ``novel_modes(k).significant`` says which
     modes pass. The rule assumes ``rho >= 1`` (the paper's range); 0 means no novel mode was found.
 
@@ -44,11 +47,10 @@ class FINCNovelty(RFFMetric):
         min_eigenvalue: absolute minimum of a significant eigenvalue (default 1e-3, about 0.1 % extra mass).
         reset_real_features: if False, ``reset()`` keeps the reference side (as torchmetrics' FID), so a
             reference is accumulated once per run.
-        in_features: as :class:`~lightning_spectral.metrics.RFFCovariance`.
-        chunk_size: as for ``in_features``.
-        kwargs: ``torchmetrics.Metric`` keyword arguments.
+        in_features, chunk_size, feature, normalize, save_feature, kwargs: as
+            :class:`~lightning_spectral.metrics.RFFCovariance` (with ``feature``, ``update`` takes images).
 
-    Example:
+    Examples:
         >>> import torch
         >>> g = torch.Generator().manual_seed(0)
         >>> metric = FINCNovelty(sigma=1.0, n_frequencies=256)
@@ -61,18 +63,8 @@ class FINCNovelty(RFFMetric):
         1
     """
 
-    is_differentiable = False
-    reference_states = ("ref_cov_sum_a", "ref_cov_sum_b", "ref_feature_sum", "n_ref_a", "n_ref_b")
+    inputs = "two"
     higher_is_better: Optional[bool] = None
-
-    gen_cov_sum: Tensor
-    gen_feature_sum: Tensor
-    n_gen: Tensor
-    ref_cov_sum_a: Tensor
-    ref_cov_sum_b: Tensor
-    ref_feature_sum: Tensor
-    n_ref_a: Tensor
-    n_ref_b: Tensor
 
     def __init__(
         self,
@@ -85,80 +77,80 @@ class FINCNovelty(RFFMetric):
         reset_real_features: bool = True,
         in_features: Optional[int] = None,
         chunk_size: int = DEFAULT_CHUNK_SIZE,
+        feature: Optional[nn.Module] = None,
+        normalize: bool = False,
+        save_feature: bool = False,
         **kwargs: Any,
     ) -> None:
-        super().__init__(sigma, n_frequencies, seed, in_features, chunk_size, **kwargs)
-        self.rho = check_positive(rho, "rho")
-        if self.rho < 1:
+        rho = check_positive(rho, "rho")
+        significance = check_positive(significance, "significance")
+        min_eigenvalue = check_positive(min_eigenvalue, "min_eigenvalue")
+        check_bool(reset_real_features, "reset_real_features")
+        check_state_memory(type(self).__name__, check_positive_int(n_frequencies, "n_frequencies"), matrices=3, vectors=3)
+        super().__init__(sigma, n_frequencies, seed, in_features, chunk_size, feature, normalize, save_feature, **kwargs)
+        if rho < 1:
             rank_zero_warn(
-                f"FINCNovelty: rho={self.rho} < 1 lets shared modes through as 'novel' and the noise floor "
+                f"FINCNovelty: rho={rho} < 1 lets shared modes through as 'novel' and the noise floor "
                 "assumes rho >= 1 (the FINC paper's range)."
             )
-        self.significance = check_positive(significance, "significance")
-        self.min_eigenvalue = check_positive(min_eigenvalue, "min_eigenvalue")
-        if not isinstance(reset_real_features, bool):
-            raise TypeError(f"`reset_real_features` must be a bool, got {reset_real_features!r}.")
+        self.rho, self.significance, self.min_eigenvalue = rho, significance, min_eigenvalue
         self.reset_real_features = reset_real_features
-        width = self.feature_dim
-        for side in ("gen_cov_sum", "ref_cov_sum_a", "ref_cov_sum_b"):
-            self.add_sum_state(side, (width, width))
-        self.add_sum_state("gen_feature_sum", (width,))
-        self.add_sum_state("ref_feature_sum", (width,))
-        for count in ("n_gen", "n_ref_a", "n_ref_b"):
-            self.add_sum_state(count)
+        self.gen = self.add_side("gen", self.feature_dim)
+        self.ref_a = self.add_side("ref_a", self.feature_dim, reference=True)
+        self.ref_b = self.add_side("ref_b", self.feature_dim, reference=True)
 
     def update(self, features: Tensor, real: bool) -> None:
-        """Add embeddings (N, d) of the reference (``real=True``) or of the generated side (``real=False``)."""
+        """Add embeddings (N, d) (or images, with ``feature``) of the reference (``real=True``) or of the
+        generated side (``real=False``)."""
         check_side(real, "FINCNovelty")
-        feature_map = self.validated_features_map(features)
+        features = self.embeddings(features)
         if not real:
-            add_covariance_(self.gen_cov_sum, features, feature_map, self.chunk_size, self.gen_feature_sum)
-            self.n_gen += features.shape[0]
+            self.gen.add(features)
             return
-        # alternate samples go to halves A and B (their difference measures the noise floor)
-        first_to_a = int(self.n_ref_a + self.n_ref_b) % 2
-        halves = ((first_to_a, "ref_cov_sum_a", "n_ref_a"), (1 - first_to_a, "ref_cov_sum_b", "n_ref_b"))
-        for half, cov_sum, count in halves:
-            rows = features[half::2]
-            add_covariance_(getattr(self, cov_sum), rows, feature_map, self.chunk_size, self.ref_feature_sum)
-            setattr(self, count, getattr(self, count) + rows.shape[0])
+        in_a = reference_halves(features)  # a half per sample, from its content: order-free
+        self.ref_a.add(features[in_a])
+        self.ref_b.add(features[~in_a])
 
-    def _spectrum(self, missing: bool) -> DifferentialSpectrum:
-        return self.cached("missing" if missing else "novel", lambda: self._decompose(missing))
+    def _spectrum(self, missing: bool, vectors: bool = True) -> DifferentialSpectrum:
+        name = ("missing" if missing else "novel") + ("" if vectors else "_values")
+        return self.cached(name, lambda: self._decompose(missing, vectors))
 
-    def _decompose(self, missing: bool) -> DifferentialSpectrum:
-        n_gen, n_a, n_b = float(self.n_gen), float(self.n_ref_a), float(self.n_ref_b)
+    def _decompose(self, missing: bool, vectors: bool) -> DifferentialSpectrum:
+        n_gen, n_a, n_b = float(self.gen.count), float(self.ref_a.count), float(self.ref_b.count)
         if n_gen <= 0:
             raise RuntimeError(
                 "FINCNovelty: no generated samples were accumulated (on any rank); call `update(x, real=False)`."
             )
-        if n_a + n_b < 2:
+        if min(n_a, n_b) < 1:
             raise RuntimeError(
-                "FINCNovelty: fewer than 2 reference samples were accumulated (on any rank); call "
-                "`update(x, real=True)` with the reference (or keep it with `reset_real_features=False`)."
+                f"FINCNovelty: the noise floor needs reference samples in both halves, got {n_a:.0f} and {n_b:.0f} "
+                "(on all ranks); call `update(x, real=True)` with more reference samples (or keep the reference "
+                "with `reset_real_features=False`)."
             )
-        cov_gen = self.gen_cov_sum / n_gen
-        cov_a, cov_b = self.ref_cov_sum_a / n_a, self.ref_cov_sum_b / n_b
-        cov_ref = (self.ref_cov_sum_a + self.ref_cov_sum_b) / (n_a + n_b)
-        split = (cov_a, n_a, cov_b, n_b)
+        cov_gen = self.gen.second_moment()
+        cov_ref = (self.ref_a.cov_sum + self.ref_b.cov_sum) / (n_a + n_b)
+        split = NoiseSplit(self.ref_a.second_moment(), n_a, self.ref_b.second_moment(), n_b)
         sides = ((cov_ref, n_a + n_b), (cov_gen, n_gen)) if missing else ((cov_gen, n_gen), (cov_ref, n_a + n_b))
-        return differential_spectrum(*sides[0], *sides[1], split, self.rho, self.significance, self.min_eigenvalue)
+        return differential_spectrum(
+            *sides[0], *sides[1], split, self.rho, self.significance, self.min_eigenvalue, vectors=vectors
+        )
 
     def compute(self) -> Tensor:
         """Novelty score: the sum of the eigenvalues of ``C_gen - rho C_ref`` above the noise threshold."""
-        return self._spectrum(missing=False).score
+        return self._spectrum(missing=False, vectors=False).score
 
     def threshold(self, missing: bool = False) -> float:
         """The significance threshold of the novel (or missing) modes: ``max(significance * floor, min_eigenvalue)``."""
         with self.synced():
-            return self._spectrum(missing).threshold
+            return self._spectrum(missing, vectors=False).threshold
 
     def _modes(self, k: int, missing: bool) -> Modes:
         check_positive_int(k, "k")
         with self.synced():
             spectrum = self._spectrum(missing)
             k = min(k, spectrum.eigenvalues.shape[0])
-            vectors = orient(spectrum.eigenvectors[:, :k], self.ref_feature_sum if missing else self.gen_feature_sum)
+            feature_sum = self.ref_a.feature_sum + self.ref_b.feature_sum if missing else self.gen.feature_sum
+            vectors = orient(spectrum.eigenvectors[:, :k], feature_sum)  # type: ignore[index]
         return Modes(spectrum.eigenvalues[:k], vectors, spectrum.significant[:k])
 
     def novel_modes(self, k: int = 10) -> Modes:
@@ -187,3 +179,38 @@ class FINCNovelty(RFFMetric):
         return top_samples(
             batches, lambda x: mode_scores(x, feature_map, vectors), vectors.shape[1], per_mode, self.process_group
         )
+
+    def missing_score(self) -> Tensor:
+        """The sum of the significant eigenvalues of ``C_ref - rho C_gen``: the mass of the missing modes."""
+        with self.synced():
+            return self._spectrum(missing=True, vectors=False).score
+
+    def summary(self) -> dict[str, Tensor]:
+        """The novelty score (``""``), the missing-mode score and how many novel / missing modes are significant."""
+        with self.synced():
+            novel = self._spectrum(missing=False, vectors=False)
+            missing = self._spectrum(missing=True, vectors=False)
+        return {
+            "": novel.score,
+            "missing": missing.score,
+            "novel_modes": novel.significant.sum().double(),
+            "missing_modes": missing.significant.sum().double(),
+        }
+
+    def galleries(
+        self, batches: Iterable[tuple[Tensor, Ids]], k: int, per_mode: int, reference_batches: Optional[Iterable] = None
+    ) -> dict[str, ModeGallery]:
+        """``"novel"``: generated samples (``batches``) of the significant novel modes; ``"missing"``: reference
+        samples (``reference_batches``) of the significant missing modes. A gallery with no significant mode is
+        left out. Rows are labelled with the eigenvalue (about the extra probability mass times the mode's
+        within-mode similarity)."""
+        galleries = {}
+        for name, missing, stream in (("novel", False, batches), ("missing", True, reference_batches)):
+            modes = self._modes(k, missing)
+            count = int(modes.significant.sum())
+            if stream is None or count == 0:
+                continue
+            samples = self.top_samples(stream, k=count, per_mode=per_mode, missing=missing)
+            labels = [f"{name} {i + 1}: +{float(v):.3f}" for i, v in enumerate(modes.eigenvalues[:count])]
+            galleries[name] = ModeGallery(samples, labels)
+        return galleries

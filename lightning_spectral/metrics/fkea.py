@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+from torch import nn
+
 from lightning_spectral.functional.fkea import Orders, VendiResult, check_orders, vendi_from_spectrum
 from lightning_spectral.linalg import DEFAULT_CHUNK_SIZE, psd_eigenvalues, rke_from_covariance
 from lightning_spectral.metrics.covariance import RFFCovariance
@@ -31,9 +33,8 @@ class FKEAVendi(RFFCovariance):
         n_frequencies: r; the covariance is 2r x 2r.
         alpha: an order in (0, inf] (``"inf"`` allowed) or a sequence of orders.
         seed: frequency seed, identical on every rank.
-        in_features: as :class:`RFFCovariance`.
-        chunk_size: as for ``in_features``.
-        kwargs: ``torchmetrics.Metric`` keyword arguments.
+        in_features, chunk_size, feature, normalize, save_feature, kwargs: as :class:`RFFCovariance` (with
+            ``feature``, ``update`` takes images).
 
     Returns (``compute``):
         A scalar tensor for one order (loggable with ``self.log("val/vendi", metric)``), or a dict
@@ -43,7 +44,7 @@ class FKEAVendi(RFFCovariance):
         ValueError: bad ``sigma`` / ``n_frequencies`` / ``alpha``; bad batches (rank, width change, NaN / Inf).
         RuntimeError: ``compute`` before any sample.
 
-    Example:
+    Examples:
         >>> import torch
         >>> metric = FKEAVendi(sigma=1.0, n_frequencies=512, alpha=[1, 2])
         >>> centers = torch.randn(4, 8) * 50          # 4 far-apart modes
@@ -63,15 +64,18 @@ class FKEAVendi(RFFCovariance):
         seed: int = 0,
         in_features: Optional[int] = None,
         chunk_size: int = DEFAULT_CHUNK_SIZE,
+        feature: Optional[nn.Module] = None,
+        normalize: bool = False,
+        save_feature: bool = False,
         **kwargs: Any,
     ) -> None:
-        super().__init__(sigma, n_frequencies, seed, in_features, chunk_size, **kwargs)
-        self.orders, self._single_order = check_orders(alpha)
-        self.alpha = alpha
+        orders, single = check_orders(alpha)  # before the (2r)^2 state is allocated
+        super().__init__(sigma, n_frequencies, seed, in_features, chunk_size, feature, normalize, save_feature, **kwargs)
+        self.orders, self._single_order, self.alpha = orders, single, alpha
 
     def compute(self) -> VendiResult:
         """Vendi score(s) of everything accumulated (over all ranks)."""
-        covariance = self._covariance()
+        covariance = self.samples.second_moment()
         if self._single_order and self.orders[0] == 2:
             return rke_from_covariance(covariance)
         return vendi_from_spectrum(psd_eigenvalues(covariance), self.alpha)

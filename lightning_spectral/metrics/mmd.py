@@ -3,15 +3,24 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from numbers import Real
 from typing import Any, Optional, Union
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
-from lightning_spectral._checks import check_positive, check_side
+from lightning_spectral._checks import (
+    check_bool,
+    check_fraction,
+    check_positive,
+    check_positive_int,
+    check_side,
+    check_state_memory,
+)
+from lightning_spectral.features import MultiBandwidthRFF
 from lightning_spectral.functional.mmd import MMDTest, asymptotic_p_value, mmd_from_means, null_moments
-from lightning_spectral.linalg import DEFAULT_CHUNK_SIZE, add_covariance_
-from lightning_spectral.metrics._base import RFFMetric
+from lightning_spectral.linalg import DEFAULT_CHUNK_SIZE
+from lightning_spectral.metrics.base import RFFMetric
 
 
 class FastMMD(RFFMetric):
@@ -25,7 +34,8 @@ class FastMMD(RFFMetric):
     - ``unbiased=False``: ``||z_real - z_gen||^2``.
 
     ``sigma`` may be a sequence: one estimate per bandwidth, all from the same standard-normal draws
-    (``W = Z / sigma``), so estimates across bandwidths are correlated (as in the authors' code).
+    (``W = Z / sigma``; :class:`~lightning_spectral.features.MultiBandwidthRFF` projects once and rescales), so
+    estimates across bandwidths are correlated (as in the authors' code).
 
     The test (:meth:`p_value`, :meth:`test`) needs no stored samples: the pooled feature covariance is kept as
     a sum state, and under H0 ``T = ||z_real - z_gen||^2`` is distributed as ``(1/m + 1/n) sum_k l_k chi2_1``
@@ -35,9 +45,12 @@ class FastMMD(RFFMetric):
     Pick sigma without looking at the tested data (for example the
     median heuristic on a held-out split): choosing it to maximise the MMD inflates the type-I error.
 
-    State per bandwidth and side: the feature sum (D = 2r), the feature covariance sum (D x D; the two sides
-    are kept apart so the reference can survive ``reset``) and the count, float64, all-reduced under DDP.
-    Memory: ``2 * len(sigma) * (2r)^2 * 8`` bytes (67 MB at r = 1024), whatever the number of samples.
+    State: two :class:`~lightning_spectral.metrics.side.CovarianceSide` s, ``real`` and ``gen``, each with per
+    bandwidth the feature sum (D = 2r) and the feature covariance sum (D x D; the sides are kept apart so the
+    reference can survive ``reset``), and the count, float64, all-reduced under DDP. Memory:
+    ``2 * len(sigma) * (2r)^2 * 8`` bytes (67 MB at r = 1024), whatever the number of samples. With
+    ``statistic_only=True`` only the means are kept (``2 * len(sigma) * 2r`` floats, the FastMMD paper's
+    algorithm): ``compute`` works, the test does not.
 
     Args:
         sigma: Gaussian bandwidth (> 0), or a sequence of bandwidths.
@@ -45,11 +58,12 @@ class FastMMD(RFFMetric):
         seed: frequency seed (identical on every rank).
         unbiased: which form ``compute`` returns.
         reset_real_features: if False, ``reset()`` keeps the reference side.
-        in_features: as :class:`~lightning_spectral.metrics.RFFCovariance`.
-        chunk_size: as for ``in_features``.
-        kwargs: ``torchmetrics.Metric`` keyword arguments.
+        statistic_only: keep only the feature means (no covariance, no p-value): memory O(r), and each update
+            costs O(N d r) instead of O(N r^2).
+        in_features, chunk_size, feature, normalize, save_feature, kwargs: as
+            :class:`~lightning_spectral.metrics.RFFCovariance` (with ``feature``, ``update`` takes images).
 
-    Example:
+    Examples:
         >>> import torch
         >>> g = torch.Generator().manual_seed(0)
         >>> mmd = FastMMD(sigma=1.0, n_frequencies=256)
@@ -59,16 +73,9 @@ class FastMMD(RFFMetric):
         (True, True)
     """
 
-    is_differentiable = False
-    reference_states = ("real_feature_sum", "n_real", "real_cov_sum")
+    inputs = "two"
     higher_is_better: Optional[bool] = False
-
-    real_feature_sum: Tensor
-    gen_feature_sum: Tensor
-    real_cov_sum: Tensor
-    gen_cov_sum: Tensor
-    n_real: Tensor
-    n_gen: Tensor
+    feature_map: Optional[MultiBandwidthRFF]  # type: ignore[assignment]
 
     def __init__(
         self,
@@ -77,46 +84,49 @@ class FastMMD(RFFMetric):
         seed: int = 0,
         unbiased: bool = True,
         reset_real_features: bool = True,
+        statistic_only: bool = False,
         in_features: Optional[int] = None,
         chunk_size: int = DEFAULT_CHUNK_SIZE,
+        feature: Optional[nn.Module] = None,
+        normalize: bool = False,
+        save_feature: bool = False,
         **kwargs: Any,
     ) -> None:
-        sigmas = (sigma,) if isinstance(sigma, (int, float)) else tuple(sigma)
+        single = isinstance(sigma, Real) or (isinstance(sigma, Tensor) and sigma.ndim == 0)
+        sigmas = (sigma,) if single else tuple(sigma) if isinstance(sigma, (Sequence, Tensor)) else None
         if not sigmas:
-            raise ValueError("`sigma` must be a positive number or a non-empty sequence of them.")
-        # one map for the standard-normal draws (sigma = 1); bandwidth s is applied as phi(x / s)
-        super().__init__(1.0, n_frequencies, seed, in_features, chunk_size, **kwargs)
-        self.sigmas = tuple(check_positive(s, "sigma") for s in sigmas)
-        self.sigma = sigma
-        self._single = isinstance(sigma, (int, float))
-        self.unbiased = bool(unbiased)
-        self.reset_real_features = bool(reset_real_features)
-        bandwidths, width = len(self.sigmas), self.feature_dim
-        for side in ("real", "gen"):
-            self.add_sum_state(f"{side}_feature_sum", (bandwidths, width))
-            self.add_sum_state(f"{side}_cov_sum", (bandwidths, width, width))
-            self.add_sum_state(f"n_{side}")
+            raise ValueError(f"`sigma` must be a positive number or a non-empty sequence of them, got {sigma!r}.")
+        sigmas = tuple(check_positive(s, "sigma") for s in sigmas)
+        statistic_only = check_bool(statistic_only, "statistic_only")
+        matrices = 0 if statistic_only else 2 * len(sigmas)
+        check_state_memory("FastMMD", check_positive_int(n_frequencies, "n_frequencies"), matrices, 2 * len(sigmas))
+        self.sigmas = sigmas
+        super().__init__(sigmas[0], n_frequencies, seed, None, chunk_size, feature, normalize, save_feature, **kwargs)
+        self.sigma = sigmas[0] if single else sigmas
+        self._single = single
+        self.unbiased = check_bool(unbiased, "unbiased")
+        self.reset_real_features = check_bool(reset_real_features, "reset_real_features")
+        self.statistic_only = statistic_only
+        covariance = not statistic_only
+        self.real = self.add_side("real", self.feature_dim, covariance, bandwidths=len(sigmas), reference=True)
+        self.gen = self.add_side("gen", self.feature_dim, covariance, bandwidths=len(sigmas))
+        if in_features is not None:
+            self.set_feature_map(in_features)
+
+    def build_feature_map(self, in_features: int) -> MultiBandwidthRFF:
+        return MultiBandwidthRFF(in_features, self.n_frequencies, self.sigmas, self.seed)
 
     def frequency_signature(self) -> Optional[Tensor]:
-        omega = super().frequency_signature()
-        if omega is None:
-            return None
-        return torch.cat([omega.flatten(), torch.tensor(self.sigmas, dtype=omega.dtype, device=omega.device)])
+        return None if self.feature_map is None else self.feature_map.frequencies()
 
     def update(self, features: Tensor, real: bool) -> None:
-        """Add embeddings (N, d) of the reference (``real=True``) or of the generated side (``real=False``)."""
+        """Add embeddings (N, d) (or images, with ``feature``) of the reference (``real=True``) or of the
+        generated side (``real=False``)."""
         check_side(real, "FastMMD")
-        feature_map = self.validated_features_map(features)
-        side = "real" if real else "gen"
-        feature_sums, cov_sums = getattr(self, f"{side}_feature_sum"), getattr(self, f"{side}_cov_sum")
-        for index, sigma in enumerate(self.sigmas):
-            add_covariance_(
-                cov_sums[index], features / sigma, feature_map, self.chunk_size, feature_sum=feature_sums[index]
-            )
-        setattr(self, f"n_{side}", getattr(self, f"n_{side}") + features.shape[0])
+        (self.real if real else self.gen).add(self.embeddings(features))
 
     def _sizes(self) -> tuple[float, float]:
-        m, n = float(self.n_real), float(self.n_gen)
+        m, n = float(self.real.count), float(self.gen.count)
         if m < 1 or n < 1:
             side = "reference (real=True)" if m < 1 else "generated (real=False)"
             raise RuntimeError(f"FastMMD: the {side} side is empty (on every rank); call `update(x, real=...)`.")
@@ -130,8 +140,15 @@ class FastMMD(RFFMetric):
         m, n = self._sizes()
         if self.unbiased and min(m, n) < 2:
             raise RuntimeError("FastMMD: the unbiased MMD^2 needs at least 2 samples per side (or unbiased=False).")
-        means = (self.real_feature_sum / m, self.gen_feature_sum / n)
+        means = (self.real.feature_sum / m, self.gen.feature_sum / n)
         return self._per_bandwidth(mmd_from_means(*means, m, n, self.unbiased))
+
+    def summary(self) -> dict[str, Tensor]:
+        """MMD^2 (``""``) and, unless ``statistic_only``, its ``p_value``. A collective under DDP."""
+        values = {"": self.compute()}
+        if not self.statistic_only:
+            values["p_value"] = self.p_value()
+        return values
 
     def p_value(self) -> Tensor:
         """Asymptotic p-value of H0 (both sides from one distribution), per bandwidth; a collective under DDP."""
@@ -141,14 +158,22 @@ class FastMMD(RFFMetric):
         """Two-sample test at level ``alpha`` from the streamed state: ``(statistic, p_value, reject)``.
 
         ``statistic`` is the biased ``MMD_b^2`` the p-value refers to. A collective under DDP.
+
+        Raises:
+            RuntimeError: with ``statistic_only=True`` (the null distribution needs the covariance sums).
         """
-        alpha = check_positive(alpha, "alpha")
+        alpha = check_fraction(alpha, "alpha", high_closed=False)
+        if self.statistic_only:
+            raise RuntimeError(
+                "FastMMD.test / p_value: the metric was built with statistic_only=True, which keeps only the feature "
+                "means; the p-value needs the pooled feature covariance. Build it with statistic_only=False."
+            )
         with self.synced():
             m, n = self._sizes()
-            mean_real, mean_gen = self.real_feature_sum / m, self.gen_feature_sum / n
+            mean_real, mean_gen = self.real.feature_sum / m, self.gen.feature_sum / n
             biased = mmd_from_means(mean_real, mean_gen, m, n, unbiased=False)
             trace, trace_sq = null_moments(
-                self.real_feature_sum + self.gen_feature_sum, self.real_cov_sum + self.gen_cov_sum, m + n
+                self.real.feature_sum + self.gen.feature_sum, self.real.cov_sum + self.gen.cov_sum, m + n
             )
             p_values = asymptotic_p_value(biased, trace, trace_sq, m, n)
         statistic, p_values = self._per_bandwidth(biased), self._per_bandwidth(p_values)

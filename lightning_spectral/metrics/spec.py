@@ -8,19 +8,20 @@ from typing import Any, Optional
 import torch
 from torch import Tensor
 
-from lightning_spectral._checks import check_positive, check_positive_int
+from lightning_spectral._checks import check_positive, check_positive_int, check_seed, check_state_memory
 from lightning_spectral.features import KERNELS, PairedFeatureMap
 from lightning_spectral.functional.modes import Ids, Modes, orient, top_samples
 from lightning_spectral.functional.spec import check_pair, nonzero
-from lightning_spectral.linalg import DEFAULT_CHUNK_SIZE, add_covariance_, differential_eigh
-from lightning_spectral.metrics._base import SumStateMetric
+from lightning_spectral.linalg import DEFAULT_CHUNK_SIZE, differential_eigh
+from lightning_spectral.metrics.base import ModeGallery, SpectralMetric
 
 
-class SPECDivergence(SumStateMetric):
+class SPECDivergence(SpectralMetric):
     r"""SPEC-diff between two embeddings ``a`` and ``b`` of the same samples, accumulated over batches.
 
-    States: the joint covariance sum ``sum_i [phi_a(a_i); phi_b(b_i)] [...]^T`` ((D_a + D_b)^2), the feature sum
-    and the count, float64, all-reduced under DDP. ``compute()`` returns ``max |lambda|`` of the differential
+    State: one :class:`~lightning_spectral.metrics.side.CovarianceSide`, ``joint``: the joint outer-product sum
+    ``sum_i [phi_a(a_i); phi_b(b_i)] [...]^T`` ((D_a + D_b)^2), the feature sum and the count, float64,
+    all-reduced under DDP. ``compute()`` returns ``max |lambda|`` of the differential
     covariance ``Gamma = D C`` (SPEC, Proposition 1), whose non-zero eigenvalues are those of
     ``Lambda = (K_a - K_b)/n``; positive eigenvalues are clusters ``a`` groups and ``b`` does not, negative ones
     the reverse (:meth:`clusters`, :meth:`top_samples`).
@@ -31,12 +32,12 @@ class SPECDivergence(SumStateMetric):
         sigma_b: Gaussian bandwidth of ``emb_b``.
         n_frequencies: ``r`` per embedding for the Gaussian kernel.
         seed: frequency seed, shared by both maps and by every rank.
-        in_features: widths ``(d_a, d_b)``; required for the cosine kernel (its state size is ``d_a + d_b``),
-            optional for the Gaussian one (built at the first ``update``).
+        in_features: widths ``(d_a, d_b)``, if known (else learnt from the first batch; under DDP a rank that
+            saw no sample adopts the others' widths before the sums are all-reduced).
         chunk_size: rows per chunk of the accumulation.
         kwargs: ``torchmetrics.Metric`` keyword arguments.
 
-    Example:
+    Examples:
         >>> import torch
         >>> metric = SPECDivergence("cosine", in_features=(4, 3))
         >>> x = torch.randn(100, 4)
@@ -45,13 +46,9 @@ class SPECDivergence(SumStateMetric):
         True
     """
 
-    is_differentiable = False
+    inputs = "paired"
     higher_is_better = False
     feature_map: Optional[PairedFeatureMap]
-
-    cov_sum: Tensor
-    feature_sum: Tensor
-    n_samples: Tensor
 
     def __init__(
         self,
@@ -64,41 +61,38 @@ class SPECDivergence(SumStateMetric):
         chunk_size: int = DEFAULT_CHUNK_SIZE,
         **kwargs: Any,
     ) -> None:
-        super().__init__(chunk_size, **kwargs)
         if kernel not in KERNELS:
             raise ValueError(f"SPECDivergence: `kernel` must be one of {KERNELS}, got {kernel!r}.")
-        self.kernel = kernel
-        self.n_frequencies = check_positive_int(n_frequencies, "n_frequencies")
-        self.seed = int(seed)
+        n_frequencies = check_positive_int(n_frequencies, "n_frequencies")
         if kernel == "gaussian":
             if sigma_a is None or sigma_b is None:
                 raise ValueError(
                     "SPECDivergence(kernel='gaussian') needs `sigma_a` and `sigma_b`; choose them with "
                     "`lightning_spectral.functional.match_bandwidth` or use kernel='cosine'."
                 )
-            self.sigmas: tuple[Optional[float], Optional[float]] = (
+            sigmas: tuple[Optional[float], Optional[float]] = (
                 check_positive(sigma_a, "sigma_a"),
                 check_positive(sigma_b, "sigma_b"),
             )
-            width = 4 * self.n_frequencies
+            check_state_memory("SPECDivergence", 2 * n_frequencies, matrices=1, vectors=1)
         else:
-            if in_features is None:
-                raise ValueError(
-                    "SPECDivergence(kernel='cosine') needs `in_features=(d_a, d_b)`: the state is "
-                    "(d_a + d_b)^2 and must have the same size on every rank before the first update."
-                )
-            self.sigmas = (None, None)
-            width = sum(check_positive_int(d, "in_features") for d in in_features)
+            sigmas = (None, None)
+        if in_features is not None and (not isinstance(in_features, (tuple, list)) or len(in_features) != 2):
+            raise ValueError(f"SPECDivergence: `in_features` must be a pair (d_a, d_b), got {in_features!r}.")
+        super().__init__(chunk_size, **kwargs)
+        self.kernel, self.sigmas, self.n_frequencies, self.seed = kernel, sigmas, n_frequencies, check_seed(seed)
+        self.joint = self.add_side("joint", 4 * n_frequencies if kernel == "gaussian" else None)
         if in_features is not None:
-            self._build_feature_map(tuple(in_features))
-        self.add_sum_state("cov_sum", (width, width))
-        self.add_sum_state("feature_sum", (width,))
-        self.add_sum_state("n_samples")
+            self.set_feature_map(tuple(in_features))
 
-    def _build_feature_map(self, in_features: tuple[int, int]) -> PairedFeatureMap:
-        self.feature_map = PairedFeatureMap(self.kernel, in_features, self.sigmas, self.n_frequencies, self.seed)
-        self.feature_map.to(self.device)
-        return self.feature_map
+    def build_feature_map(self, in_features: tuple[int, int]) -> PairedFeatureMap:
+        return PairedFeatureMap(self.kernel, in_features, self.sigmas, self.n_frequencies, self.seed, persistent=False)
+
+    def feature_width(self, in_features: tuple[int, int]) -> int:
+        return sum(self.require_feature_map().out_features)  # type: ignore[union-attr]
+
+    def map_rows(self, rows: Tensor) -> Tensor:
+        return self.require_feature_map().joint(rows)  # type: ignore[operator]
 
     def update(self, emb_a: Tensor, emb_b: Tensor) -> None:
         """Add a batch: ``emb_a`` (N, d_a) and ``emb_b`` (N, d_b), row i of both the same sample.
@@ -109,27 +103,17 @@ class SPECDivergence(SumStateMetric):
         emb_a, emb_b = check_pair(emb_a, emb_b, "SPECDivergence.update")
         widths = (emb_a.shape[1], emb_b.shape[1])
         if self.feature_map is None:
-            self._build_feature_map(widths)
-        elif widths != self.feature_map.in_features:
-            raise ValueError(
-                f"SPECDivergence.update: widths {widths} differ from the feature map's {self.feature_map.in_features}."
-            )
-        joint = torch.cat([emb_a, emb_b.to(emb_a.dtype)], dim=1)
-        add_covariance_(self.cov_sum, joint, self.feature_map.joint, self.chunk_size, feature_sum=self.feature_sum)
-        self.n_samples += joint.shape[0]
+            self.set_feature_map(widths)
+        elif widths != self.in_features:
+            raise ValueError(f"SPECDivergence.update: widths {widths} differ from the earlier batches' {self.in_features}.")
+        self.joint.add(torch.cat([emb_a, emb_b.to(emb_a.dtype)], dim=1))
 
     def frequency_signature(self) -> Optional[Tensor]:
         return None if self.feature_map is None else self.feature_map.frequencies()
 
-    def _map_from_state_dict(self, state_dict: dict, prefix: str) -> None:
-        omega_a, omega_b = state_dict.get(prefix + "map_a.omega"), state_dict.get(prefix + "map_b.omega")
-        if omega_a is not None and omega_b is not None:
-            self._build_feature_map((omega_a.shape[0], omega_b.shape[0]))
-
     def _spectrum(self) -> tuple[Tensor, Tensor]:
-        self._require_samples(self.n_samples)
-        width_a = self.feature_map.out_features[0]  # type: ignore[union-attr]
-        return self.cached("spec", lambda: differential_eigh(self.cov_sum / self.n_samples, width_a))
+        width_a = self.require_feature_map().out_features[0]  # type: ignore[index]
+        return self.cached("spec", lambda: differential_eigh(self.joint.second_moment(), width_a))
 
     def compute(self) -> Tensor:
         """SPEC-diff, the largest ``|eigenvalue|`` (float64 scalar)."""
@@ -158,8 +142,8 @@ class SPECDivergence(SumStateMetric):
             order = torch.nonzero(side).flatten()
             order = order if sign > 0 else order.flip(0)
             order = order[:k]
-            scale = self.n_samples.sqrt() * values[order].abs()
-            chosen = orient(vectors[:, order] / scale, self.feature_sum)
+            scale = self.joint.count.sqrt() * values[order].abs()
+            chosen = orient(vectors[:, order] / scale, self.joint.feature_sum)
         return Modes(values[order], chosen, torch.ones(len(order), dtype=torch.bool))
 
     def top_samples(
@@ -185,3 +169,23 @@ class SPECDivergence(SumStateMetric):
             return feature_map(emb_a, emb_b).double() @ vectors.to(emb_a.device)  # type: ignore[misc]
 
         return top_samples(batches, score, vectors.shape[1], per_cluster, self.process_group)
+
+    def galleries(
+        self,
+        batches: Iterable[tuple[tuple[Tensor, Tensor], Ids]],
+        k: int,
+        per_mode: int,
+        reference_batches: Optional[Iterable] = None,
+    ) -> dict[str, ModeGallery]:
+        """``"a_only"`` / ``"b_only"``: members of the top clusters of each sign (a second pass over ``batches``),
+        rows labelled with the eigenvalue."""
+        batches = list(batches)
+        galleries = {}
+        for name, sign in (("a_only", 1), ("b_only", -1)):
+            clusters = self.clusters(k, sign)
+            if clusters.eigenvalues.numel() == 0:
+                continue
+            samples = self.top_samples(batches, k=k, sign=sign, per_cluster=per_mode)
+            labels = [f"{name} {i + 1}: {float(v):+.3f}" for i, v in enumerate(clusters.eigenvalues)]
+            galleries[name] = ModeGallery(samples, labels)
+        return galleries

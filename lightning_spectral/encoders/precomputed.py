@@ -1,0 +1,197 @@
+"""Reference features precomputed once: a (N, d) table keyed by dataset index, written and looked up."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Optional, Union
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from lightning_spectral.files import (
+    FEATURE_SUFFIXES,
+    EmbeddingFile,
+    PathLike,
+    check_index,
+    check_table,
+    index_path,
+    native_byte_order,
+)
+
+
+def _as_tensor(values: Any) -> Tensor:
+    """A tensor of ``values`` (a tensor, an array of either byte order, a sequence), on the CPU."""
+    if isinstance(values, Tensor):
+        return values.detach().cpu()
+    return torch.as_tensor(native_byte_order(np.asarray(values)))
+
+
+def save_features(path: PathLike, features: Union[Tensor, np.ndarray], index: Union[Tensor, np.ndarray, None] = None):
+    """Write reference features (N, d) for :class:`PrecomputedFeatures`, with optional dataset indices.
+
+    ``.npy``: the array itself (read memory-mapped), the index in a sibling ``<stem>.index.npy``; ``.pt``:
+    ``{"features": tensor, "index": tensor}`` via ``torch.save``; ``.safetensors``: keys ``features`` and
+    ``index``. Row ``i`` holds the features of dataset sample ``index[i]`` (``i`` itself without an index).
+
+    Raises:
+        ValueError: unsupported suffix, features not a finite floating (N, d) array, or an index that is not
+            N distinct integers >= 0.
+
+    Examples:
+        >>> import tempfile, torch
+        >>> path = tempfile.mkdtemp() + "/ref.safetensors"
+        >>> save_features(path, torch.eye(3), index=torch.tensor([10, 20, 30]))
+        >>> PrecomputedFeatures(path)[[30, 10]]
+        tensor([[0., 0., 1.],
+                [1., 0., 0.]])
+    """
+    path = Path(os.fspath(path)).expanduser()
+    if path.suffix.lower() not in FEATURE_SUFFIXES:
+        raise ValueError(f"`path`: suffix {path.suffix!r} is not supported; use one of {', '.join(FEATURE_SUFFIXES)}.")
+    feats = _as_tensor(features)
+    check_table(feats, "features")
+    if not bool(torch.isfinite(feats).all()):
+        raise ValueError("`features` contains NaN or Inf; clean them before saving.")
+    idx = None if index is None else check_index(_as_tensor(index), feats.shape[0], "index")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    suffix = path.suffix.lower()
+    if suffix == ".npy":
+        np.save(path, feats.contiguous().numpy(), allow_pickle=False)
+        if idx is not None:
+            np.save(index_path(path), idx.numpy(), allow_pickle=False)
+        elif index_path(path).exists():
+            index_path(path).unlink()  # a stale index of an earlier file would silently remap rows
+    elif suffix == ".pt":
+        torch.save({"features": feats.contiguous(), **({} if idx is None else {"index": idx})}, path)
+    else:
+        from safetensors.torch import save_file
+
+        save_file({"features": feats.contiguous(), **({} if idx is None else {"index": idx})}, str(path))
+
+
+class PrecomputedFeatures:
+    """A table of reference features (N, d) looked up by dataset index, from a file or a tensor.
+
+    Files: ``.npy`` (memory-mapped, ``allow_pickle=False``; an optional ``<stem>.index.npy`` beside it),
+    ``.pt`` (``torch.load(weights_only=True)``: a tensor, or a dict with ``"features"`` and optional
+    ``"index"``), ``.safetensors`` (key ``"features"``, optional ``"index"``). Without an index row ``i`` is
+    dataset sample ``i``; with one, row ``i`` is sample ``index[i]`` (e.g. features written in the order of a
+    shuffled or distributed loader). Lookups return float32 (float64 stays float64). Finiteness is checked at
+    load for in-memory tables and per lookup for memory-mapped ones.
+
+    Args:
+        source: a path, a tensor or a NumPy array (N, d).
+        index: dataset indices of the rows (N distinct integers >= 0); overrides an index stored in the file.
+
+    Raises:
+        FileNotFoundError: no file at ``source``.
+        ValueError: wrong suffix, not a floating (N, d) table, NaN / Inf, a bad index, a refused file.
+        KeyError: (on lookup) a dataset index with no row.
+
+    Examples:
+        >>> import torch
+        >>> table = PrecomputedFeatures(torch.arange(6.0).reshape(3, 2), index=[7, 3, 5])
+        >>> table.shape, len(table)  # dataset indices 0..7 spanned, 3 rows stored
+        ((8, 2), 3)
+        >>> table[torch.tensor([3, 7])]
+        tensor([[2., 3.],
+                [0., 1.]])
+    """
+
+    def __init__(
+        self, source: Union[PathLike, Tensor, np.ndarray], index: Union[Tensor, np.ndarray, Sequence[int], None] = None
+    ) -> None:
+        self.path: Optional[Path] = None
+        stored_index: Any = None
+        if isinstance(source, (str, os.PathLike)):
+            file = EmbeddingFile(source, "source")  # checks suffix, shape and dtype; never unpickles
+            self.path, stored_index = file.path, file.index
+            data = file.memmap if file.memmap is not None else file.read(0, file.n, check_finite=False)
+        elif isinstance(source, (Tensor, np.ndarray)):
+            data = source.detach().cpu() if isinstance(source, Tensor) else source
+        else:
+            raise ValueError(
+                f"`source` must be a features file path (.npy / .pt / .safetensors), a tensor or an array, got "
+                f"{type(source).__name__}."
+            )
+        check_table(data, "source" if self.path is None else f"features in {str(self.path)!r}")
+        self.memory_mapped = isinstance(data, np.memmap)
+        if not self.memory_mapped:
+            if isinstance(data, np.ndarray):
+                data = np.ascontiguousarray(native_byte_order(data))
+            data = torch.as_tensor(data)
+            if not bool(torch.isfinite(data).all()):
+                bad = int((~torch.isfinite(data)).any(dim=1).sum())
+                raise ValueError(
+                    f"`source`: the features contain NaN or Inf in {bad} of {data.shape[0]} rows; clean them."
+                )
+        self._data = data
+        rows = int(data.shape[0])
+        index = stored_index if index is None else index
+        self.index: Optional[Tensor] = None
+        if index is not None:
+            self.index = check_index(_as_tensor(index), rows, "index")
+            self._sorted, self._order = torch.sort(self.index)
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """(N, d): N is the span of dataset indices, ``max(index) + 1`` with an index, else the number of rows.
+
+        Tables indexed by dataset index (``ReferenceEmbedding``) bound-check ids by ``shape[0]``; ids inside the
+        span but without a row raise ``KeyError`` on lookup. ``len(table)`` is the number of stored rows.
+        """
+        span = len(self) if self.index is None or len(self) == 0 else int(self._sorted[-1]) + 1
+        return (span, int(self._data.shape[1]))
+
+    def __len__(self) -> int:
+        return int(self._data.shape[0])
+
+    def rows(self, ids: Union[int, Sequence[int], Tensor, np.ndarray]) -> Tensor:
+        """The stored row positions of dataset indices ``ids`` (long, 1-D).
+
+        Raises:
+            KeyError: an index with no stored row.
+        """
+        ids_t = _as_tensor(ids)
+        if ids_t.is_floating_point() or ids_t.dtype == torch.bool:
+            raise ValueError(f"dataset indices must be integers, got dtype {ids_t.dtype}.")
+        ids_t = ids_t.long().flatten()
+        if self.index is None:
+            rows = ids_t
+            bad = (rows < 0) | (rows >= len(self))
+        else:
+            position = torch.searchsorted(self._sorted, ids_t).clamp(max=max(len(self) - 1, 0))
+            bad = self._sorted[position] != ids_t if len(self) else torch.ones_like(ids_t, dtype=torch.bool)
+            rows = self._order[position]
+        if bool(bad.any()):
+            missing = ids_t[bad][:5].tolist()
+            where = f"rows 0..{len(self) - 1}" if self.index is None else "the stored index"
+            raise KeyError(
+                f"PrecomputedFeatures: dataset indices {missing} have no features ({where}); the features must cover "
+                "every sample the batches index."
+            )
+        return rows
+
+    def __getitem__(self, ids: Union[int, Sequence[int], Tensor, np.ndarray]) -> Tensor:
+        """Features of dataset indices ``ids``: (len(ids), d), or (d,) for a single integer."""
+        single = isinstance(ids, (int, np.integer)) or (isinstance(ids, Tensor) and ids.ndim == 0)
+        rows = self.rows(ids)
+        if self.memory_mapped:
+            # a copy of the looked-up rows only, in the machine's byte order (a .npy may be big-endian)
+            data = torch.from_numpy(np.array(self._data[rows.numpy()], dtype=self._data.dtype.newbyteorder("=")))
+            if not bool(torch.isfinite(data).all()):
+                raise ValueError(
+                    f"PrecomputedFeatures: the features of {str(self.path)!r} hold NaN or Inf at rows "
+                    f"{rows[~torch.isfinite(data).all(dim=1)][:5].tolist()}; clean the file."
+                )
+        else:
+            data = self._data[rows]
+        data = data if data.dtype in (torch.float32, torch.float64) else data.float()
+        return data[0] if single else data
+
+    def __repr__(self) -> str:
+        source = str(self.path) if self.path is not None else "tensor"
+        return f"PrecomputedFeatures({source!r}, shape={self.shape}, indexed={self.index is not None})"

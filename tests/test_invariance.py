@@ -1,0 +1,147 @@
+"""Same answer under any order, batch size and sharding, for every number a user sees (scores, thresholds,
+p-values, selected modes, top samples), in one process and as 2 real processes (gloo) against 1.
+
+Lightning's DistributedSampler shards by stride, so the strided split is the one every DDP run meets; the
+permuted, uneven split and rank-dependent batch sizes cover the rest. The data are float64, so the only
+differences left are float64 summation orders (~1e-15 relative)."""
+
+import pytest
+import torch
+
+from lightning_spectral.metrics import FastMMD, FINCNovelty, FKEAVendi, SPECDivergence
+from lightning_spectral.ood import KernelPCAOOD
+from tests.data import mixture_means, sample_mixture
+from tests.ddp import run_ddp
+
+N = 900
+
+
+def dataset():
+    means = mixture_means(5, d=6, spread=10.0)
+    gen, _ = sample_mixture(means, N, weights=[0.3, 0.3, 0.2, 0.2, 0.0], std=0.4, seed=1)  # mode 4 missing
+    ref, _ = sample_mixture(means, N, weights=[0.2, 0.2, 0.2, 0.1, 0.3], std=0.4, seed=2)
+    novel = means[0] + torch.tensor([0.0, 0.0, 0.0, 0.0, 0.0, 30.0], dtype=torch.float64)
+    gen[:120] = novel + 0.4 * torch.randn(120, 6, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    second = gen[:, :4] @ torch.randn(4, 3, generator=torch.Generator().manual_seed(4), dtype=torch.float64)
+    probe = torch.randn(50, 6, generator=torch.Generator().manual_seed(5), dtype=torch.float64) * 5
+    return gen, ref, second, probe
+
+
+def rows_of(rank, world_size, sharding):
+    """This rank's sample indices under a sharding, in the order the rank sees them."""
+    permutation = torch.randperm(N, generator=torch.Generator().manual_seed(11))
+    if sharding == "whole":
+        return torch.arange(N)
+    if sharding == "shuffled":
+        return permutation
+    if sharding == "strided":  # DistributedSampler(shuffle=False)
+        return torch.arange(rank, N, world_size)
+    if sharding == "permuted_uneven":
+        return permutation[:310] if rank == 0 else permutation[310:]
+    raise ValueError(sharding)
+
+
+def observe(rank, world_size, sharding):
+    gen, ref, second, probe = dataset()
+    rows = rows_of(rank, world_size, sharding)
+    batch = 64 + 37 * rank + (13 if sharding == "shuffled" else 0)
+    vendi = FKEAVendi(sigma=3.0, n_frequencies=96, alpha=[1, 2, "inf"], chunk_size=200)
+    finc = FINCNovelty(sigma=3.0, n_frequencies=96, chunk_size=200)
+    mmd = FastMMD(sigma=[2.0, 5.0], n_frequencies=64, chunk_size=200)
+    spec = SPECDivergence("cosine", chunk_size=200)  # widths learnt from the data, agreed across ranks
+    detectors = {m: KernelPCAOOD(m, sigma=0.7, n_frequencies=48, explained_variance=0.8) for m in ("corp", "cop", "linear")}
+    for part in rows.split(batch):
+        vendi.update(gen[part])
+        finc.update(gen[part], real=False)
+        finc.update(ref[part], real=True)
+        mmd.update(gen[part], real=False)
+        mmd.update(ref[part], real=True)
+        spec.update(gen[part], second[part])
+        for detector in detectors.values():
+            detector.partial_fit(ref[part])
+    gen_batches = list(zip(gen[rows].split(batch), rows.split(batch), strict=True))
+    ref_batches = list(zip(ref[rows].split(batch), rows.split(batch), strict=True))
+    pair_batches = [((gen[ids], second[ids]), ids) for _, ids in gen_batches]
+    test = mmd.test()
+    out = {
+        "vendi": vendi.compute(),
+        "vendi_modes": vendi.modes(4).eigenvalues,
+        "vendi_top": [ids for ids, _ in vendi.top_samples(gen_batches, k=3, per_mode=10)],
+        "finc": finc.summary(),
+        "threshold": finc.threshold(),
+        "threshold_missing": finc.threshold(missing=True),
+        "novel": finc.novel_modes(4).significant,
+        "missing": finc.missing_modes(4).significant,
+        "novel_top": [ids for ids, _ in finc.top_samples(gen_batches, k=1, per_mode=20)],
+        "missing_top": [ids for ids, _ in finc.top_samples(ref_batches, k=1, per_mode=20, missing=True)],
+        "mmd": mmd.compute(),
+        "p_value": test.p_value,
+        "reject": test.reject,
+        "spec": spec.compute(),
+        "spec_spectrum": spec.spectrum()[:5],
+        "spec_top": [ids for ids, _ in spec.top_samples(pair_batches, k=2, sign=1, per_cluster=10)],
+    }
+    for mapping, detector in detectors.items():
+        detector.finalize()
+        out[f"{mapping}_scores"] = detector.score(probe)
+        out[f"{mapping}_q"] = detector.components.shape[1]
+        out[f"{mapping}_threshold"] = detector.calibrate(ref[rows], tpr=0.9)
+    return out
+
+
+def assert_same(got, want):
+    assert got.keys() == want.keys()
+    for key, value in want.items():
+        if isinstance(value, dict):
+            assert_same(got[key], value)
+        elif isinstance(value, list):
+            assert [ids.tolist() for ids in got[key]] == [ids.tolist() for ids in value], key
+        elif isinstance(value, torch.Tensor) and value.dtype == torch.bool:
+            assert got[key].tolist() == value.tolist(), key
+        elif isinstance(value, torch.Tensor):
+            torch.testing.assert_close(got[key], value, rtol=1e-9, atol=1e-12, msg=key)
+        else:
+            assert got[key] == pytest.approx(value, rel=1e-9, abs=1e-12), key
+
+
+@pytest.fixture(scope="module")
+def one_process():
+    want = observe(0, 1, "whole")
+    # the comparison is not vacuous: every selection has something to select
+    assert bool(want["novel"].any()) and bool(want["missing"].any()) and bool(want["reject"].all())
+    assert float(want["finc"][""]) > 0 and float(want["spec"]) > 0.01
+    return want
+
+
+def test_order_and_batch_size_do_not_change_any_number(one_process):
+    assert_same(observe(0, 1, "shuffled"), one_process)
+
+
+@pytest.mark.parametrize("sharding", ["strided", "permuted_uneven"])
+def test_two_processes_equal_one(tmp_path, one_process, sharding):
+    for status, *value in run_ddp(observe, sharding, tmp_path=tmp_path):
+        assert status == "ok", value
+        assert_same(value[0], one_process)
+
+
+def empty_rank_with_other_settings(rank, world_size, what):
+    x = torch.randn(40, 5, dtype=torch.float64)
+    if what == "n_frequencies":
+        metric = FKEAVendi(sigma=1.0, n_frequencies=32 if rank == 0 else 48)
+        if rank == 0:
+            metric.update(x)
+        return float(metric.compute())
+    detector = KernelPCAOOD("corp" if rank == 0 else "cop", n_frequencies=16)
+    if rank == 0:
+        detector.partial_fit(x)
+    detector.finalize()
+    return detector.components.shape
+
+
+@pytest.mark.parametrize("what", ["n_frequencies", "mapping"])
+def test_a_rank_without_data_and_other_settings_gets_a_clear_error_not_an_abort(tmp_path, what):
+    """The issue: gloo aborted both processes (SIGABRT, size mismatch) instead of raising."""
+    results = run_ddp(empty_rank_with_other_settings, what, tmp_path=tmp_path)
+    for status, *message in results:
+        assert status == "error", message
+        assert "different sizes on different ranks" in message[0] and "n_frequencies" in message[0], message
