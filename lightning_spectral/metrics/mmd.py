@@ -9,7 +9,7 @@ import torch
 from torch import Tensor
 
 from lightning_spectral._checks import check_positive, check_side
-from lightning_spectral.functional.mmd import MMDTest, asymptotic_p_value, mmd_from_means, null_moments
+from lightning_spectral.functional.mmd import MMDTest, mmd_from_means, streaming_p_value
 from lightning_spectral.linalg import DEFAULT_CHUNK_SIZE, add_covariance_
 from lightning_spectral.metrics._base import RFFMetric
 
@@ -147,9 +147,7 @@ class FastMMD(RFFMetric):
             m, n = self._sizes()
             mean_real, mean_gen = self.real_feature_sum / m, self.gen_feature_sum / n
             biased = mmd_from_means(mean_real, mean_gen, m, n, unbiased=False)
-            trace, trace_sq = null_moments(
-                self.real_feature_sum + self.gen_feature_sum, self.real_cov_sum + self.gen_cov_sum, m + n
-            )
-            p_values = asymptotic_p_value(biased, trace, trace_sq, m, n)
+            pooled_sum, pooled_cov = self.real_feature_sum + self.gen_feature_sum, self.real_cov_sum + self.gen_cov_sum
+            p_values = streaming_p_value(biased, pooled_sum, pooled_cov, m + n, m, n)
         statistic, p_values = self._per_bandwidth(biased), self._per_bandwidth(p_values)
         return MMDTest(statistic, p_values, p_values <= alpha)
