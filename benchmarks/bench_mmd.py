@@ -2,6 +2,7 @@
 
     python benchmarks/bench_mmd.py calibration [--trials 1000]  # blobs: type-I error of the streaming test
     python benchmarks/bench_mmd.py digits [--trials 400]        # real digit images: type-I error, random halves
+    python benchmarks/bench_mmd.py moments [--trials 400]       # bias of the null traces vs their plug-ins
     python benchmarks/bench_mmd.py power [--trials 200]         # blobs: FastMMD vs exact-MMD permutation
     python benchmarks/bench_mmd.py exact                        # n = 10k, 20k per side: speed-up, rel. error
     python benchmarks/bench_mmd.py stream [--n 1000000]         # update throughput
@@ -143,6 +144,40 @@ def split_p_values(features: torch.Tensor, splits: int) -> list[list[float]]:
     return rows
 
 
+def moments(args: argparse.Namespace) -> None:
+    """Bias of the null's trace estimates, drawing samples with replacement from a fixed set of feature vectors
+    (the truth is then the set's own covariance, exactly)."""
+    images = load_digit_images()
+    digit_map = GaussianRFF(64, 256, median_bandwidth(images[:197]), seed=0)
+    populations = {
+        "digits, r = 256": (digit_map(images).double(), (1600, 400, 100)),
+        "blobs, r = 128": (GaussianRFF(2, 128, 1.0, seed=0)(blobs(20_000, 1.0, seed=1)).double(), (500, 100)),
+    }
+    print(f"mean estimate / truth (+- 1 standard error), {args.trials} draws with replacement per size")
+    for name, (population, sizes) in populations.items():
+        centred = population - population.mean(0)
+        covariance = centred.T @ centred / population.shape[0]
+        square = covariance @ covariance
+        truth = [float(covariance.trace()), float(square.trace()), float((square * covariance).sum())]
+        print(f"  {name}: tr S {truth[0]:.4f}, tr S^2 {truth[1]:.3e}, tr S^3 {truth[2]:.3e}, "
+              f"(tr S)^2 / tr S^2 = {truth[0] ** 2 / truth[1]:.1f}")
+        generator = torch.Generator().manual_seed(0)
+        for size in sizes:
+            rows = []
+            for _ in range(args.trials):
+                z = population[torch.randint(population.shape[0], (size,), generator=generator)]
+                feature_sum, cov_sum = z.sum(0), z.T @ z
+                sample_cov = (cov_sum - torch.outer(feature_sum, feature_sum) / size) / (size - 1)
+                plug_in = float(((sample_cov @ sample_cov) * sample_cov).sum())
+                trace_sq = float(null_moments(feature_sum, cov_sum, size)[1])
+                rows.append([trace_sq / truth[1], float(null_trace_cube(feature_sum, cov_sum, size)) / truth[2],
+                             plug_in / truth[2]])
+            table = torch.tensor(rows, dtype=torch.float64)
+            mean, error = table.mean(0), table.std(0) / math.sqrt(args.trials)
+            print(f"    N = {size:>4}: tr S^2 (null_moments) {mean[0]:.3f} +- {error[0]:.3f}; tr S^3 (null_trace_cube) "
+                  f"{mean[1]:.3f} +- {error[1]:.3f}; plug-in tr(S_hat^3) {mean[2]:.3f} +- {error[2]:.3f}", flush=True)
+
+
 def power(args: argparse.Namespace) -> None:
     n, epsilon = 250, 4.0
     print(f"power on blobs (FastMMD section 4.5): P = unit blobs, Q = blobs with eigenvalue ratio {epsilon}, "
@@ -204,7 +239,7 @@ def stream(args: argparse.Namespace) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("which", choices=["calibration", "digits", "power", "exact", "stream"])
+    parser.add_argument("which", choices=["calibration", "digits", "moments", "power", "exact", "stream"])
     parser.add_argument("--trials", type=int, default=None)
     parser.add_argument("--n", type=int, default=1_000_000)
     parser.add_argument("--frequencies", type=int, nargs="+", default=[128, 1024], help="calibration: r (digits: last)")
@@ -215,9 +250,9 @@ def main() -> None:
     if args.which == "calibration":
         args.trials = args.trials or 1000
         calibration(args)
-    elif args.which == "digits":
+    elif args.which in ("digits", "moments"):
         args.trials = args.trials or 400
-        digits(args)
+        {"digits": digits, "moments": moments}[args.which](args)
     elif args.which == "power":
         args.trials = args.trials or 200
         power(args)
