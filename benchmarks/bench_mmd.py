@@ -78,11 +78,12 @@ def since(start: tuple[float, float]) -> tuple[float, float]:
 
 
 def calibration(args: argparse.Namespace) -> None:
-    print(f"type-I error on blobs (epsilon = 1) vs blobs, 250 + 250 samples, sigma = 1, {args.trials} null trials, "
+    print(f"type-I error on blobs (epsilon = 1) vs blobs, 250 + 250 samples, sigma = 1, {args.trials} null trials "
+          f"(from trial {args.first_trial}), "
           f"streaming FastMMD (pooled sums), both p-value rules on the same sums")
     for r in args.frequencies:
         start, p_values = clocks(), []
-        for trial in range(args.trials):
+        for trial in range(args.first_trial, args.first_trial + args.trials):
             x, y = blobs(250, 1.0, seed=10_000 + 2 * trial), blobs(250, 1.0, seed=10_001 + 2 * trial)
             p_values.append(streaming_p_values(x, y, 1.0, r, trial))
         print(f"  r = {r}:")
@@ -245,6 +246,7 @@ def main() -> None:
     parser.add_argument("--frequencies", type=int, nargs="+", default=[128, 1024], help="calibration: r (digits: last)")
     parser.add_argument("--per-side", type=int, default=800, help="digits: images per side")
     parser.add_argument("--splits", type=int, default=20_000, help="digits: random halves of one pool")
+    parser.add_argument("--first-trial", type=int, default=0, help="calibration: seed index of the first trial")
     args = parser.parse_args()
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
     if args.which == "calibration":

@@ -237,7 +237,9 @@ def test_streaming_p_value_degenerate_bandwidths_and_errors():
         streaming_p_value(torch.stack(statistics), sums[0], covs[0], 210, 120, 90)
     with pytest.raises(ValueError, match="`count` \\(200\\) must be m \\+ n \\(210\\)"):
         streaming_p_value(statistics[0], sums[0], covs[0], 200, 120, 90)
-    with pytest.raises(ValueError, match="at least 6"):
+    with pytest.raises(ValueError, match="at least one sample on each side"):
+        streaming_p_value(statistics[0], sums[0], covs[0], 210, 210, 0)
+    with pytest.raises(ValueError, match="at least 6 samples"):
         streaming_p_value(statistics[0], sums[0], covs[0], 5, 3, 2)
 
 
