@@ -322,6 +322,32 @@ def _ritz_check(
     return theta, (ritz if vectors else None)
 
 
+def eigenvalues_above(matrix: Tensor, threshold: float, first: int = 16) -> Tensor:
+    """The eigenvalues of a symmetric matrix above ``threshold`` (descending), and at least the next one below.
+
+    For a score that sums only the eigenvalues above a threshold (FINC's), most of the spectrum is not needed:
+    Lanczos (:func:`extreme_eigenpairs`) finds the top ``k = first`` eigenvalues; while the smallest of them is
+    still above ``threshold``, ``k`` grows fourfold. Past a quarter of the size the dense ``eigvalsh`` answers.
+
+    Returns:
+        (m,) float64, descending: every eigenvalue > ``threshold`` and one or more below it (or all of them).
+
+    Examples:
+        >>> import torch
+        >>> eigenvalues_above(torch.diag(torch.arange(100.0)), 96.5, first=4).tolist()
+        [99.0, 98.0, 97.0, 96.0]
+    """
+    size = matrix.shape[0]
+    k = min(first, size)
+    while 4 * k <= size:
+        values, _ = extreme_eigenpairs(matrix, 0, k)
+        values = values.flip(0)
+        if float(values[-1]) <= threshold:
+            return values
+        k *= 4
+    return torch.linalg.eigvalsh(symmetrize(matrix.double())).flip(0)
+
+
 def eigen_dtype(precision: str, size: int) -> torch.dtype:
     """The dtype of a symmetric eigenvalue problem: ``"float64"``, ``"float32"``, or ``"auto"`` (float32 from
     :data:`FLOAT32_MIN_SIZE` rows).

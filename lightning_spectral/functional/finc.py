@@ -38,6 +38,7 @@ from lightning_spectral.features import GaussianRFF, gaussian_kernel
 from lightning_spectral.linalg import (
     DEFAULT_CHUNK_SIZE,
     covariance,
+    eigenvalues_above,
     extreme_eigenvalues,
     symmetric_eigh,
     symmetrize,
@@ -54,7 +55,8 @@ class DifferentialSpectrum(NamedTuple):
     """Eigenvalues (and eigenvectors) of ``C_x - rho C_y`` with its significance threshold.
 
     Attributes:
-        eigenvalues: (2r,) float64, descending.
+        eigenvalues: (2r,) float64, descending; when only the score was needed, the top ones: every eigenvalue
+            above the threshold and at least one below.
         eigenvectors: (2r, 2r) float64 columns (not yet oriented), or ``None`` when only the score was needed.
         threshold: eigenvalues above it are significant (``max(significance * floor, min_eigenvalue)``).
     """
@@ -170,15 +172,20 @@ def differential_spectrum(
 ) -> DifferentialSpectrum:
     """Eigenvalues (and, with ``vectors``, eigenvectors) of ``C_x - rho C_y`` and the threshold from ``split``.
 
-    Without ``vectors`` one ``eigvalsh`` suffices (the score needs no eigenvectors).
+    Without ``vectors`` one ``eigvalsh`` suffices (the score needs no eigenvectors), and at ``rho = 1`` only
+    the eigenvalues above the threshold (and the next one), by Lanczos
+    (:func:`~lightning_spectral.linalg.eigenvalues_above`).
     """
     difference = cov_x - rho * cov_y
+    floor = split_noise_floor(split.cov_a, split.n_a, split.cov_b, split.n_b, rho=rho, n_x=n_x, n_y=n_y)
+    threshold = max(significance * floor, min_eigenvalue)
     if vectors:
         values, eigenvectors = symmetric_eigh(difference)
-    else:
+    elif rho == 1.0:  # the top eigenvalues stand out of a noise spectrum symmetric about 0: Lanczos is fast
+        values, eigenvectors = eigenvalues_above(difference, threshold), None
+    else:  # rho > 1 packs the top of the spectrum just above 0 (as for the floor): Lanczos would stall
         values, eigenvectors = torch.linalg.eigvalsh(symmetrize(difference.double())).flip(0), None
-    floor = split_noise_floor(split.cov_a, split.n_a, split.cov_b, split.n_b, rho=rho, n_x=n_x, n_y=n_y)
-    return DifferentialSpectrum(values, eigenvectors, max(significance * floor, min_eigenvalue))
+    return DifferentialSpectrum(values, eigenvectors, threshold)
 
 
 def finc_spectrum(
