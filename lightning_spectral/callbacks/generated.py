@@ -91,6 +91,13 @@ def draw_samples(
         yield torch.arange(start, start + size), images
 
 
+def for_display(images: Tensor, min_side: int = 48) -> Tensor:
+    """Images (N, C, H, W) enlarged by a whole factor (nearest neighbour) until their shorter side is ``min_side``
+    or more: 8x8 digits become readable in a gallery, and each row is tall enough for its label."""
+    factor = math.ceil(min_side / max(min(images.shape[-2:]), 1))
+    return images if factor <= 1 else torch.nn.functional.interpolate(images, scale_factor=factor, mode="nearest")
+
+
 class GeneratedSamples(EmbeddingCallback):
     """Samples the module every validation epoch and logs its metrics of the generated images, with galleries.
 
@@ -333,6 +340,8 @@ class GeneratedSamples(EmbeddingCallback):
             summary = metric.summary() if hasattr(metric, "summary") else {"": metric.compute()}
             found: dict[str, float] = {}
             for key, value in summary.items():
+                if isinstance(value, Mapping):  # orders 1.0 (as a config file parses them) are logged as /1
+                    value = {int(k) if isinstance(k, float) and k.is_integer() else k: v for k, v in value.items()}
                 found.update(flatten_values(name if key == "" else f"{name}_{key}", value))
             self.last_timings["metrics"] += time.perf_counter() - start
             # Values are global already (the metrics all-reduce their sums): no further sync.
@@ -392,7 +401,7 @@ class GeneratedSamples(EmbeddingCallback):
             if shown and can_log:
                 from lightning_spectral.viz import log_image, mode_gallery
 
-                grid = mode_gallery(shown, images, labels=record.labels)
+                grid = mode_gallery(shown, for_display(images), labels=record.labels)
                 log_image(trainer, f"{self.log_prefix}{name}/{gallery_name}", grid)
 
     def _fetch(self, trainer: L.Trainer, ids: Tensor, name: str) -> tuple[Tensor, Tensor]:
