@@ -322,6 +322,8 @@ def test_configuration_errors(tmp_path):
         GeneratedSamples({}, feature=pixels)
     with pytest.raises(ValueError, match="n_samples"):
         GeneratedSamples({"vendi": FKEAVendi(SIGMA, 16)}, feature=pixels, n_samples=0)
+    with pytest.raises(ValueError, match="`galleries`"):
+        GeneratedSamples({"vendi": FKEAVendi(SIGMA, 16)}, feature=pixels, galleries=["finc"])
     callback = GeneratedSamples({"vendi": FKEAVendi(SIGMA, 16)}, feature=pixels, sample="draw")
     with pytest.raises(ValueError, match="`sample`='draw' names no method of DigitsVAE"):
         trainer_for(tmp_path, callback, logger=False).fit(tiny_vae(), datamodule=DigitsImages())

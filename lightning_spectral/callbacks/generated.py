@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, Callable, NamedTuple, Optional, Union
 
 import lightning as L
@@ -126,7 +126,8 @@ class GeneratedSamples(EmbeddingCallback):
         label_key: where a reference batch holds class labels (optional): :attr:`last_galleries` then gives the
             classes of the real images of each mode.
         every_n_epochs: measure every n-th epoch (and at the last one); ``trainer.validate`` always measures.
-        galleries: build galleries (and keep images for them).
+        galleries: build galleries (and keep images for them): ``True`` for every metric that has them, ``False``, or
+            the names of the metrics whose galleries to build (each costs the metric's eigenvectors).
         gallery_modes: modes per gallery.
         gallery_per_mode: images per mode.
         max_gallery_images: images kept for galleries, per stream (the generated samples, each reference), over
@@ -160,7 +161,7 @@ class GeneratedSamples(EmbeddingCallback):
         image_key: BatchSelector = "image",
         label_key: BatchSelector = None,
         every_n_epochs: int = 1,
-        galleries: bool = True,
+        galleries: Union[bool, Sequence[str]] = True,
         gallery_modes: int = 4,
         gallery_per_mode: int = 8,
         max_gallery_images: int = 2000,
@@ -205,7 +206,15 @@ class GeneratedSamples(EmbeddingCallback):
         self.seed = check_seed(seed)
         self.image_key, self.label_key = image_key, label_key
         self.every_n_epochs = check_positive_int(every_n_epochs, "every_n_epochs")
-        self.galleries = check_bool(galleries, "galleries")
+        if isinstance(galleries, bool):
+            self.galleries: tuple[str, ...] = tuple(self.metrics) if galleries else ()
+        elif isinstance(galleries, Sequence) and not isinstance(galleries, str) and set(galleries) <= set(self.metrics):
+            self.galleries = tuple(galleries)
+        else:
+            raise ValueError(
+                f"GeneratedSamples: `galleries` must be True, False or names of metrics {sorted(self.metrics)}, got "
+                f"{galleries!r}."
+            )
         self.gallery_modes = check_positive_int(gallery_modes, "gallery_modes")
         self.gallery_per_mode = check_positive_int(gallery_per_mode, "gallery_per_mode")
         self.max_gallery_images = check_nonnegative_int(max_gallery_images, "max_gallery_images")
@@ -348,7 +357,7 @@ class GeneratedSamples(EmbeddingCallback):
             self.log_values(pl_module, {key: v for key, v in found.items() if math.isfinite(v)}, self.log_prefix)
             values.update(found)
             start = time.perf_counter()
-            if self.galleries and hasattr(metric, "galleries"):
+            if name in self.galleries and hasattr(metric, "galleries"):
                 self._galleries(trainer, name, metric, can_log)
             if can_log and hasattr(metric, "plot_spectrum"):
                 from lightning_spectral.viz import log_figure
