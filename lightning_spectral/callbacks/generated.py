@@ -106,7 +106,8 @@ class GeneratedSamples(EmbeddingCallback):
     ``_novel_modes`` / ``_missing_modes`` counts, FastMMD's ``_p_value``). Images ``gen/{name}/{gallery}`` and
     figures ``gen/{name}/spectrum`` with a TensorBoard logger. :attr:`history` keeps every epoch's values,
     :attr:`last_galleries` the last galleries as images (with the classes of reference images), and
-    :attr:`last_timings` the seconds spent sampling, embedding, in the metrics and on pictures.
+    :attr:`last_timings` the seconds spent sampling, embedding, in the metrics' updates and
+    ``summary()``, on the references (embedded and added, when a metric holds none) and on pictures.
 
     Args:
         metrics: ``{name: metric}`` taking embeddings (build them without ``feature=``: the callback embeds once).
@@ -265,9 +266,11 @@ class GeneratedSamples(EmbeddingCallback):
     def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if not self.due(trainer):
             return
-        self.last_timings = dict.fromkeys(("sample", "embed", "metrics", "reference", "pictures"), 0.0)
+        self.last_timings = dict.fromkeys(("sample", "embed", "update", "compute", "reference", "pictures"), 0.0)
         with outside_inference_mode():
+            start = time.perf_counter()
             self._feed_references(trainer, pl_module)
+            self.last_timings["reference"] = time.perf_counter() - start
             self._feed_samples(trainer, pl_module)
             values = self._report(trainer, pl_module)
         self.history[trainer.current_epoch] = values
@@ -288,10 +291,7 @@ class GeneratedSamples(EmbeddingCallback):
         for batch in shard_loader(self._loaders[name], trainer.global_rank, trainer.world_size):
             images = to_device(select(batch, self.image_key, "image_key"), pl_module.device)
             labels = None if self.label_key is None else torch.as_tensor(select(batch, self.label_key, "label_key"))
-            start = time.perf_counter()
-            z = self.feature(images, f"references[{name!r}] images")
-            self.last_timings["reference"] += time.perf_counter() - start
-            yield z, images, labels
+            yield self.feature(images, f"references[{name!r}] images"), images, labels
 
     def _feed_references(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         """Embed each reference into the metrics that hold none (a collective: every rank asks every metric); metrics
@@ -330,7 +330,7 @@ class GeneratedSamples(EmbeddingCallback):
             done = time.perf_counter()
             self.last_timings["sample"] += embedded - start
             self.last_timings["embed"] += updated - embedded
-            self.last_timings["metrics"] += done - updated
+            self.last_timings["update"] += done - updated
             if kept < share:
                 keep = min(share - kept, len(ids))
                 self._kept.append((z[:keep].cpu(), ids[:keep], images[:keep].detach().cpu()))
@@ -352,7 +352,7 @@ class GeneratedSamples(EmbeddingCallback):
                 if isinstance(value, Mapping):  # orders 1.0 (as a config file parses them) are logged as /1
                     value = {int(k) if isinstance(k, float) and k.is_integer() else k: v for k, v in value.items()}
                 found.update(flatten_values(name if key == "" else f"{name}_{key}", value))
-            self.last_timings["metrics"] += time.perf_counter() - start
+            self.last_timings["compute"] += time.perf_counter() - start
             # Values are global already (the metrics all-reduce their sums): no further sync.
             self.log_values(pl_module, {key: v for key, v in found.items() if math.isfinite(v)}, self.log_prefix)
             values.update(found)
