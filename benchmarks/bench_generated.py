@@ -8,9 +8,10 @@ Each setting is validated twice: the first pass also embeds the references (cach
 ``reset_real_features=False``); the second is the steady state of every later epoch. The callback times its own
 parts (``last_timings``): sampling (excluded from the cost), embedding with the extractor, the metrics' updates
 (the three covariance sums), their ``summary()`` (the eigendecompositions), the pictures (galleries, with the
-eigenvectors they need, and spectrum figures, logged to TensorBoard) and, in the first pass, the references. Extractors: the pixels (``PixelImageFeature(8)``, 64-d) and the tiny open_clip ViT of
-``recipes/configs/tiny.yaml`` (random weights, 32 x 32 input, 64-d), so the embedding share of a real extractor
-shows. Everything runs side by side in one process.
+eigenvectors they need, and spectrum figures, logged to TensorBoard) and, in the first pass, the references.
+Extractors: the pixels (``PixelImageFeature(8)``, 64-d) and the tiny open_clip ViT of ``recipes/configs/tiny.yaml``
+(random weights, 32 x 32 input, 64-d), so the embedding share of a real extractor shows. Everything runs side by
+side in one process.
 """
 
 from __future__ import annotations

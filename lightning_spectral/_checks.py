@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Sequence
 from typing import Optional
 
 import torch
@@ -198,7 +199,9 @@ def check_normalisation(
         raise ValueError(f"`{std_name}` must be > 0 in every channel, got {std!r}.")
 
 
-def check_image_batch(images: object, name: str = "images", channels: tuple[int, ...] = (1, 3), owner: str = "") -> Tensor:
+def check_image_batch(
+    images: object, name: str = "images", channels: Sequence[int] = (1, 3), owner: str = ""
+) -> Tensor:
     """Validate a float batch of images (N, C, H, W) with C in ``channels`` and return it as float32.
 
     Raises:

@@ -138,7 +138,9 @@ def summarise(generated: GeneratedSamples, kid: Optional[KIDAlongside], data: Di
     return {"epochs": rows, "modes": modes}
 
 
-def summary_text(result: dict[str, Any], data: DigitsImages, generated: GeneratedSamples, log_dir: Optional[str]) -> str:
+def summary_text(
+    result: dict[str, Any], data: DigitsImages, generated: GeneratedSamples, log_dir: Optional[str]
+) -> str:
     """The table a person reads at the end of a run."""
     drop = f"digits {list(data.drop_classes)} leave the training stream from epoch {data.drop_after_epoch + 1}" if (
         data.drop_classes) else "every digit, every epoch"
@@ -197,7 +199,8 @@ def main(args: Optional[list[str]] = None) -> dict[str, Any]:
     result["timings"] = dict(generated.last_timings)
     if trainer.is_global_zero:
         print(summary_text(result, cli.datamodule, generated, result["log_dir"]), flush=True)
-        for path in {config["summary_json"], result["log_dir"] and str(Path(result["log_dir"]) / "summary.json")} - {None}:
+        in_log_dir = result["log_dir"] and str(Path(result["log_dir"]) / "summary.json")
+        for path in {config["summary_json"], in_log_dir} - {None, ""}:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
             Path(path).write_text(json.dumps(result, indent=2))
     return result

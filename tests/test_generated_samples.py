@@ -71,7 +71,10 @@ def assert_same_summaries(first, second):
 # ---------------------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("make", [lambda: PixelImageFeature(8), lambda: ClipImageFeature(model_kwargs=TINY_CLIP), tiny_timm])
+@pytest.mark.parametrize(
+    "make", [lambda: PixelImageFeature(8), lambda: ClipImageFeature(model_kwargs=TINY_CLIP), tiny_timm],
+    ids=["pixels", "clip", "timm"],
+)
 def test_metrics_fed_images_equal_metrics_fed_the_embeddings(make):
     extractor = make()
     images, _ = digits(160)
@@ -271,7 +274,8 @@ def test_logged_values_equal_the_metrics_and_pictures_reach_tensorboard(tmp_path
     events = EventAccumulator(str(trainer.logger.log_dir), size_guidance={"images": 0})
     events.Reload()
     tags = set(events.Tags()["images"])
-    assert {"gen/vendi/modes", "gen/finc/missing", "gen/vendi/spectrum", "gen/finc/spectrum", "gen/mmd/spectrum"} <= tags
+    pictures = {"gen/vendi/modes", "gen/finc/missing", "gen/vendi/spectrum", "gen/finc/spectrum", "gen/mmd/spectrum"}
+    assert pictures <= tags
     assert ("gen/finc/novel" in tags) == (want["finc_novel_modes"] > 0)  # no novelty gallery without a novel mode
     missing = callback.last_galleries["finc/missing"]
     assert missing.labels[0].startswith("missing 1: +") and missing.images[0].shape[1:] == (1, 8, 8)

@@ -218,8 +218,8 @@ def test_finc_names_the_dropped_digits_and_nothing_in_the_normal_run(capsys):
 
 def train_briefly(model, global_seed):
     torch.manual_seed(global_seed)  # the global RNG after initialisation differs between the runs
-    trainer = L.Trainer(max_epochs=1, limit_train_batches=3, limit_val_batches=0, logger=False, enable_checkpointing=False,
-                        enable_progress_bar=False, enable_model_summary=False)
+    trainer = L.Trainer(max_epochs=1, limit_train_batches=3, limit_val_batches=0, logger=False,
+                        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
     trainer.fit(model, datamodule=DigitsImages(batch_size=32))
     return [p.detach().clone() for p in model.parameters()]
 

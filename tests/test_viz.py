@@ -100,7 +100,8 @@ def test_importing_the_callbacks_and_encoders_adds_no_heavy_dependency():
         "print(' '.join(sorted(set(sys.modules) - before)))"
     )
     added = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
-    heavy = [name for name in added if name.split(".")[0] in ("matplotlib", "open_clip", "timm", "sklearn", "torchvision")]
+    heavy_packages = ("matplotlib", "open_clip", "timm", "sklearn", "torchvision")
+    heavy = [name for name in added if name.split(".")[0] in heavy_packages]
     assert heavy == [], heavy
     assert "lightning_spectral.callbacks.generated" in added and "lightning_spectral.encoders.extractors" in added
 

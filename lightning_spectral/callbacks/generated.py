@@ -14,6 +14,7 @@ Sampling is sharded over DDP ranks so that the union of the samples is the same 
 ``n_samples`` are cut into chunks of ``sample_batch_size``, chunk ``c`` is drawn with a generator seeded
 ``seed + c`` by rank ``c % world_size``. The draws are the same every epoch: epoch-to-epoch changes are the model's.
 
+The callback runs at the end of validation epochs: the module needs a validation loop (``limit_val_batches > 0``).
 Pictures (with a TensorBoard logger): each metric's ``galleries`` (FINC: *generated* images of the significant novel
 modes, *real* images of the significant missing modes; FKEA: generated images of the top modes), a label per row,
 and its ``plot_spectrum`` figure (FINC: both spectra with their significance thresholds). Galleries are built from
@@ -39,7 +40,7 @@ from lightning_spectral._checks import check_bool, check_nonnegative_int, check_
 from lightning_spectral.callbacks.base import EmbeddingCallback, outside_inference_mode, shard_loader
 from lightning_spectral.callbacks.embedding_metrics import flatten_values, metric_has_samples, metric_inputs
 from lightning_spectral.callbacks.embeddings import BatchSelector, select, to_device
-from lightning_spectral.distributed import all_gather_rows, all_reduce_sum, collective_device, distributed_available
+from lightning_spectral.distributed import all_reduce_sum, collective_device, distributed_available
 from lightning_spectral.metrics.feature import FrozenFeature
 
 SampleFn = Callable[["L.LightningModule", int, torch.Generator], Tensor]
@@ -89,6 +90,17 @@ def draw_samples(
                 f"{size}, got {shape}."
             )
         yield torch.arange(start, start + size), images
+
+
+class LazyBatches:
+    """A re-iterable view of ``fn()``'s batches: nothing runs until it is iterated (a gallery that needs no reference
+    images never streams the reference)."""
+
+    def __init__(self, fn: Callable[[], Iterable[Any]]) -> None:
+        self.fn = fn
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.fn())
 
 
 def for_display(images: Tensor, min_side: int = 48) -> Tensor:
@@ -175,8 +187,8 @@ class GeneratedSamples(EmbeddingCallback):
         for name, metric in self.metrics.items():
             if getattr(metric, "feature", None) is not None:
                 raise ValueError(
-                    f"GeneratedSamples: metric {name!r} has its own `feature`; the callback embeds the images once with "
-                    "its `feature` and feeds embeddings: build the metric without `feature=`."
+                    f"GeneratedSamples: metric {name!r} has its own `feature`; the callback embeds the images once "
+                    "with its `feature` and feeds embeddings: build the metric without `feature=`."
                 )
             if metric_inputs(metric) not in ("one", "two"):
                 raise ValueError(
@@ -194,9 +206,13 @@ class GeneratedSamples(EmbeddingCallback):
                 f"metrics {unknown}."
             )
         if not isinstance(sample, str) and not callable(sample):
-            raise ValueError(f"GeneratedSamples: `sample` must be a method name or fn(pl_module, n, generator), got {sample!r}.")
+            raise ValueError(
+                f"GeneratedSamples: `sample` must be a method name or fn(pl_module, n, generator), got {sample!r}."
+            )
         if not isinstance(feature, nn.Module) and not callable(feature):
-            raise ValueError(f"GeneratedSamples: `feature` must be an nn.Module mapping images to (N, d), got {feature!r}.")
+            raise ValueError(
+                f"GeneratedSamples: `feature` must be an nn.Module mapping images to (N, d), got {feature!r}."
+            )
         if not isinstance(log_prefix, str):
             raise ValueError(f"GeneratedSamples: `log_prefix` must be a string (e.g. 'gen/'), got {log_prefix!r}.")
         self.feature = FrozenFeature(feature, normalize=check_bool(normalize, "normalize"))
@@ -227,7 +243,7 @@ class GeneratedSamples(EmbeddingCallback):
         self.reference_passes = 0  # how often a reference loader was embedded into the metrics (not checkpointed)
         self._loaders: dict[str, Iterable] = {}
         self._kept: list[tuple[Tensor, Tensor, Tensor]] = []  # generated (embeddings, ids, images), this epoch
-        self._pools: dict[str, list[tuple[Tensor, Tensor, Tensor, Optional[Tensor]]]] = {}  # per reference
+        self._pools: dict[str, list[tuple[Tensor, Tensor, Optional[Tensor]]]] = {}  # (z, images, labels) per reference
 
     @property
     def state_key(self) -> str:
@@ -339,7 +355,8 @@ class GeneratedSamples(EmbeddingCallback):
     # ---- values and pictures -----------------------------------------------------------------------------------
     def _report(self, trainer: L.Trainer, pl_module: L.LightningModule) -> dict[str, float]:
         logger = trainer.logger
-        can_log = logger is not None and hasattr(logger.experiment, "add_image") and hasattr(logger.experiment, "add_figure")
+        experiment = getattr(logger, "experiment", None)
+        can_log = hasattr(experiment, "add_image") and hasattr(experiment, "add_figure")
         values: dict[str, float] = {}
         self.last_galleries = {}
         for name, metric in self.metrics.items():
@@ -369,8 +386,9 @@ class GeneratedSamples(EmbeddingCallback):
         self.last_values = values
         return values
 
-    def _pool(self, trainer: L.Trainer, pl_module: L.LightningModule, name: str) -> Iterator[tuple[Tensor, Tensor]]:
-        """``(embeddings, encoded ids)`` of the kept images of reference ``name``, streamed once per run on first use."""
+    def _pool(self, trainer: L.Trainer, pl_module: L.LightningModule, name: str) -> list[tuple[Tensor, Tensor]]:
+        """``(embeddings, encoded ids)`` of the kept images of reference ``name`` (streamed once per run, on first
+        use)."""
         if name not in self._pools:
             pool, share, kept = [], self._share(trainer), 0
             for z, images, labels in self._reference_batches(trainer, pl_module, name) if share else ():
@@ -380,17 +398,20 @@ class GeneratedSamples(EmbeddingCallback):
                 if kept >= share:
                     break
             self._pools[name] = pool
-        world, rank, position = trainer.world_size, trainer.global_rank, 0
+        world, rank, position, batches = trainer.world_size, trainer.global_rank, 0, []
         for z, _, _ in self._pools[name]:
             local = torch.arange(position, position + z.shape[0])
             position += z.shape[0]
-            yield z, 2 * (local * world + rank) + 1
+            batches.append((z, 2 * (local * world + rank) + 1))  # odd ids: reference images, owner rank inside
+        return batches
 
     def _galleries(self, trainer: L.Trainer, name: str, metric: Metric, can_log: bool) -> None:
         pl_module = trainer.lightning_module
         generated = [(z, 2 * ids) for z, ids, _ in self._kept]
-        reference = self._pool(trainer, pl_module, name) if name in self._loaders else None
-        galleries = metric.galleries(generated, self.gallery_modes, self.gallery_per_mode, reference_batches=reference)  # type: ignore[operator]
+        reference = LazyBatches(lambda: self._pool(trainer, pl_module, name)) if name in self._loaders else None
+        galleries = metric.galleries(  # type: ignore[operator]
+            generated, self.gallery_modes, self.gallery_per_mode, reference_batches=reference
+        )
         for gallery_name, gallery in galleries.items():
             rows = [ids for ids, _ in gallery.samples]
             images, classes = self._fetch(trainer, torch.cat(rows) if rows else torch.zeros(0, dtype=torch.long), name)
@@ -420,13 +441,12 @@ class GeneratedSamples(EmbeddingCallback):
         generated = {int(i): image for _, ids_, images in self._kept for i, image in zip(ids_, images)}
         pool = self._pools.get(name, [])
         pool_images = torch.cat([images for _, images, _ in pool]) if pool else None
-        pool_labels = (
-            torch.cat([labels for _, _, labels in pool]) if pool and all(lab is not None for _, _, lab in pool) else None
-        )
+        labelled = pool and all(labels is not None for _, _, labels in pool)
+        pool_labels = torch.cat([labels for _, _, labels in pool]) if labelled else None
         shapes = [images.shape[1:] for _, _, images in self._kept[:1]] + ([pool_images.shape[1:]] if pool else [])
-        mine = torch.tensor([list(shapes[0]) if shapes else [0, 0, 0]], dtype=torch.float64)
-        known = all_gather_rows(mine)
-        shape = tuple(int(v) for v in known[known[:, 0] > 0][0].tolist()) if bool((known[:, 0] > 0).any()) else (1, 1, 1)
+        known = self.gather(torch.tensor([list(shapes[0]) if shapes else [0, 0, 0]], dtype=torch.float64))
+        known = known[known[:, 0] > 0]  # ranks that keep no image (few chunks, many ranks) do not vote
+        shape = tuple(int(v) for v in known[0].tolist()) if len(known) else (1, 1, 1)
         images = torch.zeros(len(ids), *shape)
         classes = torch.zeros(len(ids), dtype=torch.float64)
         for row, code in enumerate(ids.tolist()):

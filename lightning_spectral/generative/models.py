@@ -116,7 +116,8 @@ class DigitsVAE(L.LightningModule):
         return {"loss": reconstruction + self.hparams.beta * kl, "reconstruction": reconstruction, "kl": kl}
 
     def _noise(self, step: int, stream: int) -> Optional[torch.Generator]:
-        """The generator of one step's noise (``None`` without ``noise_seed``): seeded from (seed, stream, step, rank)."""
+        """The generator of one step's noise (``None`` without ``noise_seed``), seeded from (seed, stream, step,
+        rank)."""
         seed = self.hparams.get("noise_seed")
         if seed is None:
             return None
