@@ -202,12 +202,12 @@ def check_normalisation(
 def check_image_batch(
     images: object, name: str = "images", channels: Sequence[int] = (1, 3), owner: str = ""
 ) -> Tensor:
-    """Validate a float batch of images (N, C, H, W) with C in ``channels`` and return it as float32.
+    """Validate a float batch of images (N, C, H, W) in [0, 1] with C in ``channels``; return it as float32.
 
     Raises:
         TypeError: not a tensor, or not floating point.
         ValueError: no batch dimension or another rank, a channel count outside ``channels``, an empty image,
-            NaN / Inf; the message names ``name`` and the fix.
+            NaN / Inf, values outside [0, 1]; the message names ``name`` and the fix.
     """
     where = f"{owner}: " if owner else ""
     if not isinstance(images, Tensor):
@@ -237,4 +237,9 @@ def check_image_batch(
         raise ValueError(f"{where}`{name}` has empty images (shape {tuple(images.shape)}).")
     if images.numel() and not bool(torch.isfinite(images).all()):
         raise ValueError(f"{where}`{name}` contains NaN or Inf; clean the images first.")
+    if images.numel() and (float(images.min()) < -1e-6 or float(images.max()) > 1 + 1e-6):
+        raise ValueError(
+            f"{where}`{name}` has values in [{float(images.min()):.3g}, {float(images.max()):.3g}]; it takes images in "
+            "[0, 1]: map [-1, 1] outputs with `(x + 1) / 2` and divide 0-255 values by 255."
+        )
     return images.float()

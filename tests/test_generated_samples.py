@@ -122,6 +122,8 @@ def test_clip_and_timm_extractors_take_grey_images_of_any_size_and_refuse_other_
         torch.testing.assert_close(z, extractor(grey.expand(-1, 3, -1, -1)), rtol=0, atol=0)  # grey = repeated RGB
         with pytest.raises(ValueError, match="2 channels"):
             extractor(torch.rand(2, 2, 8, 8))
+        with pytest.raises(ValueError, match=r"takes images in \[0, 1\]"):  # used on its own, e.g. by KID
+            extractor(torch.rand(2, 3, 8, 8) * 255)
     # open_clip's preprocessing: 32 x 32, OpenAI mean / std
     prepared = clip.preprocess(torch.ones(1, 3, 8, 8))
     assert prepared.shape == (1, 3, 32, 32)

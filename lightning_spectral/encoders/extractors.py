@@ -83,8 +83,8 @@ class ImageFeature(nn.Module):
         normalize_embeddings: L2-normalise the embeddings (CLIP's convention).
 
     Raises:
-        ValueError: bad arguments; at call time, input that is not a float batch (N, C, H, W) with 1 or
-            ``channels`` channels (the message names ``images`` and the fix).
+        ValueError: bad arguments; at call time, input that is not a float batch (N, C, H, W) in [0, 1] with 1 or
+            ``channels`` channels, or holds NaN / Inf (the message names ``images`` and the fix).
 
     Examples:
         >>> import torch
