@@ -338,15 +338,17 @@ class GeneratedSamples(EmbeddingCallback):
                 ids, images = next(chunks)
             except StopIteration:
                 break
-            embedded = time.perf_counter()
+            sampled = time.perf_counter()
             z = self.feature(images, "generated images")
-            updated = time.perf_counter()
+            embedded = time.perf_counter()
             for metric in self.metrics.values():
-                metric.update(z, real=False) if metric_inputs(metric) == "two" else metric.update(z)
-            done = time.perf_counter()
-            self.last_timings["sample"] += embedded - start
-            self.last_timings["embed"] += updated - embedded
-            self.last_timings["update"] += done - updated
+                if metric_inputs(metric) == "two":
+                    metric.update(z, real=False)
+                else:
+                    metric.update(z)
+            self.last_timings["sample"] += sampled - start
+            self.last_timings["embed"] += embedded - sampled
+            self.last_timings["update"] += time.perf_counter() - embedded
             if kept < share:
                 keep = min(share - kept, len(ids))
                 self._kept.append((z[:keep].cpu(), ids[:keep], images[:keep].detach().cpu()))
