@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Sequence
 from typing import Optional
 
 import torch
@@ -196,3 +197,49 @@ def check_normalisation(
             raise ValueError(f"`{name}` must be {counts} finite numbers (per channel), got {values!r}.")
     if any(float(s) <= 0 for s in std):
         raise ValueError(f"`{std_name}` must be > 0 in every channel, got {std!r}.")
+
+
+def check_image_batch(
+    images: object, name: str = "images", channels: Sequence[int] = (1, 3), owner: str = ""
+) -> Tensor:
+    """Validate a float batch of images (N, C, H, W) in [0, 1] with C in ``channels``; return it as float32.
+
+    Raises:
+        TypeError: not a tensor, or not floating point.
+        ValueError: no batch dimension or another rank, a channel count outside ``channels``, an empty image,
+            NaN / Inf, values outside [0, 1]; the message names ``name`` and the fix.
+    """
+    where = f"{owner}: " if owner else ""
+    if not isinstance(images, Tensor):
+        raise TypeError(f"{where}`{name}` must be a tensor of images (N, C, H, W), got {type(images).__name__}.")
+    if images.ndim == 3:
+        raise ValueError(
+            f"{where}`{name}` has shape {tuple(images.shape)}: one image without a batch dimension? Pass a batch "
+            f"(N, C, H, W), e.g. `{name}[None]` for a single image."
+        )
+    if images.ndim != 4:
+        raise ValueError(f"{where}`{name}` must be a batch of images (N, C, H, W), got shape {tuple(images.shape)}.")
+    if not images.is_floating_point():
+        raise TypeError(
+            f"{where}`{name}` has dtype {images.dtype}; it takes float images in [0, 1]: convert uint8 images with "
+            f"`{name}.float() / 255`."
+        )
+    if images.shape[1] not in channels:
+        allowed = " or ".join(map(str, channels))
+        hint = f"drop the alpha channel with `{name}[:, :3]`" if images.shape[1] == 4 else (
+            "put the channels first, (N, C, H, W)" if images.shape[-1] in channels else "convert them to grey or RGB"
+        )
+        raise ValueError(
+            f"{where}`{name}` has {images.shape[1]} channels (shape {tuple(images.shape)}), but it takes {allowed}; "
+            f"{hint}."
+        )
+    if images.shape[-1] == 0 or images.shape[-2] == 0:
+        raise ValueError(f"{where}`{name}` has empty images (shape {tuple(images.shape)}).")
+    if images.numel() and not bool(torch.isfinite(images).all()):
+        raise ValueError(f"{where}`{name}` contains NaN or Inf; clean the images first.")
+    if images.numel() and (float(images.min()) < -1e-6 or float(images.max()) > 1 + 1e-6):
+        raise ValueError(
+            f"{where}`{name}` has values in [{float(images.min()):.3g}, {float(images.max()):.3g}]; it takes images in "
+            "[0, 1]: map [-1, 1] outputs with `(x + 1) / 2` and divide 0-255 values by 255."
+        )
+    return images.float()

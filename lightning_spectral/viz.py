@@ -8,7 +8,7 @@ pyplot state and no backend switch, so importing this module leaves a notebook's
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Optional, Union
 
 import torch
@@ -153,3 +153,83 @@ def log_figure(logger_or_trainer: Any, tag: str, figure: "Figure", step: int | N
 
 def _step(logger_or_trainer: Any, step: int | None) -> int | None:
     return step if step is not None else getattr(logger_or_trainer, "global_step", None)
+
+
+def panels(count: int, ax: Any = None, width: float = 6.0, height: float = 3.2) -> tuple["Figure", list[Any]]:
+    """A figure with ``count`` side-by-side axes, or the given ones: ``ax`` may be one axis (``count == 1``) or a
+    sequence of ``count`` axes.
+
+    Raises:
+        ValueError: ``ax`` does not hold ``count`` axes.
+    """
+    if ax is None:
+        from matplotlib.figure import Figure
+
+        figure = Figure(figsize=(width * count, height))
+        axes = figure.subplots(1, count)
+        return figure, list(axes) if count > 1 else [axes]
+    axes = list(ax.flat) if hasattr(ax, "flat") else list(ax) if isinstance(ax, (list, tuple)) else [ax]
+    if len(axes) != count:
+        raise ValueError(f"`ax`: this plot has {count} panels; pass {count} axes (or none), got {len(axes)}.")
+    return axes[0].figure, axes
+
+
+def plot_spectra(
+    spectra: Sequence[Tensor],
+    labels: Optional[Sequence[str]] = None,
+    top: int = 50,
+    title: str = "Eigen-spectrum over steps",
+    ax: Any = None,
+) -> "Figure":
+    """One line per spectrum (e.g. a covariance's eigenvalues at successive steps), the ``top`` largest each, on a
+    log scale. Draws into ``ax`` when given (returns its figure), else into a new figure.
+
+    Examples:
+        >>> import torch
+        >>> figure = plot_spectra([torch.tensor([0.5, 0.3, 0.2]), torch.tensor([0.9, 0.1, 0.0])])
+        >>> len(figure.axes[0].lines)
+        2
+    """
+    figure, (axis,) = panels(1, ax)
+    for index, values in enumerate(spectra):
+        values = values.detach().double().cpu()[:top].clamp_min(1e-12)
+        label = labels[index] if labels is not None else f"step {index}"
+        axis.plot(range(1, len(values) + 1), values.numpy(), marker="o", markersize=3, label=label)
+    axis.set_yscale("log")
+    axis.set_xlabel("mode (eigenvalue rank)")
+    axis.set_ylabel("eigenvalue")
+    axis.set_title(title)
+    axis.legend()
+    figure.tight_layout()
+    return figure
+
+
+def plot_values(
+    values: Mapping[str, Tensor],
+    title: str = "",
+    lines: Optional[Mapping[str, float]] = None,
+    ax: Any = None,
+) -> "Figure":
+    """One bar panel per named value, a bar per component (e.g. FastMMD's MMD^2 and p-value per bandwidth), with
+    optional dashed reference lines per name (e.g. ``{"p_value": 0.05}``).
+
+    Examples:
+        >>> import torch
+        >>> figure = plot_values({"": torch.tensor([0.1, 0.2]), "p_value": torch.tensor([0.5, 0.01])},
+        ...                      title="FastMMD", lines={"p_value": 0.05})
+        >>> len(figure.axes), len(figure.axes[1].patches)
+        (2, 2)
+    """
+    figure, axes = panels(len(values), ax, width=4.0)
+    for axis, (name, value) in zip(axes, values.items()):
+        flat = torch.as_tensor(value).detach().double().cpu().flatten()
+        axis.bar(range(len(flat)), flat.numpy(), color="tab:blue")
+        if lines and name in lines:
+            axis.axhline(lines[name], color="tab:red", linestyle="--", label=f"{lines[name]:.3g}")
+            axis.legend()
+        axis.axhline(0.0, color="black", linewidth=0.5)
+        axis.set_xticks(range(len(flat)))
+        axis.set_xlabel("component")
+        axis.set_title(f"{title} {name or 'value'}".strip())
+    figure.tight_layout()
+    return figure

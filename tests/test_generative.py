@@ -214,3 +214,29 @@ def test_finc_names_the_dropped_digits_and_nothing_in_the_normal_run(capsys):
     normal, collapse = rows["normal"], rows["collapse"]
     assert sorted(name.split()[0] for name in collapse["named"][:2]) == ["3", "7"]
     assert collapse["kid"][0] > normal["kid"][0]  # KID also sees the collapse, as one number
+
+
+def train_briefly(model, global_seed):
+    torch.manual_seed(global_seed)  # the global RNG after initialisation differs between the runs
+    trainer = L.Trainer(max_epochs=1, limit_train_batches=3, limit_val_batches=0, logger=False,
+                        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+    trainer.fit(model, datamodule=DigitsImages(batch_size=32))
+    return [p.detach().clone() for p in model.parameters()]
+
+
+@pytest.mark.parametrize("noise_seed", [0, None])
+def test_noise_seed_makes_training_independent_of_the_global_random_state(noise_seed):
+    torch.manual_seed(0)
+    first = DigitsVAE(hidden=32, n_components=5, noise_seed=noise_seed)
+    second = DigitsVAE(hidden=32, n_components=5, noise_seed=noise_seed)
+    second.load_state_dict(first.state_dict())
+    same = all(torch.equal(a, b) for a, b in zip(train_briefly(first, 1), train_briefly(second, 2)))
+    assert same == (noise_seed is not None)  # without it, the noise follows the global generator
+
+
+def test_loss_noise_from_a_generator_is_reproducible_and_noise_seed_is_checked():
+    model, images = DigitsVAE(hidden=32, n_components=5), torch.rand(4, 1, 8, 8)
+    first, second = (model.loss(images, torch.Generator().manual_seed(5))["loss"] for _ in range(2))
+    assert torch.equal(first, second)
+    with pytest.raises(ValueError, match="noise_seed"):
+        DigitsVAE(noise_seed=1.5)

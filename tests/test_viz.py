@@ -87,3 +87,82 @@ def test_logging_to_a_logger_without_images_raises_a_clear_error():
         log_image(NoImages(), "tag", torch.zeros(3, 2, 2))
     with pytest.raises(TypeError, match="add_figure"):
         log_figure(NoImages(), "tag", plot_spectrum(torch.ones(2)))
+
+
+def test_importing_the_callbacks_and_encoders_adds_no_heavy_dependency():
+    """GeneratedSamples and the image extractors import matplotlib, open_clip and timm only when used."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; import torchmetrics, lightning; before = set(sys.modules); "
+        "import lightning_spectral.callbacks, lightning_spectral.encoders; "
+        "print(' '.join(sorted(set(sys.modules) - before)))"
+    )
+    added = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    heavy_packages = ("matplotlib", "open_clip", "timm", "sklearn", "torchvision")
+    heavy = [name for name in added if name.split(".")[0] in heavy_packages]
+    assert heavy == [], heavy
+    assert "lightning_spectral.callbacks.generated" in added and "lightning_spectral.encoders.extractors" in added
+
+
+def test_metric_plot_draws_values_over_steps_like_torchmetrics():
+    from lightning_spectral.metrics import FastMMD, FINCNovelty, FKEAVendi
+
+    vendi = FKEAVendi(sigma=1.0, n_frequencies=32, alpha=[1, 2])
+    values = []
+    for step in range(4):
+        vendi.update(torch.randn(30, 2, generator=torch.Generator().manual_seed(step)) * (step + 1))
+        values.append(vendi.compute())
+    _, axis = vendi.plot(values)
+    assert len(axis.lines) >= 2 and all(len(line.get_xdata()) == 4 for line in axis.lines[:2])  # orders 1 and 2
+    _, axis = vendi.plot()  # the current value
+    assert axis.get_ylabel() == "FKEAVendi"
+    generator = torch.Generator().manual_seed(0)
+    for metric in (FINCNovelty(sigma=1.0, n_frequencies=16), FastMMD(sigma=[1.0, 2.0], n_frequencies=16)):
+        metric.update(torch.randn(40, 2, generator=generator), real=True)
+        metric.update(torch.randn(40, 2, generator=generator) + 1.0, real=False)
+        figure, _ = metric.plot()
+        assert figure is not None
+
+
+def test_spectrum_plots_of_every_metric():
+    from lightning_spectral.metrics import FastMMD, FINCNovelty, FKEAVendi, RFFCovariance, SPECDivergence
+
+    generator = torch.Generator().manual_seed(0)
+    finc = FINCNovelty(sigma=1.0, n_frequencies=32)
+    finc.update(torch.randn(200, 2, generator=generator) * 0.1, real=True)
+    finc.update(torch.randn(200, 2, generator=generator) * 0.1 + 10.0, real=False)
+    figure, (novel, missing) = finc.plot_spectrum(top=8)
+    assert len(figure.axes) == 2 and len(novel.patches) == 8
+    for axis, side in ((novel, False), (missing, True)):  # the dashed line is the significance threshold
+        dashed = [line for line in axis.lines if line.get_linestyle() == "--"]
+        assert dashed and dashed[0].get_ydata()[0] == pytest.approx(finc.threshold(missing=side))
+    assert "1 significant" in novel.get_title()
+    _, single = finc.plot_spectrum(top=5, missing=True)
+    assert single.get_title().startswith("missing modes")
+
+    vendi = FKEAVendi(sigma=1.0, n_frequencies=16)
+    vendi.update(torch.randn(50, 2, generator=generator))
+    _, axis = vendi.plot_spectrum(top=6)
+    heights = [patch.get_height() for patch in axis.patches]
+    torch.testing.assert_close(torch.tensor(heights, dtype=torch.float64), vendi.modes(6).eigenvalues)
+
+    covariance = RFFCovariance(sigma=1.0, n_frequencies=16)
+    covariance.update(torch.randn(50, 2, generator=generator))
+    _, axis = covariance.plot()  # a matrix value: its spectrum
+    assert len(axis.patches) == 32
+
+    mmd = FastMMD(sigma=[1.0, 2.0, 4.0], n_frequencies=16)
+    mmd.update(torch.randn(40, 2, generator=generator), real=True)
+    mmd.update(torch.randn(40, 2, generator=generator), real=False)
+    _, (statistic, p_value) = mmd.plot_spectrum()
+    assert len(statistic.patches) == 3 and len(p_value.patches) == 3  # per bandwidth
+
+    spec = SPECDivergence("cosine", in_features=(3, 2))
+    x = torch.randn(60, 3, generator=generator)
+    spec.update(x, x[:, :2])
+    _, axis = spec.plot_spectrum()
+    assert max(abs(patch.get_height()) for patch in axis.patches) == pytest.approx(float(spec.compute()))
+    with pytest.raises(ValueError, match="2 panels"):
+        finc.plot_spectrum(ax=axis)

@@ -1,5 +1,5 @@
-"""Lightning callbacks: SPECAlign (adds the SPEC-align loss), KPCAOODMonitor (kernel PCA OOD monitoring) and
-EmbeddingMetrics (metrics of validation embeddings).
+"""Lightning callbacks: SPECAlign (adds the SPEC-align loss), KPCAOODMonitor (kernel PCA OOD monitoring),
+EmbeddingMetrics (metrics of validation embeddings) and GeneratedSamples (metrics of a generative model's samples).
 
 All are built on :class:`~lightning_spectral.callbacks.base.EmbeddingCallback` (the capture lifecycle, loader
 sharding, gathering, logging), and obtain embeddings through
@@ -9,6 +9,7 @@ sharding, gathering, logging), and obtain embeddings through
 from lightning_spectral.callbacks.base import EmbeddingCallback, shard_loader
 from lightning_spectral.callbacks.embedding_metrics import EmbeddingMetrics
 from lightning_spectral.callbacks.embeddings import EmbeddingSource, ReferenceEmbedding
+from lightning_spectral.callbacks.generated import GeneratedSamples, ModeImages, draw_samples, sample_chunks
 from lightning_spectral.callbacks.kpca_monitor import KPCAOODMonitor, OODDriftWarning
 from lightning_spectral.callbacks.spec_align import SPECAlign
 
@@ -16,9 +17,13 @@ __all__ = [
     "EmbeddingCallback",
     "EmbeddingMetrics",
     "EmbeddingSource",
+    "GeneratedSamples",
     "KPCAOODMonitor",
+    "ModeImages",
     "OODDriftWarning",
     "ReferenceEmbedding",
     "SPECAlign",
+    "draw_samples",
+    "sample_chunks",
     "shard_loader",
 ]

@@ -10,6 +10,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from lightning_spectral._checks import check_seed
+
 __all__ = ["DigitsVAE"]
 
 
@@ -38,6 +40,9 @@ class DigitsVAE(L.LightningModule):
         n_components: Gaussians in the prior.
         beta: weight of the KL term (1 is the ELBO).
         lr: Adam learning rate.
+        noise_seed: if given, the reparameterisation noise of training step ``s`` on rank ``k`` comes from its own
+            generator, seeded from ``(noise_seed, s, k)`` (validation batches from the batch index), instead of the
+            global RNG: a run resumed from a checkpoint then trains exactly as an uninterrupted one.
 
     Example:
         >>> import torch
@@ -56,6 +61,7 @@ class DigitsVAE(L.LightningModule):
         n_components: int = 50,
         beta: float = 0.05,
         lr: float = 2e-3,
+        noise_seed: Optional[int] = None,
     ) -> None:
         super().__init__()
         sizes = (("image_size", image_size), ("latent_dim", latent_dim), ("hidden", hidden))
@@ -64,6 +70,8 @@ class DigitsVAE(L.LightningModule):
                 raise ValueError(f"DigitsVAE: `{name}` must be an integer >= 1, got {value!r}.")
         if not beta > 0 or not lr > 0:
             raise ValueError(f"DigitsVAE: `beta` and `lr` must be > 0, got beta={beta!r} and lr={lr!r}.")
+        if noise_seed is not None:
+            check_seed(noise_seed, "noise_seed")
         self.save_hyperparameters()
         pixels = image_size * image_size
         self.encoder = _mlp([pixels, hidden, hidden, 2 * latent_dim])
@@ -89,13 +97,17 @@ class DigitsVAE(L.LightningModule):
         per_component = per_dim.sum(-1) - 0.5 * z.shape[1] * math.log(2 * math.pi)
         return torch.logsumexp(per_component + F.log_softmax(self.prior_logits, 0), dim=1)
 
-    def loss(self, images: Tensor) -> dict[str, Tensor]:
-        """Batch means of the negative ELBO (``"loss"``) and its two terms (``"reconstruction"``, ``"kl"``)."""
+    def loss(self, images: Tensor, generator: Optional[torch.Generator] = None) -> dict[str, Tensor]:
+        """Batch means of the negative ELBO (``"loss"``) and its two terms (``"reconstruction"``, ``"kl"``); the
+        reparameterisation noise comes from ``generator`` (a CPU generator; the global RNG when ``None``)."""
         if images.ndim != 4 or images.shape[1:] != (1, self.hparams.image_size, self.hparams.image_size):
             size = self.hparams.image_size
             raise ValueError(f"DigitsVAE: expects images (N, 1, {size}, {size}), got {tuple(images.shape)}.")
         mean, log_var = self.encode(images)
-        noise = torch.randn_like(mean)
+        if generator is None:
+            noise = torch.randn_like(mean)
+        else:
+            noise = torch.randn(mean.shape, generator=generator, dtype=mean.dtype).to(mean.device)
         z = mean + noise * (0.5 * log_var).exp()
         reconstruction = F.binary_cross_entropy_with_logits(self.decode(z), images, reduction="none")
         reconstruction = reconstruction.flatten(1).sum(1).mean()
@@ -103,13 +115,22 @@ class DigitsVAE(L.LightningModule):
         kl = (log_posterior - self.log_prior(z)).mean()
         return {"loss": reconstruction + self.hparams.beta * kl, "reconstruction": reconstruction, "kl": kl}
 
+    def _noise(self, step: int, stream: int) -> Optional[torch.Generator]:
+        """The generator of one step's noise (``None`` without ``noise_seed``), seeded from (seed, stream, step,
+        rank)."""
+        seed = self.hparams.get("noise_seed")
+        if seed is None:
+            return None
+        world, rank = (self.trainer.world_size, self.trainer.global_rank) if self._trainer is not None else (1, 0)
+        return torch.Generator().manual_seed((((seed * 2 + stream) * 1_000_003 + step) * world + rank) % 2**63)
+
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> Tensor:
-        terms = self.loss(batch["image"])
+        terms = self.loss(batch["image"], self._noise(self.global_step, 0))
         self.log("train/loss", terms["loss"], prog_bar=True, batch_size=batch["image"].shape[0])
         return terms["loss"]
 
     def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
-        terms = self.loss(batch["image"])
+        terms = self.loss(batch["image"], self._noise(batch_idx, 1))
         self.log_dict({f"val/{key}": value for key, value in terms.items()}, batch_size=batch["image"].shape[0])
 
     def configure_optimizers(self) -> torch.optim.Optimizer:

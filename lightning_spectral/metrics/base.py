@@ -252,6 +252,72 @@ class SpectralMetric(Metric):
         """
         return {}
 
+    # ---- pictures (matplotlib is imported inside, when a plot is made) -------------------------------------------
+    def plot(self, val: Any = None, ax: Any = None) -> tuple[Any, Any]:
+        """torchmetrics' ``plot``: the metric's value, or a list of values over steps (one line per value).
+
+        ``val=None`` plots ``compute()``. Scalars, per-bandwidth vectors and dicts of orders go through torchmetrics'
+        ``plot_single_or_multi_val``; a metric whose value is a matrix (``RFFCovariance``) plots its eigen-spectrum
+        (a list of matrices: one spectrum per step).
+
+        Args:
+            val: a value of ``compute()``, or a sequence of them (steps).
+            ax: a matplotlib axis to draw into (default: a new figure).
+
+        Returns:
+            ``(figure, axis)``.
+
+        Examples:
+            >>> import torch
+            >>> from lightning_spectral.metrics import FKEAVendi
+            >>> metric = FKEAVendi(sigma=1.0, n_frequencies=64)
+            >>> values = []
+            >>> for step in range(3):
+            ...     metric.update(torch.randn(50, 2, generator=torch.Generator().manual_seed(step)) * (step + 1))
+            ...     values.append(metric.compute())
+            >>> figure, axis = metric.plot(values)        # Vendi over three steps
+            >>> len(axis.lines[0].get_xdata())
+            3
+        """
+        value = self.compute() if val is None else val
+        steps = list(value) if isinstance(value, (list, tuple)) else [value]
+        if steps and all(isinstance(v, Tensor) and v.ndim == 2 and v.shape[0] == v.shape[1] for v in steps):
+            from lightning_spectral.linalg import psd_eigenvalues
+            from lightning_spectral.viz import plot_spectra, plot_spectrum
+
+            spectra = [psd_eigenvalues(v.double()) for v in steps]
+            name = type(self).__name__
+            if isinstance(value, (list, tuple)):
+                figure = plot_spectra(spectra, title=f"{name}: eigen-spectrum over steps", ax=ax)
+            else:
+                figure = plot_spectrum(spectra[0], title=f"{name}: eigen-spectrum", ax=ax)
+            return figure, figure.axes[0] if ax is None else ax
+        return self._plot(value, ax)
+
+    def plot_spectrum(self, ax: Any = None, top: int = 50) -> tuple[Any, Any]:
+        """The picture behind the metric's value: by default one bar panel per value of :meth:`summary`, a bar per
+        component (FastMMD: MMD^2 and the p-value per bandwidth, with the 5 % level dashed). Metrics with an
+        eigen-spectrum override it (FKEA: the kernel covariance's spectrum; FINC: novel and missing spectra with
+        their significance thresholds; SPEC: the signed spectrum). A collective under DDP (every rank calls it).
+
+        Args:
+            ax: an axis, or a sequence of axes (one per panel); default a new figure.
+            top: the largest eigenvalues shown (spectra).
+
+        Returns:
+            ``(figure, axis)``, or ``(figure, [axes])`` for several panels.
+        """
+        from lightning_spectral.viz import plot_values
+
+        check_positive_int(top, "top")
+        values = {
+            key: torch.stack([torch.as_tensor(v) for v in value.values()]) if isinstance(value, dict) else value
+            for key, value in self.summary().items()
+        }
+        figure = plot_values(values, title=type(self).__name__, lines={"p_value": 0.05}, ax=ax)
+        axes = list(figure.axes) if ax is None else ax
+        return figure, axes[0] if isinstance(axes, list) and len(axes) == 1 else axes
+
     # ---- sync ----------------------------------------------------------------------------------------------------
     def _sync_dist(self, dist_sync_fn: Callable = all_reduce_sum, process_group: Optional[Any] = None) -> None:
         group = process_group or self.process_group

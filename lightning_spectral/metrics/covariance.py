@@ -119,3 +119,24 @@ class RFFCovariance(RFFMetric):
         values = self.modes(k).eigenvalues
         labels = [f"mode {i + 1}: {float(v):.1%} of the mass" for i, v in enumerate(values[: len(samples)])]
         return {"modes": ModeGallery(samples, labels)}
+
+    def plot_spectrum(self, ax: Any = None, top: int = 50) -> tuple[Any, Any]:
+        """Bar plot of the ``top`` eigenvalues of ``C`` (each a mode's share of the unit trace). A collective under DDP.
+
+        Returns:
+            ``(figure, axis)``.
+
+        Examples:
+            >>> import torch
+            >>> metric = RFFCovariance(sigma=1.0, n_frequencies=32)
+            >>> metric.update(torch.randn(100, 2))
+            >>> figure, axis = metric.plot_spectrum(top=10)
+            >>> len(axis.patches)
+            10
+        """
+        from lightning_spectral.viz import panels, plot_spectrum
+
+        values = self.modes(check_positive_int(top, "top")).eigenvalues
+        figure, (axis,) = panels(1, ax)
+        plot_spectrum(values, top=top, title=f"{type(self).__name__}: kernel covariance spectrum", ax=axis)
+        return figure, axis

@@ -214,3 +214,39 @@ class FINCNovelty(RFFMetric):
             labels = [f"{name} {i + 1}: +{float(v):.3f}" for i, v in enumerate(modes.eigenvalues[:count])]
             galleries[name] = ModeGallery(samples, labels)
         return galleries
+
+    def plot_spectrum(self, ax: Any = None, top: int = 50, missing: Optional[bool] = None) -> tuple[Any, Any]:
+        """The ``top`` eigenvalues of ``C_gen - rho C_ref`` (novel) and ``C_ref - rho C_gen`` (missing), each with its
+        significance threshold dashed: bars above it are the significant modes. A collective under DDP.
+
+        Args:
+            ax: an axis (one panel) or two axes (both); default a new figure.
+            top: eigenvalues shown per panel.
+            missing: ``None`` both panels, ``False`` the novel one, ``True`` the missing one.
+
+        Returns:
+            ``(figure, axis)`` for one panel, ``(figure, [novel_axis, missing_axis])`` for both.
+
+        Examples:
+            >>> import torch
+            >>> g = torch.Generator().manual_seed(0)
+            >>> metric = FINCNovelty(sigma=1.0, n_frequencies=64)
+            >>> metric.update(torch.randn(300, 2, generator=g) * 0.1, real=True)
+            >>> metric.update(torch.randn(300, 2, generator=g) * 0.1 + 10.0, real=False)
+            >>> figure, (novel, missing) = metric.plot_spectrum(top=5)
+            >>> novel.get_title().startswith("novel")
+            True
+        """
+        from lightning_spectral.viz import panels, plot_spectrum
+
+        check_positive_int(top, "top")
+        which = (False, True) if missing is None else (check_bool(missing, "missing"),)
+        with self.synced():
+            spectra = [self._spectrum(side, vectors=False) for side in which]
+        figure, axes = panels(len(which), ax)
+        for axis, side, spectrum in zip(axes, which, spectra):
+            name, x, y = ("missing", "ref", "gen") if side else ("novel", "gen", "ref")
+            count = int(spectrum.significant.sum())
+            title = f"{name} modes: C_{x} - {self.rho:g} C_{y} ({count} significant)"
+            plot_spectrum(spectrum.eigenvalues, spectrum.threshold, top=top, title=title, ax=axis)
+        return figure, axes if len(axes) > 1 else axes[0]

@@ -189,3 +189,19 @@ class SPECDivergence(SpectralMetric):
             labels = [f"{name} {i + 1}: {float(v):+.3f}" for i, v in enumerate(clusters.eigenvalues)]
             galleries[name] = ModeGallery(samples, labels)
         return galleries
+
+    def plot_spectrum(self, ax: Any = None, top: int = 50) -> tuple[Any, Any]:
+        """Bar plot of the ``top`` eigenvalues of ``Lambda = (K_a - K_b) / n`` by magnitude, with their signs:
+        positive bars are clusters of embedding ``a`` that ``b`` does not make, negative ones the reverse; the
+        tallest bar is SPEC-diff. A collective under DDP.
+
+        Returns:
+            ``(figure, axis)``.
+        """
+        from lightning_spectral.viz import panels, plot_spectrum
+
+        values = self.spectrum()
+        values = values[values.abs().argsort(descending=True)][: check_positive_int(top, "top")]
+        figure, (axis,) = panels(1, ax)
+        plot_spectrum(values, top=top, title="SPECDivergence: spectrum of (K_a - K_b) / n", ax=axis)
+        return figure, axis

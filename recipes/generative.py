@@ -1,0 +1,210 @@
+"""Train a VAE on 8x8 digits and watch its samples: which modes it drops or invents, while it trains.
+
+    python recipes/generative.py --config recipes/configs/generative_normal.yaml     # every digit, every epoch
+    python recipes/generative.py --config recipes/configs/generative_collapse.yaml   # 3 and 7 leave at epoch 30
+    python recipes/generative.py --config recipes/configs/generative_collapse.yaml --trainer.max_epochs 60
+    python recipes/generative.py --config recipes/configs/generative_collapse.yaml \\
+        --ckpt_path demo_output/generative_collapse/version_0/checkpoints/last.ckpt          # resume
+
+A LightningCLI over :class:`~lightning_spectral.generative.DigitsVAE` and
+:class:`~lightning_spectral.generative.DigitsImages`; the YAML adds the callback
+:class:`~lightning_spectral.callbacks.GeneratedSamples`, which every ``every_n_epochs`` draws a fixed, seeded set
+of samples, embeds them with a frozen extractor (the pixels, :class:`~lightning_spectral.encoders.PixelImageFeature`)
+and logs FKEA Vendi / RKE, FINC's novel and missing modes against the training split (with galleries of generated
+and real images, and the spectra) and FastMMD with its p-value against the held-out split. The recipe adds
+torchmetrics' ``KernelInceptionDistance`` with the same extractor on the same samples, at the same epochs
+(:class:`KIDAlongside`), and prints a summary: the numbers per measured epoch, then the missing and novel modes
+of the last one with the digits their images show (the real images' labels for missing modes; the nearest
+training image's label, in the extractor's space, for the generated images of novel modes). Read it with
+``docs/generative.md``; ``--summary_json`` also writes it to a file.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Any, Optional
+
+import lightning as L
+import torch
+from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.cli import LightningCLI
+from torch import Tensor
+from torchmetrics.image.kid import KernelInceptionDistance
+
+from lightning_spectral.callbacks import GeneratedSamples, draw_samples
+from lightning_spectral.callbacks.base import outside_inference_mode
+from lightning_spectral.generative import DigitsImages, DigitsVAE
+from lightning_spectral.metrics import FastMMD, FINCNovelty, FKEAVendi
+
+
+class KIDAlongside(Callback):
+    """torchmetrics' KID of the samples :class:`GeneratedSamples` draws (same seeds, same extractor), at its epochs.
+
+    The real side (the reference loader's images) is fed once and kept; KID's random subsets are drawn from
+    ``seed`` inside ``torch.random.fork_rng`` (the training's random state is left alone). One process only.
+    """
+
+    def __init__(self, generated: GeneratedSamples, reference: str = "reference_dataloader", subsets: int = 100,
+                 subset_size: int = 500) -> None:
+        self.generated, self.reference = generated, reference
+        self.kid = KernelInceptionDistance(
+            feature=generated.feature.extractor, subsets=subsets, subset_size=subset_size, reset_real_features=False
+        )
+        self.has_real = False
+        self.history: dict[int, tuple[float, float]] = {}
+
+    def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        if not self.generated.due(trainer):
+            return
+        gen = self.generated
+        with outside_inference_mode():
+            self.kid.to(pl_module.device)
+            if not self.has_real:
+                for batch in gen.resolve(trainer, self.reference, "reference", call=True):
+                    self.kid.update(batch["image"].to(pl_module.device), real=True)
+                self.has_real = True
+            for _, images in draw_samples(gen._sampler, pl_module, gen.n_samples, gen.sample_batch_size, gen.seed):
+                self.kid.update(images, real=False)
+            with torch.random.fork_rng():
+                torch.manual_seed(gen.seed)
+                mean, std = self.kid.compute()
+            self.kid.reset()
+        self.history[trainer.current_epoch] = (float(mean), float(std))
+        pl_module.log_dict({"gen/kid_mean": float(mean), "gen/kid_std": float(std)})
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"history": dict(self.history)}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.history = {int(k): tuple(v) for k, v in state_dict["history"].items()}
+
+
+def names(generated: GeneratedSamples) -> dict[str, str]:
+    """The metric names of the callback by role: ``vendi``, ``finc``, ``mmd``."""
+    roles = {FKEAVendi: "vendi", FINCNovelty: "finc", FastMMD: "mmd"}
+    return {role: name for name, metric in generated.metrics.items() for kind, role in roles.items()
+            if isinstance(metric, kind)}
+
+
+def majority(labels: Tensor) -> str:
+    """``"7 (15/16)"``: the most frequent class and its count."""
+    counts = Counter(labels.tolist())
+    label, count = counts.most_common(1)[0]
+    return f"{label} ({count}/{len(labels)})"
+
+
+@torch.no_grad()
+def nearest_classes(generated: GeneratedSamples, data: DigitsImages, images: list[Tensor]) -> list[Tensor]:
+    """Per row of generated images, the class of each image's nearest training image in the extractor's space."""
+    batches = list(data.reference_dataloader())
+    real = torch.cat([generated.feature(batch["image"]) for batch in batches]).cpu()
+    labels = torch.cat([batch["label"] for batch in batches])
+    return [labels[torch.cdist(generated.feature(row).cpu(), real).argmin(1)] for row in images]
+
+
+def summarise(generated: GeneratedSamples, kid: Optional[KIDAlongside], data: DigitsImages) -> dict[str, Any]:
+    """The per-epoch rows and the modes of the last measured epoch, as numbers."""
+    role = names(generated)
+    rows = []
+    for epoch, values in sorted(generated.history.items()):
+        row: dict[str, Any] = {"epoch": epoch + 1}
+        if "vendi" in role:
+            row["vendi"] = values.get(f"{role['vendi']}/1", values.get(role["vendi"]))
+            row["rke"] = values.get(f"{role['vendi']}/2")
+        if "finc" in role:
+            name = role["finc"]
+            row.update(novel=values[f"{name}_novel_modes"], missing=values[f"{name}_missing_modes"],
+                       novelty=values[name], missing_mass=values[f"{name}_missing"])
+        if "mmd" in role:
+            row.update(mmd=values[role["mmd"]], p_value=values.get(f"{role['mmd']}_p_value"))
+        if kid is not None and epoch in kid.history:
+            row["kid"], row["kid_std"] = kid.history[epoch]
+        rows.append(row)
+    modes: dict[str, list[dict[str, Any]]] = {}
+    if "finc" in role:
+        for kind in ("missing", "novel"):
+            gallery = generated.last_galleries.get(f"{role['finc']}/{kind}")
+            if gallery is None:
+                modes[kind] = []
+                continue
+            classes = gallery.classes if kind == "missing" else nearest_classes(generated, data, gallery.images)
+            modes[kind] = [
+                {"mode": label, "classes": None if found is None else found.tolist(),
+                 "shows": "unlabelled" if found is None else majority(found)}
+                for label, found in zip(gallery.labels, classes)
+            ]
+    return {"epochs": rows, "modes": modes}
+
+
+def summary_text(
+    result: dict[str, Any], data: DigitsImages, generated: GeneratedSamples, log_dir: Optional[str]
+) -> str:
+    """The table a person reads at the end of a run."""
+    drop = f"digits {list(data.drop_classes)} leave the training stream from epoch {data.drop_after_epoch + 1}" if (
+        data.drop_classes) else "every digit, every epoch"
+    lines = ["", "=" * 104, f"Generated samples of the VAE ({drop}); {generated.n_samples} samples per measured epoch.",
+             "FINC (rho as configured) and KID against the training split, FastMMD against the held-out split.", "",
+             f"{'epoch':>5} | {'Vendi-1':>7} {'RKE':>6} | {'FINC novel':>10} {'missing':>7} {'missing mass':>12} | "
+             f"{'MMD^2':>8} {'p-value':>8} | {'KID mean':>9} {'KID std':>8}"]
+    for row in result["epochs"]:
+        def number(key: str, spec: str) -> str:
+            value = row.get(key)
+            return format(value, spec) if value is not None else "-"
+
+        lines.append(
+            f"{row['epoch']:>5} | {number('vendi', '>7.2f')} {number('rke', '>6.2f')} | {number('novel', '>10.0f')} "
+            f"{number('missing', '>7.0f')} {number('missing_mass', '>12.4f')} | {number('mmd', '>8.5f')} "
+            f"{number('p_value', '>8.1e')} | {number('kid', '>9.5f')} {number('kid_std', '>8.5f')}"
+        )
+    last = result["epochs"][-1]["epoch"] if result["epochs"] else "-"
+    for kind, what in (("missing", "real images it shows (labels)"), ("novel", "nearest training image's digit")):
+        found = result["modes"].get(kind, [])
+        lines.append(f"\nFINC {kind} modes at epoch {last}: " + ("none significant" if not found else f"{what}"))
+        lines += [f"  {mode['mode']:<24} -> {mode['shows']}" for mode in found]
+    lines.append("\nKID is one number; FINC names the modes (docs/generative.md: how to read this).")
+    if log_dir is not None:
+        lines.append(f"TensorBoard (galleries, spectra, every value): tensorboard --logdir {Path(log_dir).parent}")
+    lines.append("=" * 104)
+    return "\n".join(lines)
+
+
+class GenerativeCLI(LightningCLI):
+    """LightningCLI plus the recipe's options: resume, KID alongside, summary file."""
+
+    def add_arguments_to_parser(self, parser: Any) -> None:
+        parser.add_argument("--ckpt_path", type=Optional[str], default=None, help="Resume from this checkpoint.")
+        parser.add_argument("--kid_subsets", type=int, default=100, help="KID subsets (0: no KID).")
+        parser.add_argument("--kid_subset_size", type=int, default=500, help="KID subset size.")
+        parser.add_argument("--summary_json", type=Optional[str], default=None, help="Also write the summary here.")
+
+
+def main(args: Optional[list[str]] = None) -> dict[str, Any]:
+    """Run the recipe; returns ``{"epochs": [...], "modes": {...}, "log_dir": ...}`` (see :func:`summarise`)."""
+    cli = GenerativeCLI(DigitsVAE, DigitsImages, run=False, args=args, seed_everything_default=0,
+                        save_config_kwargs={"overwrite": True})
+    config, trainer = cli.config, cli.trainer
+    generated = next((c for c in trainer.callbacks if isinstance(c, GeneratedSamples)), None)
+    if generated is None:
+        raise ValueError("the config has no lightning_spectral.callbacks.GeneratedSamples callback; see "
+                         "recipes/configs/generative_normal.yaml.")
+    kid = None
+    if config["kid_subsets"] > 0:
+        kid = KIDAlongside(generated, subsets=config["kid_subsets"], subset_size=config["kid_subset_size"])
+        trainer.callbacks.append(kid)
+    trainer.fit(cli.model, datamodule=cli.datamodule, ckpt_path=config["ckpt_path"])
+    result = summarise(generated, kid, cli.datamodule)
+    result["log_dir"] = trainer.logger.log_dir if trainer.logger is not None else None
+    result["timings"] = dict(generated.last_timings)
+    if trainer.is_global_zero:
+        print(summary_text(result, cli.datamodule, generated, result["log_dir"]), flush=True)
+        in_log_dir = result["log_dir"] and str(Path(result["log_dir"]) / "summary.json")
+        for path in {config["summary_json"], in_log_dir} - {None, ""}:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            Path(path).write_text(json.dumps(result, indent=2))
+    return result
+
+
+if __name__ == "__main__":
+    main()  # LightningCLI reads sys.argv
