@@ -140,6 +140,8 @@ class MultiBandwidthRFF(nn.Module):
         super().__init__()
         self.in_features = check_positive_int(in_features, "in_features")
         self.n_frequencies = check_positive_int(n_frequencies, "n_frequencies")
+        if isinstance(sigmas, (str, bytes)) or not hasattr(sigmas, "__iter__") or not len(tuple(sigmas)):
+            raise ValueError(f"`sigmas` must be a non-empty sequence of bandwidths > 0, got {sigmas!r}.")
         self.sigmas = tuple(check_positive(s, "sigma") for s in sigmas)
         self.seed = check_seed(seed)
         self.register_buffer("standard", standard_normal_draws(in_features, n_frequencies, self.seed), persistent=False)

@@ -23,7 +23,7 @@ import torch
 from torch import Tensor, nn
 from typing_extensions import override
 
-from lightning_spectral._checks import check_memory, check_positive, check_positive_int, check_seed
+from lightning_spectral._checks import check_bool, check_memory, check_positive, check_positive_int, check_seed
 from lightning_spectral.callbacks.base import EmbeddingCallback
 from lightning_spectral.callbacks.embeddings import BatchSelector, EmbeddingFn, ReferenceEmbedding
 from lightning_spectral.distributed import all_gather_rows
@@ -127,7 +127,7 @@ class SPECAlign(EmbeddingCallback):
         self.every_n_steps = check_positive_int(every_n_steps, "every_n_steps")
         self.warmup_steps = warmup_steps
         self.schedule = schedule
-        self.gather = bool(gather)
+        self.gather = check_bool(gather, "gather")
         self.log_prefix = log_prefix
         self.last_spec_diff = math.nan
         self.penalised_steps = 0
