@@ -27,7 +27,9 @@ def add_gram_(total: Tensor, phi: Tensor, tile: int = DEFAULT_TILE) -> Tensor:
     """In place ``total += phi^T phi`` for ``phi`` of shape (N, D), ``total`` of shape (D, D).
 
     The product runs in ``phi``'s dtype (one BLAS call per row strip of tiles on or above the diagonal)
-    and is added to ``total`` in ``total``'s dtype (float64 for every state in this library). Returns ``total``.
+    and is added to ``total`` in ``total``'s dtype (float64 for every state in this library). The total stays
+    exactly symmetric (tiles below the diagonal are mirrors, diagonal tiles are symmetrised), so storing its
+    upper triangle loses nothing. Returns ``total``.
     """
     width = phi.shape[1]
     if total.shape != (width, width):
@@ -35,6 +37,8 @@ def add_gram_(total: Tensor, phi: Tensor, tile: int = DEFAULT_TILE) -> Tensor:
     for start in range(0, width, tile):
         stop = min(start + tile, width)
         strip = phi[:, start:stop].T @ phi[:, start:]  # (tile, width - start): diagonal tile and right of it
+        diagonal = strip[:, : stop - start]
+        diagonal.copy_(symmetrize(diagonal))  # a BLAS product is not exactly symmetric: the total must be
         total[start:stop, start:] += strip
         total[stop:, start:stop] += strip[:, stop - start :].T  # mirror of the off-diagonal part
     return total

@@ -18,7 +18,7 @@ from lightning_spectral._checks import (
     check_state_memory,
 )
 from lightning_spectral.features import MultiBandwidthRFF
-from lightning_spectral.functional.mmd import MMDTest, asymptotic_p_value, mmd_from_means, null_moments
+from lightning_spectral.functional.mmd import MMDTest, mmd_from_means, streaming_p_value
 from lightning_spectral.linalg import DEFAULT_CHUNK_SIZE
 from lightning_spectral.metrics.base import RFFMetric
 
@@ -39,9 +39,10 @@ class FastMMD(RFFMetric):
 
     The test (:meth:`p_value`, :meth:`test`) needs no stored samples: the pooled feature covariance is kept as
     a sum state, and under H0 ``T = ||z_real - z_gen||^2`` is distributed as ``(1/m + 1/n) sum_k l_k chi2_1``
-    with ``l`` the eigenvalues of the pooled, centred covariance ``S``; the p-value comes from a scaled
-    chi-square with the same mean and variance, ``tr S`` and ``tr S^2`` estimated without bias from the sums
-    (no eigendecomposition). The test uses the biased statistic whatever ``unbiased`` says.
+    with ``l`` the eigenvalues of the pooled, centred covariance ``S``; the p-value comes from a shifted, scaled
+    chi-square (Pearson type III) matched in three cumulants, ``tr S``, ``tr S^2`` and ``tr S^3`` estimated from
+    the sums with low bias (:func:`~lightning_spectral.functional.mmd.streaming_p_value`; no eigendecomposition).
+    The test uses the biased statistic whatever ``unbiased`` says.
     Pick sigma without looking at the tested data (for example the
     median heuristic on a held-out split): choosing it to maximise the MMD inflates the type-I error.
 
@@ -172,9 +173,7 @@ class FastMMD(RFFMetric):
             m, n = self._sizes()
             mean_real, mean_gen = self.real.feature_sum / m, self.gen.feature_sum / n
             biased = mmd_from_means(mean_real, mean_gen, m, n, unbiased=False)
-            trace, trace_sq = null_moments(
-                self.real.feature_sum + self.gen.feature_sum, self.real.cov_sum + self.gen.cov_sum, m + n
-            )
-            p_values = asymptotic_p_value(biased, trace, trace_sq, m, n)
+            pooled_sum, pooled_cov = self.real.feature_sum + self.gen.feature_sum, self.real.cov_sum + self.gen.cov_sum
+            p_values = streaming_p_value(biased, pooled_sum, pooled_cov, m + n, m, n)
         statistic, p_values = self._per_bandwidth(biased), self._per_bandwidth(p_values)
         return MMDTest(statistic, p_values, p_values <= alpha)

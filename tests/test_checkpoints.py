@@ -1,0 +1,91 @@
+"""Checkpoints carry what a resume needs and no more: empty sides write their count only, covariances their
+upper triangle, frequencies are redrawn from the seed; a kept reference and a mid-epoch state resume exactly."""
+
+import pytest
+import torch
+
+from lightning_spectral.metrics import FastMMD, FINCNovelty, FKEAVendi, SPECDivergence
+from lightning_spectral.metrics.base import pack_symmetric, unpack_symmetric
+
+
+def sizes(state):
+    return {key: tuple(value.shape) for key, value in state.items() if torch.is_tensor(value)}
+
+
+def test_an_empty_metric_writes_counts_only():
+    state = FINCNovelty(sigma=1.0, n_frequencies=64, in_features=3).state_dict()
+    assert sizes(state) == {"gen_count": (), "ref_a_count": (), "ref_b_count": ()}
+    assert "feature_map.omega" not in state and state["_extra_state"]["in_features"] == 3
+
+
+def test_after_reset_only_the_kept_reference_is_written_and_it_resumes_exactly():
+    g = torch.Generator().manual_seed(0)
+    ref, gen = torch.randn(300, 4, generator=g, dtype=torch.float64), torch.randn(200, 4, generator=g, dtype=torch.float64)
+    metric = FINCNovelty(sigma=1.5, n_frequencies=32, reset_real_features=False)
+    metric.update(ref, real=True)
+    metric.update(gen, real=False)
+    metric.reset()  # the end of a validation epoch
+    state = metric.state_dict()
+    width = 64
+    assert sizes(state)["ref_a_cov_sum"] == (width * (width + 1) // 2,)  # the upper triangle
+    assert "gen_cov_sum" not in state and "gen_sum" not in state  # no (2r)^2 zeros
+    restored = FINCNovelty(sigma=1.5, n_frequencies=32, reset_real_features=False)
+    restored.load_state_dict(state)
+    for m in (metric, restored):
+        m.update(gen, real=False)
+    assert float(restored.compute()) == float(metric.compute()) and restored.threshold() == metric.threshold()
+    torch.testing.assert_close(restored.ref_a.cov_sum, metric.ref_a.cov_sum, rtol=0, atol=0)
+
+
+def test_a_mid_epoch_state_with_pending_rows_resumes_exactly():
+    x = torch.randn(700, 5, dtype=torch.float64)
+    metric = FKEAVendi(sigma=2.0, n_frequencies=32, chunk_size=256)
+    metric.update(x[:300])  # 300 >= 256 pending: flushed
+    metric.update(x[300:500])  # these 200 wait in the buffer
+    assert metric.samples.pending_rows == 200
+    restored = FKEAVendi(sigma=2.0, n_frequencies=32, chunk_size=256)
+    restored.load_state_dict(metric.state_dict())  # state_dict flushed them into the sums first
+    for m in (metric, restored):
+        m.update(x[500:])
+    assert float(restored.compute()) == pytest.approx(float(metric.compute()), rel=1e-12)
+    assert restored.sample_count() == 700
+
+
+def test_persistent_false_leaves_the_sums_out():
+    metric = FastMMD(sigma=1.0, n_frequencies=16)
+    metric.update(torch.randn(50, 3), real=True)
+    metric.persistent(False)
+    assert sizes(metric.state_dict()) == {}
+
+
+def test_a_checkpoint_with_other_frequencies_is_refused():
+    metric = FKEAVendi(sigma=1.0, n_frequencies=16, seed=1)
+    metric.update(torch.randn(20, 3))
+    other = FKEAVendi(sigma=1.0, n_frequencies=16, seed=2, in_features=3)
+    with pytest.raises(RuntimeError, match="other random frequencies.*`seed`"):
+        other.load_state_dict(metric.state_dict())
+
+
+def test_paired_and_multi_bandwidth_states_round_trip():
+    a, b = torch.randn(80, 4, dtype=torch.float64), torch.randn(80, 3, dtype=torch.float64)
+    spec = SPECDivergence("cosine")
+    spec.update(a, b)
+    restored = SPECDivergence("cosine")
+    restored.load_state_dict(spec.state_dict())  # widths come back from the extra state
+    assert float(restored.compute()) == float(spec.compute())
+    mmd = FastMMD(sigma=[1.0, 2.0], n_frequencies=16)
+    mmd.update(a, real=True)
+    mmd.update(a + 1, real=False)
+    restored = FastMMD(sigma=[1.0, 2.0], n_frequencies=16)
+    restored.load_state_dict(mmd.state_dict())
+    torch.testing.assert_close(restored.test().p_value, mmd.test().p_value, rtol=0, atol=0)
+
+
+def test_packing_is_exact_and_checks_its_width():
+    matrix = torch.randn(2, 6, 6, dtype=torch.float64)
+    matrix = matrix + matrix.transpose(1, 2)
+    packed = pack_symmetric(matrix)
+    assert packed.shape == (2, 21)
+    assert torch.equal(unpack_symmetric(packed, 6), matrix)
+    with pytest.raises(ValueError, match="does not belong to this metric"):
+        unpack_symmetric(packed, 5)
