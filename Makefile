@@ -30,7 +30,7 @@ demo: $(VENV)/.installed
 
 test: $(VENV)/.installed-dev
 	$(PY) -m pytest
-	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet   # the docs site; warnings are errors
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict   # the docs site; any warning fails the build
 
 docs: $(VENV)/.installed-dev
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs serve

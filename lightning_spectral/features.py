@@ -47,7 +47,7 @@ class GaussianRFF(nn.Module):
         ValueError: non-positive ``in_features`` / ``n_frequencies`` / ``sigma``; at call time wrong rank or
             width, NaN or Inf.
 
-    Example:
+    Examples:
         >>> import torch
         >>> rff = GaussianRFF(in_features=3, n_frequencies=4, sigma=1.0, seed=0)
         >>> phi = rff(torch.randn(5, 3))
@@ -191,7 +191,7 @@ class CosineMap(nn.Module):
     Rows with norm <= ``eps`` have no direction: they raise instead of silently becoming NaN or zero
     (a zero row would break the trace-1 identity every method relies on).
 
-    Example:
+    Examples:
         >>> import torch
         >>> CosineMap()(torch.tensor([[3.0, 4.0]]))
         tensor([[0.6000, 0.8000]])
@@ -226,7 +226,7 @@ def gaussian_kernel(x: Tensor, y: Optional[Tensor] = None, sigma: float = 1.0) -
 
     For small inputs: the oracle the random-feature routes are tested against.
 
-    Example:
+    Examples:
         >>> import torch
         >>> gaussian_kernel(torch.zeros(1, 2), torch.ones(1, 2), sigma=1.0)
         tensor([[0.3679]], dtype=torch.float64)
@@ -253,7 +253,7 @@ def median_bandwidth(x: Tensor, max_samples: int = 2000, seed: int = 0) -> float
     Raises:
         ValueError: fewer than 2 samples, or all sampled points identical.
 
-    Example:
+    Examples:
         >>> import torch
         >>> median_bandwidth(torch.tensor([[0.0], [1.0], [3.0]]))
         2.0

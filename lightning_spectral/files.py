@@ -140,7 +140,7 @@ class EmbeddingFile:
         FileNotFoundError: no file at ``path``.
         ValueError: unsupported suffix, pickled objects, not a floating (N, d) table, no rows, a bad index.
 
-    Example:
+    Examples:
         >>> import tempfile, numpy as np
         >>> path = tempfile.mkdtemp() + "/emb.npy"
         >>> np.save(path, np.arange(10.0).reshape(5, 2))

@@ -98,7 +98,7 @@ class KPCAOODMonitor(EmbeddingCallback):
         ValueError: an argument out of range or of the wrong kind (the message names it); at ``setup``, an
             embedding submodule the LightningModule does not have.
 
-    Example:
+    Examples:
         >>> import lightning as L, torch
         >>> from torch.utils.data import DataLoader, TensorDataset
         >>> class Module(L.LightningModule):

@@ -67,7 +67,7 @@ class SPECAlign(EmbeddingCallback):
         log_prefix: prefix of the logged values ``spec_diff``, ``penalty``, ``task_loss`` and ``weight``; several
             SPECAlign callbacks in one fit (one per reference) need distinct prefixes.
 
-    Example:
+    Examples:
         >>> import torch
         >>> align = SPECAlign(reference=torch.randn(100, 8), weight=0.1, student="encoder", index=2)
         >>> align.weight_at(0), SPECAlign(torch.randn(4, 2), 0.5, index=2, warmup_steps=10).weight_at(5)
