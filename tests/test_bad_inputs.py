@@ -42,6 +42,7 @@ from lightning_spectral.features import (
     median_bandwidth,
 )
 from lightning_spectral.files import EmbeddingFile
+from lightning_spectral.generative import DigitsImages, DigitsVAE, DropClassesSampler
 from lightning_spectral.functional import (
     fast_mmd,
     fast_mmd_test,
@@ -441,6 +442,20 @@ CASES = [
         r"`template`"),
     row("DigitsImageText num_workers=-1", lambda f: DigitsImageText(num_workers=-1), ValueError, r"`num_workers`"),
     row("DigitsImageText std=0", lambda f: DigitsImageText(std=(0.0, 1.0, 1.0)), ValueError, r"`std`"),
+    # ---- generative (models and data of the generative recipe) -------------------------------------------------
+    row("DigitsVAE latent_dim=0", lambda f: DigitsVAE(latent_dim=0), ValueError, r"`latent_dim` must be an integer"),
+    row("DigitsVAE beta=0", lambda f: DigitsVAE(beta=0), ValueError, r"`beta`"),
+    row("DigitsVAE lr=nan", lambda f: DigitsVAE(lr=float("nan")), ValueError, r"`lr`"),
+    row("DigitsImages batch_size=0", lambda f: DigitsImages(batch_size=0), ValueError, r"`batch_size`"),
+    row("DigitsImages val_fraction=1.5", lambda f: DigitsImages(val_fraction=1.5), ValueError, r"`val_fraction`"),
+    row("DigitsImages drop_classes=(11,)", lambda f: DigitsImages(drop_classes=(11,)), ValueError,
+        r"`drop_classes` must be distinct classes"),
+    row("DropClassesSampler keep_fraction=2", lambda f: DropClassesSampler([0, 1, 2], keep_fraction=2), ValueError,
+        r"`keep_fraction`"),
+    row("DropClassesSampler drop_after_epoch=-1", lambda f: DropClassesSampler([0, 1, 2], drop_after_epoch=-1),
+        ValueError, r"`drop_after_epoch`"),
+    gap(Case("DropClassesSampler seed='a'", lambda f: DropClassesSampler([0, 1, 2], seed="a"), ValueError,
+             r"`seed` must be an integer")),
     # ---- command line --------------------------------------------------------------------------------------
     row("cli: no command", lambda f: cli(), CLIError, r"required: COMMAND|COMMAND"),
     row("cli: unknown command", lambda f: cli("score"), CLIError, r"invalid choice: 'score'"),
