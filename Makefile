@@ -8,12 +8,16 @@ PIP := $(VENV)/bin/pip
 # prevents it; its price is ~20 ms more per small eigh in an idle single process (docs/benchmarks.md).
 OMP_WAIT_POLICY ?= PASSIVE
 export OMP_WAIT_POLICY
+# A CPU-only machine: `make demo TORCH_INDEX=https://download.pytorch.org/whl/cpu` installs torch and torchvision
+# from that index first (CPU wheels, ~0.2 GB) instead of PyPI's, which pull ~6 GB of CUDA libraries.
+TORCH_INDEX ?=
 
 .PHONY: demo test bench docs clean
 
 # The stamp files re-run the install only when pyproject.toml changes, so a second run is quick.
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(if $(TORCH_INDEX),$(PIP) install --quiet --disable-pip-version-check torch torchvision --index-url $(TORCH_INDEX))
 	$(PIP) install --quiet --disable-pip-version-check -e .
 	touch $@
 
@@ -26,7 +30,7 @@ demo: $(VENV)/.installed
 
 test: $(VENV)/.installed-dev
 	$(PY) -m pytest
-	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet   # the docs site; warnings are errors
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict   # the docs site; any warning fails the build
 
 docs: $(VENV)/.installed-dev
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs serve

@@ -12,8 +12,10 @@ from torch import Tensor
 
 
 def check_positive(value: float, name: str) -> float:
-    """Return ``float(value)`` or raise ``ValueError`` unless it is finite and > 0."""
+    """Return ``float(value)`` or raise ``ValueError`` unless it is a finite number > 0 (not a bool)."""
     try:
+        if isinstance(value, bool):
+            raise TypeError
         value = float(value)
     except (TypeError, ValueError):
         raise ValueError(f"`{name}` must be a positive number, got {value!r}.") from None
@@ -139,6 +141,31 @@ def check_number(value: float, name: str) -> float:
     if not math.isfinite(value):
         raise ValueError(f"`{name}` must be a finite number, got {value}.")
     return value
+
+
+def check_order(value: object, name: str = "alpha") -> float:
+    """Return a Renyi / Vendi order as a float in (0, inf], or raise ``ValueError`` naming ``name``.
+
+    Numbers (Python or NumPy) in (0, inf], ``math.inf`` and the strings ``"inf"`` / ``"infinity"`` are orders;
+    bools are not (``True`` would silently be order 1).
+
+    Examples:
+        >>> check_order(2), check_order("inf")
+        (2.0, inf)
+    """
+    if isinstance(value, str):
+        if value.lower() not in ("inf", "infinity"):
+            raise ValueError(f"`{name}` must be a number in (0, inf] or 'inf', got {value!r}.")
+        return math.inf
+    if isinstance(value, bool):
+        raise ValueError(f"`{name}` must be an order in (0, inf], not a bool (got {value}); e.g. {name}=1 or 2.")
+    try:
+        order = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise ValueError(f"`{name}` must be a number in (0, inf] or 'inf', got {value!r}.") from None
+    if not order > 0:  # NaN fails too
+        raise ValueError(f"`{name}` must be in (0, inf], got {order}.")
+    return order
 
 
 def check_bool(value: bool, name: str) -> bool:

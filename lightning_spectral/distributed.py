@@ -33,7 +33,7 @@ def all_reduce_sum(tensor: Tensor, group: Optional[Any] = None) -> list[Tensor]:
     ``dim_zero_sum``) leaves the all-reduced total unchanged. Outside a process group it returns
     ``[tensor]`` untouched.
 
-    Example:
+    Examples:
         >>> import torch
         >>> all_reduce_sum(torch.ones(2))  # not distributed here: the tensor comes back
         [tensor([1., 1.])]
@@ -53,7 +53,7 @@ def all_gather_rows(x: Tensor, group: Optional[Any] = None, sync_grads: bool = F
     is differentiable (``torch.distributed.nn.all_gather``): each rank's slice sends its gradient back to it.
     Outside a process group it returns ``x``.
 
-    Example:
+    Examples:
         >>> import torch
         >>> all_gather_rows(torch.ones(2, 3)).shape  # not distributed here
         torch.Size([2, 3])

@@ -47,7 +47,7 @@ class GaussianRFF(nn.Module):
         ValueError: non-positive ``in_features`` / ``n_frequencies`` / ``sigma``; at call time wrong rank or
             width, NaN or Inf.
 
-    Example:
+    Examples:
         >>> import torch
         >>> rff = GaussianRFF(in_features=3, n_frequencies=4, sigma=1.0, seed=0)
         >>> phi = rff(torch.randn(5, 3))
@@ -149,6 +149,8 @@ class MultiBandwidthRFF(nn.Module):
         super().__init__()
         self.in_features = check_positive_int(in_features, "in_features")
         self.n_frequencies = check_positive_int(n_frequencies, "n_frequencies")
+        if isinstance(sigmas, (str, bytes)) or not hasattr(sigmas, "__iter__") or not len(tuple(sigmas)):
+            raise ValueError(f"`sigmas` must be a non-empty sequence of bandwidths > 0, got {sigmas!r}.")
         self.sigmas = tuple(check_positive(s, "sigma") for s in sigmas)
         self.seed = check_seed(seed)
         self.register_buffer("standard", standard_normal_draws(in_features, n_frequencies, self.seed), persistent=False)
@@ -189,7 +191,7 @@ class CosineMap(nn.Module):
     Rows with norm <= ``eps`` have no direction: they raise instead of silently becoming NaN or zero
     (a zero row would break the trace-1 identity every method relies on).
 
-    Example:
+    Examples:
         >>> import torch
         >>> CosineMap()(torch.tensor([[3.0, 4.0]]))
         tensor([[0.6000, 0.8000]])
@@ -224,7 +226,7 @@ def gaussian_kernel(x: Tensor, y: Optional[Tensor] = None, sigma: float = 1.0) -
 
     For small inputs: the oracle the random-feature routes are tested against.
 
-    Example:
+    Examples:
         >>> import torch
         >>> gaussian_kernel(torch.zeros(1, 2), torch.ones(1, 2), sigma=1.0)
         tensor([[0.3679]], dtype=torch.float64)
@@ -251,7 +253,7 @@ def median_bandwidth(x: Tensor, max_samples: int = 2000, seed: int = 0) -> float
     Raises:
         ValueError: fewer than 2 samples, or all sampled points identical.
 
-    Example:
+    Examples:
         >>> import torch
         >>> median_bandwidth(torch.tensor([[0.0], [1.0], [3.0]]))
         2.0

@@ -37,6 +37,22 @@ def existing_file(path: PathLike, argument: str, suffixes: Sequence[str]) -> Pat
     return path
 
 
+def unpickler_reason(error: BaseException) -> str:
+    """The informative part of torch's ``weights_only`` error: what the unpickler met (a global, an operand).
+
+    Examples:
+        >>> unpickler_reason(Exception("Weights only load failed. ...\\n WeightsUnpickler error: Unsupported "
+        ...     "global: GLOBAL argparse.Namespace was not an allowed global by default. Please use ..."))
+        'Unsupported global: GLOBAL argparse.Namespace was not an allowed global by default'
+    """
+    text = str(error)
+    _, marker, after = text.partition("WeightsUnpickler error:")
+    lines = [line.strip() for line in (after if marker else text).splitlines() if line.strip()]
+    if not lines:
+        return type(error).__name__
+    return lines[0].split(". ")[0].rstrip(".")
+
+
 def torch_load_safe(path: Path, argument: str, mmap: bool = False) -> Any:
     """``torch.load(weights_only=True)``: tensors and plain containers only, never arbitrary objects.
 
@@ -45,7 +61,12 @@ def torch_load_safe(path: Path, argument: str, mmap: bool = False) -> Any:
     try:
         return torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
     except pickle.UnpicklingError as error:
-        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        reason = unpickler_reason(error)
+        if "global" not in reason.lower():  # not a refused object: the bytes are no pickle torch can read
+            raise ValueError(
+                f"`{argument}`: {str(path)!r} is not a readable PyTorch file ({reason}); re-save it with `torch.save` "
+                "(zip format)."
+            ) from None
         raise ValueError(
             f"`{argument}`: refused to load {str(path)!r}: it holds pickled objects other than tensors and plain "
             f"containers, and only `torch.load(weights_only=True)` is used ({reason}). If you trust the file, "
@@ -119,7 +140,7 @@ class EmbeddingFile:
         FileNotFoundError: no file at ``path``.
         ValueError: unsupported suffix, pickled objects, not a floating (N, d) table, no rows, a bad index.
 
-    Example:
+    Examples:
         >>> import tempfile, numpy as np
         >>> path = tempfile.mkdtemp() + "/emb.npy"
         >>> np.save(path, np.arange(10.0).reshape(5, 2))

@@ -50,7 +50,11 @@ class MappedMoments(SpectralMetric):
     joins with zeros). ``compute()`` returns ``(mean (M,), covariance (M, M))``.
 
     Args:
-        mapping, sigma, n_frequencies, seed, chunk_size: as :class:`KernelPCAOOD`.
+        mapping: ``"corp"``, ``"cop"`` or ``"linear"`` (see :class:`KernelPCAOOD`).
+        sigma: Gaussian bandwidth of ``"corp"``.
+        n_frequencies: r of ``"corp"`` (M = 2r mapped features).
+        seed: frequency seed.
+        chunk_size: rows per chunk when accumulating.
     """
 
     def __init__(
@@ -282,7 +286,7 @@ def detection_metrics(in_scores: Tensor, out_scores: Tensor, tpr: float = 0.95) 
       :func:`threshold_at_tpr` that keeps ``tpr`` of in-distribution samples. One convention: the first
       threshold with TPR >= tpr; ties count as accepted.
 
-    Example:
+    Examples:
         >>> import torch
         >>> metrics = detection_metrics(torch.tensor([0.1, 0.2, 0.3]), torch.tensor([0.5, 0.9]))
         >>> float(metrics["auroc"]), float(metrics["fpr"])

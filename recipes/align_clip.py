@@ -10,7 +10,8 @@ datamodule of :mod:`lightning_spectral.data`; the YAML adds the callbacks ``SPEC
 the reference), ``KPCAOODMonitor`` (kernel PCA of the image embeddings, scoring validation and held-out
 classes) and ``EmbeddingMetrics`` (Vendi of the validation embeddings; FINC novelty and FastMMD of
 validation against training embeddings; mode galleries). Before and after training the recipe evaluates the
-model from scratch (:func:`evaluate`) and prints a summary; ``--summary_json`` also writes it to a file.
+model from scratch (:func:`evaluate`, with the callbacks' own Vendi and kernel PCA settings) and prints a summary;
+``--summary_json`` also writes it to a file.
 """
 
 from __future__ import annotations
@@ -18,15 +19,16 @@ from __future__ import annotations
 import json
 import math
 import sys
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 import torch
 from lightning.pytorch.cli import LightningCLI
 from lightning.pytorch.utilities import rank_zero_info
 from torchmetrics.functional.classification import multiclass_accuracy
 
-from lightning_spectral.callbacks import SPECAlign
+from lightning_spectral.callbacks import EmbeddingMetrics, KPCAOODMonitor, SPECAlign
 from lightning_spectral.clip import CLIPFineTune
 from lightning_spectral.functional import spec
 from lightning_spectral.metrics import FKEAVendi
@@ -37,9 +39,35 @@ SUMMARY_ROWS = {
     "knn_accuracy": "kNN accuracy (k=10, cosine, val vs train)",
     "reference_knn_accuracy": "  the reference encoder's own kNN accuracy",
     "zero_shot_accuracy": "zero-shot accuracy (class prompts)",
-    "vendi": "Vendi score of val image embeddings",
+    "vendi": "Vendi score of val image embeddings (see below)",
     "ood_auroc": "OOD AUROC of the held-out classes (KPCA)",
 }
+#: The callbacks' logged values that repeat a row of the table (same data, weights and settings).
+SAME_AS_LOGGED = {"vendi": "val/vendi", "ood_auroc": "ood/held_out/auroc"}
+
+
+def summary_settings(callbacks: Any) -> dict[str, dict[str, Any]]:
+    """The Vendi metric's and the kernel PCA detector's settings of the run's callbacks (``EmbeddingMetrics``'
+    first ``FKEAVendi``, ``KPCAOODMonitor``'s detector), so that the summary recomputes the numbers they log.
+
+    Without those callbacks: Vendi at sigma 0.5 with 2r = 1024, and the paper's CoRP detector at sigma 0.5.
+    """
+    settings: dict[str, dict[str, Any]] = {
+        "vendi": dict(sigma=0.5, n_frequencies=512, seed=0, alpha=1.0),
+        "kpca": dict(mapping="corp", sigma=0.5, n_frequencies=512),
+    }
+    for callback in callbacks:
+        if isinstance(callback, EmbeddingMetrics):
+            vendi = next((m for m in callback.metrics.values() if isinstance(m, FKEAVendi)), None)
+            if vendi is not None:
+                alpha = vendi.alpha if isinstance(vendi.alpha, (int, float, str)) else 1.0
+                settings["vendi"] = dict(sigma=vendi.sigma, n_frequencies=vendi.n_frequencies, seed=vendi.seed,
+                                         alpha=alpha)
+        if isinstance(callback, KPCAOODMonitor):
+            d = callback.detector
+            settings["kpca"] = dict(mapping=d.mapping, sigma=d.sigma, n_frequencies=d.n_frequencies,
+                                    explained_variance=d.explained_variance, n_components=d.n_components, seed=d.seed)
+    return settings
 
 
 @torch.no_grad()
@@ -71,8 +99,13 @@ def knn_accuracy(
 
 
 @torch.no_grad()
-def evaluate(module: CLIPFineTune, datamodule: Any, align: Optional[SPECAlign], vendi_sigma: float = 0.5):
-    """The summary's numbers, computed from scratch on the current weights (in eval mode, restored after)."""
+def evaluate(
+    module: CLIPFineTune, datamodule: Any, align: Optional[SPECAlign], settings: Optional[dict[str, dict]] = None
+) -> dict[str, float]:
+    """The summary's numbers, computed from scratch on the current weights (in eval mode, restored after), on all
+    training, validation and held-out samples; Vendi and the kernel PCA detector with ``settings``
+    (:func:`summary_settings`)."""
+    settings = settings or summary_settings(())
     was_training = module.training
     module.eval()
     reference = align.reference.to(module.device) if align is not None else None
@@ -85,24 +118,44 @@ def evaluate(module: CLIPFineTune, datamodule: Any, align: Optional[SPECAlign], 
     if getattr(datamodule, "prompts", None):
         classes = module.text_tower(module.tokenizer(datamodule.prompts).to(module.device)).float().cpu()
         result["zero_shot_accuracy"] = accuracy((val["z"] @ classes.T).argmax(1), val["label"])
-    vendi = FKEAVendi(sigma=vendi_sigma, n_frequencies=1024)
+    vendi = FKEAVendi(**settings["vendi"])
     vendi.update(val["z"])
     result["vendi"] = float(vendi.compute())
     if getattr(datamodule, "ood_set", None) is not None:
         ood = embed(module, datamodule.ood_dataloader())
-        detector = KernelPCAOOD("corp", sigma=0.5, n_frequencies=512).fit([train["z"]])
+        detector = KernelPCAOOD(**settings["kpca"]).fit([train["z"]])
         result["ood_auroc"] = float(detection_metrics(detector.score(val["z"]), detector.score(ood["z"]))["auroc"])
     module.train(was_training)
     return result
 
 
-def summary_text(before: Optional[dict[str, float]], after: dict[str, float], logged: dict[str, float], log_dir):
-    """The table a person reads at the end of a run."""
-    lines = ["", "=" * 80, f"{'':56s}{'before':>12s}{'after':>12s}"]
+def summary_text(
+    before: Optional[dict[str, float]],
+    after: dict[str, float],
+    logged: dict[str, float],
+    log_dir: Optional[str],
+    settings: Optional[dict[str, dict]] = None,
+) -> str:
+    """The table a person reads at the end of a run: what each number is computed from, and how to read Vendi."""
+    vendi = (settings or summary_settings(()))["vendi"]
+    lines = [
+        "",
+        "=" * 80,
+        "Recomputed from scratch on the whole validation set (and training / held-out sets), before and after",
+        "training, with the callbacks' Vendi and kernel PCA settings:",
+        f"{'':56s}{'before':>12s}{'after':>12s}",
+    ]
     for key, label in SUMMARY_ROWS.items():
         if key in after:
             first = (before or {}).get(key, math.nan)
             lines.append(f"{label:56s}{first:12.4f}{after[key]:12.4f}")
+    if "vendi" in after:
+        lines += [
+            f"  Vendi counts effective modes of the embedding at sigma = {vendi['sigma']:g} (FKEA, 2r = "
+            f"{2 * vendi['n_frequencies']}),",
+            "  within-class variation included: with 8 classes, scores far above 8 are expected and only compare",
+            "  at one sigma and one embedding (docs/concepts.md).",
+        ]
     # Lightning logs on_step + on_epoch values as `x_step` / `x_epoch` next to `x`: show each value once
     interesting = [
         k
@@ -110,13 +163,29 @@ def summary_text(before: Optional[dict[str, float]], after: dict[str, float], lo
         if k.startswith(("ood/", "val/", "spec_align/")) and not k.endswith(("_step", "_epoch"))
     ]
     if interesting:
-        lines.append("\nlogged by the callbacks at the last validation epoch:")
+        lines.append("\nLogged by the callbacks at the last validation epoch, from the embeddings of that epoch's")
+        lines.append("validation batches (the weights of 'after'):")
         lines += [f"  {key:54s}{logged[key]:12.4f}" for key in interesting]
+        lines += agreement(after, logged)
     if log_dir is not None:
         lines.append(f"\nTensorBoard logs, mode galleries and summary.json: {log_dir}")
         lines.append(f"  view them with: tensorboard --logdir {Path(log_dir).parent}")
     lines.append("=" * 80)
     return "\n".join(lines)
+
+
+def agreement(after: dict[str, float], logged: dict[str, float]) -> list[str]:
+    """Lines saying whether the logged values that repeat a row of the table agree with it, and why not."""
+    pairs = [(row, key) for row, key in SAME_AS_LOGGED.items() if row in after and key in logged]
+    if not pairs:
+        return []
+    names = ", ".join(f"{key} vs {row}" for row, key in pairs)
+    if all(math.isclose(after[row], logged[key], rel_tol=1e-5, abs_tol=1e-6) for row, key in pairs):
+        return [f"  ({names}: equal, the same weights, samples and settings)"]
+    return [
+        f"  ({names}: the callbacks saw only the validation batches of that epoch (e.g. limit_val_batches),",
+        "   the table every validation sample)",
+    ]
 
 
 class AlignCLI(LightningCLI):
@@ -141,34 +210,55 @@ def prepare(cli: LightningCLI) -> None:
         )
 
 
+@contextmanager
+def arguments_only(args: Optional[list[str]]) -> Iterator[None]:
+    """While the CLI parses, ``sys.argv`` is the program name alone when ``args`` are given: LightningCLI warns
+    when it sees both (a call from Python, e.g. the tests, under a command line of its own)."""
+    if args is None:
+        yield
+        return
+    saved = sys.argv
+    sys.argv = saved[:1]
+    try:
+        yield
+    finally:
+        sys.argv = saved
+
+
 def main(args: Optional[list[str]] = None) -> dict[str, Any]:
     """Run the recipe; returns ``{"before", "after", "logged", "log_dir"}``: the evaluations before and after
     training (``before`` is None when resuming or with ``--evaluate false``, ``after`` then ``{}``) and the values
-    the callbacks logged at the last validation epoch."""
-    cli = AlignCLI(
-        CLIPFineTune,
-        run=False,
-        args=args,
-        subclass_mode_data=True,
-        seed_everything_default=0,
-        save_config_kwargs={"overwrite": True},
-    )
+    the callbacks logged at the last validation epoch.
+
+    Args:
+        args: command-line style arguments; ``None`` reads ``sys.argv`` (the script).
+    """
+    with arguments_only(args):
+        cli = AlignCLI(
+            CLIPFineTune,
+            run=False,
+            args=args,
+            subclass_mode_data=True,
+            seed_everything_default=0,
+            save_config_kwargs={"overwrite": True},
+        )
     prepare(cli)
     config = cli.config
     align = next((c for c in cli.trainer.callbacks if isinstance(c, SPECAlign)), None)
+    settings = summary_settings(cli.trainer.callbacks)
     before = None
     if config["evaluate"] and config["ckpt_path"] is None:
         rank_zero_info("Evaluating the initial model (kNN, zero-shot, SPEC-diff, Vendi, OOD AUROC) ...")
-        before = evaluate(cli.model, cli.datamodule, align)
+        before = evaluate(cli.model, cli.datamodule, align, settings)
     rank_zero_info("Training (progress bar below; metrics are logged every validation epoch) ...")
     cli.trainer.fit(cli.model, datamodule=cli.datamodule, ckpt_path=config["ckpt_path"])
-    after = evaluate(cli.model, cli.datamodule, align) if config["evaluate"] else {}
+    after = evaluate(cli.model, cli.datamodule, align, settings) if config["evaluate"] else {}
     logged = {k: float(v) for k, v in cli.trainer.callback_metrics.items() if v.numel() == 1}
     log_dir = cli.trainer.logger.log_dir if cli.trainer.logger is not None else None
     result = {"before": before, "after": after, "logged": logged, "log_dir": log_dir}
     if cli.trainer.is_global_zero:
         if config["evaluate"]:
-            print(summary_text(before, after, logged, log_dir), flush=True)
+            print(summary_text(before, after, logged, log_dir, settings), flush=True)
         for path in {config["summary_json"], log_dir and str(Path(log_dir) / "summary.json")} - {None}:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
             Path(path).write_text(json.dumps(result, indent=2))
@@ -176,4 +266,4 @@ def main(args: Optional[list[str]] = None) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    main()

@@ -8,7 +8,7 @@ from torchmetrics import MetricCollection
 
 from lightning_spectral.features import GaussianRFF, gaussian_kernel
 from lightning_spectral.functional import fkea_vendi, mode_scores, vendi_exact
-from lightning_spectral.linalg import psd_eigenvalues, vendi_score
+from lightning_spectral.linalg import covariance, psd_eigenvalues, vendi_score
 from lightning_spectral.metrics import FKEAVendi
 from tests.data import mixture_means, sample_mixture
 
@@ -226,3 +226,46 @@ def test_cached_eigendecomposition_follows_every_state_change():
     metric.reset()
     metric.update(x[:100])
     torch.testing.assert_close(metric.modes(2).eigenvalues, first)
+
+
+ROUND_OFF_ORDERS = [0.5, 1, 2, "inf"]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_ten_thousand_identical_vectors_score_one_at_every_order(dtype):
+    # issue 13: Vendi-0.5 of 10,000 identical float32 vectors was 1.1 to 1.5 (round-off eigenvalues ~1e-7, p^0.5)
+    x = torch.randn(1, 16, generator=torch.Generator().manual_seed(3)).repeat(10_000, 1).to(dtype)
+    metric = FKEAVendi(sigma=1.0, n_frequencies=512, alpha=ROUND_OFF_ORDERS)
+    for batch in x.split(3000):
+        metric.update(batch)
+    for scores in (metric.compute(), fkea_vendi(x, sigma=1.0, n_frequencies=512, alpha=ROUND_OFF_ORDERS)):
+        for order in ROUND_OFF_ORDERS:
+            assert float(scores[order]) == pytest.approx(1.0, abs=1e-6), order
+    single = FKEAVendi(sigma=1.0, n_frequencies=512, alpha=0.5)
+    single.update(x)
+    assert float(single.compute()) == pytest.approx(1.0, abs=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_dropping_round_off_leaves_full_rank_spectra_unchanged(dtype):
+    x = torch.randn(5000, 16, generator=torch.Generator().manual_seed(4), dtype=torch.float64).to(dtype)
+    rff = GaussianRFF(16, 512, sigma=3.0, seed=0)
+    cov = covariance(x, rff)
+    kept, dropped = psd_eigenvalues(cov, drop_round_off=False), psd_eigenvalues(cov)
+    for order in ROUND_OFF_ORDERS:
+        assert float(vendi_score(dropped, order)) == pytest.approx(float(vendi_score(kept, order)), rel=1e-6)
+
+
+@pytest.mark.parametrize("n", [100, 300])
+def test_dropping_round_off_brings_float32_closer_to_float64_below_full_rank(n):
+    # n < 2r: 1024 - n exact zeros, which float32 products turn into +-1e-9 noise; order 0.5 amplifies it
+    x = torch.randn(n, 16, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
+    rff = GaussianRFF(16, 512, sigma=3.0, seed=0)
+    exact = psd_eigenvalues(covariance(x, rff), drop_round_off=False)
+    cov32 = covariance(x.float(), rff)
+    before, after = psd_eigenvalues(cov32, drop_round_off=False), psd_eigenvalues(cov32)
+    for order in ROUND_OFF_ORDERS:
+        truth = float(vendi_score(exact, order))
+        error_after = abs(float(vendi_score(after, order)) / truth - 1)
+        assert error_after <= abs(float(vendi_score(before, order)) / truth - 1) + 1e-9
+        assert error_after < 1e-6

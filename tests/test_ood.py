@@ -2,6 +2,7 @@
 
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -176,3 +177,34 @@ def test_ddp_fit_equals_single_process_fit(tmp_path, empty_rank):
         assert count == 900
         torch.testing.assert_close(scores, single.score(outside), rtol=1e-7, atol=1e-9)
         assert threshold == pytest.approx(float(single.threshold), rel=1e-7)
+
+
+@pytest.mark.parametrize("offset", [0.0, 1e3, 1e4])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_linear_pca_is_exact_under_a_large_mean_offset(offset, dtype):
+    # issue 13: a mean offset of 1e3 / 1e4 gave top eigenvalues 1.72 / 79.0 instead of the offset-free 1.17
+    g = torch.Generator().manual_seed(0)
+    x = (torch.randn(3000, 8, generator=g, dtype=torch.float64) * torch.linspace(0.2, 1.1, 8, dtype=torch.float64))
+    data = (x + offset).to(dtype)  # what the detector is given (float32 rounds the offset data itself)
+    centred = data.double().numpy() - data.double().numpy().mean(0)
+    reference = np.linalg.eigvalsh(centred.T @ centred / len(centred))[::-1]  # float64 numpy, centred first
+    for fitted in (
+        KernelPCAOOD("linear", n_components=3).fit(data),
+        KernelPCAOOD("linear", n_components=3).fit(data.split(123)),
+    ):
+        np.testing.assert_allclose(fitted.eigenvalues.numpy(), reference, rtol=1e-5, atol=1e-6 * reference[0])
+    offset_free = np.linalg.eigvalsh(np.cov(x.numpy().T, bias=True))[-1]
+    assert float(fitted.eigenvalues[0]) == pytest.approx(offset_free, rel=1e-4 if dtype == torch.float32 else 1e-9)
+
+
+@pytest.mark.parametrize("mapping", ["corp", "cop", "linear"])
+def test_partial_fit_keeps_no_autograd_graph(mapping):
+    weight = torch.randn(6, 6, requires_grad=True)
+    detector = KernelPCAOOD(mapping, sigma=0.5, n_frequencies=16, n_components=2, chunk_size=50)
+    for _ in range(3):
+        detector.partial_fit(torch.randn(20, 6) @ weight)  # a graph hangs on every batch
+    held = [*detector.sums.samples._pending, *(getattr(detector.sums, s) for s in detector.sums.samples.states)]
+    assert held and all(t.grad_fn is None and not t.requires_grad for t in held)
+    detector.finalize()
+    fitted = [detector.mean, detector.components, detector.eigenvalues]
+    assert all(t.grad_fn is None and not t.requires_grad for t in fitted)

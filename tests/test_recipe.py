@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "recipes" / "configs"
 sys.path.insert(0, str(ROOT / "recipes"))
 
-from align_clip import accuracy, knn_accuracy, main  # noqa: E402
+from align_clip import accuracy, agreement, knn_accuracy, main, summary_text  # noqa: E402
 
 SHORT = ["--trainer.limit_train_batches=4", "--trainer.limit_val_batches=3", "--trainer.enable_progress_bar=false"]
 
@@ -33,8 +33,10 @@ def images_logged(log_dir):
     return events.Tags()["images"]
 
 
-def test_tiny_recipe_runs_and_reports_every_number(tmp_path, capsys):
+def test_tiny_recipe_runs_and_reports_every_number(tmp_path, capsys, recwarn):
     result = run(tmp_path, "--trainer.max_epochs=1", f"--summary_json={tmp_path / 'summary.json'}")
+    # called from Python with args under pytest's own command line: LightningCLI must not warn about both
+    assert not [w for w in recwarn if "not recommended to provide both" in str(w.message)]
     expected = {"spec_diff_to_reference", "knn_accuracy", "reference_knn_accuracy", "zero_shot_accuracy", "vendi"}
     for stage in ("before", "after"):
         assert expected | {"ood_auroc"} <= set(result[stage])
@@ -49,6 +51,9 @@ def test_tiny_recipe_runs_and_reports_every_number(tmp_path, capsys):
     # a person can read the summary, and find the logs, galleries and summary file
     out = capsys.readouterr().out
     assert "SPEC-diff to the reference" in out and "kNN accuracy" in out and result["log_dir"] in out
+    # each number says where it comes from; limit_val_batches=3: the logged Vendi saw fewer samples, and says so
+    assert "Recomputed from scratch on the whole validation set" in out and "Logged by the callbacks" in out
+    assert "docs/concepts.md" in out and "limit_val_batches" in out
     assert json.loads((tmp_path / "summary.json").read_text())["after"] == result["after"]
     assert (Path(result["log_dir"]) / "summary.json").is_file()
     images = set(images_logged(result["log_dir"]))
@@ -68,6 +73,19 @@ def test_resumed_recipe_ends_with_the_metrics_of_an_uninterrupted_run(tmp_path):
     assert set(resumed["logged"]) == set(whole["logged"])
     for key, value in whole["logged"].items():
         assert resumed["logged"][key] == pytest.approx(value, rel=1e-5, abs=1e-7), key
+
+
+def test_summary_labels_both_sources_and_says_when_they_agree():
+    after = {"vendi": 49.7336, "ood_auroc": 0.8042, "knn_accuracy": 0.93}
+    same = {"val/vendi": 49.7336, "ood/held_out/auroc": 0.8042, "val/novelty": 0.0}
+    text = summary_text(None, after, same, None)
+    assert text.index("Recomputed from scratch") < text.index("Vendi score") < text.index("Logged by the callbacks")
+    assert "sigma = 0.5" in text and "8 classes" in text and "docs/concepts.md" in text
+    assert agreement(after, same) == ["  (val/vendi vs vendi, ood/held_out/auroc vs ood_auroc: equal, the same "
+                                      "weights, samples and settings)"]
+    fewer = {**same, "val/vendi": 47.1}
+    assert "limit_val_batches" in " ".join(agreement(after, fewer))
+    assert agreement({"knn_accuracy": 0.9}, same) == []
 
 
 def test_image_size_mismatch_is_a_clear_error(tmp_path):

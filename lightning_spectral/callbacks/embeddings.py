@@ -105,8 +105,8 @@ class EmbeddingSource:
     def __init__(self, source: Union[str, EmbeddingFn], batch_input: BatchSelector = None, owner: str = "") -> None:
         if not (isinstance(source, str) and source) and not callable(source):
             raise ValueError(
-                f"{owner or 'EmbeddingSource'}: the embedding source must be a submodule name such as 'encoder' "
-                f"or a function `fn(pl_module, batch) -> Tensor`, got {source!r}."
+                f"{owner or 'EmbeddingSource'}: the embedding source (`embedding`; SPECAlign's `student`) must be a "
+                f"submodule name such as 'encoder' or a function `fn(pl_module, batch) -> Tensor`, got {source!r}."
             )
         self.source = source
         self.batch_input = batch_input

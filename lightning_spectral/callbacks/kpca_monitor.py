@@ -28,7 +28,7 @@ from torch import Tensor
 from torch.utils.data import DataLoader
 from typing_extensions import override
 
-from lightning_spectral._checks import check_fraction
+from lightning_spectral._checks import check_bool, check_fraction
 from lightning_spectral.callbacks.base import EmbeddingCallback, outside_inference_mode
 from lightning_spectral.callbacks.embeddings import BatchSelector, EmbeddingFn
 from lightning_spectral.ood import KernelPCAOOD, detection_metrics, threshold_at_tpr
@@ -98,7 +98,7 @@ class KPCAOODMonitor(EmbeddingCallback):
         ValueError: an argument out of range or of the wrong kind (the message names it); at ``setup``, an
             embedding submodule the LightningModule does not have.
 
-    Example:
+    Examples:
         >>> import lightning as L, torch
         >>> from torch.utils.data import DataLoader, TensorDataset
         >>> class Module(L.LightningModule):
@@ -151,6 +151,7 @@ class KPCAOODMonitor(EmbeddingCallback):
                 f"one, got {type(fit_on).__name__}."
             )
         tpr = check_fraction(tpr, "tpr")
+        check_bool(stop_on_drift, "stop_on_drift")
         if max_flagged_rate is not None:
             if isinstance(max_flagged_rate, bool) or not isinstance(max_flagged_rate, (int, float)) or not (
                 1 - tpr < max_flagged_rate <= 1

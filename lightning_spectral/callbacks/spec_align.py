@@ -23,7 +23,7 @@ import torch
 from torch import Tensor, nn
 from typing_extensions import override
 
-from lightning_spectral._checks import check_memory, check_positive, check_positive_int, check_seed
+from lightning_spectral._checks import check_bool, check_memory, check_positive, check_positive_int, check_seed
 from lightning_spectral.callbacks.base import EmbeddingCallback
 from lightning_spectral.callbacks.embeddings import BatchSelector, EmbeddingFn, ReferenceEmbedding
 from lightning_spectral.distributed import all_gather_rows
@@ -69,7 +69,7 @@ class SPECAlign(EmbeddingCallback):
         log_prefix: prefix of the logged values ``spec_diff``, ``penalty``, ``task_loss`` and ``weight``; several
             SPECAlign callbacks in one fit (one per reference) need distinct prefixes.
 
-    Example:
+    Examples:
         >>> import torch
         >>> align = SPECAlign(reference=torch.randn(100, 8), weight=0.1, student="encoder", index=2)
         >>> align.weight_at(0), SPECAlign(torch.randn(4, 2), 0.5, index=2, warmup_steps=10).weight_at(5)
@@ -129,7 +129,7 @@ class SPECAlign(EmbeddingCallback):
         self.every_n_steps = check_positive_int(every_n_steps, "every_n_steps")
         self.warmup_steps = warmup_steps
         self.schedule = schedule
-        self.gather = bool(gather)
+        self.gather = check_bool(gather, "gather")
         self.log_prefix = log_prefix
         self.last_spec_diff = math.nan
         self.penalised_steps = 0

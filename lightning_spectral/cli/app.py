@@ -78,7 +78,7 @@ def _flag_names(message: str, args: argparse.Namespace) -> str:
 def one_line(error: BaseException) -> str:
     """The error as one line, its type named unless it is a plain user error.
 
-    Example:
+    Examples:
         >>> one_line(ValueError("bad\\n  value"))
         'bad value'
         >>> one_line(ZeroDivisionError("division by zero"))
@@ -96,7 +96,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     Args:
         argv: the arguments after the program name (default ``sys.argv[1:]``).
 
-    Example:
+    Examples:
         >>> import tempfile, numpy as np
         >>> path = tempfile.mkdtemp() + "/emb.npy"
         >>> np.save(path, np.random.default_rng(0).normal(size=(200, 8)).astype("float32"))

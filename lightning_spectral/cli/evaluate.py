@@ -68,7 +68,7 @@ def add_parser(subparsers: Any, common: argparse.ArgumentParser) -> None:
 def parse_order(text: str) -> Union[int, float, str]:
     """``"2"`` -> 2, ``"0.5"`` -> 0.5, ``"inf"`` stays a string (the library validates the value).
 
-    Example:
+    Examples:
         >>> [parse_order(t) for t in ("1", "0.5", "inf")]
         [1, 0.5, 'inf']
     """

@@ -32,7 +32,7 @@ def image_paths(list_file: Path, ids: Sequence[int]) -> dict[int, Path]:
         FileNotFoundError: no list file.
         ValueError: the list has fewer lines than a wanted id needs.
 
-    Example:
+    Examples:
         >>> import tempfile
         >>> from pathlib import Path
         >>> folder = Path(tempfile.mkdtemp())

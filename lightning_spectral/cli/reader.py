@@ -12,7 +12,7 @@ def shard_rows(n: int, rank: int, world_size: int) -> range:
 
     Every metric gives the same result for any sharding of the same rows, so only reading speed decides.
 
-    Example:
+    Examples:
         >>> [shard_rows(11, rank, 3) for rank in range(3)]
         [range(0, 3), range(3, 7), range(7, 11)]
     """

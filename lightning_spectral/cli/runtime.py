@@ -38,7 +38,7 @@ class Session:
         device: ``"cpu"`` or ``"cuda"`` (NCCL under torchrun, this process's ``LOCAL_RANK`` GPU).
         progress: show tqdm bars (rank 0 only, and only when stderr is a terminal).
 
-    Example:
+    Examples:
         >>> session = Session("cpu", progress=False)   # outside torchrun: one process
         >>> session.rank, session.world_size, session.is_main
         (0, 1, True)

@@ -66,17 +66,28 @@ class CsvImageText(_FileImageText):
 
     Args:
         csv_path: the training CSV.
-        img_key, caption_key: column names of the image path and the caption.
+        img_key: column name of the image path.
+        caption_key: column name of the caption.
         sep: field separator (open_clip's default is a tab; ``","`` for comma-separated files).
-        val_csv, ood_csv: optional separate files with the same columns.
+        val_csv: optional validation file with the same columns.
+        ood_csv: optional out-of-distribution file with the same columns.
         val_fraction: without ``val_csv``, share of the rows used for validation.
         label_key: optional integer class column.
         image_root: folder relative paths are read against.
-        image_size, transform, train_transform, mean, std: without a ``transform``: resize the shorter side,
-            centre crop to ``image_size``, normalise by ``mean`` / ``std`` (open_clip's OPENAI statistics).
-            Pass open_clip's ``preprocess_val`` / ``preprocess_train`` to match a model exactly.
-        batch_size, seed, tokenizer, context_length, num_workers, ood_in_val: as in :class:`DigitsImageText`.
-        class_names, template: optional class names (position = label) for ``prompts``.
+        image_size: without a ``transform``: resize the shorter side and centre crop to this size.
+        transform: ``PIL image -> tensor``; pass open_clip's ``preprocess_val`` to match a model exactly.
+        train_transform: the same for the training split (default ``transform``), e.g. ``preprocess_train``.
+        mean: without a ``transform``: per-channel mean of the normalisation (open_clip's OPENAI statistics).
+        std: without a ``transform``: per-channel standard deviation of the normalisation.
+        batch_size: loader batch size.
+        seed: the split and the training shuffle.
+        tokenizer: an open_clip model name, a callable ``tokenizer(list[str])`` or ``None`` (as in
+            :class:`~lightning_spectral.data.DigitsImageText`).
+        context_length: with a model-name tokenizer, its context length.
+        num_workers: DataLoader workers.
+        ood_in_val: ``val_dataloader`` returns ``[val, ood]``.
+        class_names: optional class names (position = label) for ``prompts``.
+        template: caption of a class in ``prompts``.
 
     Raises:
         FileNotFoundError: a missing CSV or image.

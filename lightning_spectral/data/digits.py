@@ -78,7 +78,8 @@ class DigitsImageText(_ImageTextDataModule):
         context_length: with a model-name tokenizer, its context length (e.g. a tiny model's).
         transform: ``PIL image -> tensor`` (replaces the tensor normalisation); ``train_transform`` for the
             training split only (default ``transform``).
-        mean, std: tensor normalisation; ``None`` keeps [0, 1].
+        mean: per-channel mean of the tensor normalisation; ``None`` (with ``std``) keeps [0, 1].
+        std: per-channel standard deviation of the tensor normalisation.
         num_workers: DataLoader workers.
         ood_in_val: ``val_dataloader`` returns ``[val, ood]``.
         template: caption of class ``k``.

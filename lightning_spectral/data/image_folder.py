@@ -32,8 +32,17 @@ class ImageFolderText(_FileImageText):
         template: caption of a class.
         held_out: class folder names held out as out-of-distribution.
         val_fraction: share of each in-distribution class used for validation.
-        image_size, transform, train_transform, mean, std: as in :class:`CsvImageText`.
-        batch_size, seed, tokenizer, context_length, num_workers, ood_in_val: as in :class:`DigitsImageText`.
+        image_size: without a ``transform``: resize the shorter side and centre crop to this size.
+        transform: ``PIL image -> tensor`` (as in :class:`~lightning_spectral.data.CsvImageText`).
+        train_transform: the same for the training split (default ``transform``).
+        mean: without a ``transform``: per-channel mean of the normalisation.
+        std: without a ``transform``: per-channel standard deviation of the normalisation.
+        batch_size: loader batch size.
+        seed: the split and the training shuffle.
+        tokenizer: an open_clip model name, a callable ``tokenizer(list[str])`` or ``None``.
+        context_length: with a model-name tokenizer, its context length.
+        num_workers: DataLoader workers.
+        ood_in_val: ``val_dataloader`` returns ``[val, ood]``.
 
     Raises:
         FileNotFoundError: ``root`` missing or without images in class subfolders.

@@ -23,7 +23,8 @@ class ClipBundle(NamedTuple):
 
 
 class _DropRandomInitWarning(logging.Filter):
-    """Hide open_clip's 'initialized randomly' warning while the weights are about to be loaded here."""
+    """Hide open_clip's 'initialized randomly' warning: the weights are about to be loaded here, or ``pretrained=None``
+    asked for a random initialisation (said once, as information)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         return "Model initialized randomly" not in record.getMessage()
@@ -133,6 +134,7 @@ def create_clip(
         (torch.Size([1, 16]), torch.Size([1, 16]))
     """
     import open_clip
+    from lightning.pytorch.utilities import rank_zero_info
 
     common = dict(precision=precision, device=device, **kwargs)
     local = pretrained is not None and (not isinstance(pretrained, str) or _looks_like_path(pretrained))
@@ -153,6 +155,10 @@ def create_clip(
                     f"`pretrained`={pretrained!r} is neither an existing file nor an open_clip tag of {model_name!r} "
                     f"(its tags: {tags}); pass a tag or the path of a local checkpoint."
                 )
+        quiet = _DropRandomInitWarning()
+        if pretrained is None:
+            logging.getLogger().addFilter(quiet)
+            rank_zero_info(f"create_clip: {model_name} with random weights (pretrained=None).")
         try:
             model, preprocess_train, preprocess_val = open_clip.create_model_and_transforms(
                 model_name, pretrained=pretrained, weights_only=True, **common
@@ -166,5 +172,7 @@ def create_clip(
                 "`open_clip.create_model(name, pretrained=tag)` fills the Hugging Face cache, or fetch the "
                 "open_clip_pytorch_model.bin / .safetensors file) and pass its local path as `pretrained`."
             ) from error
+        finally:
+            logging.getLogger().removeFilter(quiet)
     tokenizer = open_clip.get_tokenizer(model_name, context_length=getattr(model, "context_length", None))
     return ClipBundle(model, preprocess_train, preprocess_val, tokenizer)

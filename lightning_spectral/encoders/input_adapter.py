@@ -24,8 +24,10 @@ class InputAdapter(nn.Module):
     open_clip's OPENAI mean / std fed to a DINOv2 reference that expects ImageNet statistics.
 
     Args:
-        mean_in, std_in: the normalisation the incoming tensors carry (1 or 3 numbers each).
-        mean_out, std_out: the normalisation the wrapped model expects.
+        mean_in: the per-channel mean the incoming tensors were normalised with (1 or 3 numbers).
+        std_in: their per-channel standard deviation (1 or 3 numbers > 0).
+        mean_out: the per-channel mean the wrapped model expects.
+        std_out: the per-channel standard deviation the wrapped model expects.
         size: resize to this (height, width) or square size with bicubic interpolation; ``None`` keeps the size.
 
     Raises:

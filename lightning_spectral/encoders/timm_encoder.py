@@ -47,9 +47,10 @@ def create_timm_encoder(
             reference is rarely what you want).
         num_classes: 0 for pooled features.
         checkpoint_prefix: keep only keys with this prefix (removed).
-        input_mean, input_std: the normalisation of the tensors the encoder will be fed (e.g. open_clip's
-            ``OPENAI_DATASET_MEAN`` / ``STD`` when it shares batches with a CLIP model); if given, the model is
-            wrapped as ``nn.Sequential(InputAdapter(...), model)`` converting to the model's own statistics.
+        input_mean: the per-channel mean of the tensors the encoder will be fed (e.g. open_clip's
+            ``OPENAI_DATASET_MEAN`` when it shares batches with a CLIP model); if given (with ``input_std``), the
+            model is wrapped as ``nn.Sequential(InputAdapter(...), model)`` converting to its own statistics.
+        input_std: the per-channel standard deviation of those tensors (e.g. ``OPENAI_DATASET_STD``).
         input_size: with ``input_mean`` / ``input_std``, also resize fed tensors to this size.
         **kwargs: passed to ``timm.create_model``, e.g. ``img_size=224`` (DINOv2 defaults to 518).
 

@@ -204,9 +204,12 @@ def finc_spectrum(
     The reference is split into halves by :func:`reference_halves` for the floor.
 
     Raises:
-        ValueError: an empty side, fewer than 2 reference samples, widths that differ, NaN / Inf, rho <= 0.
+        ValueError: an empty side, fewer than 2 reference samples, widths that differ, NaN / Inf, ``rho``,
+            ``significance`` or ``min_eigenvalue`` not a number > 0.
     """
     rho = check_positive(rho, "rho")
+    significance = check_positive(significance, "significance")
+    min_eigenvalue = check_positive(min_eigenvalue, "min_eigenvalue")
     generated = check_features(generated, "generated", owner="finc")
     reference = check_features(reference, "reference", width=generated.shape[1], owner="finc")
     if generated.shape[0] == 0 or reference.shape[0] < 2:
@@ -271,6 +274,9 @@ def finc_exact(generated: Tensor, reference: Tensor, sigma: float, rho: float = 
     """Exact eigenvalues (descending) of ``C_gen - rho C_ref`` for the Gaussian kernel, through the n x n
     kernel matrices (:func:`ken_eigenvalues`). O((n+m)^3): the oracle for small n, m.
 
+    Raises:
+        ValueError: an empty side, widths that differ, NaN / Inf, ``rho`` or ``sigma`` not a number > 0.
+
     Examples:
         >>> import torch
         >>> x = torch.randn(20, 3)
@@ -279,6 +285,11 @@ def finc_exact(generated: Tensor, reference: Tensor, sigma: float, rho: float = 
         True
     """
     rho = check_positive(rho, "rho")
+    generated = check_features(generated, "generated", owner="finc_exact")
+    reference = check_features(reference, "reference", width=generated.shape[1], owner="finc_exact")
+    for name, side in (("generated", generated), ("reference", reference)):
+        if side.shape[0] == 0:
+            raise ValueError(f"finc_exact: `{name}` is empty; each side needs at least one sample.")
     return ken_eigenvalues(
         gaussian_kernel(generated, sigma=sigma),
         gaussian_kernel(generated, reference, sigma=sigma),

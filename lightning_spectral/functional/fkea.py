@@ -8,27 +8,31 @@ non-zero eigenvalues approximate those of the normalised kernel matrix ``K/n`` (
 from __future__ import annotations
 
 from collections.abc import Sequence
+from numbers import Real
 from typing import Union
 
 import torch
 from torch import Tensor
 
-from lightning_spectral._checks import check_features
+from lightning_spectral._checks import check_features, check_order
 from lightning_spectral.features import GaussianRFF, gaussian_kernel
-from lightning_spectral.linalg import DEFAULT_CHUNK_SIZE, Alpha, covariance, parse_alpha, psd_eigenvalues, vendi_score
+from lightning_spectral.linalg import DEFAULT_CHUNK_SIZE, Alpha, covariance, psd_eigenvalues, vendi_score
 
 Orders = Union[Alpha, Sequence[Alpha]]
 VendiResult = Union[Tensor, dict]
 
 
 def check_orders(alpha: Orders) -> tuple[list[Alpha], bool]:
-    """The orders as a list, and whether a single order was given. Raises ``ValueError`` on bad orders."""
-    single = isinstance(alpha, (int, float, str))
-    orders = [alpha] if single else list(alpha)  # type: ignore[arg-type]
+    """The orders as a list, and whether a single order was given. Raises ``ValueError`` on bad orders (bools too)."""
+    single = isinstance(alpha, (Real, str))
+    try:
+        orders = [alpha] if single else list(alpha)  # type: ignore[arg-type]
+    except TypeError:
+        raise ValueError(f"`alpha` must be an order in (0, inf] or a sequence of orders, got {alpha!r}.") from None
     if not orders:
         raise ValueError("`alpha` must be an order in (0, inf] or a non-empty sequence of orders.")
     for order in orders:
-        parse_alpha(order)  # raises the shared message for a bad order
+        check_order(order, "alpha")
     return orders, single
 
 
@@ -65,6 +69,7 @@ def fkea_vendi(
         >>> round(float(fkea_vendi(x, sigma=1.0, n_frequencies=256, alpha=2)), 1)
         2.0
     """
+    check_orders(alpha)
     features = check_features(features, "features", owner="fkea_vendi")
     if features.shape[0] == 0:
         raise ValueError("fkea_vendi: `features` is empty; at least one sample is needed.")
@@ -82,6 +87,7 @@ def vendi_exact(features: Tensor, sigma: float, alpha: Orders = 1.0) -> VendiRes
         >>> round(float(vendi_exact(torch.eye(3) * 100, sigma=1.0)), 6)  # three far-apart points
         3.0
     """
+    check_orders(alpha)
     features = check_features(features, "features", owner="vendi_exact")
     if features.shape[0] == 0:
         raise ValueError("vendi_exact: `features` is empty; at least one sample is needed.")

@@ -47,8 +47,12 @@ class FINCNovelty(RFFMetric):
         min_eigenvalue: absolute minimum of a significant eigenvalue (default 1e-3, about 0.1 % extra mass).
         reset_real_features: if False, ``reset()`` keeps the reference side (as torchmetrics' FID), so a
             reference is accumulated once per run.
-        in_features, chunk_size, feature, normalize, save_feature, kwargs: as
-            :class:`~lightning_spectral.metrics.RFFCovariance` (with ``feature``, ``update`` takes images).
+        in_features: input width, if known (else learnt from the first batch).
+        chunk_size: rows per chunk: rows wait in a buffer until this many are pending.
+        feature: optional frozen module mapping images to embeddings; ``update`` then takes images.
+        normalize: with ``feature``: float images in [0, 1] (True) or uint8 in [0, 255] (False).
+        save_feature: with ``feature``: keep its weights in ``state_dict``.
+        kwargs: ``torchmetrics.Metric`` keyword arguments.
 
     Examples:
         >>> import torch

@@ -17,7 +17,7 @@ class FKEAVendi(RFFCovariance):
     ``C`` is the (2r x 2r) random-Fourier covariance of the Gaussian kernel
     ``k(x, y) = exp(-||x - y||^2 / (2 sigma^2))``; its eigenvalues ``lambda`` sum to 1 and
 
-    .. math:: \mathrm{VENDI}_\alpha = \Big(\sum_i \lambda_i^\alpha\Big)^{1/(1-\alpha)}
+    $$\mathrm{VENDI}_\alpha = \Big(\sum_i \lambda_i^\alpha\Big)^{1/(1-\alpha)}$$
 
     with ``alpha = 1`` the Shannon limit ``exp(-sum lambda log lambda)``, ``alpha = 2`` the RKE score
     ``1 / ||C||_F^2`` (computed without an eigendecomposition) and ``alpha = inf`` ``1 / lambda_max``.
@@ -33,8 +33,12 @@ class FKEAVendi(RFFCovariance):
         n_frequencies: r; the covariance is 2r x 2r.
         alpha: an order in (0, inf] (``"inf"`` allowed) or a sequence of orders.
         seed: frequency seed, identical on every rank.
-        in_features, chunk_size, feature, normalize, save_feature, kwargs: as :class:`RFFCovariance` (with
-            ``feature``, ``update`` takes images).
+        in_features: input width, if known (else learnt from the first batch).
+        chunk_size: rows per chunk: rows wait in a buffer until this many are pending.
+        feature: optional frozen module mapping images to embeddings; ``update`` then takes images.
+        normalize: with ``feature``: float images in [0, 1] (True) or uint8 in [0, 255] (False).
+        save_feature: with ``feature``: keep its weights in ``state_dict``.
+        kwargs: ``torchmetrics.Metric`` keyword arguments.
 
     Returns (``compute``):
         A scalar tensor for one order (loggable with ``self.log("val/vendi", metric)``), or a dict

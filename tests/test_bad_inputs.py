@@ -1,0 +1,565 @@
+"""Every public entry point refuses bad input with a clear error: one table of (call, exception, message).
+
+Each row calls one entry point the wrong way and expects an exception of the given type whose message matches a
+regular expression naming the argument (or the flag, file or state) at fault and, where there is one, the fix.
+Command-line rows run :func:`lightning_spectral.cli.main` in this process: it must return 2 and print exactly one
+line on stderr, which is then matched like an exception message.
+
+Rows marked ``xfail(strict=True)`` are known gaps in modules owned elsewhere; they flip to failures (XPASS) once
+fixed, so the mark is removed with the fix. Run the table alone with ``pytest tests/test_bad_inputs.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import re
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, NamedTuple
+
+import lightning as L
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import save_file
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+from lightning_spectral.callbacks import EmbeddingMetrics, KPCAOODMonitor, SPECAlign
+from lightning_spectral.cli import main
+from lightning_spectral.data import DigitsImageText
+from lightning_spectral.encoders import InputAdapter, PixelEncoder, PrecomputedFeatures, load_weights, save_features
+from lightning_spectral.features import (
+    CosineMap,
+    GaussianRFF,
+    MultiBandwidthRFF,
+    gaussian_kernel,
+    kernel_feature_map,
+    median_bandwidth,
+)
+from lightning_spectral.files import EmbeddingFile
+from lightning_spectral.generative import DigitsImages, DigitsVAE, DropClassesSampler
+from lightning_spectral.functional import (
+    fast_mmd,
+    fast_mmd_test,
+    finc,
+    finc_exact,
+    finc_spectrum,
+    fkea_vendi,
+    match_bandwidth,
+    mmd_exact,
+    mmd_exact_test,
+    spec,
+    spec_align_loss,
+    spec_diff_exact,
+    vendi_exact,
+)
+from lightning_spectral.linalg import renyi_entropy, vendi_score
+from lightning_spectral.metrics import FastMMD, FINCNovelty, FKEAVendi, RFFCovariance, SPECDivergence
+from lightning_spectral.ood import KernelPCAOOD, detection_metrics
+
+
+class CLIError(Exception):
+    """The one stderr line of a command that returned 2."""
+
+
+class Case(NamedTuple):
+    entry: str
+    call: Callable[[Any], Any]  # takes the `files` namespace
+    error: type
+    match: str  # re.search in the message: names the argument (and the fix where there is one)
+
+
+def x(n: int = 8, d: int = 3, seed: int = 0) -> torch.Tensor:
+    return torch.randn(n, d, generator=torch.Generator().manual_seed(seed))
+
+
+def updated(metric: Any, *batches: Any, **kwargs: Any) -> Any:
+    for batch in batches:
+        metric.update(*batch, **kwargs) if isinstance(batch, tuple) else metric.update(batch, **kwargs)
+    return metric
+
+
+def quietly(fn: Callable[[], Any]) -> Any:
+    """``fn()`` without torchmetrics' warning about ``compute`` before ``update`` (the row tests the error)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        return fn()
+
+
+def cli(*argv: str) -> None:
+    """Run the command line; raise CLIError(the stderr line) if it returned 2 with one line, else fail."""
+    argv = list(argv)
+    if argv and argv[0] in ("evaluate", "compare", "ood"):
+        argv.append("--no-progress")
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        code = main(argv)
+    lines = err.getvalue().strip().splitlines()
+    if code != 2 or len(lines) != 1:
+        raise AssertionError(f"expected exit code 2 and one stderr line, got {code} and {lines!r}")
+    raise CLIError(lines[0])
+
+
+class Tiny(L.LightningModule):
+    def __init__(self) -> None:
+        super().__init__()
+        self.encoder = nn.Linear(4, 3)
+
+    def training_step(self, batch: Any, _: int) -> torch.Tensor:
+        return self.encoder(batch[0]).square().mean()
+
+    def validation_step(self, batch: Any, _: int) -> None:
+        self.encoder(batch[0])
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+
+def loader(n: int = 16) -> DataLoader:
+    return DataLoader(TensorDataset(x(n, 4)), batch_size=8)
+
+
+def fit(callback: L.Callback) -> None:
+    trainer = L.Trainer(
+        max_epochs=1, limit_train_batches=1, limit_val_batches=1, num_sanity_val_steps=0, logger=False,
+        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False, accelerator="cpu",
+        callbacks=[callback],
+    )
+    trainer.fit(Tiny(), loader(), loader())
+
+
+def small(**kwargs: Any) -> dict[str, Any]:
+    return {"sigma": 1.0, "n_frequencies": 8, **kwargs}
+
+
+NOT_YET = "known gap in a module owned by another branch (issue 13)"
+
+
+def gap(case: Case, reason: str = NOT_YET) -> Any:
+    return pytest.param(case, marks=pytest.mark.xfail(strict=True, reason=reason), id=case.entry)
+
+
+def row(entry: str, call: Callable[[Any], Any], error: type, match: str) -> Any:
+    return pytest.param(Case(entry, call, error, match), id=entry)
+
+
+CASES = [
+    # ---- metrics: constructors -------------------------------------------------------------------------------
+    row("FKEAVendi sigma=0", lambda f: FKEAVendi(sigma=0), ValueError, r"`sigma`.*> 0"),
+    row("FKEAVendi sigma=nan", lambda f: FKEAVendi(sigma=float("nan")), ValueError, r"`sigma`"),
+    row("FKEAVendi sigma=True", lambda f: FKEAVendi(sigma=True), ValueError, r"`sigma`"),
+    row("FKEAVendi sigma='wide'", lambda f: FKEAVendi(sigma="wide"), ValueError, r"`sigma` must be a positive number"),
+    row("FKEAVendi n_frequencies=0", lambda f: FKEAVendi(1.0, n_frequencies=0), ValueError, r"`n_frequencies`.*>= 1"),
+    row("FKEAVendi n_frequencies=2.5", lambda f: FKEAVendi(1.0, n_frequencies=2.5), ValueError, r"`n_frequencies`"),
+    row("FKEAVendi n_frequencies=10**8", lambda f: FKEAVendi(1.0, n_frequencies=10**8), ValueError,
+        r"`n_frequencies`=100000000 needs .* GiB.*smaller `n_frequencies`"),
+    row("FKEAVendi alpha=0", lambda f: FKEAVendi(1.0, alpha=0), ValueError, r"`alpha` must be in \(0, inf\]"),
+    row("FKEAVendi alpha=True", lambda f: FKEAVendi(1.0, alpha=True), ValueError, r"`alpha`.*not a bool"),
+    row("FKEAVendi alpha=[]", lambda f: FKEAVendi(1.0, alpha=[]), ValueError, r"`alpha`.*non-empty"),
+    row("FKEAVendi alpha='two'", lambda f: FKEAVendi(1.0, alpha="two"), ValueError, r"`alpha`.*'inf'"),
+    row("FKEAVendi alpha=[1, -2]", lambda f: FKEAVendi(1.0, alpha=[1, -2]), ValueError, r"`alpha`"),
+    row("FKEAVendi seed='foo'", lambda f: FKEAVendi(1.0, seed="foo"), ValueError, r"`seed` must be an integer"),
+    row("FKEAVendi seed=2**64", lambda f: FKEAVendi(1.0, seed=2**64), ValueError, r"`seed`.*range"),
+    row("FKEAVendi chunk_size=0", lambda f: FKEAVendi(1.0, chunk_size=0), ValueError, r"`chunk_size`"),
+    row("FKEAVendi in_features=0", lambda f: FKEAVendi(1.0, in_features=0), ValueError, r"`in_features`"),
+    row("FKEAVendi feature='encoder'", lambda f: FKEAVendi(1.0, feature="encoder"), TypeError, r"`feature`"),
+    row("RFFCovariance sigma=-1", lambda f: RFFCovariance(sigma=-1), ValueError, r"`sigma`"),
+    row("FINCNovelty rho=0", lambda f: FINCNovelty(1.0, rho=0), ValueError, r"`rho`"),
+    row("FINCNovelty significance=0", lambda f: FINCNovelty(1.0, significance=0), ValueError, r"`significance`"),
+    row("FINCNovelty min_eigenvalue=-1", lambda f: FINCNovelty(1.0, min_eigenvalue=-1), ValueError,
+        r"`min_eigenvalue`"),
+    row("FINCNovelty reset_real_features='no'", lambda f: FINCNovelty(1.0, reset_real_features="no"), TypeError,
+        r"`reset_real_features` must be True or False"),
+    row("FastMMD sigma=[]", lambda f: FastMMD(sigma=[]), ValueError, r"`sigma`.*non-empty sequence"),
+    row("FastMMD sigma=(1, 0)", lambda f: FastMMD(sigma=(1.0, 0.0)), ValueError, r"`sigma`"),
+    row("FastMMD sigma=np.float32(0)", lambda f: FastMMD(sigma=np.float32(0)), ValueError, r"`sigma`"),
+    row("FastMMD statistic_only='yes'", lambda f: FastMMD(1.0, statistic_only="yes"), TypeError, r"`statistic_only`"),
+    row("FastMMD n_frequencies=-3", lambda f: FastMMD(1.0, n_frequencies=-3), ValueError, r"`n_frequencies`"),
+    row("FastMMD unbiased='no'", lambda f: FastMMD(1.0, unbiased="no"), TypeError, r"`unbiased`"),
+    row("SPECDivergence kernel='rbf'", lambda f: SPECDivergence("rbf"), ValueError, r"`kernel` must be one of"),
+    row("SPECDivergence gaussian without sigmas", lambda f: SPECDivergence("gaussian"), ValueError,
+        r"`sigma_a` and `sigma_b`.*match_bandwidth"),
+    row("SPECDivergence sigma_b=0", lambda f: SPECDivergence("gaussian", sigma_a=1.0, sigma_b=0), ValueError,
+        r"`sigma_b`"),
+    row("SPECDivergence in_features=(3,)", lambda f: SPECDivergence("cosine", in_features=(3,)), ValueError,
+        r"`in_features`"),
+    # ---- metrics: update / compute -----------------------------------------------------------------------------
+    row("FKEAVendi.update 1-D", lambda f: FKEAVendi(**small()).update(torch.randn(5)), ValueError,
+        r"`features` must have shape \(N, d\).*flatten"),
+    row("FKEAVendi.update int", lambda f: FKEAVendi(**small()).update(torch.ones(4, 3, dtype=torch.long)),
+        TypeError, r"`features` must be floating point.*\.float\(\)"),
+    row("FKEAVendi.update numpy", lambda f: FKEAVendi(**small()).update(np.ones((4, 3))), TypeError,
+        r"`features` must be a torch.Tensor"),
+    row("FKEAVendi.update NaN", lambda f: FKEAVendi(**small()).update(torch.full((2, 3), float("nan"))),
+        ValueError, r"`features` contains NaN or Inf in 2 of 2 rows"),
+    row("FKEAVendi.update width change", lambda f: updated(FKEAVendi(**small()), x(4, 3), x(4, 5)), ValueError,
+        r"`features` has width 5 but 3 was expected"),
+    row("FKEAVendi.compute empty", lambda f: quietly(FKEAVendi(**small()).compute), RuntimeError,
+        r"no samples were accumulated.*`update\(\.\.\.\)`"),
+    row("RFFCovariance.modes k=0", lambda f: updated(RFFCovariance(**small()), x()).modes(0), ValueError, r"`k`"),
+    row("FINCNovelty.update real=1", lambda f: FINCNovelty(**small()).update(x(), real=1), TypeError,
+        r"`real` must be True \(reference\) or False"),
+    row("FINCNovelty.update without real", lambda f: FINCNovelty(**small()).update(x()), TypeError, r"'real'"),
+    row("FINCNovelty.compute no generated", lambda f: updated(FINCNovelty(**small()), x(), real=True).compute(),
+        RuntimeError, r"no generated samples.*update\(x, real=False\)"),
+    row("FINCNovelty.compute no reference", lambda f: updated(FINCNovelty(**small()), x(), real=False).compute(),
+        RuntimeError, r"reference samples in both halves.*real=True"),
+    row("FINCNovelty called like a function", lambda f: FINCNovelty(**small())(x(), real=False), RuntimeError,
+        r"called like a function.*update\(x, real=\.\.\.\)"),
+    row("FastMMD.update real='yes'", lambda f: FastMMD(**small()).update(x(), real="yes"), TypeError, r"`real`"),
+    row("FastMMD.compute one side", lambda f: updated(FastMMD(**small()), x(), real=True).compute(), RuntimeError,
+        r"'gen' side|generated"),
+    row("SPECDivergence.update unequal N", lambda f: SPECDivergence("cosine").update(x(8), x(7)), ValueError,
+        r"`emb_a` has 8 rows and `emb_b` 7.*row i of both must be sample i"),
+    row("SPECDivergence.update 1-D", lambda f: SPECDivergence("cosine").update(torch.randn(8), x(8)), ValueError,
+        r"`emb_a`|shape \(N, d\)"),
+    # ---- functional forms ------------------------------------------------------------------------------------
+    row("fkea_vendi empty", lambda f: fkea_vendi(torch.zeros(0, 3), 1.0), ValueError, r"`features` is empty"),
+    row("fkea_vendi sigma=0", lambda f: fkea_vendi(x(), 0.0), ValueError, r"`sigma`"),
+    row("fkea_vendi alpha=True", lambda f: fkea_vendi(x(), 1.0, n_frequencies=8, alpha=True), ValueError,
+        r"`alpha`.*not a bool"),
+    row("fkea_vendi alpha=-1", lambda f: fkea_vendi(x(), 1.0, n_frequencies=8, alpha=-1), ValueError, r"`alpha`"),
+    row("fkea_vendi n_frequencies=0", lambda f: fkea_vendi(x(), 1.0, n_frequencies=0), ValueError,
+        r"`n_frequencies`"),
+    row("fkea_vendi chunk_size=0", lambda f: fkea_vendi(x(), 1.0, chunk_size=0), ValueError, r"`chunk_size`"),
+    row("vendi_exact empty", lambda f: vendi_exact(torch.zeros(0, 3), 1.0), ValueError, r"`features` is empty"),
+    row("vendi_exact alpha=0", lambda f: vendi_exact(x(), 1.0, alpha=0), ValueError, r"`alpha`"),
+    row("vendi_exact alpha=False", lambda f: vendi_exact(x(), 1.0, alpha=False), ValueError, r"`alpha`.*not a bool"),
+    row("vendi_exact sigma=-2", lambda f: vendi_exact(x(), -2.0), ValueError, r"`sigma`"),
+    row("finc significance=0", lambda f: finc(x(), x(seed=1), 1.0, n_frequencies=8, significance=0), ValueError,
+        r"`significance`"),
+    row("finc min_eigenvalue=-1", lambda f: finc(x(), x(seed=1), 1.0, n_frequencies=8, min_eigenvalue=-1), ValueError,
+        r"`min_eigenvalue`"),
+    row("finc rho=0", lambda f: finc(x(), x(seed=1), 1.0, n_frequencies=8, rho=0), ValueError, r"`rho`"),
+    row("finc one reference sample", lambda f: finc(x(), x(1), 1.0), ValueError, r"2 reference samples"),
+    row("finc widths differ", lambda f: finc(x(8, 3), x(8, 4), 1.0), ValueError, r"`reference` has width 4"),
+    row("finc n_frequencies=0", lambda f: finc(x(), x(seed=1), 1.0, n_frequencies=0), ValueError, r"`n_frequencies`"),
+    row("finc_spectrum significance=nan",
+        lambda f: finc_spectrum(x(), x(seed=1), 1.0, n_frequencies=8, significance=float("nan")),
+        ValueError, r"`significance`"),
+    row("finc_spectrum min_eigenvalue=0",
+        lambda f: finc_spectrum(x(), x(seed=1), 1.0, n_frequencies=8, min_eigenvalue=0),
+        ValueError, r"`min_eigenvalue`"),
+    row("finc_exact empty generated", lambda f: finc_exact(torch.zeros(0, 3), x(), 1.0), ValueError,
+        r"`generated` is empty"),
+    row("finc_exact empty reference", lambda f: finc_exact(x(), torch.zeros(0, 3), 1.0), ValueError,
+        r"`reference` is empty"),
+    row("finc_exact rho=-1", lambda f: finc_exact(x(), x(), 1.0, rho=-1), ValueError, r"`rho`"),
+    row("finc_exact widths differ", lambda f: finc_exact(x(8, 3), x(8, 2), 1.0), ValueError, r"width"),
+    row("fast_mmd sigma=0", lambda f: fast_mmd(x(), x(seed=1), 0.0), ValueError, r"`sigma`"),
+    row("fast_mmd empty", lambda f: fast_mmd(torch.zeros(0, 3), x(), 1.0), ValueError, r"non-empty"),
+    row("fast_mmd_test n_permutations=0",
+        lambda f: fast_mmd_test(x(), x(seed=1), 1.0, n_frequencies=8, n_permutations=0),
+        ValueError, r"`n_permutations`"),
+    gap(Case("fast_mmd_test alpha=5", lambda f: fast_mmd_test(x(), x(seed=1), 1.0, n_frequencies=8, alpha=5),
+             ValueError,
+             r"`alpha`.*\(0, 1\)")),
+    gap(Case("mmd_exact_test alpha=-1", lambda f: mmd_exact_test(x(), x(seed=1), 1.0, alpha=-1), ValueError,
+             r"`alpha`")),
+    row("mmd_exact_test n_permutations=0", lambda f: mmd_exact_test(x(), x(seed=1), 1.0, n_permutations=0),
+        ValueError, r"`n_permutations`"),
+    gap(Case("mmd_exact_test empty", lambda f: mmd_exact_test(torch.zeros(0, 3), x(), 1.0), ValueError,
+             r"samples|empty")),
+    gap(Case("fast_mmd unbiased='no'", lambda f: fast_mmd(x(), x(seed=1), 1.0, n_frequencies=8, unbiased="no"),
+             TypeError, r"`unbiased` must be True or False")),
+    gap(Case("fast_mmd_test alpha=1", lambda f: fast_mmd_test(x(), x(seed=1), 1.0, n_frequencies=8, alpha=1),
+             ValueError, r"`alpha`.*\(0, 1\)")),
+    gap(Case("mmd_exact unbiased='no'", lambda f: mmd_exact(x(), x(seed=1), 1.0, unbiased="no"), TypeError,
+             r"`unbiased` must be True or False")),
+    gap(Case("mmd_exact chunk_size=0", lambda f: mmd_exact(x(), x(seed=1), 1.0, chunk_size=0), ValueError,
+             r"`chunk_size`")),
+    gap(Case("mmd_exact_test seed='a'", lambda f: mmd_exact_test(x(), x(seed=1), 1.0, seed="a"), ValueError,
+             r"`seed` must be an integer")),
+    row("mmd_exact one sample", lambda f: mmd_exact(x(1), x(), 1.0), ValueError, r"at least 2 samples"),
+    row("mmd_exact sigma=0", lambda f: mmd_exact(x(), x(seed=1), 0.0), ValueError, r"`sigma`"),
+    row("spec method='fast'", lambda f: spec(x(), x(seed=1), method="fast"), ValueError, r"`method` must be one of"),
+    row("spec k=0", lambda f: spec(x(), x(seed=1), kernel="cosine", k=0), ValueError, r"`k`"),
+    row("spec unequal N", lambda f: spec(x(8), x(6), kernel="cosine"), ValueError, r"`emb_a` has 8 rows and `emb_b` 6"),
+    row("spec gaussian without sigma", lambda f: spec(x(), x(seed=1)), ValueError, r"`sigma"),
+    row("spec kernel='rbf'", lambda f: spec(x(), x(seed=1), kernel="rbf", sigma_a=1.0, sigma_b=1.0), ValueError,
+        r"`kernel` must be one of"),
+    gap(Case("spec_diff_exact kernel='foo'", lambda f: spec_diff_exact(x(), x(seed=1), kernel="foo", sigma_a=1.0,
+                                                                       sigma_b=1.0), ValueError, r"`kernel`")),
+    gap(Case("spec_diff_exact empty", lambda f: spec_diff_exact(x(0), x(0), kernel="cosine"), ValueError,
+             r"no samples|empty")),
+    gap(Case("spec_diff_exact sigma_a=-1", lambda f: spec_diff_exact(x(), x(seed=1), sigma_a=-1.0, sigma_b=1.0),
+             ValueError, r"`sigma_a`")),
+    row("spec_align_loss one sample", lambda f: spec_align_loss(x(1), x(1)), ValueError, r"at least 2 samples"),
+    row("match_bandwidth sigma_reference=0", lambda f: match_bandwidth(x(), x(seed=1), 0.0), ValueError,
+        r"`sigma_reference`"),
+    gap(Case("renyi_entropy alpha=True", lambda f: renyi_entropy(torch.tensor([0.5, 0.5]), True), ValueError,
+             r"`alpha`"), reason="linalg.parse_alpha accepts bools (linalg.py is edited on another branch)"),
+    row("vendi_score alpha='2'", lambda f: vendi_score(torch.tensor([0.5, 0.5]), "2"), ValueError, r"`alpha`"),
+    # ---- feature maps --------------------------------------------------------------------------------------
+    row("GaussianRFF in_features=0", lambda f: GaussianRFF(0, 4, 1.0), ValueError, r"`in_features`"),
+    row("GaussianRFF n_frequencies=0", lambda f: GaussianRFF(3, 0, 1.0), ValueError, r"`n_frequencies`"),
+    row("GaussianRFF sigma=0", lambda f: GaussianRFF(3, 4, 0.0), ValueError, r"`sigma`"),
+    row("GaussianRFF seed=1.5", lambda f: GaussianRFF(3, 4, 1.0, seed=1.5), ValueError, r"`seed`"),
+    row("GaussianRFF wrong width", lambda f: GaussianRFF(3, 4, 1.0)(x(5, 4)), ValueError, r"width 4 but 3"),
+    row("GaussianRFF phase overflow", lambda f: GaussianRFF(3, 4, 1e-3)(torch.full((2, 3), 1e37)), ValueError,
+        r"phases x W overflow.*rescale the inputs"),
+    row("MultiBandwidthRFF sigmas=(1, -1)", lambda f: MultiBandwidthRFF(3, 4, (1.0, -1.0)), ValueError, r"`sigma`"),
+    row("MultiBandwidthRFF sigmas=()", lambda f: MultiBandwidthRFF(3, 4, ()), ValueError, r"`sigmas`"),
+    row("CosineMap eps=0", lambda f: CosineMap(eps=0), ValueError, r"`eps`"),
+    row("CosineMap zero row", lambda f: CosineMap()(torch.zeros(2, 3)), ValueError, r"norm|zero"),
+    row("gaussian_kernel sigma=0", lambda f: gaussian_kernel(x(), sigma=0), ValueError, r"`sigma`"),
+    row("median_bandwidth one sample", lambda f: median_bandwidth(x(1)), ValueError, r"at least 2 samples"),
+    row("median_bandwidth identical", lambda f: median_bandwidth(torch.ones(5, 2)), ValueError, r"identical"),
+    row("kernel_feature_map kernel='rbf'", lambda f: kernel_feature_map("rbf", 3, 1.0, 4, 0), ValueError,
+        r"`kernel` must be one of"),
+    row("kernel_feature_map gaussian no sigma", lambda f: kernel_feature_map("gaussian", 3, None, 4, 0), ValueError,
+        r"`sigma`.*median_bandwidth"),
+    # ---- KernelPCAOOD --------------------------------------------------------------------------------------
+    row("KernelPCAOOD mapping='rbf'", lambda f: KernelPCAOOD("rbf"), ValueError, r"`mapping` must be one of"),
+    row("KernelPCAOOD sigma=0", lambda f: KernelPCAOOD(sigma=0), ValueError, r"`sigma`"),
+    row("KernelPCAOOD explained_variance=0", lambda f: KernelPCAOOD(explained_variance=0), ValueError,
+        r"`explained_variance`.*\(0, 1\]"),
+    row("KernelPCAOOD explained_variance=1.5", lambda f: KernelPCAOOD(explained_variance=1.5), ValueError,
+        r"`explained_variance`"),
+    row("KernelPCAOOD n_components=0", lambda f: KernelPCAOOD(n_components=0), ValueError, r"`n_components`"),
+    row("KernelPCAOOD n_frequencies=10**8", lambda f: KernelPCAOOD(n_frequencies=10**8), ValueError,
+        r"`n_frequencies`.*GiB"),
+    row("KernelPCAOOD seed=None", lambda f: KernelPCAOOD(seed=None), ValueError, r"`seed`"),
+    row("KernelPCAOOD.score unfitted", lambda f: KernelPCAOOD(n_frequencies=8).score(x()), RuntimeError,
+        r"not fitted.*`fit`"),
+    row("KernelPCAOOD.predict uncalibrated",
+        lambda f: KernelPCAOOD(n_frequencies=8, n_components=1).fit(x(20)).predict(x()), RuntimeError,
+        r"no threshold.*`calibrate"),
+    row("KernelPCAOOD.fit one sample", lambda f: KernelPCAOOD(n_frequencies=8).fit(x(1)), RuntimeError,
+        r"fewer than 2"),
+    row("KernelPCAOOD.fit 1-D", lambda f: KernelPCAOOD(n_frequencies=8).fit(torch.randn(8)), ValueError,
+        r"shape \(N, d\)"),
+    row("KernelPCAOOD.score wrong width",
+        lambda f: KernelPCAOOD(n_frequencies=8, n_components=1).fit(x(20)).score(x(4, 5)), ValueError,
+        r"width 5 but 3"),
+    row("KernelPCAOOD.calibrate tpr=0",
+        lambda f: KernelPCAOOD(n_frequencies=8, n_components=1).fit(x(20)).calibrate(x(), tpr=0), ValueError,
+        r"`tpr`"),
+    row("KernelPCAOOD cop zero row", lambda f: KernelPCAOOD("cop").fit(torch.zeros(4, 3)), ValueError, r"norm|zero"),
+    row("detection_metrics empty", lambda f: detection_metrics(torch.zeros(0), torch.ones(3)), ValueError,
+        r"both in- and out-of-distribution"),
+    # ---- callbacks -----------------------------------------------------------------------------------------
+    row("EmbeddingMetrics metrics={}", lambda f: EmbeddingMetrics({}), ValueError, r"`metrics` must be a non-empty"),
+    row("EmbeddingMetrics metrics=list", lambda f: EmbeddingMetrics([FKEAVendi(1.0)]), ValueError, r"`metrics`"),
+    row("EmbeddingMetrics two-sample, no reference", lambda f: EmbeddingMetrics({"mmd": FastMMD(1.0)}), ValueError,
+        r"`reference_dataloader`.*`reference_features`"),
+    row("EmbeddingMetrics reference_features 1-D",
+        lambda f: EmbeddingMetrics({"mmd": FastMMD(1.0)}, reference_features=torch.ones(4)), ValueError,
+        r"`reference_features` must be an \(N, d\)"),
+    row("EmbeddingMetrics paired, no spec_reference", lambda f: EmbeddingMetrics({"s": SPECDivergence("cosine")}),
+        ValueError, r"`spec_reference`"),
+    row("EmbeddingMetrics images without index", lambda f: EmbeddingMetrics({"v": FKEAVendi(1.0)}, images="x"),
+        ValueError, r"`index`"),
+    row("EmbeddingMetrics log_prefix=3", lambda f: EmbeddingMetrics({"v": FKEAVendi(1.0)}, log_prefix=3),
+        ValueError, r"`log_prefix`"),
+    row("EmbeddingMetrics dataloader_idx=-1", lambda f: EmbeddingMetrics({"v": FKEAVendi(1.0)}, dataloader_idx=-1),
+        ValueError, r"`dataloader_idx`"),
+    row("EmbeddingMetrics gallery_modes=0", lambda f: EmbeddingMetrics({"v": FKEAVendi(1.0)}, gallery_modes=0),
+        ValueError, r"`gallery_modes`"),
+    row("EmbeddingMetrics embedding=3", lambda f: EmbeddingMetrics({"v": FKEAVendi(1.0)}, embedding=3), ValueError,
+        r"`embedding`.*submodule name"),
+    row("EmbeddingMetrics fit: no submodule 'decoder'",
+        lambda f: fit(EmbeddingMetrics({"v": FKEAVendi(**small())}, embedding="decoder")), ValueError,
+        r"'decoder'"),
+    row("KPCAOODMonitor refit='never'", lambda f: KPCAOODMonitor(refit="never"), ValueError, r"`refit` must be one of"),
+    row("KPCAOODMonitor fit_on=3", lambda f: KPCAOODMonitor(fit_on=3), ValueError, r"`fit_on`"),
+    row("KPCAOODMonitor tpr=2", lambda f: KPCAOODMonitor(tpr=2), ValueError, r"`tpr`"),
+    row("KPCAOODMonitor max_flagged_rate=0.01", lambda f: KPCAOODMonitor(max_flagged_rate=0.01), ValueError,
+        r"`max_flagged_rate`.*2 \* \(1 - tpr\)"),
+    row("KPCAOODMonitor mapping='rbf'", lambda f: KPCAOODMonitor(mapping="rbf"), ValueError, r"`mapping`"),
+    row("KPCAOODMonitor sigma=0", lambda f: KPCAOODMonitor(sigma=0), ValueError, r"`sigma`"),
+    row("KPCAOODMonitor stop_on_drift='yes'", lambda f: KPCAOODMonitor(stop_on_drift="yes"), TypeError,
+        r"`stop_on_drift`"),
+    row("KPCAOODMonitor log_prefix=None", lambda f: KPCAOODMonitor(log_prefix=None), ValueError, r"`log_prefix`"),
+    row("KPCAOODMonitor fit: fit_on names no datamodule method",
+        lambda f: fit(KPCAOODMonitor(fit_on="missing_loader", n_frequencies=8)), ValueError, r"missing_loader"),
+    row("SPECAlign weight=-1", lambda f: SPECAlign(nn.Identity(), weight=-1), ValueError, r"`weight`.*>= 0"),
+    row("SPECAlign kernel='rbf'", lambda f: SPECAlign(nn.Identity(), kernel="rbf"), ValueError, r"`kernel`"),
+    row("SPECAlign gaussian without sigmas", lambda f: SPECAlign(nn.Identity(), kernel="gaussian"), ValueError,
+        r"`sigma_student` and `sigma_reference`.*match_bandwidth"),
+    row("SPECAlign warmup_steps=-1", lambda f: SPECAlign(nn.Identity(), warmup_steps=-1), ValueError,
+        r"`warmup_steps`"),
+    row("SPECAlign every_n_steps=0", lambda f: SPECAlign(nn.Identity(), every_n_steps=0), ValueError,
+        r"`every_n_steps`"),
+    row("SPECAlign schedule=3", lambda f: SPECAlign(nn.Identity(), schedule=3), ValueError, r"`schedule`"),
+    row("SPECAlign gather='yes'", lambda f: SPECAlign(nn.Identity(), gather="yes"), TypeError, r"`gather`"),
+    row("SPECAlign reference=3", lambda f: SPECAlign(3), ValueError, r"SPECAlign\(reference\): the reference must be"),
+    row("SPECAlign fit: no submodule 'decoder'", lambda f: fit(SPECAlign(nn.Identity(), student="decoder")),
+        ValueError, r"'decoder'"),
+    # ---- encoders and files --------------------------------------------------------------------------------
+    row("load_weights missing file", lambda f: load_weights(f.dir / "none.pt"), FileNotFoundError,
+        r"`weights`: no file at"),
+    row("load_weights .txt", lambda f: load_weights(f.text), ValueError, r"`weights`.*suffix '.txt'"),
+    row("load_weights pickled object", lambda f: load_weights(f.pickled), ValueError,
+        r"`weights`: refused to load.*re-save"),
+    row("load_weights not a torch file", lambda f: load_weights(f.garbage_pt), ValueError,
+        r"`weights`.*not a readable PyTorch file.*torch\.save"),
+    row("load_weights no tensors", lambda f: load_weights(f.no_tensors), ValueError, r"`weights`.*no tensors"),
+    row("load_weights prefix matches nothing", lambda f: load_weights(f.weights, prefix="visual."), ValueError,
+        r"`weights`.*visual\."),
+    row("PrecomputedFeatures missing file", lambda f: PrecomputedFeatures(f.dir / "none.npy"), FileNotFoundError,
+        r"`source`: no file at"),
+    row("PrecomputedFeatures 1-D .npy", lambda f: PrecomputedFeatures(f.vector), ValueError, r"\(N, d\)"),
+    row("PrecomputedFeatures int .npy", lambda f: PrecomputedFeatures(f.ints), ValueError, r"floating"),
+    row("PrecomputedFeatures pickled .npy", lambda f: PrecomputedFeatures(f.object_npy), ValueError,
+        r"`source`.*not a plain numeric \.npy"),
+    row("PrecomputedFeatures NaN", lambda f: PrecomputedFeatures(torch.tensor([[0.0, float("nan")]])), ValueError,
+        r"NaN or Inf"),
+    row("PrecomputedFeatures source=3", lambda f: PrecomputedFeatures(3), ValueError, r"`source` must be"),
+    row("PrecomputedFeatures repeated index", lambda f: PrecomputedFeatures(x(3), index=[1, 1, 2]), ValueError,
+        r"`index`.*repeated"),
+    row("PrecomputedFeatures lookup beyond", lambda f: PrecomputedFeatures(x(3))[torch.tensor([5])], KeyError,
+        r"5"),
+    row("save_features .csv", lambda f: save_features(f.dir / "out.csv", x()), ValueError, r"`path`.*suffix"),
+    row("save_features NaN", lambda f: save_features(f.dir / "out.npy", torch.full((2, 2), float("nan"))),
+        ValueError, r"`features` contains NaN"),
+    row("EmbeddingFile missing", lambda f: EmbeddingFile(f.dir / "none.npy"), FileNotFoundError,
+        r"`FILE`: no file at"),
+    row("EmbeddingFile .txt", lambda f: EmbeddingFile(f.text), ValueError, r"`FILE`.*suffix '.txt'.*supported"),
+    row("EmbeddingFile truncated .npy", lambda f: EmbeddingFile(f.truncated), ValueError, r"`FILE`"),
+    row("EmbeddingFile pickled .pt", lambda f: EmbeddingFile(f.pickled), ValueError, r"`FILE`: refused to load"),
+    row("EmbeddingFile pickled .npy", lambda f: EmbeddingFile(f.object_npy), ValueError,
+        r"`FILE`.*not a plain numeric"),
+    row("EmbeddingFile no rows", lambda f: EmbeddingFile(f.empty), ValueError, r"`FILE`.*no rows"),
+    row("EmbeddingFile int safetensors", lambda f: EmbeddingFile(f.int_safetensors), ValueError,
+        r"`FILE`.*floating-point"),
+    row("EmbeddingFile garbage safetensors", lambda f: EmbeddingFile(f.garbage_safetensors), ValueError,
+        r"`FILE`.*safetensors"),
+    row("EmbeddingFile NaN rows", lambda f: list(EmbeddingFile(f.nan).chunks(4)), ValueError, r"NaN or Inf"),
+    row("PixelEncoder size=0", lambda f: PixelEncoder(size=0), ValueError, r"`size`"),
+    row("InputAdapter mean without std", lambda f: InputAdapter((0.5,) * 3, None, (0.5,) * 3, (0.2,) * 3), ValueError,
+        r"both `mean_in` and `std_in`"),
+    # ---- data ----------------------------------------------------------------------------------------------
+    row("DigitsImageText batch_size=0", lambda f: DigitsImageText(batch_size=0), ValueError, r"`batch_size`"),
+    row("DigitsImageText held_out=(10,)", lambda f: DigitsImageText(held_out=(10,)), ValueError, r"`held_out`"),
+    row("DigitsImageText val_fraction=1", lambda f: DigitsImageText(val_fraction=1.0), ValueError, r"`val_fraction`"),
+    row("DigitsImageText template without {}", lambda f: DigitsImageText(template="digit"), ValueError,
+        r"`template`"),
+    row("DigitsImageText num_workers=-1", lambda f: DigitsImageText(num_workers=-1), ValueError, r"`num_workers`"),
+    row("DigitsImageText std=0", lambda f: DigitsImageText(std=(0.0, 1.0, 1.0)), ValueError, r"`std`"),
+    # ---- generative (models and data of the generative recipe) -------------------------------------------------
+    row("DigitsVAE latent_dim=0", lambda f: DigitsVAE(latent_dim=0), ValueError, r"`latent_dim` must be an integer"),
+    row("DigitsVAE beta=0", lambda f: DigitsVAE(beta=0), ValueError, r"`beta`"),
+    row("DigitsVAE lr=nan", lambda f: DigitsVAE(lr=float("nan")), ValueError, r"`lr`"),
+    row("DigitsImages batch_size=0", lambda f: DigitsImages(batch_size=0), ValueError, r"`batch_size`"),
+    row("DigitsImages val_fraction=1.5", lambda f: DigitsImages(val_fraction=1.5), ValueError, r"`val_fraction`"),
+    row("DigitsImages drop_classes=(11,)", lambda f: DigitsImages(drop_classes=(11,)), ValueError,
+        r"`drop_classes` must be distinct classes"),
+    row("DropClassesSampler keep_fraction=2", lambda f: DropClassesSampler([0, 1, 2], keep_fraction=2), ValueError,
+        r"`keep_fraction`"),
+    row("DropClassesSampler drop_after_epoch=-1", lambda f: DropClassesSampler([0, 1, 2], drop_after_epoch=-1),
+        ValueError, r"`drop_after_epoch`"),
+    gap(Case("DropClassesSampler seed='a'", lambda f: DropClassesSampler([0, 1, 2], seed="a"), ValueError,
+             r"`seed` must be an integer")),
+    # ---- command line --------------------------------------------------------------------------------------
+    row("cli: no command", lambda f: cli(), CLIError, r"required: COMMAND|COMMAND"),
+    row("cli: unknown command", lambda f: cli("score"), CLIError, r"invalid choice: 'score'"),
+    row("cli evaluate: no --sigma", lambda f: cli("evaluate", f.ok), CLIError, r"--sigma"),
+    row("cli evaluate --sigma -1", lambda f: cli("evaluate", f.ok, "--sigma", "-1"), CLIError, r"`--sigma`"),
+    row("cli evaluate --sigma abc", lambda f: cli("evaluate", f.ok, "--sigma", "abc"), CLIError, r"--sigma.*'abc'"),
+    row("cli evaluate --n-frequencies 0", lambda f: cli("evaluate", f.ok, "--sigma", "1", "--n-frequencies", "0"),
+        CLIError, r"`--n-frequencies`"),
+    row("cli evaluate missing FILE", lambda f: cli("evaluate", str(f.dir / "none.npy"), "--sigma", "1"), CLIError,
+        r"`FILE`: no file at"),
+    row("cli evaluate pickled FILE", lambda f: cli("evaluate", str(f.pickled), "--sigma", "1"), CLIError,
+        r"`FILE`: refused to load"),
+    row("cli evaluate --alpha 0", lambda f: cli("evaluate", f.ok, "--sigma", "1", "--alpha", "0"), CLIError,
+        r"`--alpha`"),
+    row("cli evaluate --reference width", lambda f: cli("evaluate", f.ok, "--sigma", "1", "--reference", f.wide),
+        CLIError, r"width|--reference"),
+    row("cli evaluate --mmd-alpha 2", lambda f: cli("evaluate", f.ok, "--sigma", "1", "--reference", f.ok,
+                                                    "--mmd-alpha", "2"), CLIError, r"`--mmd-alpha`"),
+    row("cli evaluate --rho 0", lambda f: cli("evaluate", f.ok, "--sigma", "1", "--reference", f.ok, "--rho", "0"),
+        CLIError, r"`--rho`"),
+    row("cli evaluate --images without --plot-dir",
+        lambda f: cli("evaluate", f.ok, "--sigma", "1", "--images", "list.txt"), CLIError, r"`--plot-dir`"),
+    row("cli evaluate --thumb-size 0", lambda f: cli("evaluate", f.ok, "--sigma", "1", "--thumb-size", "0"),
+        CLIError, r"`--thumb-size`"),
+    row("cli evaluate --top-k 0", lambda f: cli("evaluate", f.ok, "--sigma", "1", "--top-k", "0"), CLIError,
+        r"`--top-k`"),
+    row("cli evaluate --batch-size 0", lambda f: cli("evaluate", f.ok, "--sigma", "1", "--batch-size", "0"),
+        CLIError, r"`--batch-size`"),
+    row("cli evaluate --device tpu", lambda f: cli("evaluate", f.ok, "--sigma", "1", "--device", "tpu"), CLIError,
+        r"--device.*'tpu'"),
+    row("cli compare gaussian without sigmas", lambda f: cli("compare", f.ok, f.ok), CLIError, r"`--sigma-a`"),
+    row("cli compare unequal N", lambda f: cli("compare", f.ok, f.short, "--kernel", "cosine"), CLIError,
+        r"rows|same samples"),
+    row("cli compare --kernel rbf", lambda f: cli("compare", f.ok, f.ok, "--kernel", "rbf"), CLIError,
+        r"--kernel.*'rbf'"),
+    row("cli ood --tpr 2", lambda f: cli("ood", f.ok, f.ok, "--calibrate", f.ok, "--tpr", "2"), CLIError,
+        r"`--tpr`"),
+    row("cli ood --mapping rbf", lambda f: cli("ood", f.ok, f.ok, "--mapping", "rbf"), CLIError, r"--mapping"),
+    row("cli ood --explained-variance 0", lambda f: cli("ood", f.ok, f.ok, "--explained-variance", "0"), CLIError,
+        r"`--explained-variance`"),
+    row("cli ood --n-components 0", lambda f: cli("ood", f.ok, f.ok, "--n-components", "0"), CLIError,
+        r"`--n-components`"),
+    row("cli ood TEST width", lambda f: cli("ood", f.ok, f.wide), CLIError, r"width|TEST"),
+]
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory: pytest.TempPathFactory) -> SimpleNamespace:
+    """Good and bad files for the readers, written once."""
+    root = tmp_path_factory.mktemp("bad_inputs")
+    f = SimpleNamespace(dir=root)
+    f.ok = str(root / "ok.npy")
+    np.save(f.ok, np.random.default_rng(0).normal(size=(40, 4)).astype(np.float32))
+    f.short = str(root / "short.npy")
+    np.save(f.short, np.random.default_rng(1).normal(size=(30, 4)).astype(np.float32))
+    f.wide = str(root / "wide.npy")
+    np.save(f.wide, np.random.default_rng(2).normal(size=(40, 6)).astype(np.float32))
+    f.vector, f.ints, f.empty, f.nan = (root / name for name in ("vector.npy", "ints.npy", "empty.npy", "nan.npy"))
+    np.save(f.vector, np.ones(5, dtype=np.float32))
+    np.save(f.ints, np.ones((5, 2), dtype=np.int64))
+    np.save(f.empty, np.zeros((0, 3), dtype=np.float32))
+    np.save(f.nan, np.array([[0.0, 1.0], [np.nan, 2.0]], dtype=np.float32))
+    f.object_npy = root / "object.npy"
+    np.save(f.object_npy, np.array([{"a": 1}, None], dtype=object), allow_pickle=True)
+    f.truncated = root / "truncated.npy"
+    np.save(f.truncated, np.ones((100, 4), dtype=np.float32))
+    f.truncated.write_bytes(f.truncated.read_bytes()[:300])
+    f.text = root / "weights.txt"
+    f.text.write_text("not weights")
+    f.pickled = root / "pickled.pt"
+    torch.save({"features": torch.ones(3, 2), "meta": argparse.Namespace(a=1)}, f.pickled)
+    f.garbage_pt = root / "garbage.pt"
+    f.garbage_pt.write_bytes(b"\x00not a torch file" * 10)
+    f.no_tensors = root / "no_tensors.pt"
+    torch.save({"step": 3}, f.no_tensors)
+    f.weights = root / "weights.pt"
+    torch.save(nn.Linear(2, 2).state_dict(), f.weights)
+    f.int_safetensors = root / "ints.safetensors"
+    save_file({"features": torch.ones(3, 2, dtype=torch.int32)}, str(f.int_safetensors))
+    f.garbage_safetensors = root / "garbage.safetensors"
+    f.garbage_safetensors.write_bytes(b"\xff" * 64)
+    return f
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_bad_input_raises_a_clear_error(case: Case, files: SimpleNamespace) -> None:
+    with pytest.raises(case.error) as caught:
+        case.call(files)
+    message = str(caught.value.args[0]) if caught.value.args else str(caught.value)
+    assert re.search(case.match, message, flags=re.DOTALL), f"{case.entry}: {type(caught.value).__name__}: {message}"
+
+
+def test_the_table_is_large_and_names_every_kind_of_entry_point() -> None:
+    entries = [param.values[0].entry for param in CASES]
+    assert len(entries) == len(set(entries)) >= 100
+    for prefix in ("FKEAVendi", "FINCNovelty", "FastMMD", "SPECDivergence", "fkea_vendi", "finc", "fast_mmd",
+                   "GaussianRFF", "KernelPCAOOD", "EmbeddingMetrics", "KPCAOODMonitor", "SPECAlign", "load_weights",
+                   "PrecomputedFeatures", "EmbeddingFile", "cli"):
+        assert any(entry.startswith(prefix) for entry in entries), prefix
