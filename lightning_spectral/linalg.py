@@ -14,7 +14,7 @@ from typing import Callable, Iterator, Optional, Union
 import torch
 from torch import Tensor
 
-from lightning_spectral._checks import check_positive, check_positive_int
+from lightning_spectral._checks import check_order, check_positive, check_positive_int
 
 #: Rows per chunk: bounds the transient feature matrix at ``chunk_size x width`` floats.
 DEFAULT_CHUNK_SIZE = 4096
@@ -417,15 +417,12 @@ def psd_eigenvalues(
 
 
 def parse_alpha(alpha: Alpha) -> float:
-    """An order ``alpha`` as a float in (0, inf] (``"inf"`` allowed). Raises ``ValueError`` otherwise."""
-    if isinstance(alpha, str):
-        if alpha.lower() not in ("inf", "infinity"):
-            raise ValueError(f"`alpha` must be a number in (0, inf] or 'inf', got {alpha!r}.")
-        return math.inf
-    alpha = float(alpha)
-    if not alpha > 0 or math.isnan(alpha):
-        raise ValueError(f"`alpha` must be in (0, inf], got {alpha}.")
-    return alpha
+    """An order ``alpha`` as a float in (0, inf] (``"inf"`` allowed; :func:`~lightning_spectral._checks.check_order`).
+
+    Raises:
+        ValueError: not an order (bools included), naming ``alpha``.
+    """
+    return check_order(alpha, "alpha")
 
 
 def renyi_entropy(eigenvalues: Tensor, alpha: Alpha = 1.0) -> Tensor:

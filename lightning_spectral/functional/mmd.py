@@ -20,13 +20,21 @@ taken from a shifted, scaled chi-square with the same first three cumulants (``t
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from collections.abc import Sequence
+from typing import NamedTuple, Union
 
 import torch
 from torch import Tensor
 
-from lightning_spectral._checks import check_features, check_positive, check_positive_int
-from lightning_spectral.features import GaussianRFF, gaussian_kernel
+from lightning_spectral._checks import (
+    check_bool,
+    check_features,
+    check_fraction,
+    check_positive,
+    check_positive_int,
+    check_seed,
+)
+from lightning_spectral.features import GaussianRFF, MultiBandwidthRFF, gaussian_kernel
 
 
 class MMDTest(NamedTuple):
@@ -189,7 +197,7 @@ def pearson3_p_value(value: Tensor, trace: Tensor, trace_sq: Tensor, trace_cube:
     ``[(tr S^2)^2 / tr S, (tr S^2)^(3/2)]``, its range for any spectrum: the two-moment law at the lower end,
     a single scaled ``chi2_1`` at the upper end. Needs ``tr S > 0`` and ``tr S^2 > 0``.
 
-    Example:
+    Examples:
         >>> import torch
         >>> one = torch.tensor(1.0, dtype=torch.float64)
         >>> round(float(pearson3_p_value(3.84 * one, one, one, one)), 6)  # one eigenvalue: X = chi2_1, exact
@@ -229,7 +237,7 @@ def streaming_p_value(
         ValueError: mismatched shapes, ``count`` different from ``m + n``, an empty side, or fewer than 6
             samples in all.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from lightning_spectral.features import GaussianRFF
         >>> g = torch.Generator().manual_seed(0)
@@ -266,21 +274,36 @@ def streaming_p_value(
     return torch.where(degenerate, (statistic <= 1e-15).double(), p_value)
 
 
-def _side_features(x: Tensor, y: Tensor, sigma: float, n_frequencies: int, seed: int) -> tuple[Tensor, Tensor]:
+def _side_features(
+    x: Tensor, y: Tensor, sigma: Union[float, Sequence[float]], n_frequencies: int, seed: int
+) -> tuple[Tensor, Tensor]:
+    """Features of both samples, float64: (m, D) and (n, D), or (B, m, D) and (B, n, D) for B bandwidths (one
+    projection ``x Z``, rescaled per bandwidth, as the FastMMD authors' code does)."""
     x = check_features(x, "x", owner="fast_mmd")
     y = check_features(y, "y", width=x.shape[1], owner="fast_mmd")
     if x.shape[0] == 0 or y.shape[0] == 0:
         raise ValueError("fast_mmd: both samples must be non-empty.")
-    rff = GaussianRFF(x.shape[1], n_frequencies, sigma, seed).to(x.device)
+    if isinstance(sigma, (Sequence, Tensor)) and not isinstance(sigma, str):
+        rff: torch.nn.Module = MultiBandwidthRFF(x.shape[1], n_frequencies, tuple(sigma), seed)
+    else:
+        rff = GaussianRFF(x.shape[1], n_frequencies, sigma, seed)
+    rff = rff.to(x.device)
     return rff(x).double(), rff(y).double()
 
 
 def fast_mmd(
-    x: Tensor, y: Tensor, sigma: float, n_frequencies: int = 1024, seed: int = 0, unbiased: bool = True
+    x: Tensor,
+    y: Tensor,
+    sigma: Union[float, Sequence[float]],
+    n_frequencies: int = 1024,
+    seed: int = 0,
+    unbiased: bool = True,
 ) -> Tensor:
     """FastMMD estimate of MMD^2 between samples x (m, d) and y (n, d) with a Gaussian kernel.
 
-    Example:
+    ``sigma`` may be a sequence: one estimate per bandwidth (``(B,)``), all from one projection of the data.
+
+    Examples:
         >>> import torch
         >>> g = torch.Generator().manual_seed(0)
         >>> x, y = torch.randn(500, 2, generator=g), torch.randn(500, 2, generator=g)
@@ -288,9 +311,12 @@ def fast_mmd(
         True
         >>> float(fast_mmd(x, y + 2.0, sigma=1.0)) > 0.5          # shifted: clearly positive
         True
+        >>> fast_mmd(x, y + 2.0, sigma=[0.5, 1.0, 4.0]).shape     # three bandwidths, one projection
+        torch.Size([3])
     """
+    unbiased = check_bool(unbiased, "unbiased")
     z_x, z_y = _side_features(x, y, sigma, n_frequencies, seed)
-    return mmd_from_means(z_x.mean(0), z_y.mean(0), z_x.shape[0], z_y.shape[0], unbiased)
+    return mmd_from_means(z_x.mean(-2), z_y.mean(-2), z_x.shape[-2], z_y.shape[-2], unbiased)
 
 
 def _permutation_test(
@@ -330,8 +356,12 @@ def fast_mmd_test(
     permutations (an exact test for the approximate kernel). The statistic is the biased ``MMD_b^2``.
 
     Cost O(N L d) for the features plus O(N L B) for B permutations; memory O(N L).
+
+    Raises:
+        ValueError: ``alpha`` outside (0, 1), ``n_permutations`` < 1, a non-integer ``seed``, the input problems.
     """
-    check_positive(alpha, "alpha")
+    alpha = check_fraction(alpha, "alpha", high_closed=False)
+    seed = check_seed(seed)
     z_x, z_y = _side_features(x, y, sigma, n_frequencies, seed)
     statistic = mmd_from_means(z_x.mean(0), z_y.mean(0), z_x.shape[0], z_y.shape[0], unbiased=False)
     return _permutation_test(torch.cat([z_x, z_y]), z_x.shape[0], statistic, n_permutations, alpha, seed)
@@ -342,12 +372,14 @@ def mmd_exact(x: Tensor, y: Tensor, sigma: float, unbiased: bool = True, chunk_s
 
     Biased: ``mean K_xx + mean K_yy - 2 mean K_xy``; unbiased: diagonals left out of the within-sample means.
 
-    Example:
+    Examples:
         >>> import torch
         >>> x = torch.randn(50, 2)
         >>> float(mmd_exact(x, x, sigma=1.0, unbiased=False))
         0.0
     """
+    unbiased = check_bool(unbiased, "unbiased")
+    chunk_size = check_positive_int(chunk_size, "chunk_size")
     x = check_features(x, "x", owner="mmd_exact").double()
     y = check_features(y, "y", width=x.shape[1], owner="mmd_exact").double()
     m, n = x.shape[0], y.shape[0]
@@ -375,9 +407,16 @@ def mmd_exact_test(
     """Permutation test with the exact kernel (biased statistic): the reference FastMMD's power is compared to.
 
     Builds the (m+n) x (m+n) Gram matrix: for small samples only.
+
+    Raises:
+        ValueError: ``alpha`` outside (0, 1), an empty side, a non-integer ``seed``, the input problems.
     """
+    alpha = check_fraction(alpha, "alpha", high_closed=False)
+    seed = check_seed(seed)
     x = check_features(x, "x", owner="mmd_exact_test").double()
     y = check_features(y, "y", width=x.shape[1], owner="mmd_exact_test").double()
+    if min(x.shape[0], y.shape[0]) == 0:
+        raise ValueError("mmd_exact_test: both samples must be non-empty.")
     pooled = torch.cat([x, y])
     gram = gaussian_kernel(pooled, sigma=sigma)
     m, n = x.shape[0], y.shape[0]

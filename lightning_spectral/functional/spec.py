@@ -26,7 +26,7 @@ import torch
 from torch import Tensor
 
 from lightning_spectral._checks import check_features, check_positive, check_positive_int
-from lightning_spectral.features import CosineMap, PairedFeatureMap, gaussian_kernel, median_bandwidth
+from lightning_spectral.features import KERNELS, CosineMap, PairedFeatureMap, gaussian_kernel, median_bandwidth
 from lightning_spectral.linalg import (
     DEFAULT_CHUNK_SIZE,
     covariance,
@@ -259,10 +259,23 @@ def spec(
     )
 
 
-def spec_diff_exact(emb_a: Tensor, emb_b: Tensor, kernel: str = "gaussian", sigma_a=None, sigma_b=None) -> Tensor:
-    """SPEC-diff from the exact n x n matrix: the oracle for small n (float64 scalar)."""
+def spec_diff_exact(
+    emb_a: Tensor, emb_b: Tensor, kernel: str = "gaussian", sigma_a: Optional[float] = None,
+    sigma_b: Optional[float] = None,
+) -> Tensor:
+    """SPEC-diff from the exact n x n matrix: the oracle for small n (float64 scalar).
+
+    Raises:
+        ValueError: an unknown ``kernel``, no samples, ``sigma_a`` / ``sigma_b`` missing or not > 0 for the
+            Gaussian kernel, or the input problems of :func:`spec`.
+    """
+    if kernel not in KERNELS:
+        raise ValueError(f"`kernel` must be one of {KERNELS}, got {kernel!r}.")
     a, b = check_pair(emb_a, emb_b, "spec_diff_exact")
-    values, _ = _exact_route(a, b, kernel, sigma_a, sigma_b)
+    if a.shape[0] == 0:
+        raise ValueError("spec_diff_exact: no samples; pass at least one row in `emb_a` and `emb_b`.")
+    sigmas = [None if s is None else check_positive(s, name) for s, name in ((sigma_a, "sigma_a"), (sigma_b, "sigma_b"))]
+    values, _ = _exact_route(a, b, kernel, *sigmas)
     return values.abs().max()
 
 

@@ -17,7 +17,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from lightning_spectral._checks import check_fraction, check_nonnegative_int, check_positive_int
+from lightning_spectral._checks import check_fraction, check_nonnegative_int, check_positive_int, check_seed
 from lightning_spectral.data import stratified_split
 
 __all__ = ["DigitsImages", "DropClassesSampler", "ImageDataset", "load_digit_images"]
@@ -45,7 +45,7 @@ class ImageDataset(Dataset):
         labels: (N,) classes of the whole source.
         rows: the positions (dataset indices) this split holds.
 
-    Example:
+    Examples:
         >>> import torch
         >>> data = ImageDataset(torch.zeros(5, 1, 8, 8), torch.arange(5), rows=[3, 1])
         >>> len(data), data[0]["index"], data[0]["label"], data[0]["image"].shape
@@ -82,7 +82,7 @@ class DropClassesSampler(Sampler[int]):
         drop_after_epoch: first epoch without them (0: never served).
         keep_fraction: share of the dropped classes' positions still served, in [0, 1).
 
-    Example:
+    Examples:
         >>> sampler = DropClassesSampler([0, 0, 1, 1, 2, 2], seed=0, drop_classes=[1], drop_after_epoch=1)
         >>> sorted(sampler)
         [0, 1, 2, 3, 4, 5]
@@ -100,7 +100,7 @@ class DropClassesSampler(Sampler[int]):
         keep_fraction: float = 0.0,
     ) -> None:
         self.labels = torch.as_tensor(list(labels), dtype=torch.long)
-        self.seed, self.epoch = int(seed), 0
+        self.seed, self.epoch = check_seed(seed), 0
         self.drop_classes = _check_classes(drop_classes, self.labels)
         self.drop_after_epoch = check_nonnegative_int(drop_after_epoch, "drop_after_epoch")
         self.keep_fraction = check_fraction(keep_fraction, "keep_fraction", low_open=False, high_closed=False)
@@ -148,7 +148,7 @@ class DigitsImages(L.LightningDataModule):
             starves them).
         num_workers: DataLoader workers.
 
-    Example:
+    Examples:
         >>> data = DigitsImages(batch_size=16, drop_classes=[3, 7], drop_after_epoch=2)
         >>> data.setup("fit")
         >>> batch = next(iter(data.train_dataloader()))
@@ -173,7 +173,7 @@ class DigitsImages(L.LightningDataModule):
         super().__init__()
         self.val_fraction = check_fraction(val_fraction, "val_fraction", low_open=False, high_closed=False)
         self.batch_size = check_positive_int(batch_size, "batch_size")
-        self.seed = int(seed)
+        self.seed = check_seed(seed)
         self.drop_classes = _check_classes(drop_classes, torch.arange(self.n_classes))
         self.drop_after_epoch = check_nonnegative_int(drop_after_epoch, "drop_after_epoch")
         self.keep_fraction = check_fraction(keep_fraction, "keep_fraction", low_open=False, high_closed=False)

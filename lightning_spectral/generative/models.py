@@ -44,7 +44,7 @@ class DigitsVAE(L.LightningModule):
             generator, seeded from ``(noise_seed, s, k)`` (validation batches from the batch index), instead of the
             global RNG: a run resumed from a checkpoint then trains exactly as an uninterrupted one.
 
-    Example:
+    Examples:
         >>> import torch
         >>> model = DigitsVAE(hidden=32)
         >>> loss = model.loss(torch.rand(4, 1, 8, 8))["loss"]
