@@ -76,7 +76,8 @@ class ImageFeature(nn.Module):
     Args:
         model: images (N, channels, H, W) -> (N, d) (or a tuple whose first element is that).
         size: the model's input size (square side or (height, width)); ``None`` keeps the images' size.
-        mean, std: per-channel normalisation the model expects (``None``: none).
+        mean: per-channel mean the model's inputs are normalised with (``None``: no normalisation).
+        std: per-channel standard deviation of that normalisation (``None`` with ``mean``).
         channels: channels the model takes (1 or 3).
         crop_pct: timm's centre-crop share (1: resize the short side to ``size`` and crop the long one).
         interpolation: ``"bicubic"``, ``"bilinear"`` or ``"nearest"``.

@@ -125,7 +125,9 @@ class TimmReference(nn.Module):
     Args:
         name: a timm architecture, e.g. ``"vit_base_patch14_dinov2"``.
         weights: a local weights file (see :func:`create_timm_encoder`); ``None`` = random init, with a warning.
-        input_mean, input_std, input_size: the normalisation (and size) of the tensors it is fed.
+        input_mean: the per-channel mean of the tensors it is fed (their normalisation).
+        input_std: the per-channel standard deviation of the tensors it is fed.
+        input_size: the size of the tensors it is fed.
         model_kwargs: passed to ``timm.create_model`` (e.g. ``{"img_size": 224}``).
 
     Raises:

@@ -519,7 +519,11 @@ class RFFMetric(SpectralMetric):
         n_frequencies: r; the features have width 2r.
         seed: frequency seed, identical on every rank.
         in_features: input width, if known (else learnt from the first batch).
-        chunk_size, feature, normalize, save_feature, kwargs: as :class:`SpectralMetric`.
+        chunk_size: as :class:`SpectralMetric`.
+        feature: as :class:`SpectralMetric`.
+        normalize: as :class:`SpectralMetric`.
+        save_feature: as :class:`SpectralMetric`.
+        kwargs: ``torchmetrics.Metric`` keyword arguments.
     """
 
     feature_map: Optional[GaussianRFF]

@@ -61,8 +61,13 @@ class FastMMD(RFFMetric):
         reset_real_features: if False, ``reset()`` keeps the reference side.
         statistic_only: keep only the feature means (no covariance, no p-value): memory O(r), and each update
             costs O(N d r) instead of O(N r^2).
-        in_features, chunk_size, feature, normalize, save_feature, kwargs: as
-            :class:`~lightning_spectral.metrics.RFFCovariance` (with ``feature``, ``update`` takes images).
+        in_features: input width; if ``None`` the feature map is built at the first ``update``.
+        chunk_size: rows per chunk: rows wait in a buffer until this many are pending.
+        feature: optional frozen module mapping images to embeddings; ``update`` then takes images (see
+            :class:`~lightning_spectral.metrics.feature.FrozenFeature`).
+        normalize: with ``feature``: float images in [0, 1] (True) or uint8 in [0, 255] (False).
+        save_feature: with ``feature``: keep its weights in ``state_dict``.
+        kwargs: ``torchmetrics.Metric`` keyword arguments.
 
     Examples:
         >>> import torch
