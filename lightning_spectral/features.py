@@ -14,7 +14,7 @@ from typing import Optional
 import torch
 from torch import Tensor, nn
 
-from lightning_spectral._checks import check_features, check_positive, check_positive_int, check_seed
+from lightning_spectral._checks import all_finite, check_features, check_positive, check_positive_int, check_seed
 
 
 def standard_normal_draws(in_features: int, n_frequencies: int, seed: int) -> Tensor:
@@ -100,6 +100,11 @@ class GaussianRFF(nn.Module):
         phases = self.projection(x)
         return torch.cat([phases.cos(), phases.sin()], dim=1).mul_(1.0 / math.sqrt(self.n_frequencies))
 
+    def feature_sum(self, x: Tensor) -> Tensor:
+        """``forward(x).sum(0)`` (2r,) without the (N, 2r) features: all that a mean-only state needs."""
+        phases = self.projection(x)
+        return torch.cat([phases.cos().sum(0), phases.sin().sum(0)]).mul_(1.0 / math.sqrt(self.n_frequencies))
+
     def extra_repr(self) -> str:
         return (
             f"in_features={self.in_features}, n_frequencies={self.n_frequencies}, "
@@ -117,7 +122,7 @@ def check_phases(phases: Tensor, owner: str, x: Optional[Tensor] = None, frequen
         bound = float(x.abs().max()) * float(frequencies.abs().sum(0).max())
         if bound < torch.finfo(phases.dtype).max / 4:
             return phases
-    if phases.numel() and not bool(torch.isfinite(phases).all()):
+    if not all_finite(phases):
         raise ValueError(
             f"{owner}: the random-feature phases x W overflow {phases.dtype} (inputs of magnitude near "
             f"{torch.finfo(phases.dtype).max:.1e} / ||w||); rescale the inputs (and sigma with them: the kernel only "
@@ -170,15 +175,27 @@ class MultiBandwidthRFF(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         """Map inputs (N, d) to (B, N, 2r), one unit-norm feature block per bandwidth."""
-        x = check_features(x, "x", width=self.in_features, owner=type(self).__name__)
-        projected = x @ self.standard.to(device=x.device, dtype=x.dtype)
-        projected = check_phases(projected, type(self).__name__, x / min(self.sigmas), self.standard)
-        scale = 1.0 / math.sqrt(self.n_frequencies)
+        projected, scale = self._projected(x), 1.0 / math.sqrt(self.n_frequencies)
         blocks = []
         for sigma in self.sigmas:
             phases = projected / sigma
             blocks.append(torch.cat([phases.cos(), phases.sin()], dim=1).mul_(scale))
         return torch.stack(blocks)
+
+    def feature_sum(self, x: Tensor) -> Tensor:
+        """``forward(x).sum(1)`` (B, 2r) without the (B, N, 2r) features: all that a mean-only state needs."""
+        projected, scale = self._projected(x), 1.0 / math.sqrt(self.n_frequencies)
+        sums = []
+        for sigma in self.sigmas:
+            phases = projected / sigma
+            sums.append(torch.cat([phases.cos().sum(0), phases.sin().sum(0)]).mul_(scale))
+        return torch.stack(sums)
+
+    def _projected(self, x: Tensor) -> Tensor:
+        """``x Z`` (N, r), checked for overflow."""
+        x = check_features(x, "x", width=self.in_features, owner=type(self).__name__)
+        projected = x @ self.standard.to(device=x.device, dtype=x.dtype)
+        return check_phases(projected, type(self).__name__, x / min(self.sigmas), self.standard)
 
     def frequencies(self) -> Tensor:
         """What every rank must hold identically: the draws and the bandwidths."""

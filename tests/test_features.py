@@ -149,3 +149,19 @@ def test_median_bandwidth_errors():
         median_bandwidth(torch.ones(1, 3))
     with pytest.raises(ValueError, match="identical"):
         median_bandwidth(torch.ones(5, 3))
+
+
+def test_finite_check_accepts_huge_finite_values_and_finds_every_nan_and_inf():
+    from lightning_spectral._checks import check_features
+
+    big = torch.full((2, 3), 3e38)  # finite entries whose sum overflows: the fast path must fall back, not raise
+    assert torch.equal(check_features(big, "x"), big)
+    for bad in (float("nan"), float("inf"), -float("inf")):
+        x = torch.zeros(4, 3)
+        x[2, 1] = bad
+        with pytest.raises(ValueError, match="NaN or Inf in 1 of 4 rows"):
+            check_features(x, "x")
+    x = torch.zeros(4, 3)
+    x[0, 0], x[3, 2] = float("inf"), -float("inf")  # opposite infinities: the sum is NaN
+    with pytest.raises(ValueError, match="NaN or Inf in 2 of 4 rows"):
+        check_features(x, "x")

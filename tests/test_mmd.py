@@ -366,3 +366,25 @@ def test_calling_like_a_function_raises_and_names_the_right_place():
     metric.update(x, real=True)
     metric.update(y, real=False)
     torch.testing.assert_close(metric.compute(), fast_mmd(x, y, 1.0, 32))
+
+
+@pytest.mark.parametrize("sigma", [1.5, [1.0, 2.0, 4.0]])
+def test_statistic_only_keeps_means_only_and_gives_the_same_mmd(sigma):
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randn(300, 5, generator=g), torch.randn(250, 5, generator=g) + 0.3
+    full = FastMMD(sigma, n_frequencies=64, seed=3)
+    light = FastMMD(sigma, n_frequencies=64, seed=3, statistic_only=True)
+    for metric in (full, light):
+        for part in x.split(64):
+            metric.update(part, real=True)
+        for part in y.split(37):
+            metric.update(part, real=False)
+    value = light.compute()
+    assert value.shape == (() if isinstance(sigma, float) else (3,))
+    torch.testing.assert_close(value, full.compute(), rtol=1e-6, atol=1e-9)
+    torch.testing.assert_close(value, fast_mmd(x, y, sigma, 64, seed=3).to(value), rtol=1e-6, atol=1e-9)
+    assert float(value.min()) > 1e-3  # the sides differ: the comparison is not between two zeros
+    sizes = {name: t.numel() for name, t in light.state_dict().items() if isinstance(t, torch.Tensor)}
+    assert max(sizes.values()) <= 2 * 64 * (1 if isinstance(sigma, float) else 3)  # no (2r)^2 covariance
+    with pytest.raises(RuntimeError, match="statistic_only=True"):
+        light.p_value()

@@ -526,31 +526,35 @@ class SpecAlignSolver:
         return self.feature_map.to(student.device)
 
     def _solve(self, a: Tensor, width: int) -> Optional[tuple[Tensor, float]]:
-        """Restarted block Krylov on ``Lambda = A S A^T / n``: the winning unit eigenvector and its sign, or None."""
-        n, features = a.shape
-        weights = torch.full((features, 1), 1.0 / n, dtype=a.dtype, device=a.device)
-        weights[width:] = -1.0 / n  # S / n
+        """Restarted block Krylov on ``Lambda = A S A^T / n``: the winning unit eigenvector and its sign, or None.
 
-        def apply(block: Tensor) -> Tensor:
-            return a @ (weights * (a.T @ block))
+        Blocks are held as rows, ``U^T`` (b, n): ``U^T A`` and ``(.) A^T`` are wide products, which BLAS runs
+        3-10x faster than the tall-skinny ``A^T U`` and ``A (.)`` on one thread (measured, docs/benchmarks.md).
+        """
+        n, features = a.shape
+        weights = torch.full((1, features), 1.0 / n, dtype=a.dtype, device=a.device)
+        weights[:, width:] = -1.0 / n  # S / n
+
+        def apply(rows: Tensor) -> Tensor:
+            return ((rows @ a) * weights) @ a.T
 
         start, result = self._start(a), None
         for cycle in range(1, self.max_cycles + 1):
             self.last_cycles = cycle
             basis, images, theta, vectors = _rayleigh_ritz(start, apply, self.steps)
             result = self._converged(basis, images, theta, vectors)
-            if result is not None or basis.shape[1] >= n:
+            if result is not None or basis.shape[0] >= n:
                 break
-            start = basis @ vectors[:, _ends(theta.shape[0], self.block)]  # restart from both ends' Ritz vectors
-        self._keep(a, weights, basis @ vectors[:, _ends(theta.shape[0], self.block)])
+            start = vectors[:, _ends(theta.shape[0], self.block)].T @ basis  # restart from both ends' Ritz vectors
+        self._keep(a, weights, vectors[:, _ends(theta.shape[0], self.block)].T @ basis)
         return result
 
     def _start(self, a: Tensor) -> Tensor:
         n, features = a.shape
         if self.warm_start is not None and self.warm_start.shape[0] == features:
-            return a @ self.warm_start.to(a.device)
+            return self.warm_start.to(a.device).T @ a.T
         generator = torch.Generator(device="cpu").manual_seed(self.seed)
-        return torch.randn(n, min(self.block, n), generator=generator, dtype=a.dtype).to(a.device)
+        return torch.randn(n, min(self.block, n), generator=generator, dtype=a.dtype).to(a.device).T
 
     def _converged(
         self, basis: Tensor, images: Tensor, theta: Tensor, vectors: Tensor
@@ -561,18 +565,18 @@ class SpecAlignSolver:
         low, second, second_last, high = theta[[0, 1, -2, -1]].tolist()
         top_wins = high >= -low
         ends = [-1, 0] if top_wins else [0, -1]
-        ritz = basis @ vectors[:, ends]
-        r_win, r_lose = (images @ vectors[:, ends] - ritz * theta[ends]).norm(dim=0).tolist()
+        ritz = vectors[:, ends].T @ basis
+        r_win, r_lose = (vectors[:, ends].T @ images - theta[ends, None] * ritz).norm(dim=1).tolist()
         gap = high - second_last if top_wins else second - low
         value, other = (high, -low) if top_wins else (-low, high)
         if not (r_win <= self.tol * gap and value - r_win > abs(other) + r_lose):
             return None
-        return ritz[:, 0], (1.0 if top_wins else -1.0)
+        return ritz[0], (1.0 if top_wins else -1.0)
 
     def _keep(self, a: Tensor, weights: Tensor, ritz: Tensor) -> None:
-        """Carry both ends' leading Ritz vectors to the next call, in feature space: ``v = S A^T u``."""
-        v = weights * (a.T @ ritz)
-        self.warm_start = v / v.norm(dim=0).clamp_min(1e-300)
+        """Carry both ends' leading Ritz vectors (rows) to the next call, in feature space: ``v = S A^T u``."""
+        v = (ritz @ a) * weights
+        self.warm_start = (v / v.norm(dim=1, keepdim=True).clamp_min(1e-300)).T  # (D, b)
 
     def state_dict(self) -> dict[str, Any]:
         """The warm-start block (feature space) and the counters; a resumed run then repeats the same iterates."""
@@ -595,24 +599,26 @@ def _ends(count: int, block: int) -> list[int]:
 def _rayleigh_ritz(start: Tensor, apply, steps: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """Rayleigh-Ritz on the block Krylov space of ``[U, M U, ..., M^steps U]`` (``apply`` = ``M``, symmetric).
 
-    The powers are only normalised (no orthogonalisation between steps: few dispatches), then one Householder
-    QR ``K = Q R`` gives the basis, and ``M Q = (M K) R^{-1}`` comes from the powers already computed. Columns
-    after the first (numerically) dependent one are dropped. Returns ``(Q, M Q, theta, W)``: Ritz values
-    ascending, ``Q W`` the Ritz vectors.
+    Blocks are rows: ``start`` is ``U^T`` (b, n) and ``apply`` maps ``X^T`` to ``(M X)^T``. The powers are only
+    normalised (no orthogonalisation between steps: few dispatches), then one Householder QR ``K = Q R`` gives
+    the basis, and ``M Q = (M K) R^{-1}`` comes from the powers already computed. Columns after the first
+    (numerically) dependent one are dropped. Returns ``(Q^T, (M Q)^T, theta, W)``: Ritz values ascending,
+    ``W^T Q^T`` the Ritz vectors as rows.
     """
     powers, images = [start], []
     for _ in range(steps):
         image = apply(powers[-1])
         images.append(image)
-        powers.append(image / image.norm(dim=0).clamp_min(1e-300))
+        powers.append(image / image.norm(dim=1, keepdim=True).clamp_min(1e-300))
     images.append(apply(powers[-1]))
-    krylov, mapped = torch.cat(powers, 1), torch.cat(images, 1)  # K and M K
-    basis, triangle = torch.linalg.qr(krylov)
+    krylov, mapped = torch.cat(powers), torch.cat(images)  # K^T and (M K)^T, (k, n)
+    basis, triangle = torch.linalg.qr(krylov.T)
     pivots = triangle.diagonal().abs()
     bad = pivots <= 1e-10 * float(pivots.max())
     if bool(bad.any()):
         keep = int(bad.int().argmax())
-        basis, triangle, mapped = basis[:, :keep], triangle[:keep, :keep], mapped[:, :keep]
-    images_q = torch.linalg.solve_triangular(triangle, mapped, upper=True, left=False)
-    theta, vectors = torch.linalg.eigh(basis.T @ images_q)
+        basis, triangle, mapped = basis[:, :keep], triangle[:keep, :keep], mapped[:keep]
+    images_q = torch.linalg.solve_triangular(triangle.T, mapped, upper=False)  # (M Q)^T = R^{-T} (M K)^T
+    basis = basis.T.contiguous()
+    theta, vectors = torch.linalg.eigh(basis @ images_q.T)
     return basis, images_q, theta, vectors

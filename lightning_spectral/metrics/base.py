@@ -139,6 +139,13 @@ class SpectralMetric(Metric):
         """Features of validated input rows: ``feature_map(rows)`` (N, D), or (B, N, D) for several bandwidths."""
         return self.require_feature_map()(rows)
 
+    def sum_rows(self, rows: Tensor) -> Tensor:
+        """``map_rows(rows).sum(-2)``, (D,) or (B, D); through the map's ``feature_sum`` when it has one."""
+        feature_map = self.require_feature_map()
+        if type(self).map_rows is SpectralMetric.map_rows and hasattr(feature_map, "feature_sum"):
+            return feature_map.feature_sum(rows)
+        return self.map_rows(rows).sum(-2)
+
     def require_feature_map(self) -> nn.Module:
         if self.feature_map is None:
             raise RuntimeError(f"{type(self).__name__}: no feature map yet (no sample was seen).")
