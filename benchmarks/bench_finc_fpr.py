@@ -21,7 +21,13 @@ import torch
 from sklearn.datasets import load_digits
 
 from lightning_spectral.features import GaussianRFF, median_bandwidth
-from lightning_spectral.functional.finc import NoiseSplit, differential_spectrum, reference_halves
+from lightning_spectral.functional.finc import (
+    DEFAULT_MIN_EIGENVALUE,
+    DEFAULT_SIGNIFICANCE,
+    NoiseSplit,
+    differential_spectrum,
+    reference_halves,
+)
 from lightning_spectral.linalg import covariance
 
 
@@ -44,8 +50,10 @@ def mixture_trial(trial: int, n: int = 2000, d: int = 16, k: int = 10) -> tuple[
     return draw(), draw(), 3.0
 
 
-def significant(gen: torch.Tensor, ref: torch.Tensor, sigma: float, r: int, rho: float, by_content: bool) -> tuple[int, int]:
-    """(significant novel modes, significant missing modes) with the default significance rule."""
+def significant(
+    gen: torch.Tensor, ref: torch.Tensor, sigma: float, r: int, rho: float, by_content: bool, rule: dict
+) -> tuple[int, int]:
+    """(significant novel modes, significant missing modes) under ``rule`` (significance, min_eigenvalue)."""
     rff = GaussianRFF(gen.shape[1], r, sigma, seed=0)
     in_a = reference_halves(ref) if by_content else torch.arange(len(ref)) % 2 == 0
     cov_a, cov_b = covariance(ref[in_a], rff), covariance(ref[~in_a], rff)
@@ -53,8 +61,8 @@ def significant(gen: torch.Tensor, ref: torch.Tensor, sigma: float, r: int, rho:
     cov_ref = (cov_a * n_a + cov_b * n_b) / (n_a + n_b)
     cov_gen = covariance(gen, rff)
     split = NoiseSplit(cov_a, n_a, cov_b, n_b)
-    novel = differential_spectrum(cov_gen, len(gen), cov_ref, len(ref), split, rho, vectors=False)
-    missing = differential_spectrum(cov_ref, len(ref), cov_gen, len(gen), split, rho, vectors=False)
+    novel = differential_spectrum(cov_gen, len(gen), cov_ref, len(ref), split, rho, vectors=False, **rule)
+    missing = differential_spectrum(cov_ref, len(ref), cov_gen, len(gen), split, rho, vectors=False, **rule)
     return int(novel.significant.sum()), int(missing.significant.sum())
 
 
@@ -63,9 +71,13 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=100)
     parser.add_argument("--rho", type=float, nargs="+", default=[1.0, 2.0])
     parser.add_argument("--n-frequencies", type=int, default=512)
+    parser.add_argument("--significance", type=float, default=DEFAULT_SIGNIFICANCE, help="multiple of the floor")
+    parser.add_argument("--min-eigenvalue", type=float, default=DEFAULT_MIN_EIGENVALUE, help="absolute minimum")
     args = parser.parse_args()
+    rule = {"significance": args.significance, "min_eigenvalue": args.min_eigenvalue}
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cpus, torch {torch.__version__}")
-    print(f"{args.trials} trials per row, 2r = {2 * args.n_frequencies}; rate of trials with >= 1 significant mode")
+    print(f"{args.trials} trials per row, 2r = {2 * args.n_frequencies}, significance {args.significance:g} x floor, "
+          f"min_eigenvalue {args.min_eigenvalue:g}; rate of trials with >= 1 significant mode")
     print("| data | rho | halves | novel FP rate | missing FP rate |")
     print("|---|---|---|---|---|")
     for name, trial_fn in (("digits", digits_trial), ("mixture", mixture_trial)):
@@ -74,7 +86,7 @@ def main() -> None:
             for trial in range(args.trials):
                 gen, ref, sigma = trial_fn(trial)
                 for by_content in (True, False):
-                    novel, missing = significant(gen, ref, sigma, args.n_frequencies, rho, by_content)
+                    novel, missing = significant(gen, ref, sigma, args.n_frequencies, rho, by_content, rule)
                     counts[by_content][0] += novel > 0
                     counts[by_content][1] += missing > 0
             for by_content, label in ((True, "by content (now)"), (False, "alternate (previous)")):

@@ -152,6 +152,7 @@ CASES = [
     row("FKEAVendi sigma=True", lambda f: FKEAVendi(sigma=True), ValueError, r"`sigma`"),
     row("FKEAVendi sigma='wide'", lambda f: FKEAVendi(sigma="wide"), ValueError, r"`sigma` must be a positive number"),
     row("FKEAVendi n_frequencies=0", lambda f: FKEAVendi(1.0, n_frequencies=0), ValueError, r"`n_frequencies`.*>= 1"),
+    row("FKEAVendi precision='half'", lambda f: FKEAVendi(1.0, precision="half"), ValueError, r"`precision` must be one of"),
     row("FKEAVendi n_frequencies=2.5", lambda f: FKEAVendi(1.0, n_frequencies=2.5), ValueError, r"`n_frequencies`"),
     row("FKEAVendi n_frequencies=10**8", lambda f: FKEAVendi(1.0, n_frequencies=10**8), ValueError,
         r"`n_frequencies`=100000000 needs .* GiB.*smaller `n_frequencies`"),

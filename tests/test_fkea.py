@@ -269,3 +269,21 @@ def test_dropping_round_off_brings_float32_closer_to_float64_below_full_rank(n):
         error_after = abs(float(vendi_score(after, order)) / truth - 1)
         assert error_after <= abs(float(vendi_score(before, order)) / truth - 1) + 1e-9
         assert error_after < 1e-6
+
+
+def test_float32_eigendecomposition_keeps_every_order_within_1e_4(monkeypatch):
+    from lightning_spectral import linalg
+
+    monkeypatch.setattr(linalg, "FLOAT32_MIN_SIZE", 256)  # "auto" picks float32 at this test's 2r = 256
+    assert linalg.eigen_dtype("auto", 256) == torch.float32 and linalg.eigen_dtype("auto", 255) == torch.float64
+    g = torch.Generator().manual_seed(0)
+    x = (torch.randn(12, 16, generator=g) * 4).repeat(100, 1) + torch.randn(1200, 16, generator=g)
+    scores = {}
+    for precision in ("auto", "float32", "float64"):
+        metric = FKEAVendi(3.0, n_frequencies=128, alpha=[0.5, 1, 2, "inf"], precision=precision)
+        metric.update(x)
+        scores[precision] = {order: float(value) for order, value in metric.compute().items()}
+    assert scores["auto"] == scores["float32"]
+    for order, value in scores["float64"].items():
+        assert 2 < value < 1000
+        assert scores["float32"][order] == pytest.approx(value, rel=1e-4), order

@@ -505,15 +505,19 @@ class SpecAlignSolver:
             raise ValueError(f"SpecAlignSolver needs at least 2 samples in the batch, got {n}.")
         feature_map = self._feature_map(student_, reference)
         with torch.autocast(student.device.type, enabled=False), one_thread():
-            phi_s = feature_map.map_a(student_)
             with torch.no_grad():
+                phi_s = feature_map.map_a(student_)
                 phi_r = feature_map.map_b(reference.to(student_.dtype)).to(phi_s.dtype)
-                found = self._solve(torch.cat([phi_s.detach(), phi_r], 1).double(), phi_s.shape[1])
+                found = self._solve(torch.cat([phi_s, phi_r], 1).double(), phi_s.shape[1])
             if found is not None:
                 u, sign = found
                 u = u.to(phi_s.dtype)
                 constant = float((phi_r.T @ u).square().sum())  # the reference's part carries no gradient
-                return (sign * ((phi_s.T @ u).square().sum() - constant) / n).to(student_.dtype)
+
+                def penalty(x: Tensor) -> Tensor:
+                    return (sign * ((feature_map.map_a(x).T @ u).square().sum() - constant) / n).to(student_.dtype)
+
+                return _OneThreadBackward.apply(student_, penalty)
         self.fallbacks += 1
         return spec_align_loss(student, reference, feature_map=feature_map)
 
@@ -588,6 +592,29 @@ class SpecAlignSolver:
         self.warm_start = state.get("warm_start")
         self.fallbacks = int(state.get("fallbacks", 0))
 
+
+
+class _OneThreadBackward(torch.autograd.Function):
+    """``fn(x)`` whose backward pass also runs on one intra-op thread.
+
+    The penalty's backward is a few dozen small elementwise ops on (n, d) tensors; with two or more threads
+    each one wakes the OpenMP pool, which under ``OMP_WAIT_POLICY=PASSIVE`` costs more than the op
+    (docs/benchmarks.md, issue 14). Autograd would run them with the process's thread count.
+    """
+
+    @staticmethod
+    def forward(ctx: Any, x: Tensor, fn: Any) -> Tensor:
+        with torch.enable_grad():
+            ctx.leaf = x.detach().requires_grad_(True)
+            ctx.out = fn(ctx.leaf)
+        return ctx.out.detach()
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None]:
+        with one_thread():
+            (grad_x,) = torch.autograd.grad(ctx.out, ctx.leaf, grad)
+        ctx.leaf = ctx.out = None  # the sub-graph is freed once used
+        return grad_x, None
 
 
 def _ends(count: int, block: int) -> list[int]:
