@@ -14,7 +14,7 @@ from typing import Callable, Iterator, Optional, Union
 import torch
 from torch import Tensor
 
-from lightning_spectral._checks import check_order, check_positive, check_positive_int
+from lightning_spectral._checks import all_finite, check_order, check_positive, check_positive_int
 
 #: Rows per chunk: bounds the transient feature matrix at ``chunk_size x width`` floats.
 DEFAULT_CHUNK_SIZE = 4096
@@ -265,7 +265,7 @@ def _lanczos_input(matrix: Tensor, rtol: float, max_steps: Optional[int], owner:
         raise ValueError(f"`rtol` must be > 0, got {rtol}.")
     if matrix.ndim != 2 or matrix.shape[0] != matrix.shape[1]:
         raise ValueError(f"{owner}: expected a square matrix, got shape {tuple(matrix.shape)}.")
-    if not bool(torch.isfinite(matrix).all()):
+    if not all_finite(matrix):
         raise ValueError(f"{owner}: the matrix has NaN or Inf entries.")
     matrix = matrix if matrix.dtype == torch.float32 else matrix.double()
     size = matrix.shape[0]
@@ -320,32 +320,6 @@ def _ritz_check(
     if float((matrix @ ritz - ritz * theta[chosen]).norm(dim=0).max()) > tolerance:
         return None
     return theta, (ritz if vectors else None)
-
-
-def eigenvalues_above(matrix: Tensor, threshold: float, first: int = 16) -> Tensor:
-    """The eigenvalues of a symmetric matrix above ``threshold`` (descending), and at least the next one below.
-
-    For a score that sums only the eigenvalues above a threshold (FINC's), most of the spectrum is not needed:
-    Lanczos (:func:`extreme_eigenpairs`) finds the top ``k = first`` eigenvalues; while the smallest of them is
-    still above ``threshold``, ``k`` grows fourfold. Past a quarter of the size the dense ``eigvalsh`` answers.
-
-    Returns:
-        (m,) float64, descending: every eigenvalue > ``threshold`` and one or more below it (or all of them).
-
-    Examples:
-        >>> import torch
-        >>> eigenvalues_above(torch.diag(torch.arange(100.0)), 96.5, first=4).tolist()
-        [99.0, 98.0, 97.0, 96.0]
-    """
-    size = matrix.shape[0]
-    k = min(first, size)
-    while 4 * k <= size:
-        values, _ = extreme_eigenpairs(matrix, 0, k)
-        values = values.flip(0)
-        if float(values[-1]) <= threshold:
-            return values
-        k *= 4
-    return torch.linalg.eigvalsh(symmetrize(matrix.double())).flip(0)
 
 
 def eigen_dtype(precision: str, size: int) -> torch.dtype:

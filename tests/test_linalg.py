@@ -363,18 +363,3 @@ def test_finc_noise_floor_equals_the_dense_eigenvalues(rho, n):
     assert floor == pytest.approx(max(dense, 0.0) * scale, rel=1e-10, abs=1e-15)
 
 
-def test_eigenvalues_above_a_threshold_equal_the_dense_top_of_a_finc_difference():
-    from lightning_spectral.features import GaussianRFF
-    from lightning_spectral.linalg import covariance, eigenvalues_above
-
-    g = torch.Generator().manual_seed(0)
-    means = torch.randn(6, 5, generator=g, dtype=torch.float64) * 6
-    gen = means[torch.randint(6, (1500,), generator=g)] + 0.3 * torch.randn(1500, 5, generator=g, dtype=torch.float64)
-    ref = means[torch.randint(5, (1500,), generator=g)] + 0.3 * torch.randn(1500, 5, generator=g, dtype=torch.float64)
-    rff = GaussianRFF(5, 256, sigma=3.0)
-    difference = covariance(gen, rff) - covariance(ref, rff)
-    dense = torch.linalg.eigvalsh(difference).flip(0)
-    for threshold in (0.05, 0.01, 1e-3):
-        top = eigenvalues_above(difference, threshold)
-        assert float(top[-1]) <= threshold < float(dense[0])  # everything above, and one below
-        torch.testing.assert_close(top, dense[: len(top)], rtol=1e-9, atol=1e-12)

@@ -38,7 +38,7 @@ from lightning_spectral.features import GaussianRFF, gaussian_kernel
 from lightning_spectral.linalg import (
     DEFAULT_CHUNK_SIZE,
     covariance,
-    eigenvalues_above,
+    eigen_dtype,
     extreme_eigenvalues,
     symmetric_eigh,
     symmetrize,
@@ -172,19 +172,20 @@ def differential_spectrum(
 ) -> DifferentialSpectrum:
     """Eigenvalues (and, with ``vectors``, eigenvectors) of ``C_x - rho C_y`` and the threshold from ``split``.
 
-    Without ``vectors`` one ``eigvalsh`` suffices (the score needs no eigenvectors), and at ``rho = 1`` only
-    the eigenvalues above the threshold (and the next one), by Lanczos
-    (:func:`~lightning_spectral.linalg.eigenvalues_above`).
+    Without ``vectors`` one ``eigvalsh`` suffices (the score needs no eigenvectors), in float32 from
+    :data:`~lightning_spectral.linalg.FLOAT32_MIN_SIZE` rows (the FINC score within 0.001 % of float64's at
+    2r = 4096 and 8192, docs/benchmarks.md).
     """
     difference = cov_x - rho * cov_y
     floor = split_noise_floor(split.cov_a, split.n_a, split.cov_b, split.n_b, rho=rho, n_x=n_x, n_y=n_y)
     threshold = max(significance * floor, min_eigenvalue)
     if vectors:
         values, eigenvectors = symmetric_eigh(difference)
-    elif rho == 1.0:  # the top eigenvalues stand out of a noise spectrum symmetric about 0: Lanczos is fast
-        values, eigenvectors = eigenvalues_above(difference, threshold), None
-    else:  # rho > 1 packs the top of the spectrum just above 0 (as for the floor): Lanczos would stall
-        values, eigenvectors = torch.linalg.eigvalsh(symmetrize(difference.double())).flip(0), None
+    else:  # float32 from FLOAT32_MIN_SIZE rows, as FKEAVendi: Lanczos for the eigenvalues above the threshold
+        # needed ~1,000 memory-bound products at 2r = 4096, more than one eigvalsh (docs/benchmarks.md, issue 14)
+        # eigvalsh reads one triangle; the sides' sums are exactly symmetric, so no (A + A^T) / 2 pass is needed
+        values = torch.linalg.eigvalsh(difference.to(eigen_dtype("auto", difference.shape[0]))).double().flip(0)
+        eigenvectors = None
     return DifferentialSpectrum(values, eigenvectors, threshold)
 
 
