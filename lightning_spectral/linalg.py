@@ -371,7 +371,7 @@ def psd_eigenvalues(
         >>> psd_eigenvalues(torch.diag(torch.tensor([1.0, 2e-9, 0.5, -1e-9], dtype=torch.float64))).tolist()
         [1.0, 0.5, 0.0, 0.0]
     """
-    if not bool(torch.isfinite(matrix).all()):
+    if not all_finite(matrix):
         raise ValueError("psd_eigenvalues: the matrix has NaN or Inf entries.")
     dtype = eigen_dtype(precision, matrix.shape[0])
     if dtype == torch.float32:
@@ -426,7 +426,7 @@ def renyi_entropy(eigenvalues: Tensor, alpha: Alpha = 1.0) -> Tensor:
     """
     alpha = parse_alpha(alpha)
     values = eigenvalues.double().flatten()
-    if values.numel() == 0 or not bool(torch.isfinite(values).all()) or bool((values < 0).any()):
+    if values.numel() == 0 or not all_finite(values) or bool((values < 0).any()):
         raise ValueError("renyi_entropy: eigenvalues must be a non-empty, finite, non-negative 1-D tensor.")
     total = values.sum()
     if float(total) <= 0:
@@ -495,7 +495,7 @@ def jittered_cholesky(matrix: Tensor, jitter: Optional[float] = None, tries: int
         >>> bool(torch.allclose(factor @ factor.T, m + eps * torch.eye(2), atol=0)), eps > 0
         (True, True)
     """
-    if not bool(torch.isfinite(matrix).all()):
+    if not all_finite(matrix):
         raise ValueError("jittered_cholesky: the matrix has NaN or Inf entries.")
     matrix = matrix.double()
     matrix = symmetrize(matrix)

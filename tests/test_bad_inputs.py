@@ -57,6 +57,7 @@ from lightning_spectral.functional import (
     spec_diff_exact,
     vendi_exact,
 )
+from lightning_spectral.linalg import one_thread as linalg_one_thread
 from lightning_spectral.linalg import renyi_entropy, vendi_score
 from lightning_spectral.metrics import FastMMD, FINCNovelty, FKEAVendi, RFFCovariance, SPECDivergence
 from lightning_spectral.ood import KernelPCAOOD, detection_metrics
@@ -540,10 +541,8 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> SimpleNamespace:
 
 @pytest.fixture(autouse=True)
 def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+    with linalg_one_thread():
+        yield
 
 
 @pytest.mark.parametrize("case", CASES)

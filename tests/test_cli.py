@@ -21,6 +21,7 @@ from lightning_spectral.cli import evaluate as evaluate_command
 from lightning_spectral.cli import ood as ood_command
 from lightning_spectral.encoders import save_features
 from lightning_spectral.functional import spec, spec_diff_exact
+from lightning_spectral.linalg import one_thread as linalg_one_thread
 from lightning_spectral.metrics import FastMMD, FINCNovelty, FKEAVendi, SPECDivergence
 from lightning_spectral.ood import KernelPCAOOD, detection_metrics, threshold_at_tpr
 
@@ -31,10 +32,8 @@ REPO = Path(__file__).resolve().parents[1]
 @pytest.fixture(autouse=True)
 def one_thread():
     """Small eigendecompositions run 100x slower with 2 OpenMP threads on a 2-core machine that is busy."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+    with linalg_one_thread():
+        yield
 
 
 def subprocess_env():

@@ -11,6 +11,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from lightning_spectral._checks import all_finite
 from lightning_spectral.files import (
     FEATURE_SUFFIXES,
     EmbeddingFile,
@@ -53,7 +54,7 @@ def save_features(path: PathLike, features: Union[Tensor, np.ndarray], index: Un
         raise ValueError(f"`path`: suffix {path.suffix!r} is not supported; use one of {', '.join(FEATURE_SUFFIXES)}.")
     feats = _as_tensor(features)
     check_table(feats, "features")
-    if not bool(torch.isfinite(feats).all()):
+    if not all_finite(feats):
         raise ValueError("`features` contains NaN or Inf; clean them before saving.")
     idx = None if index is None else check_index(_as_tensor(index), feats.shape[0], "index")
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -123,7 +124,7 @@ class PrecomputedFeatures:
             if isinstance(data, np.ndarray):
                 data = np.ascontiguousarray(native_byte_order(data))
             data = torch.as_tensor(data)
-            if not bool(torch.isfinite(data).all()):
+            if not all_finite(data):
                 bad = int((~torch.isfinite(data)).any(dim=1).sum())
                 raise ValueError(
                     f"`source`: the features contain NaN or Inf in {bad} of {data.shape[0]} rows; clean them."
@@ -182,7 +183,7 @@ class PrecomputedFeatures:
         if self.memory_mapped:
             # a copy of the looked-up rows only, in the machine's byte order (a .npy may be big-endian)
             data = torch.from_numpy(np.array(self._data[rows.numpy()], dtype=self._data.dtype.newbyteorder("=")))
-            if not bool(torch.isfinite(data).all()):
+            if not all_finite(data):
                 raise ValueError(
                     f"PrecomputedFeatures: the features of {str(self.path)!r} hold NaN or Inf at rows "
                     f"{rows[~torch.isfinite(data).all(dim=1)][:5].tolist()}; clean the file."

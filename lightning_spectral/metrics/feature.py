@@ -7,7 +7,7 @@ from typing import Any, Callable
 import torch
 from torch import Tensor, nn
 
-from lightning_spectral._checks import check_bool
+from lightning_spectral._checks import all_finite, check_bool
 
 
 class FrozenFeature(nn.Module):
@@ -92,7 +92,7 @@ class FrozenFeature(nn.Module):
             )
         images = images.float()
         if images.numel():
-            if not bool(torch.isfinite(images).all()):
+            if not all_finite(images):
                 raise ValueError(f"`{name}` contains NaN or Inf; clean the generated images first.")
             low, high = float(images.min()), float(images.max())
             if low < -1e-6 or high > 1 + 1e-6:
