@@ -27,7 +27,7 @@ import time
 import torch
 
 from lightning_spectral.features import GaussianRFF
-from lightning_spectral.functional.finc import split_noise_floor
+from lightning_spectral.functional.finc import Moment, NoiseSplit, split_noise_floor
 from lightning_spectral.linalg import covariance, extreme_eigenpairs, psd_eigenvalues, vendi_score
 from lightning_spectral.metrics import FINCNovelty, FKEAVendi
 
@@ -71,11 +71,12 @@ def bench_floor(args: argparse.Namespace) -> None:
     cov_gen = covariance(generated, rff)
     cov_ref = (cov_a + cov_b) / 2
     half = n / 2
+    split = NoiseSplit(Moment((cov_a * half,), half), Moment((cov_b * half,), half))
     rows = {name: [] for name in ("dense floor", "Lanczos floor", "eigvalsh(C_gen - C_ref)", "FKEA compute",
                                   "FINC compute", "FINC compute rho=5", "dense floor rho=5", "Lanczos floor rho=5")}
     for _ in range(args.repeats):
         old, t_old = timed(lambda: dense_floor(cov_a, half, cov_b, half, 1.0, n, n))
-        new, t_new = timed(lambda: split_noise_floor(cov_a, half, cov_b, half, 1.0, n, n))
+        new, t_new = timed(lambda: split_noise_floor(split, 1.0, n, n))
         rows["dense floor"].append(t_old)
         rows["Lanczos floor"].append(t_new)
         rows["eigvalsh(C_gen - C_ref)"].append(timed(lambda: torch.linalg.eigvalsh(cov_gen - cov_ref))[1])
@@ -85,7 +86,7 @@ def bench_floor(args: argparse.Namespace) -> None:
         rows["FKEA compute"].append(t_fkea)
         rows["FINC compute"].append(t_finc)
         old5, t_old5 = timed(lambda: dense_floor(cov_a, half, cov_b, half, 5.0, n, n))
-        new5, t_new5 = timed(lambda: split_noise_floor(cov_a, half, cov_b, half, 5.0, n, n))
+        new5, t_new5 = timed(lambda: split_noise_floor(split, 5.0, n, n))
         rows["dense floor rho=5"].append(t_old5)
         rows["Lanczos floor rho=5"].append(t_new5)
         finc5 = copy.deepcopy(finc)
@@ -157,8 +158,8 @@ def bench_large(args: argparse.Namespace) -> None:
     exact_diff = torch.linalg.eigvalsh(difference).flip(0)
     # the FINC threshold as finc_spectrum would set it (split floor, margin 2, minimum 1e-3)
     half_a, half_b = reference[0::2].to(device), reference[1::2].to(device)
-    floor = split_noise_floor(covariance(half_a, rff), len(half_a), covariance(half_b, rff), len(half_b), 1.0,
-                              len(generated), len(reference))
+    split = NoiseSplit(*(Moment((covariance(x, rff) * len(x),), len(x)) for x in (half_a, half_b)))
+    floor = split_noise_floor(split, 1.0, len(generated), len(reference))
     threshold = max(2 * floor, 1e-3)
     reference_scores = scores(exact_cov, exact_diff, threshold)
     # each route: (spectrum of C_gen for Vendi, spectrum of C_gen - C_ref for FINC)

@@ -24,6 +24,7 @@ from lightning_spectral.features import GaussianRFF, median_bandwidth
 from lightning_spectral.functional.finc import (
     DEFAULT_MIN_EIGENVALUE,
     DEFAULT_SIGNIFICANCE,
+    Moment,
     NoiseSplit,
     differential_spectrum,
     reference_halves,
@@ -56,13 +57,11 @@ def significant(
     """(significant novel modes, significant missing modes) under ``rule`` (significance, min_eigenvalue)."""
     rff = GaussianRFF(gen.shape[1], r, sigma, seed=0)
     in_a = reference_halves(ref) if by_content else torch.arange(len(ref)) % 2 == 0
-    cov_a, cov_b = covariance(ref[in_a], rff), covariance(ref[~in_a], rff)
-    n_a, n_b = int(in_a.sum()), int((~in_a).sum())
-    cov_ref = (cov_a * n_a + cov_b * n_b) / (n_a + n_b)
-    cov_gen = covariance(gen, rff)
-    split = NoiseSplit(cov_a, n_a, cov_b, n_b)
-    novel = differential_spectrum(cov_gen, len(gen), cov_ref, len(ref), split, rho, vectors=False, **rule)
-    missing = differential_spectrum(cov_ref, len(ref), cov_gen, len(gen), split, rho, vectors=False, **rule)
+    split = NoiseSplit(*(Moment((covariance(x, rff) * len(x),), len(x)) for x in (ref[in_a], ref[~in_a])))
+    reference = Moment(split.a.sums + split.b.sums, len(ref))
+    generated = Moment((covariance(gen, rff) * len(gen),), len(gen))
+    novel = differential_spectrum(generated, reference, split, rho, vectors=False, **rule)
+    missing = differential_spectrum(reference, generated, split, rho, vectors=False, **rule)
     return int(novel.significant.sum()), int(missing.significant.sum())
 
 

@@ -20,6 +20,7 @@ from lightning_spectral.linalg import (
     symmetric_eigh,
     top_eigenvalue,
     vendi_score,
+    weighted_sum,
 )
 
 ORDERS = [0.5, 1.0, 1.5, 2.0, 3.0, math.inf]
@@ -216,6 +217,34 @@ def test_lanczos_extremes_match_eigvalsh_without_falling_back(rho, monkeypatch):
     assert float(top_eigenvalue(matrix.clone())) == float(top_eigenvalue(matrix))
 
 
+def test_lanczos_on_a_symmetric_input_skips_the_symmetrisation_and_answers_alike(monkeypatch):
+    cov_a, cov_b = split_covariances(seed=1)
+    matrix = weighted_sum([(1.0, cov_a), (-1.0, cov_b)])
+    assert torch.equal(matrix, matrix.T)  # sums of exactly symmetric covariances stay exactly symmetric
+    expected = [float(v) for v in extreme_eigenvalues(matrix)]
+
+    def no_pass(*args, **kwargs):
+        raise AssertionError("symmetrised a matrix declared symmetric")
+
+    monkeypatch.setattr("lightning_spectral.linalg.symmetrize", no_pass)
+    found = [float(v) for v in extreme_eigenvalues(matrix, symmetric=True)]
+    assert found == pytest.approx(expected, rel=1e-12)
+    assert float(top_eigenvalue(matrix, symmetric=True)) == pytest.approx(expected[1], rel=1e-12)
+
+
+@pytest.mark.parametrize("rows", [1, 7, 64, 1000])
+def test_weighted_sum_equals_the_whole_tensor_expression(rows):
+    g = torch.Generator().manual_seed(0)
+    a, b, c = (torch.randn(50, 30, generator=g, dtype=torch.float64) for _ in range(3))
+    expected = 0.5 * a - 2.0 * b + 3.0 * c
+    found = weighted_sum([(0.5, a), (-2.0, b), (3.0, c)], rows=rows)
+    torch.testing.assert_close(found, expected, rtol=1e-14, atol=1e-14)
+    as_float = weighted_sum([(0.5, a), (-2.0, b)], dtype=torch.float32, rows=rows)
+    assert as_float.dtype == torch.float32
+    torch.testing.assert_close(as_float, (0.5 * a - 2.0 * b).float(), rtol=1e-6, atol=1e-6)
+    assert torch.equal(weighted_sum([(1.0, a)], rows=rows), a)
+
+
 def test_lanczos_on_a_top_cluster_falls_back_to_the_dense_answer():
     q, _ = torch.linalg.qr(torch.randn(200, 200, dtype=torch.float64, generator=torch.Generator().manual_seed(1)))
     values = torch.cat([torch.linspace(-1.0, 0.0, 190, dtype=torch.float64), 0.5 + 1e-9 * torch.arange(10.0).double()])
@@ -354,12 +383,13 @@ def test_float32_eigenvalues_keep_vendi_and_rke_within_half_a_percent(monkeypatc
 @pytest.mark.parametrize("rho, n", [(1.0, 3000), (2.0, 300), (2.0, 3000)])  # Lanczos, Lanczos, dense (full rank)
 def test_finc_noise_floor_equals_the_dense_eigenvalues(rho, n):
     """The first user of the Lanczos routines: split_noise_floor, against its former two dense eigvalsh."""
-    from lightning_spectral.functional.finc import split_noise_floor
+    from lightning_spectral.functional.finc import Moment, NoiseSplit, split_noise_floor
 
     cov_a, cov_b = split_covariances(n=n, width=128)
     dense = max(float(torch.linalg.eigvalsh(m)[-1]) for m in (cov_a - rho * cov_b, cov_b - rho * cov_a))
     scale = math.sqrt((1 / 500 + rho**2 / 700) / (1 / (n // 2) + rho**2 / (n // 2)))
-    floor = split_noise_floor(cov_a, n // 2, cov_b, n // 2, rho, 500, 700)
+    split = NoiseSplit(Moment((cov_a * (n // 2),), n // 2), Moment((cov_b * (n // 2),), n // 2))
+    floor = split_noise_floor(split, rho, 500, 700)
     assert floor == pytest.approx(max(dense, 0.0) * scale, rel=1e-10, abs=1e-15)
 
 

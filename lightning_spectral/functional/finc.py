@@ -37,12 +37,13 @@ from lightning_spectral._checks import check_features, check_positive
 from lightning_spectral.features import GaussianRFF, gaussian_kernel
 from lightning_spectral.linalg import (
     DEFAULT_CHUNK_SIZE,
-    covariance,
+    add_covariance_,
     eigen_dtype,
     extreme_eigenvalues,
     symmetric_eigh,
     symmetrize,
     top_eigenvalue,
+    weighted_sum,
 )
 
 #: Default margin of the significance rule: eigenvalues must exceed twice the estimated noise floor.
@@ -76,13 +77,31 @@ class DifferentialSpectrum(NamedTuple):
         return self.eigenvalues[self.significant].sum()
 
 
-class NoiseSplit(NamedTuple):
-    """The reference's two disjoint halves: normalised covariances (trace 1) and sizes."""
+class Moment(NamedTuple):
+    """An uncentred second moment kept as the sums it was accumulated in: ``C = (Q_1 + ... + Q_k) / count``.
 
-    cov_a: Tensor
-    n_a: float
-    cov_b: Tensor
-    n_b: float
+    The matrices FINC decomposes are weighted sums of such moments, formed in one pass
+    (:func:`~lightning_spectral.linalg.weighted_sum`) instead of one full-size temporary per operation.
+
+    Attributes:
+        sums: (D, D) outer-product sums ``Q_j = sum_i phi(x_i) phi(x_i)^T``, symmetric (as
+            :func:`~lightning_spectral.linalg.add_gram_` leaves them); float64 in this library.
+        count: the number of samples behind them.
+    """
+
+    sums: tuple[Tensor, ...]
+    count: float
+
+    def terms(self, scale: float) -> list[tuple[float, Tensor]]:
+        """``scale * C`` as ``(weight, matrix)`` terms of :func:`~lightning_spectral.linalg.weighted_sum`."""
+        return [(scale / self.count, total) for total in self.sums]
+
+
+class NoiseSplit(NamedTuple):
+    """The reference's two disjoint halves A and B."""
+
+    a: Moment
+    b: Moment
 
 
 _HASH_PRIME = 2_147_483_647  # 2^31 - 1: every product below stays under 2^62, so int64 never overflows
@@ -120,50 +139,43 @@ def reference_halves(x: Tensor) -> Tensor:
     return hashed % 2 == 0
 
 
-def split_noise_floor(
-    cov_a: Tensor, n_a: float, cov_b: Tensor, n_b: float, rho: float, n_x: float, n_y: float
-) -> float:
+def split_noise_floor(split: NoiseSplit, rho: float, n_x: float, n_y: float) -> float:
     """Noise floor of ``lambda_max(C_x - rho C_y)`` from two disjoint halves A, B of one sample (see module doc).
 
     Args:
-        cov_a: normalised covariance (trace 1) of the first half.
-        n_a: size of the first half.
-        cov_b: normalised covariance of the second half.
-        n_b: size of the second half.
+        split: the two halves.
         rho: the novelty threshold.
         n_x: size of the first side being compared.
         n_y: the same for the second sample.
     """
+    n_a, n_b = split.a.count, split.b.count
     if min(n_a, n_b) < 1:
         raise ValueError("the noise floor needs at least 2 reference samples (one in each half).")
+
+    def difference(x: Moment, y: Moment) -> Tensor:
+        return weighted_sum(x.terms(1.0) + y.terms(-rho))
+
     # Only lambda_max is needed: Lanczos instead of two dense eigvalsh. At rho = 1 the mirror is exactly the
     # negative (C_B - C_A = -(C_A - C_B)), so one run gives both: lambda_max(mirror) = -lambda_min. At rho > 1
     # with both halves' covariances of full rank (more samples than features), the top of C_A - rho C_B is a
     # tight cluster just above 0, far below the spectrum's width rho lambda_max(C_B): Lanczos would exhaust its
     # budget and fall back (measured, docs/benchmarks.md), so the dense eigvalsh answers directly.
     if rho == 1.0:
-        lowest, highest = extreme_eigenvalues(cov_a - cov_b)
+        lowest, highest = extreme_eigenvalues(difference(split.a, split.b), symmetric=True)
         split_top = max(float(highest), -float(lowest))
-    elif min(n_a, n_b) < cov_a.shape[0]:
-        split_top = max(float(top_eigenvalue(cov_a - rho * cov_b)), float(top_eigenvalue(cov_b - rho * cov_a)))
-    else:
+    elif min(n_a, n_b) < split.a.sums[0].shape[0]:
         split_top = max(
-            float(torch.linalg.eigvalsh(_sym(cov_a - rho * cov_b))[-1]),
-            float(torch.linalg.eigvalsh(_sym(cov_b - rho * cov_a))[-1]),
+            float(top_eigenvalue(difference(x, y), symmetric=True)) for x, y in (split, split[::-1])
         )
+    else:  # eigvalsh reads one triangle of the (symmetric) difference
+        split_top = max(float(torch.linalg.eigvalsh(difference(x, y))[-1]) for x, y in (split, split[::-1]))
     scale = math.sqrt((1 / n_x + rho**2 / n_y) / (1 / n_a + rho**2 / n_b))
     return max(split_top, 0.0) * scale
 
 
-def _sym(matrix: Tensor) -> Tensor:
-    return symmetrize(matrix)
-
-
 def differential_spectrum(
-    cov_x: Tensor,
-    n_x: float,
-    cov_y: Tensor,
-    n_y: float,
+    x: Moment,
+    y: Moment,
     split: NoiseSplit,
     rho: float,
     significance: float = DEFAULT_SIGNIFICANCE,
@@ -176,15 +188,16 @@ def differential_spectrum(
     :data:`~lightning_spectral.linalg.FLOAT32_MIN_SIZE` rows (the FINC score within 0.001 % of float64's at
     2r = 4096 and 8192, docs/benchmarks.md).
     """
-    difference = cov_x - rho * cov_y
-    floor = split_noise_floor(split.cov_a, split.n_a, split.cov_b, split.n_b, rho=rho, n_x=n_x, n_y=n_y)
+    floor = split_noise_floor(split, rho=rho, n_x=x.count, n_y=y.count)
     threshold = max(significance * floor, min_eigenvalue)
+    terms = x.terms(1.0) + y.terms(-rho)
     if vectors:
-        values, eigenvectors = symmetric_eigh(difference)
+        values, eigenvectors = symmetric_eigh(weighted_sum(terms))
     else:  # float32 from FLOAT32_MIN_SIZE rows, as FKEAVendi: Lanczos for the eigenvalues above the threshold
-        # needed ~1,000 memory-bound products at 2r = 4096, more than one eigvalsh (docs/benchmarks.md, issue 14)
-        # eigvalsh reads one triangle; the sides' sums are exactly symmetric, so no (A + A^T) / 2 pass is needed
-        values = torch.linalg.eigvalsh(difference.to(eigen_dtype("auto", difference.shape[0]))).double().flip(0)
+        # needed ~1,000 memory-bound products at 2r = 4096, more than one eigvalsh (docs/benchmarks.md, issue 14).
+        # eigvalsh reads one triangle of the symmetric difference.
+        dtype = eigen_dtype("auto", x.sums[0].shape[0])
+        values = torch.linalg.eigvalsh(weighted_sum(terms, dtype)).double().flip(0)
         eigenvectors = None
     return DifferentialSpectrum(values, eigenvectors, threshold)
 
@@ -217,15 +230,17 @@ def finc_spectrum(
         raise ValueError("finc: needs at least 1 generated and 2 reference samples.")
     rff = GaussianRFF(generated.shape[1], n_frequencies, sigma, seed).to(generated.device)
     in_a = reference_halves(reference)
-    half_a, half_b = reference[in_a], reference[~in_a]
-    if min(half_a.shape[0], half_b.shape[0]) == 0:
+    if bool(in_a.all()) or not bool(in_a.any()):
         raise ValueError("finc: the noise floor needs reference samples in both halves; pass more reference samples.")
-    cov_a, cov_b = covariance(half_a, rff, chunk_size), covariance(half_b, rff, chunk_size)
-    n_a, n_b = half_a.shape[0], half_b.shape[0]
-    cov_ref = (cov_a * n_a + cov_b * n_b) / (n_a + n_b)
+
+    def moment(x: Tensor) -> Moment:
+        total = torch.zeros(rff.out_features, rff.out_features, dtype=torch.float64, device=x.device)
+        return Moment((add_covariance_(total, x, rff, chunk_size),), float(x.shape[0]))
+
+    half_a, half_b = moment(reference[in_a]), moment(reference[~in_a])
+    reference_moment = Moment(half_a.sums + half_b.sums, half_a.count + half_b.count)
     return differential_spectrum(
-        covariance(generated, rff, chunk_size), generated.shape[0], cov_ref, reference.shape[0],
-        NoiseSplit(cov_a, n_a, cov_b, n_b), rho, significance, min_eigenvalue,
+        moment(generated), reference_moment, NoiseSplit(half_a, half_b), rho, significance, min_eigenvalue
     )
 
 
@@ -265,10 +280,10 @@ def ken_eigenvalues(k_xx: Tensor, k_xy: Tensor, k_yy: Tensor, rho: float = 1.0) 
     k_plus = torch.cat(
         [torch.cat([k_xx.double() / n, off], 1), torch.cat([off.T, rho * k_yy.double() / m], 1)], 0
     )
-    values, vectors = torch.linalg.eigh(_sym(k_plus))
+    values, vectors = torch.linalg.eigh(symmetrize(k_plus))
     root = vectors @ torch.diag(values.clamp_min(0).sqrt()) @ vectors.T
     signs = torch.cat([torch.ones(n), -torch.ones(m)]).to(root)
-    return torch.linalg.eigvalsh(_sym(root @ (signs[:, None] * root))).flip(0)
+    return torch.linalg.eigvalsh(symmetrize(root @ (signs[:, None] * root))).flip(0)
 
 
 def finc_exact(generated: Tensor, reference: Tensor, sigma: float, rho: float = 1.0) -> Tensor:

@@ -13,6 +13,7 @@ from lightning_spectral.functional.finc import (
     DEFAULT_MIN_EIGENVALUE,
     DEFAULT_SIGNIFICANCE,
     DifferentialSpectrum,
+    Moment,
     NoiseSplit,
     differential_spectrum,
     reference_halves,
@@ -131,13 +132,12 @@ class FINCNovelty(RFFMetric):
                 "(on all ranks); call `update(x, real=True)` with more reference samples (or keep the reference "
                 "with `reset_real_features=False`)."
             )
-        cov_gen = self.gen.second_moment()
-        cov_ref = (self.ref_a.cov_sum + self.ref_b.cov_sum) / (n_a + n_b)
-        split = NoiseSplit(self.ref_a.second_moment(), n_a, self.ref_b.second_moment(), n_b)
-        sides = ((cov_ref, n_a + n_b), (cov_gen, n_gen)) if missing else ((cov_gen, n_gen), (cov_ref, n_a + n_b))
-        return differential_spectrum(
-            *sides[0], *sides[1], split, self.rho, self.significance, self.min_eigenvalue, vectors=vectors
-        )
+        # the sums as they are: each matrix decomposed below is formed in one pass over them
+        gen = Moment((self.gen.cov_sum,), n_gen)
+        split = NoiseSplit(Moment((self.ref_a.cov_sum,), n_a), Moment((self.ref_b.cov_sum,), n_b))
+        ref = Moment((self.ref_a.cov_sum, self.ref_b.cov_sum), n_a + n_b)
+        x, y = (ref, gen) if missing else (gen, ref)
+        return differential_spectrum(x, y, split, self.rho, self.significance, self.min_eigenvalue, vectors=vectors)
 
     def compute(self) -> Tensor:
         """Novelty score: the sum of the eigenvalues of ``C_gen - rho C_ref`` above the noise threshold."""
