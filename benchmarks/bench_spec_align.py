@@ -85,7 +85,7 @@ def bench_penalty(args: argparse.Namespace) -> None:
             sync(device)
             if step >= 5:
                 rows[name].append(time.perf_counter() - start)
-            values.append((float(value), student.grad))
+            values.append((float(value.detach()), student.grad))
         if step >= 5:
             rows["MLP step"].append(mlp_s)
             differences.append(

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 import torch
 
+from lightning_spectral._checks import all_finite
 from lightning_spectral.features import CosineMap, GaussianRFF, gaussian_kernel, median_bandwidth
 
 
@@ -165,3 +166,19 @@ def test_finite_check_accepts_huge_finite_values_and_finds_every_nan_and_inf():
     x[0, 0], x[3, 2] = float("inf"), -float("inf")  # opposite infinities: the sum is NaN
     with pytest.raises(ValueError, match="NaN or Inf in 2 of 4 rows"):
         check_features(x, "x")
+
+
+def test_cosine_map_gradient_is_the_one_of_x_over_its_norm():
+    """The closed-form backward (g - y (y . g)) / ||x|| against autograd through the plain formula and gradcheck."""
+    g = torch.Generator().manual_seed(0)
+    x = (torch.randn(30, 7, generator=g, dtype=torch.float64) * torch.logspace(-3, 3, 30, dtype=torch.float64)[:, None])
+    weights = torch.randn(30, 7, generator=g, dtype=torch.float64)
+    ours = x.clone().requires_grad_(True)
+    (CosineMap()(ours) * weights).sum().backward()
+    plain = x.clone().requires_grad_(True)
+    (plain / plain.norm(dim=1, keepdim=True) * weights).sum().backward()
+    torch.testing.assert_close(ours.grad, plain.grad, rtol=1e-12, atol=0.0)
+    assert torch.autograd.gradcheck(CosineMap(), (x[:5].clone().requires_grad_(True),))
+    huge = (torch.randn(4, 6, generator=g) * 1e30).requires_grad_(True)  # ||x||^2 overflows float32
+    CosineMap()(huge).sum().backward()
+    assert all_finite(huge.grad) and float(huge.grad.abs().max()) < 1e-28

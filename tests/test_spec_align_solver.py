@@ -85,7 +85,7 @@ def test_state_dict_round_trip_repeats_the_same_iterates():
         first(student, reference)
     resumed = SpecAlignSolver("cosine")
     resumed.load_state_dict(first.state_dict())
-    assert resumed.warm_start.shape == (88, 4)  # feature space (48 + 40), two vectors per end
+    assert resumed.warm_start.shape == (88, 2)  # feature space (48 + 40), one vector per end (block 2)
     fresh = SpecAlignSolver("cosine")  # no warm start: a different path to the same answer (within tol)
     a, b = loss_and_grad(first, *stream[3]), loss_and_grad(resumed, *stream[3])
     c = loss_and_grad(fresh, *stream[3])

@@ -478,7 +478,7 @@ class SpecAlignSolver:
         seed: int = 0,
         feature_map: Optional[PairedFeatureMap] = None,
         tol: float = 1e-7,
-        block: int = 4,
+        block: int = 2,
         steps: int = 4,
         max_cycles: int = 4,
     ) -> None:
@@ -505,19 +505,19 @@ class SpecAlignSolver:
             raise ValueError(f"SpecAlignSolver needs at least 2 samples in the batch, got {n}.")
         feature_map = self._feature_map(student_, reference)
         with torch.autocast(student.device.type, enabled=False), one_thread():
+            leaf = student_.detach().requires_grad_(True)  # the student's map runs once, its graph kept for later
+            with torch.enable_grad():
+                phi_s = feature_map.map_a(leaf)
             with torch.no_grad():
-                phi_s = feature_map.map_a(student_)
                 phi_r = feature_map.map_b(reference.to(student_.dtype)).to(phi_s.dtype)
-                found = self._solve(torch.cat([phi_s, phi_r], 1).double(), phi_s.shape[1])
+                found = self._solve(phi_s.detach(), phi_r)
             if found is not None:
                 u, sign = found
                 u = u.to(phi_s.dtype)
                 constant = float((phi_r.T @ u).square().sum())  # the reference's part carries no gradient
-
-                def penalty(x: Tensor) -> Tensor:
-                    return (sign * ((feature_map.map_a(x).T @ u).square().sum() - constant) / n).to(student_.dtype)
-
-                return _OneThreadBackward.apply(student_, penalty)
+                with torch.enable_grad():
+                    penalty = (sign * ((phi_s.T @ u).square().sum() - constant) / n).to(student_.dtype)
+                return _OneThreadBackward.apply(student_, (leaf, penalty))
         self.fallbacks += 1
         return spec_align_loss(student, reference, feature_map=feature_map)
 
@@ -529,13 +529,16 @@ class SpecAlignSolver:
             self.feature_map = PairedFeatureMap(self.kernel, widths, self.sigmas, self.n_frequencies, self.seed)
         return self.feature_map.to(student.device)
 
-    def _solve(self, a: Tensor, width: int) -> Optional[tuple[Tensor, float]]:
+    def _solve(self, phi_s: Tensor, phi_r: Tensor) -> Optional[tuple[Tensor, float]]:
         """Restarted block Krylov on ``Lambda = A S A^T / n``: the winning unit eigenvector and its sign, or None.
 
         Blocks are held as rows, ``U^T`` (b, n): ``U^T A`` and ``(.) A^T`` are wide products, which BLAS runs
         3-10x faster than the tall-skinny ``A^T U`` and ``A (.)`` on one thread (measured, docs/benchmarks.md).
         """
-        n, features = a.shape
+        n, width = phi_s.shape
+        features = width + phi_r.shape[1]
+        a = torch.empty(n, features, dtype=torch.float64, device=phi_s.device)  # A in float64, written once
+        a[:, :width], a[:, width:] = phi_s, phi_r
         weights = torch.full((1, features), 1.0 / n, dtype=a.dtype, device=a.device)
         weights[:, width:] = -1.0 / n  # S / n
 
@@ -595,7 +598,8 @@ class SpecAlignSolver:
 
 
 class _OneThreadBackward(torch.autograd.Function):
-    """``fn(x)`` whose backward pass also runs on one intra-op thread.
+    """``out``, computed with a graph from ``leaf`` (a detached copy of ``x``), grafted onto ``x``'s graph;
+    its backward pass runs on one intra-op thread.
 
     The penalty's backward is a few dozen small elementwise ops on (n, d) tensors; with two or more threads
     each one wakes the OpenMP pool, which under ``OMP_WAIT_POLICY=PASSIVE`` costs more than the op
@@ -603,10 +607,8 @@ class _OneThreadBackward(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx: Any, x: Tensor, fn: Any) -> Tensor:
-        with torch.enable_grad():
-            ctx.leaf = x.detach().requires_grad_(True)
-            ctx.out = fn(ctx.leaf)
+    def forward(ctx: Any, x: Tensor, graph: tuple[Tensor, Tensor]) -> Tensor:
+        ctx.leaf, ctx.out = graph
         return ctx.out.detach()
 
     @staticmethod
