@@ -115,8 +115,8 @@ def weighted_sum(terms: Sequence[tuple[float, Tensor]], dtype: Optional[torch.dt
     Each block is summed in the inputs' dtype and cast once, so every input is read once and the result written
     once, with no full-size temporary: at 4096 x 4096 float64 about 7x faster than the same expression in
     whole-tensor operations, whose every step allocates and touches a fresh 128 MiB matrix (measured,
-    docs/benchmarks.md, issue 14). Entry by entry the same arithmetic, so a symmetric input gives an exactly
-    symmetric result.
+    docs/benchmarks.md, issue 14). Entry by entry the same arithmetic, so symmetric inputs give a symmetric
+    result (bit for bit wherever the vectorised loop treats every entry alike; to round-off in any case).
 
     Examples:
         >>> import torch
@@ -200,8 +200,8 @@ def extreme_eigenvalues(
         seed: seed of the start vector.
         which: ``"both"``, ``"largest"`` or ``"smallest"``: the ends that must converge (the other is
             returned as found, a bound from inside).
-        symmetric: the caller guarantees ``A = A^T`` (an accumulated covariance, or a weighted sum of them): the
-            ``(A + A^T) / 2`` pass, which costs as much as ~30 products at 4096 x 4096, is skipped.
+        symmetric: the caller guarantees ``A = A^T`` to round-off (an accumulated covariance, or a weighted sum
+            of them): the ``(A + A^T) / 2`` pass, which costs as much as ~30 products at 4096 x 4096, is skipped.
 
     Returns:
         ``(smallest, largest)``, float64 scalars.
