@@ -229,27 +229,49 @@ class CosineMap(nn.Module):
         return _UnitRows.apply(x, self.eps)
 
 
-class _UnitRows(torch.autograd.Function):
-    """``y = x / ||x||`` row by row, with the closed-form backward ``dx = (g - y (y . g)) / ||x||``.
+def unit_rows(x: Tensor, eps: float = 1e-12) -> tuple[Tensor, Tensor]:
+    """``(x / ||x||, 1 / ||x||)`` row by row, shapes (N, d) and (N, 1), for finite ``x``; no graph.
 
-    Four passes over (N, d) in the backward instead of autograd's ~10 through the overflow-safe scaling below;
-    it runs once per training step in SPEC-align's penalty (docs/benchmarks.md, issue 14).
+    Two passes in the common case. When a squared norm overflows or underflows (a float32 row near 1e20, or
+    below 1e-15), every row is divided by its largest entry first.
+
+    Raises:
+        ValueError: a row has norm <= ``eps`` (it has no direction).
+    """
+    with torch.no_grad():
+        norms = torch.linalg.vector_norm(x, dim=1, keepdim=True)
+        safe = math.sqrt(torch.finfo(x.dtype).tiny) * 1e4  # squares of entries this small still add up exactly
+        if x.numel() and all_finite(norms) and float(norms.min()) >= safe:
+            _check_directions(norms, eps)
+            inverse = norms.reciprocal()
+            return x * inverse, inverse
+        scale = x.abs().amax(dim=1, keepdim=True).clamp_min(torch.finfo(x.dtype).tiny)
+        scaled = x / scale
+        norms = torch.linalg.vector_norm(scaled, dim=1, keepdim=True)
+        _check_directions(norms * scale, eps)  # inf only for rows beyond the dtype's range, which pass
+        return scaled.div_(norms), norms.reciprocal_().div_(scale)
+
+
+def _check_directions(lengths: Tensor, eps: float) -> None:
+    zero = lengths.squeeze(1) <= eps
+    if bool(zero.any()):
+        raise ValueError(
+            f"CosineMap: {int(zero.sum())} of {lengths.shape[0]} rows have norm <= {eps:g}; the cosine kernel "
+            "is undefined for them. Drop those samples or use the Gaussian kernel."
+        )
+
+
+class _UnitRows(torch.autograd.Function):
+    """``y = x / ||x||`` row by row (:func:`unit_rows`), with the closed-form backward ``dx = (g - y (y . g)) / ||x||``.
+
+    Four passes over (N, d) in the backward instead of autograd's ~10 through the overflow-safe scaling
+    (docs/benchmarks.md, issue 14).
     """
 
     @staticmethod
     def forward(ctx: object, x: Tensor, eps: float) -> Tensor:
-        # Divide by the largest entry first: the squared norm of a float32 row near 1e20 overflows.
-        scale = x.abs().amax(dim=1, keepdim=True).clamp_min(torch.finfo(x.dtype).tiny)
-        scaled = x / scale
-        norms = scaled.norm(dim=1, keepdim=True)
-        zero = (scale * norms).squeeze(1) <= eps
-        if bool(zero.any()):
-            raise ValueError(
-                f"CosineMap: {int(zero.sum())} of {x.shape[0]} rows have norm <= {eps:g}; the cosine kernel "
-                "is undefined for them. Drop those samples or use the Gaussian kernel."
-            )
-        y = scaled.div_(norms)
-        ctx.save_for_backward(y, norms.reciprocal_().div_(scale))  # type: ignore[attr-defined]  # 1 / ||x||
+        y, inverse_norms = unit_rows(x, eps)
+        ctx.save_for_backward(y, inverse_norms)  # type: ignore[attr-defined]
         return y
 
     @staticmethod

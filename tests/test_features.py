@@ -182,3 +182,14 @@ def test_cosine_map_gradient_is_the_one_of_x_over_its_norm():
     huge = (torch.randn(4, 6, generator=g) * 1e30).requires_grad_(True)  # ||x||^2 overflows float32
     CosineMap()(huge).sum().backward()
     assert all_finite(huge.grad) and float(huge.grad.abs().max()) < 1e-28
+
+
+def test_cosine_map_rows_beyond_the_squares_range_take_the_scaled_path():
+    """Squared norms that overflow (1e20 in float32) or underflow (1e-20 with eps lowered) still give unit rows."""
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(6, 9, generator=g)
+    for factor in (1e20, 1e-20, 1e36):
+        rows = CosineMap(eps=1e-30)(x * factor)
+        torch.testing.assert_close(rows, CosineMap()(x), rtol=1e-5, atol=1e-6)
+    mixed = torch.cat([x[:3], x[3:] * 1e25])  # one scaled pass for all rows
+    torch.testing.assert_close(CosineMap()(mixed), CosineMap()(x), rtol=1e-5, atol=1e-6)

@@ -24,9 +24,17 @@ from typing import Any, NamedTuple, Optional
 
 import torch
 from torch import Tensor
+from torch.autograd.function import once_differentiable
 
 from lightning_spectral._checks import check_features, check_positive, check_positive_int
-from lightning_spectral.features import KERNELS, CosineMap, PairedFeatureMap, gaussian_kernel, median_bandwidth
+from lightning_spectral.features import (
+    KERNELS,
+    CosineMap,
+    PairedFeatureMap,
+    gaussian_kernel,
+    median_bandwidth,
+    unit_rows,
+)
 from lightning_spectral.linalg import (
     DEFAULT_CHUNK_SIZE,
     covariance,
@@ -506,17 +514,25 @@ class SpecAlignSolver:
         if n < 2:
             raise ValueError(f"SpecAlignSolver needs at least 2 samples in the batch, got {n}.")
         feature_map = self._feature_map(student_, reference)
+        cosine = isinstance(feature_map.map_a, CosineMap)
         with torch.autocast(student.device.type, enabled=False), one_thread():
-            leaf = student_.detach().requires_grad_(True)  # the student's map runs once, its graph kept for later
-            with torch.enable_grad():
-                phi_s = feature_map.map_a(leaf)
+            if cosine:  # the inputs are checked: unit rows directly, the gradient in closed form below
+                phi_s, inverse_norms = unit_rows(student_.detach(), feature_map.map_a.eps)
+            else:  # the student's map runs once, its graph kept for the penalty
+                leaf = student_.detach().requires_grad_(True)
+                with torch.enable_grad():
+                    phi_s = feature_map.map_a(leaf)
             with torch.no_grad():
-                phi_r = feature_map.map_b(reference.to(student_.dtype)).to(phi_s.dtype)
+                map_b, reference = feature_map.map_b, reference.to(student_.dtype)
+                phi_r = unit_rows(reference, map_b.eps)[0] if isinstance(map_b, CosineMap) else map_b(reference)
+                phi_r = phi_r.to(phi_s.dtype)
                 found = self._solve(phi_s.detach(), phi_r)
             if found is not None:
                 u, sign = found
                 u = u.to(phi_s.dtype)
                 constant = float((phi_r.T @ u).square().sum())  # the reference's part carries no gradient
+                if cosine:
+                    return _CosinePenalty.apply(student_, phi_s, inverse_norms, u, sign, constant)
                 with torch.enable_grad():
                     penalty = (sign * ((phi_s.T @ u).square().sum() - constant) / n).to(student_.dtype)
                 return _OneThreadBackward.apply(student_, (leaf, penalty))
@@ -597,6 +613,34 @@ class SpecAlignSolver:
         self.warm_start = state.get("warm_start")
         self.fallbacks = int(state.get("fallbacks", 0))
 
+
+
+class _CosinePenalty(torch.autograd.Function):
+    r"""The penalty ``sign (||Y^T u||^2 - c) / n`` of the cosine map ``Y = x / ||x||`` (rows) with ``u`` held fixed.
+
+    Its gradient in closed form, with ``p = Y^T u``: ``dL/dx_i = (2 sign / n) (u_i / ||x_i||) (p - (y_i . p) y_i)``,
+    one matrix-vector product, one pass over (n, d) and one rank-one update, on one thread; autograd through
+    the map took 3-4x longer (docs/benchmarks.md, issue 14). ``x`` only ties the result to the caller's graph.
+    """
+
+    @staticmethod
+    def forward(
+        ctx: Any, x: Tensor, rows: Tensor, inverse_norms: Tensor, u: Tensor, sign: float, constant: float
+    ) -> Tensor:
+        projection = rows.T @ u
+        ctx.save_for_backward(rows, inverse_norms, u, projection)
+        ctx.sign = sign
+        return sign * (projection.square().sum() - constant) / rows.shape[0]
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx: Any, grad: Tensor) -> tuple[Optional[Tensor], ...]:
+        rows, inverse_norms, u, projection = ctx.saved_tensors
+        with one_thread():
+            weights = (2.0 * ctx.sign / rows.shape[0]) * grad * u * inverse_norms.squeeze(1)
+            grad_x = rows * (-(weights * (rows @ projection)))[:, None]
+            grad_x.addr_(weights, projection)
+        return grad_x, None, None, None, None, None
 
 
 class _OneThreadBackward(torch.autograd.Function):
