@@ -8,7 +8,8 @@ features, cosine kernel). Each step takes a fresh random batch (consecutive batc
 as in training) and times, side by side in one loop: the MLP step alone (forward, task loss, backward, SGD
 step), ``spec_align_loss`` forward + backward into the student embedding, and ``SpecAlignSolver`` forward +
 backward on the same embedding. Medians over ``--steps`` steps after 5 warm-up steps; the penalty is also
-given as a percentage of the MLP step. Run it once per OpenMP wait policy (``OMP_WAIT_POLICY=PASSIVE`` and
+given as a percentage of the MLP step. Both are also compared with the float64 exact route on the same
+embedding (untimed). Run it once per OpenMP wait policy (``OMP_WAIT_POLICY=PASSIVE`` and
 unset): the script reports the policy of its own process.
 
 omp: is the Makefile's ``OMP_WAIT_POLICY=PASSIVE`` still needed? Two torch processes at once on the machine,
@@ -46,6 +47,11 @@ print(statistics.median(times[1:]))
 def sync(device: str) -> None:
     if device.startswith("cuda"):
         torch.cuda.synchronize()
+
+
+def relative_to(truth: torch.Tensor, truth_grad: torch.Tensor, value: float, grad: torch.Tensor) -> tuple[float, float]:
+    """Relative differences of a loss value and its gradient from the float64 answer."""
+    return abs(value - float(truth)) / float(truth), float((grad.double() - truth_grad).norm() / truth_grad.norm())
 
 
 def bench_penalty(args: argparse.Namespace) -> None:
@@ -88,9 +94,13 @@ def bench_penalty(args: argparse.Namespace) -> None:
             values.append((float(value.detach()), student.grad))
         if step >= 5:
             rows["MLP step"].append(mlp_s)
+            student = embedding.double().requires_grad_(True)  # the float64 answer, untimed
+            truth = spec_align_loss(student, reference.double())
+            truth.backward()
             differences.append(
-                (abs(values[0][0] - values[1][0]) / values[0][0],
-                 float((values[0][1] - values[1][1]).norm() / values[0][1].norm()))
+                [abs(values[0][0] - values[1][0]) / values[0][0],
+                 float((values[0][1] - values[1][1]).norm() / values[0][1].norm())]
+                + [x for value, grad in values for x in relative_to(truth, student.grad, value, grad)]
             )
     median = {name: statistics.median(times) * 1e3 for name, times in rows.items()}
     step_ms = median["MLP step"]
@@ -101,6 +111,10 @@ def bench_penalty(args: argparse.Namespace) -> None:
           f"fallbacks to the exact route: {solver.fallbacks} of {args.steps + 5} calls")
     print(f"  solver vs exact (float32): largest relative difference of the loss "
           f"{max(d[0] for d in differences):.1e}, of the gradient {max(d[1] for d in differences):.1e}")
+    for column, name in ((2, "exact (float32)"), (4, "solver (float32)")):
+        loss, grad = max(d[column] for d in differences), max(d[column + 1] for d in differences)
+        print(f"  {name} vs the float64 exact route: largest relative difference of the loss {loss:.1e}, "
+              f"of the gradient {grad:.1e}")
 
 
 def bench_omp(args: argparse.Namespace) -> None:
