@@ -441,7 +441,8 @@ class SpecAlignSolver:
        ``||Lambda y - theta y|| / gap <= tol`` (a bound on the eigenvector's error; ``gap`` to the next Ritz
        value) and beats the other end by more than both residuals;
     3. ``loss = +-(||Phi_s^T u||^2 - ||Phi_r^T u||^2) / n = +-u^T Lambda u`` with the unit ``u`` held fixed:
-       the eigenvalue and its gradient (Proposition 2), differentiable through the student's features;
+       the eigenvalue and its gradient (Proposition 2), differentiable through the student's features (for the
+       cosine kernel the gradient is written in closed form, one product and two passes over the batch);
     4. not converged after ``max_cycles`` cycles (a near tie between ``lambda_+`` and ``-lambda_-``, a
        winner inside a tight cluster, identical embeddings): :func:`spec_align_loss` answers.
 
