@@ -158,7 +158,7 @@ def bench_large(args: argparse.Namespace) -> None:
     exact_diff = torch.linalg.eigvalsh(difference).flip(0)
     # the FINC threshold as finc_spectrum would set it (split floor, margin 2, minimum 1e-3)
     half_a, half_b = reference[0::2].to(device), reference[1::2].to(device)
-    split = NoiseSplit(*(Moment((covariance(x, rff) * len(x),), len(x)) for x in (half_a, half_b)))
+    split = NoiseSplit(Moment.of(half_a, rff), Moment.of(half_b, rff))
     floor = split_noise_floor(split, 1.0, len(generated), len(reference))
     threshold = max(2 * floor, 1e-3)
     reference_scores = scores(exact_cov, exact_diff, threshold)

@@ -29,7 +29,6 @@ from lightning_spectral.functional.finc import (
     differential_spectrum,
     reference_halves,
 )
-from lightning_spectral.linalg import covariance
 
 
 def digits_trial(trial: int) -> tuple[torch.Tensor, torch.Tensor, float]:
@@ -57,9 +56,9 @@ def significant(
     """(significant novel modes, significant missing modes) under ``rule`` (significance, min_eigenvalue)."""
     rff = GaussianRFF(gen.shape[1], r, sigma, seed=0)
     in_a = reference_halves(ref) if by_content else torch.arange(len(ref)) % 2 == 0
-    split = NoiseSplit(*(Moment((covariance(x, rff) * len(x),), len(x)) for x in (ref[in_a], ref[~in_a])))
+    split = NoiseSplit(Moment.of(ref[in_a], rff), Moment.of(ref[~in_a], rff))
     reference = Moment(split.a.sums + split.b.sums, len(ref))
-    generated = Moment((covariance(gen, rff) * len(gen),), len(gen))
+    generated = Moment.of(gen, rff)
     novel = differential_spectrum(generated, reference, split, rho, vectors=False, **rule)
     missing = differential_spectrum(reference, generated, split, rho, vectors=False, **rule)
     return int(novel.significant.sum()), int(missing.significant.sum())

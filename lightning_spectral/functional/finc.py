@@ -28,7 +28,7 @@ their within-mode kernel similarity; FINC section 3).
 from __future__ import annotations
 
 import math
-from typing import NamedTuple, Optional
+from typing import Callable, NamedTuple, Optional
 
 import torch
 from torch import Tensor
@@ -91,6 +91,13 @@ class Moment(NamedTuple):
 
     sums: tuple[Tensor, ...]
     count: float
+
+    @classmethod
+    def of(cls, x: Tensor, feature_map: Callable[[Tensor], Tensor], chunk_size: int = DEFAULT_CHUNK_SIZE) -> Moment:
+        """The moment of the samples ``x`` (N, d) under ``feature_map``, accumulated chunk by chunk."""
+        width = feature_map(x[:1]).shape[1]
+        total = torch.zeros(width, width, dtype=torch.float64, device=x.device)
+        return cls((add_covariance_(total, x, feature_map, chunk_size),), float(x.shape[0]))
 
     def terms(self, scale: float) -> list[tuple[float, Tensor]]:
         """``scale * C`` as ``(weight, matrix)`` terms of :func:`~lightning_spectral.linalg.weighted_sum`."""
@@ -232,15 +239,11 @@ def finc_spectrum(
     in_a = reference_halves(reference)
     if bool(in_a.all()) or not bool(in_a.any()):
         raise ValueError("finc: the noise floor needs reference samples in both halves; pass more reference samples.")
-
-    def moment(x: Tensor) -> Moment:
-        total = torch.zeros(rff.out_features, rff.out_features, dtype=torch.float64, device=x.device)
-        return Moment((add_covariance_(total, x, rff, chunk_size),), float(x.shape[0]))
-
-    half_a, half_b = moment(reference[in_a]), moment(reference[~in_a])
+    half_a, half_b = Moment.of(reference[in_a], rff, chunk_size), Moment.of(reference[~in_a], rff, chunk_size)
     reference_moment = Moment(half_a.sums + half_b.sums, half_a.count + half_b.count)
+    generated_moment = Moment.of(generated, rff, chunk_size)
     return differential_spectrum(
-        moment(generated), reference_moment, NoiseSplit(half_a, half_b), rho, significance, min_eigenvalue
+        generated_moment, reference_moment, NoiseSplit(half_a, half_b), rho, significance, min_eigenvalue
     )
 
 

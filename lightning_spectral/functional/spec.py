@@ -524,9 +524,7 @@ class SpecAlignSolver:
                 with torch.enable_grad():
                     phi_s = feature_map.map_a(leaf)
             with torch.no_grad():
-                map_b, reference = feature_map.map_b, reference.to(student_.dtype)
-                phi_r = unit_rows(reference, map_b.eps)[0] if isinstance(map_b, CosineMap) else map_b(reference)
-                phi_r = phi_r.to(phi_s.dtype)
+                phi_r = feature_map.map_b(reference.to(student_.dtype)).to(phi_s.dtype)
                 found = self._solve(phi_s.detach(), phi_r)
             if found is not None:
                 u, sign = found
