@@ -65,6 +65,17 @@ def check_positive_int(value: int, name: str) -> int:
     return int(value.__index__())
 
 
+def check_int_range(value: int, name: str, low: int, high: int, what: str = "") -> int:
+    """Return ``int(value)`` or raise ``ValueError`` unless it is an integer (not a bool, not a float) in
+    ``[low, high]``; ``what`` says what the argument is for."""
+    from numbers import Integral
+
+    if isinstance(value, bool) or not isinstance(value, Integral) or not low <= int(value) <= high:
+        extra = f" ({what})" if what else ""
+        raise ValueError(f"`{name}` must be an integer in [{low}, {high}]{extra}, got {value!r}.")
+    return int(value)
+
+
 def compute_dtype(x: Tensor) -> torch.dtype:
     """The dtype features are computed in: float64 stays float64, every other float runs in float32.
 

@@ -120,7 +120,7 @@ def check_phases(phases: Tensor, owner: str, x: Optional[Tensor] = None, frequen
     every ``|x . w_j|``) comes near the dtype's range, which is cheaper than scanning the (N, r) phases.
     """
     if x is not None and frequencies is not None and x.numel():
-        bound = float(x.abs().max()) * float(frequencies.abs().sum(0).max())
+        bound = float(x.detach().abs().max()) * float(frequencies.abs().sum(0).max())
         if bound < torch.finfo(phases.dtype).max / 4:
             return phases
     if not all_finite(phases):

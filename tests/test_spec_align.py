@@ -1,6 +1,8 @@
 """SPECAlign inside a real Trainer.fit on CPU: the penalty reaches the loss, aligns, and behaves under
 gradient accumulation, bf16-mixed, DDP (2 processes) and resume."""
 
+import math
+
 import lightning as L
 import pytest
 import torch
@@ -286,3 +288,17 @@ def test_open_clip_and_timm_towers_as_frozen_references(tmp_path):
             expected = 1e-3 * z.square().mean() + spec_align_loss(z, reference(images[:32]))
         assert module.backward_losses[0] == pytest.approx(float(expected), rel=1e-5)
         assert not any(p.requires_grad for p in reference.parameters()) and not reference.training
+
+
+@pytest.mark.parametrize("last_rows", [1, 3])
+def test_whole_epochs_with_a_small_last_batch(tmp_path, last_rows):
+    """Every batch of two whole epochs is penalised, the last one holding 1 or 3 rows (fewer than the solver's
+    Krylov space): the loss stays finite and each step logs its SPEC-diff."""
+    x, _, reference = toy_data(n=64 + last_rows)
+    module = ToyModule()
+    align = SPECAlign(reference=reference, weight=0.5, student="encoder", index=1)
+    trainer = make_trainer(tmp_path, callbacks=[align], max_epochs=2)
+    trainer.fit(module, loader(x, batch_size=16))
+    assert trainer.num_training_batches == 5 and align.penalised_steps == 10
+    assert align.solver.small_batches == 2 and math.isfinite(align.last_spec_diff)
+    assert all(math.isfinite(loss) for loss in module.backward_losses)

@@ -113,7 +113,39 @@ def test_solver_bad_arguments_raise():
         SpecAlignSolver(max_cycles=0)
     with pytest.raises(ValueError, match="steps"):
         SpecAlignSolver(steps=0)
-    with pytest.raises(ValueError, match="at least 2 samples"):
-        SpecAlignSolver()(torch.randn(1, 3), torch.randn(1, 2))
+    with pytest.raises(ValueError, match="batch is empty"):
+        SpecAlignSolver()(torch.randn(0, 3), torch.randn(0, 2))
+    for bad in (10**9, 1.5, True):
+        with pytest.raises(ValueError, match="steps"):
+            SpecAlignSolver(steps=bad)
+    for bad in (None, "abc", float("nan"), True, 1.5):
+        with pytest.raises(ValueError, match="seed"):
+            SpecAlignSolver(seed=bad)
+    with pytest.raises(ValueError, match="n_frequencies.*GiB"):
+        SpecAlignSolver(kernel="gaussian", sigma_student=1.0, sigma_reference=1.0, n_frequencies=10**12)
+    with pytest.raises(ValueError, match="kernel"):
+        SpecAlignSolver(kernel="linear")
+    with pytest.raises(ValueError, match="warm_start"):
+        SpecAlignSolver().load_state_dict({"warm_start": torch.full((8, 2), float("nan"))})
     with pytest.raises(ValueError, match="SAME samples"):
         SpecAlignSolver()(torch.randn(5, 3), torch.randn(4, 2))
+
+
+@pytest.mark.parametrize("kernel, d_student, d_reference", [("cosine", 48, 40), ("gaussian", 6, 5)])
+def test_every_batch_size_from_one_row_gives_the_exact_value_and_gradient(kernel, d_student, d_reference):
+    """An epoch's last batch can hold any number of rows: 1 to 64, through one solver (its warm start carried
+    across sizes), against the exact route; batches up to the Krylov space's size take the exact route."""
+    sigma = 3.0 if kernel == "gaussian" else None
+    solver = SpecAlignSolver(kernel, sigma, sigma, n_frequencies=32, seed=3)
+    exact_map = PairedFeatureMap(kernel, (d_student, d_reference), (sigma, sigma), 32, 3)
+    for n in range(1, 65):
+        student, reference = next(batches(n, d_student, d_reference, steps=1, seed=n))
+        loss, grad = loss_and_grad(solver, student, reference)
+        exact_loss, exact_grad = loss_and_grad(
+            lambda s, r: spec_align_loss(s, r, feature_map=exact_map), student, reference
+        )
+        torch.testing.assert_close(loss, exact_loss, rtol=1e-6, atol=1e-12)
+        torch.testing.assert_close(grad, exact_grad, rtol=1e-6, atol=1e-6 * float(exact_grad.abs().max()) + 1e-12)
+        if n == 1:  # one sample: both kernel matrices are [1], so SPEC-diff and its gradient vanish
+            assert float(loss) == pytest.approx(0.0, abs=1e-12) and float(grad.abs().max()) < 1e-9
+    assert solver.small_batches == solver.krylov_size == 10

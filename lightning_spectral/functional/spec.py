@@ -26,7 +26,16 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from lightning_spectral._checks import check_features, check_positive, check_positive_int
+from lightning_spectral._checks import (
+    all_finite,
+    check_features,
+    check_int_range,
+    check_memory,
+    check_nonnegative_int,
+    check_positive,
+    check_positive_int,
+    check_seed,
+)
 from lightning_spectral.features import (
     KERNELS,
     CosineMap,
@@ -47,6 +56,8 @@ from lightning_spectral.linalg import (
 )
 
 METHODS = ("auto", "exact", "covariance")
+#: Bounds of :class:`SpecAlignSolver`'s Krylov settings (the defaults are block 2, 4 steps, 4 cycles).
+MAX_KRYLOV_BLOCK, MAX_KRYLOV_STEPS = 64, 100
 
 
 class SPECClusters(NamedTuple):
@@ -389,8 +400,8 @@ def spec_align_loss(
     reference = reference.detach()
     student_, reference = check_pair(student, reference, "spec_align_loss")
     n = student_.shape[0]
-    if n < 2:
-        raise ValueError(f"spec_align_loss needs at least 2 samples in the batch, got {n}.")
+    if n < 1:
+        raise ValueError("spec_align_loss: the batch is empty; pass at least one sample.")
     if feature_map is None:
         feature_map = PairedFeatureMap(
             kernel, (student_.shape[1], reference.shape[1]), (sigma_student, sigma_reference), n_frequencies, seed
@@ -444,7 +455,9 @@ class SpecAlignSolver:
        the eigenvalue and its gradient (Proposition 2), differentiable through the student's features (for the
        cosine kernel the gradient is written in closed form, one product and two passes over the batch);
     4. not converged after ``max_cycles`` cycles (a near tie between ``lambda_+`` and ``-lambda_-``, a
-       winner inside a tight cluster, identical embeddings): :func:`spec_align_loss` answers.
+       winner inside a tight cluster, identical embeddings): :func:`spec_align_loss` answers. It also answers
+       batches of at most :attr:`krylov_size` rows (an epoch's last, smaller batch; one row gives 0), where its
+       ``n x n`` eigendecomposition is the cheaper route.
 
     The forward pass runs on one thread, the Krylov iteration detached in float64 (small LAPACK calls and
     small products would wake the OpenMP pool, which costs more than they do); the student's feature map runs
@@ -467,7 +480,9 @@ class SpecAlignSolver:
         max_cycles: cycles before falling back to the exact route.
 
     Raises:
-        ValueError: as :func:`spec_align_loss`; ``tol`` not > 0; ``block`` < 2; ``steps`` or ``max_cycles`` < 1.
+        ValueError: as :func:`spec_align_loss`; an unknown ``kernel``; ``tol`` not > 0; ``block`` outside
+            [2, 64]; ``steps`` or ``max_cycles`` outside [1, 100]; ``seed`` not an integer; ``n_frequencies`` whose
+            frequencies would not fit in memory.
 
     Examples:
         >>> import torch
@@ -493,28 +508,40 @@ class SpecAlignSolver:
         steps: int = 4,
         max_cycles: int = 4,
     ) -> None:
+        if kernel not in KERNELS:
+            raise ValueError(f"SpecAlignSolver: `kernel` must be one of {KERNELS}, got {kernel!r}.")
         self.kernel, self.sigmas = kernel, (sigma_student, sigma_reference)
         self.n_frequencies = check_positive_int(n_frequencies, "n_frequencies")
-        self.seed = int(seed)
+        if kernel == "gaussian" and feature_map is None:  # float64 frequencies of width-1 inputs, both sides
+            check_memory("SpecAlignSolver", "n_frequencies", n_frequencies, 32 * n_frequencies, "random frequencies")
+        self.seed = check_seed(seed)
         self.feature_map = feature_map
         self.tol = check_positive(tol, "tol")
-        if check_positive_int(block, "block") < 2:
-            raise ValueError(f"`block` must be >= 2 (one Ritz vector per end at least), got {block}.")
-        self.block = block
-        self.steps = check_positive_int(steps, "steps")
-        self.max_cycles = check_positive_int(max_cycles, "max_cycles")
+        self.block = check_int_range(block, "block", 2, MAX_KRYLOV_BLOCK, "one Ritz vector per end at least")
+        self.steps = check_int_range(steps, "steps", 1, MAX_KRYLOV_STEPS, "Krylov steps per Rayleigh-Ritz cycle")
+        self.max_cycles = check_int_range(max_cycles, "max_cycles", 1, MAX_KRYLOV_STEPS, "cycles before the exact route")
         self.warm_start: Optional[Tensor] = None  # (D, block) float64, feature space
         self.last_cycles = 0  # Rayleigh-Ritz cycles the last call used
-        self.fallbacks = 0  # calls answered by the exact route
+        self.fallbacks = 0  # calls the Krylov iteration did not settle, answered by the exact route
+        self.small_batches = 0  # calls with at most `krylov_size` rows, answered by the exact route
+
+    @property
+    def krylov_size(self) -> int:
+        """Dimension of one cycle's Krylov space, ``(steps + 1) * block``: batches of at most this many rows take
+        the exact route (an ``n x n`` eigendecomposition, cheaper there, and a Krylov space cannot exceed n)."""
+        return (self.steps + 1) * self.block
 
     def __call__(self, student: Tensor, reference: Tensor) -> Tensor:
         """Differentiable SPEC-diff of the batch: (n, d_s) student (with gradient), (n, d_r) reference."""
         reference = reference.detach()
         student_, reference = check_pair(student, reference, "SpecAlignSolver")
         n = student_.shape[0]
-        if n < 2:
-            raise ValueError(f"SpecAlignSolver needs at least 2 samples in the batch, got {n}.")
+        if n < 1:
+            raise ValueError("SpecAlignSolver: the batch is empty; pass at least one sample.")
         feature_map = self._feature_map(student_, reference)
+        if n <= self.krylov_size:  # a small batch (an epoch's last, say): its n x n eigh is cheaper than Krylov
+            self.small_batches += 1
+            return spec_align_loss(student, reference, feature_map=feature_map)
         cosine = isinstance(feature_map.map_a, CosineMap)
         with torch.autocast(student.device.type, enabled=False), one_thread():
             if cosine:  # the inputs are checked: unit rows directly, the gradient in closed form below
@@ -608,9 +635,21 @@ class SpecAlignSolver:
         return {"warm_start": warm, "fallbacks": self.fallbacks}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict`'s output."""
-        self.warm_start = state.get("warm_start")
-        self.fallbacks = int(state.get("fallbacks", 0))
+        """Restore :meth:`state_dict`'s output.
+
+        Raises:
+            ValueError: a ``warm_start`` that is not ``None`` or a finite (D, block) float tensor.
+        """
+        warm = state.get("warm_start")
+        if warm is not None and (
+            not isinstance(warm, Tensor) or not warm.is_floating_point() or warm.ndim != 2 or not all_finite(warm)
+        ):
+            raise ValueError(
+                "SpecAlignSolver.load_state_dict: `warm_start` must be None or a finite (D, block) float tensor; the "
+                "checkpoint's solver state is damaged. Drop it (`state['solver'] = {}`) to restart the warm start."
+            )
+        self.warm_start = None if warm is None else warm.double()
+        self.fallbacks = check_nonnegative_int(state.get("fallbacks", 0), "fallbacks")
 
 
 
