@@ -177,8 +177,8 @@ def bench_reference(args: argparse.Namespace) -> None:
     b = torch.cat([a[:, :256], torch.randn(n, 512, generator=g)], 1)
     a, b = a.to(device), b.to(device)
     paired = PairedFeatureMap("gaussian", (512, 768), (32.0, 40.0), r, 0).to(device)
-    cov = covariance(torch.cat([a, b], 1), paired.joint)
-    cov32, width = cov.float(), paired.out_features[0]
+    cov = covariance(torch.cat([a, b], 1), paired)
+    cov32, width = cov.float(), paired.widths[0]
     print(f"reference: n = {n}, D = {cov.shape[0]} (r = {r} per side), device {device}, "
           f"threads {torch.get_num_threads()}, torch {torch.__version__}")
     names = ("reference core (Cholesky + Theta + eigh, float32)", "reference + eigenvectors",

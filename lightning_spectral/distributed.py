@@ -109,30 +109,39 @@ def fingerprint(tensor: Tensor) -> Tensor:
     ).cpu()
 
 
-def check_same_across_ranks(
-    tensor: Optional[Tensor], what: str, group: Optional[Any] = None, rtol: float = 1e-9
-) -> None:
-    """Raise on every rank when ranks hold different ``tensor`` values (compared by :func:`fingerprint`).
-
-    All ranks take part in one small all_gather and reach the same verdict, so a mismatch raises
-    everywhere instead of leaving some ranks waiting in a collective. A rank passing ``None`` (for
-    instance a lazily built feature map on a rank that saw no samples) takes part without a vote.
-
-    Raises:
-        RuntimeError: the fingerprints differ; the message names ``what`` and the usual fix.
-    """
+def disagreeing_ranks(tensor: Optional[Tensor], group: Optional[Any] = None, rtol: float = 1e-9) -> list[int]:
+    """The ranks whose ``tensor`` differs from the first voting rank's (compared by :func:`fingerprint`), that rank
+    first: ``[first, bad...]``, or ``[]`` when all agree (and outside a process group). Every rank gets the same list,
+    so all take the same branch. A rank passing ``None`` (for instance a lazily built feature map on a rank that saw
+    no samples) takes part without a vote."""
     if not distributed_available():
-        return
+        return []
     local = fingerprint(tensor) if tensor is not None else torch.full((_FINGERPRINT_SIZE,), float("nan"))
     votes = all_gather_rows(local.double()[None], group)
     voters = [(rank, row) for rank, row in enumerate(votes) if not bool(torch.isnan(row).any())]
     if not voters:
-        return
-    first_rank, reference = voters[0]
+        return []
+    first, reference = voters[0]
     scale = reference.abs().clamp_min(1.0)
     bad = [rank for rank, other in voters if bool(((other - reference).abs() > rtol * scale).any())]
-    if bad:
+    return [first, *bad] if bad else []
+
+
+def check_same_across_ranks(
+    tensor: Optional[Tensor], what: str, group: Optional[Any] = None, rtol: float = 1e-9
+) -> None:
+    """Raise on every rank when ranks hold different ``tensor`` values (:func:`disagreeing_ranks`).
+
+    All ranks take part in one small all_gather and reach the same verdict, so a mismatch raises
+    everywhere instead of leaving some ranks waiting in a collective.
+
+    Raises:
+        RuntimeError: the fingerprints differ; the message names ``what`` and the usual fix.
+    """
+    disagreement = disagreeing_ranks(tensor, group, rtol)
+    if disagreement:
+        first, *bad = disagreement
         raise RuntimeError(
-            f"{what} differ across ranks (ranks {bad} disagree with rank {first_rank}). Every rank must build the "
+            f"{what} differ across ranks (ranks {bad} disagree with rank {first}). Every rank must build the "
             "metric or callback with the same `seed`, `sigma`, `n_frequencies` and input width."
         )

@@ -27,14 +27,59 @@ def standard_normal_draws(in_features: int, n_frequencies: int, seed: int) -> Te
     return torch.randn(in_features, n_frequencies, generator=generator, dtype=torch.float64)
 
 
-class GaussianRFF(nn.Module):
+class FeatureMap(nn.Module):
+    """A kernel's feature map ``phi`` whose input width may be fixed late: what an accumulator needs of a map.
+
+    ``in_features`` is ``None`` until :meth:`build` (or the first call) fixes it; ``out_features`` is the width ``D``
+    of ``phi(x)`` (``None`` while it depends on an unknown input width); :meth:`frequencies` is what every rank must
+    hold identically (``None`` for a map without randomness). A metric builds its map at construction and fixes the
+    input width at the first batch, or from the other ranks' widths when its own rank saw no sample.
+    """
+
+    in_features: Optional[int]
+
+    @property
+    def out_features(self) -> Optional[int]:
+        """Width ``D`` of the features (``None`` until it is known)."""
+        raise NotImplementedError
+
+    @property
+    def built(self) -> bool:
+        """Whether the input width is fixed."""
+        return self.in_features is not None
+
+    def build(self, in_features: int) -> "FeatureMap":
+        """Fix the input width (a no-op when it is already ``in_features``). Returns ``self``.
+
+        Raises:
+            ValueError: the map was built for another width.
+        """
+        in_features = check_positive_int(in_features, "in_features")
+        if self.in_features is not None and self.in_features != in_features:
+            raise ValueError(
+                f"{type(self).__name__} was built for inputs of width {self.in_features}, got width {in_features}."
+            )
+        if self.in_features is None:
+            self.in_features = in_features
+            self._build()
+        return self
+
+    def _build(self) -> None:
+        """Allocate what depends on ``in_features`` (subclasses)."""
+
+    def frequencies(self) -> Optional[Tensor]:
+        """What every rank must hold identically (random frequencies, bandwidths), or ``None``."""
+        return None
+
+
+class GaussianRFF(FeatureMap):
     r"""Random Fourier features of the Gaussian kernel, ``phi(x) = [cos(xW), sin(xW)] / sqrt(r)``.
 
     ``phi(x) . phi(y) = (1/r) sum_j cos(w_j . (x - y))`` is an unbiased estimate of
     ``k(x, y) = exp(-||x - y||^2 / (2 sigma^2))`` with error ~ 1/sqrt(r), and ``||phi(x)|| = 1`` exactly.
 
     Args:
-        in_features: width ``d`` of the inputs.
+        in_features: width ``d`` of the inputs, or ``None`` to take it from the first batch (:meth:`build`).
         n_frequencies: number of frequencies ``r``; the output has ``2r`` features (cos block, then sin block).
         sigma: Gaussian bandwidth (> 0), in the units of the inputs.
         seed: seed of the CPU generator that draws the frequencies. The frequencies ``omega`` (d, r) are a
@@ -61,21 +106,28 @@ class GaussianRFF(nn.Module):
     omega: Tensor
 
     def __init__(
-        self, in_features: int, n_frequencies: int, sigma: float, seed: int = 0, persistent: bool = True
+        self, in_features: Optional[int], n_frequencies: int, sigma: float, seed: int = 0, persistent: bool = True
     ) -> None:
         super().__init__()
-        self.in_features = check_positive_int(in_features, "in_features")
         self.n_frequencies = check_positive_int(n_frequencies, "n_frequencies")
         self.sigma = check_positive(sigma, "sigma")
         self.seed = check_seed(seed)
-        self.register_buffer("omega", self._draw(), persistent=persistent)
+        self.in_features = None
+        self.register_buffer("omega", torch.zeros(0, self.n_frequencies, dtype=torch.float64), persistent=persistent)
+        if in_features is not None:
+            self.build(in_features)
 
     @property
     def out_features(self) -> int:
         """Width of the output, ``2 * n_frequencies``."""
         return 2 * self.n_frequencies
 
+    def _build(self) -> None:
+        self.omega = self._draw().to(self.omega.device)
+
     def _draw(self) -> Tensor:
+        if self.in_features is None:
+            return torch.zeros(0, self.n_frequencies, dtype=torch.float64)
         return standard_normal_draws(self.in_features, self.n_frequencies, self.seed) / self.sigma
 
     def _apply(self, fn, recurse: bool = True):  # type: ignore[no-untyped-def]
@@ -86,13 +138,19 @@ class GaussianRFF(nn.Module):
             self.omega = self._draw().to(self.omega.device)
         return self
 
+    def frequencies(self) -> Optional[Tensor]:
+        """The frequencies ``omega`` (d, r), or ``None`` before the input width is known."""
+        return self.omega if self.built else None
+
     def projection(self, x: Tensor) -> Tensor:
-        """Phases ``x W`` of shape (N, r), in the compute dtype of ``x`` (validated).
+        """Phases ``x W`` of shape (N, r), in the compute dtype of ``x`` (validated); the first call of an unbuilt
+        map fixes its input width.
 
         Raises:
             ValueError: the phases overflow (inputs near the float32 limit): scale the inputs (and sigma) down.
         """
         x = check_features(x, "x", width=self.in_features, owner=type(self).__name__)
+        self.build(x.shape[1])
         omega = self.omega.to(device=x.device, dtype=x.dtype)
         return check_phases(x @ omega, type(self).__name__, x, self.omega)
 
@@ -132,14 +190,15 @@ def check_phases(phases: Tensor, owner: str, x: Optional[Tensor] = None, frequen
     return phases
 
 
-class MultiBandwidthRFF(nn.Module):
+class MultiBandwidthRFF(FeatureMap):
     """Random Fourier features at several bandwidths from one projection: ``phi_b(x) = [cos(xZ/s_b), sin(xZ/s_b)]/sqrt(r)``.
 
     The standard-normal draws ``Z`` (d, r) are shared by every bandwidth (as :class:`GaussianRFF` with the same
     seed would draw them), so ``x Z`` is computed once and rescaled per bandwidth (FastMMD, Zhao & Meng 2015,
     section 3.3, evaluates all kernels of a family from one set of frequencies the same way).
 
-    Shapes: input (N, d); output (B, N, 2r) for B bandwidths.
+    Shapes: input (N, d); output (B, N, 2r) for B bandwidths. ``in_features=None`` takes the width from the first
+    batch (:meth:`~FeatureMap.build`).
 
     Examples:
         >>> import torch
@@ -151,27 +210,42 @@ class MultiBandwidthRFF(nn.Module):
 
     standard: Tensor
 
-    def __init__(self, in_features: int, n_frequencies: int, sigmas: tuple[float, ...], seed: int = 0) -> None:
+    def __init__(
+        self, in_features: Optional[int], n_frequencies: int, sigmas: tuple[float, ...], seed: int = 0
+    ) -> None:
         super().__init__()
-        self.in_features = check_positive_int(in_features, "in_features")
         self.n_frequencies = check_positive_int(n_frequencies, "n_frequencies")
         if isinstance(sigmas, (str, bytes)) or not hasattr(sigmas, "__iter__") or not len(tuple(sigmas)):
             raise ValueError(f"`sigmas` must be a non-empty sequence of bandwidths > 0, got {sigmas!r}.")
         self.sigmas = tuple(check_positive(s, "sigma") for s in sigmas)
         self.seed = check_seed(seed)
-        self.register_buffer("standard", standard_normal_draws(in_features, n_frequencies, self.seed), persistent=False)
+        self.in_features = None
+        self.register_buffer("standard", torch.zeros(0, self.n_frequencies, dtype=torch.float64), persistent=False)
+        if in_features is not None:
+            self.build(in_features)
 
     @property
     def out_features(self) -> int:
         """Width of each bandwidth's features, ``2 * n_frequencies``."""
         return 2 * self.n_frequencies
 
+    @property
+    def bandwidths(self) -> int:
+        """B, the number of bandwidths (the leading dimension of the output)."""
+        return len(self.sigmas)
+
+    def _build(self) -> None:
+        self.standard = self._draw().to(self.standard.device)
+
+    def _draw(self) -> Tensor:
+        if self.in_features is None:
+            return torch.zeros(0, self.n_frequencies, dtype=torch.float64)
+        return standard_normal_draws(self.in_features, self.n_frequencies, self.seed)
+
     def _apply(self, fn, recurse: bool = True):  # type: ignore[no-untyped-def]
         super()._apply(fn, recurse)
         if self.standard.dtype != torch.float64:  # keep the draws float64 under a parent's dtype cast
-            self.standard = standard_normal_draws(self.in_features, self.n_frequencies, self.seed).to(
-                self.standard.device
-            )
+            self.standard = self._draw().to(self.standard.device)
         return self
 
     def forward(self, x: Tensor) -> Tensor:
@@ -195,15 +269,45 @@ class MultiBandwidthRFF(nn.Module):
     def _projected(self, x: Tensor) -> Tensor:
         """``x Z`` (N, r), checked for overflow."""
         x = check_features(x, "x", width=self.in_features, owner=type(self).__name__)
+        self.build(x.shape[1])
         projected = x @ self.standard.to(device=x.device, dtype=x.dtype)
         return check_phases(projected, type(self).__name__, x / min(self.sigmas), self.standard)
 
-    def frequencies(self) -> Tensor:
-        """What every rank must hold identically: the draws and the bandwidths."""
+    def frequencies(self) -> Optional[Tensor]:
+        """What every rank must hold identically: the draws and the bandwidths (``None`` before the width is known)."""
+        if not self.built:
+            return None
         return torch.cat([self.standard.flatten(), torch.tensor(self.sigmas, dtype=torch.float64).to(self.standard)])
 
 
-class CosineMap(nn.Module):
+class LinearMap(FeatureMap):
+    """The identity, the feature map of the linear kernel ``k(x, y) = x . y``: ``phi(x) = x``, ``D = d``.
+
+    Examples:
+        >>> import torch
+        >>> LinearMap()(torch.tensor([[3.0, 4.0]]))
+        tensor([[3., 4.]])
+    """
+
+    def __init__(self, in_features: Optional[int] = None) -> None:
+        super().__init__()
+        self.in_features = None
+        if in_features is not None:
+            self.build(in_features)
+
+    @property
+    def out_features(self) -> Optional[int]:
+        """``d``, the input width (``None`` until it is known)."""
+        return self.in_features
+
+    def forward(self, x: Tensor) -> Tensor:
+        """Validated inputs (N, d), in their compute dtype."""
+        x = check_features(x, "x", width=self.in_features, owner=type(self).__name__)
+        self.build(x.shape[1])
+        return x
+
+
+class CosineMap(LinearMap):
     """L2 normalisation, the feature map of the cosine kernel ``k(x, y) = x . y / (||x|| ||y||)``.
 
     Rows with norm <= ``eps`` have no direction: they raise instead of silently becoming NaN or zero
@@ -215,8 +319,8 @@ class CosineMap(nn.Module):
         tensor([[0.6000, 0.8000]])
     """
 
-    def __init__(self, eps: float = 1e-12) -> None:
-        super().__init__()
+    def __init__(self, eps: float = 1e-12, in_features: Optional[int] = None) -> None:
+        super().__init__(in_features)
         self.eps = check_positive(eps, "eps")
 
     def forward(self, x: Tensor) -> Tensor:
@@ -225,8 +329,7 @@ class CosineMap(nn.Module):
         Raises:
             ValueError: a row has (near) zero norm, or the usual shape / NaN problems.
         """
-        x = check_features(x, "x", owner=type(self).__name__)
-        return _UnitRows.apply(x, self.eps)
+        return _UnitRows.apply(super().forward(x), self.eps)
 
 
 def unit_rows(x: Tensor, eps: float = 1e-12) -> tuple[Tensor, Tensor]:
@@ -337,15 +440,20 @@ KERNELS = ("gaussian", "cosine")
 
 
 def kernel_feature_map(
-    kernel: str, in_features: int, sigma: Optional[float], n_frequencies: int, seed: int, persistent: bool = True
-) -> nn.Module:
+    kernel: str,
+    in_features: Optional[int],
+    sigma: Optional[float],
+    n_frequencies: int,
+    seed: int,
+    persistent: bool = True,
+) -> FeatureMap:
     """A normalised kernel's feature map: :class:`GaussianRFF` (``"gaussian"``) or :class:`CosineMap` (``"cosine"``).
 
     Raises:
         ValueError: unknown ``kernel``, or ``sigma`` missing / not > 0 for the Gaussian kernel.
     """
     if kernel == "cosine":
-        return CosineMap()
+        return CosineMap(in_features=in_features)
     if kernel != "gaussian":
         raise ValueError(f"`kernel` must be one of {KERNELS}, got {kernel!r}.")
     if sigma is None:
@@ -356,16 +464,17 @@ def kernel_feature_map(
     return GaussianRFF(in_features, n_frequencies, sigma, seed, persistent=persistent)
 
 
-class PairedFeatureMap(nn.Module):
+class PairedFeatureMap(FeatureMap):
     """Two embeddings of the same samples mapped side by side: ``[phi_a(x_a), phi_b(x_b)]`` (N, D_a + D_b).
 
     Used by SPEC, whose joint covariance ``(1/n) A^T A`` of ``A = [Phi_a, Phi_b]`` holds both kernel
     covariances and the cross-covariance. The Gaussian maps draw from the same ``seed``, so two identical
-    embeddings with one bandwidth get identical features (their SPEC difference is exactly 0).
+    embeddings with one bandwidth get identical features (their SPEC difference is exactly 0). Called with one
+    tensor, it maps the concatenated input ``[x_a, x_b]`` (N, d_a + d_b), the rows an accumulator holds.
 
     Args:
         kernel: ``"gaussian"`` (random Fourier features, ``D = 2 r`` per embedding) or ``"cosine"`` (``D = d``).
-        in_features: widths ``(d_a, d_b)``.
+        in_features: widths ``(d_a, d_b)``, or ``None`` to fix them later (:meth:`build`).
         sigma: bandwidths ``(sigma_a, sigma_b)`` for the Gaussian kernel (ignored for cosine).
         n_frequencies: ``r`` per embedding for the Gaussian kernel.
         seed: frequency seed.
@@ -374,37 +483,78 @@ class PairedFeatureMap(nn.Module):
     Examples:
         >>> import torch
         >>> paired = PairedFeatureMap("cosine", (3, 2))
-        >>> paired(torch.randn(4, 3), torch.randn(4, 2)).shape
-        torch.Size([4, 5])
+        >>> paired(torch.randn(4, 3), torch.randn(4, 2)).shape, paired.widths
+        (torch.Size([4, 5]), (3, 2))
     """
+
+    in_features: Optional[tuple[int, int]]  # type: ignore[assignment]
 
     def __init__(
         self,
         kernel: str,
-        in_features: tuple[int, int],
+        in_features: Optional[tuple[int, int]] = None,
         sigma: tuple[Optional[float], Optional[float]] = (None, None),
         n_frequencies: int = 2000,
         seed: int = 0,
         persistent: bool = True,
     ) -> None:
         super().__init__()
-        self.kernel = kernel
-        self.in_features = tuple(check_positive_int(width, "in_features") for width in in_features)
-        self.map_a = kernel_feature_map(kernel, self.in_features[0], sigma[0], n_frequencies, seed, persistent)
-        self.map_b = kernel_feature_map(kernel, self.in_features[1], sigma[1], n_frequencies, seed, persistent)
-        self.out_features = tuple(2 * n_frequencies if kernel == "gaussian" else width for width in self.in_features)
+        self.kernel, self.in_features = kernel, None
+        self.map_a = kernel_feature_map(kernel, None, sigma[0], n_frequencies, seed, persistent)
+        self.map_b = kernel_feature_map(kernel, None, sigma[1], n_frequencies, seed, persistent)
+        if in_features is not None:
+            self.build(in_features)
 
-    def forward(self, x_a: Tensor, x_b: Tensor) -> Tensor:
-        """Map a pair of batches (N, d_a), (N, d_b) of the same N samples to (N, D_a + D_b)."""
+    def build(self, in_features: tuple[int, int]) -> "PairedFeatureMap":  # type: ignore[override]
+        """Fix the two input widths ``(d_a, d_b)`` (a no-op when they are already these). Returns ``self``.
+
+        Raises:
+            ValueError: not a pair of integers >= 1, or other widths than the map was built for.
+        """
+        if not isinstance(in_features, (tuple, list)) or len(in_features) != 2:
+            raise ValueError(f"`in_features` must be a pair (d_a, d_b), got {in_features!r}.")
+        widths = tuple(check_positive_int(width, "in_features") for width in in_features)
+        if self.in_features is not None and self.in_features != widths:
+            raise ValueError(f"PairedFeatureMap was built for widths {self.in_features}, got {widths}.")
+        self.in_features = widths  # type: ignore[assignment]
+        self.map_a.build(widths[0])
+        self.map_b.build(widths[1])
+        return self
+
+    @property
+    def widths(self) -> tuple[int, int]:
+        """``(D_a, D_b)``: the feature widths of the two embeddings.
+
+        Raises:
+            RuntimeError: before the input widths are known (cosine kernel).
+        """
+        if self.map_a.out_features is None or self.map_b.out_features is None:
+            raise RuntimeError("PairedFeatureMap: the feature widths are unknown until the input widths are.")
+        return self.map_a.out_features, self.map_b.out_features
+
+    @property
+    def out_features(self) -> Optional[int]:
+        """``D_a + D_b`` (``None`` until known)."""
+        if self.map_a.out_features is None or self.map_b.out_features is None:
+            return None
+        return self.map_a.out_features + self.map_b.out_features
+
+    def forward(self, x_a: Tensor, x_b: Optional[Tensor] = None) -> Tensor:
+        """Map a pair of batches (N, d_a), (N, d_b) of the same N samples, or their concatenation (N, d_a + d_b),
+        to (N, D_a + D_b)."""
+        if x_b is None:
+            if self.in_features is None:
+                raise RuntimeError("PairedFeatureMap: build it with the widths (d_a, d_b) to map a concatenated batch.")
+            x_a, x_b = x_a[:, : self.in_features[0]], x_a[:, self.in_features[0] :]
         phi_a, phi_b = self.map_a(x_a), self.map_b(x_b)
+        if self.in_features is None:
+            self.in_features = (x_a.shape[1], x_b.shape[1])  # type: ignore[assignment]
         return torch.cat([phi_a, phi_b.to(phi_a.dtype)], dim=1)
 
-    def joint(self, x: Tensor) -> Tensor:
-        """The same map on the concatenated input ``[x_a, x_b]`` (N, d_a + d_b), for the covariance accumulator."""
-        return self(x[:, : self.in_features[0]], x[:, self.in_features[0] :])
-
-    def frequencies(self) -> Tensor:
+    def frequencies(self) -> Optional[Tensor]:
         """What every rank must hold identically: both frequency matrices, or the widths for the cosine kernel."""
+        if self.in_features is None:
+            return None
         if isinstance(self.map_a, GaussianRFF):
             return torch.cat([self.map_a.omega.flatten(), self.map_b.omega.flatten()])
         return torch.tensor(self.in_features, dtype=torch.float64)

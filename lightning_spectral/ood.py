@@ -34,60 +34,11 @@ from lightning_spectral._checks import (
     check_state_memory,
 )
 from lightning_spectral.distributed import all_gather_rows
-from lightning_spectral.features import CosineMap, GaussianRFF
+from lightning_spectral.features import CosineMap, FeatureMap, GaussianRFF, LinearMap
 from lightning_spectral.linalg import DEFAULT_CHUNK_SIZE, symmetric_eigh
-from lightning_spectral.metrics.base import SpectralMetric
+from lightning_spectral.metrics.covariance import Covariance
 
 MAPPINGS = ("corp", "cop", "linear")
-
-
-class MappedMoments(SpectralMetric):
-    """The mean and centred covariance of ``Phi(z)`` over a stream (the fit of :class:`KernelPCAOOD`).
-
-    One centred :class:`~lightning_spectral.metrics.side.CovarianceSide` (``samples``): the sums are accumulated
-    around a shift near the mean, so a large offset of the features (linear PCA of raw embeddings) does not
-    cancel catastrophically, and they sync like every metric's sums (one all-reduce; a rank without samples
-    joins with zeros). ``compute()`` returns ``(mean (M,), covariance (M, M))``.
-
-    Args:
-        mapping: ``"corp"``, ``"cop"`` or ``"linear"`` (see :class:`KernelPCAOOD`).
-        sigma: Gaussian bandwidth of ``"corp"``.
-        n_frequencies: r of ``"corp"`` (M = 2r mapped features).
-        seed: frequency seed.
-        chunk_size: rows per chunk when accumulating.
-    """
-
-    def __init__(
-        self, mapping: str, sigma: float, n_frequencies: int, seed: int = 0, chunk_size: int = DEFAULT_CHUNK_SIZE
-    ) -> None:
-        super().__init__(chunk_size)
-        self.mapping, self.sigma, self.n_frequencies, self.seed = mapping, sigma, n_frequencies, seed
-        self.samples = self.add_side("samples", 2 * n_frequencies if mapping == "corp" else None, centre=True)
-
-    def build_feature_map(self, in_features: int) -> nn.Module:
-        if self.mapping == "linear":
-            return nn.Identity()
-        if self.mapping == "cop":
-            return CosineMap()
-        return nn.Sequential(
-            CosineMap(), GaussianRFF(in_features, self.n_frequencies, self.sigma, self.seed, persistent=False)
-        )
-
-    def feature_width(self, in_features: int) -> int:
-        return 2 * self.n_frequencies if self.mapping == "corp" else in_features
-
-    def frequency_signature(self) -> Optional[Tensor]:
-        if self.mapping != "corp" or self.feature_map is None:
-            return None
-        return self.feature_map[1].omega  # type: ignore[index]
-
-    def update(self, features: Tensor) -> None:
-        """Add in-distribution features (N, d)."""
-        self.samples.add(self.embeddings(features))
-
-    def compute(self) -> tuple[Tensor, Tensor]:
-        """``(mu, S)``: the mean (M,) and the centred covariance (M, M) of ``Phi(z)``, float64."""
-        return self.samples.mean(), self.samples.centred_covariance()
 
 
 class KernelPCAOOD(nn.Module):
@@ -102,9 +53,9 @@ class KernelPCAOOD(nn.Module):
         seed: frequency seed (identical on every rank).
         chunk_size: rows per chunk when accumulating.
 
-    State: the fit's sums (:class:`MappedMoments`, emptied once the fit is final) and the fitted subspace:
-    ``mean`` (M,), ``components`` (M, q), ``eigenvalues`` (M,), ``threshold`` and ``n_fitted`` (samples of the
-    last fit, all ranks).
+    State: the fit's sums (``sums``, a :class:`~lightning_spectral.metrics.covariance.Covariance` accumulated around a
+    shift near the mean, emptied once the fit is final) and the fitted subspace: ``mean`` (M,), ``components``
+    (M, q), ``eigenvalues`` (M,), ``threshold`` and ``n_fitted`` (samples of the last fit, all ranks).
 
     Examples:
         >>> import torch
@@ -142,7 +93,12 @@ class KernelPCAOOD(nn.Module):
         self.seed = check_seed(seed)
         if mapping == "corp":
             check_state_memory("KernelPCAOOD", self.n_frequencies, matrices=2)  # the sums, then the eigenvectors
-        self.sums = MappedMoments(mapping, self.sigma, self.n_frequencies, self.seed, chunk_size)
+            phi: FeatureMap = GaussianRFF(None, self.n_frequencies, self.sigma, self.seed, persistent=False)
+        else:
+            phi = LinearMap()
+        # CoRP and CoP map L2-normalised inputs (:meth:`feature_map`); the sums are kept around a shift near their
+        # mean, so that a large offset of the features (linear PCA of raw embeddings) does not cancel.
+        self.sums = Covariance(phi, centre=True, chunk_size=chunk_size)
         for name in ("mean", "components", "eigenvalues"):
             self.register_buffer(name, None)
         self.register_buffer("threshold", torch.tensor(float("nan"), dtype=torch.float64))
@@ -159,11 +115,15 @@ class KernelPCAOOD(nn.Module):
         """M, the width of the mapped features."""
         if self.in_features is None:
             raise RuntimeError("KernelPCAOOD: the input width is unknown until the first `partial_fit`.")
-        return self.sums.feature_width(self.in_features)
+        return int(self.sums.feature_map.out_features)  # type: ignore[arg-type]
+
+    def _inputs(self, features: Tensor) -> Tensor:
+        """What the sums' map takes: L2-normalised features for CoRP and CoP, the features themselves for linear."""
+        return features if self.mapping == "linear" else CosineMap()(features)
 
     def feature_map(self, features: Tensor) -> Tensor:
         """``Phi(z)``: (N, d) -> (N, M)."""
-        return self.sums.map_rows(self._validated(features))
+        return self.sums.feature_map(self._inputs(self._validated(features)))
 
     def _validated(self, features: Tensor, name: str = "features") -> Tensor:
         return check_features(features, name, width=self.in_features, owner="KernelPCAOOD")
@@ -178,7 +138,10 @@ class KernelPCAOOD(nn.Module):
 
     def partial_fit(self, features: Tensor) -> KernelPCAOOD:
         """Add in-distribution features (N, d) to the sums (detached). Call :meth:`finalize` when the stream ends."""
-        self.sums.update(features.detach())
+        features = self._validated(features.detach())
+        if self.in_features is None:
+            self.sums.build(features.shape[1])
+        self.sums.update(self._inputs(features))
         return self
 
     def finalize(self) -> KernelPCAOOD:
@@ -237,7 +200,8 @@ class KernelPCAOOD(nn.Module):
         features = self._validated(features)
         scores = []
         for start in range(0, features.shape[0], self.sums.chunk_size):
-            residual = self.sums.map_rows(features[start : start + self.sums.chunk_size]).double() - self.mean
+            rows = self._inputs(features[start : start + self.sums.chunk_size])
+            residual = self.sums.feature_map(rows).double() - self.mean
             kept = residual @ self.components
             scores.append((residual.square().sum(1) - kept.square().sum(1)).clamp_min(0).sqrt())
         return torch.cat(scores) if scores else torch.zeros(0, dtype=torch.float64, device=features.device)

@@ -5,16 +5,18 @@ import pytest
 import torch
 
 from lightning_spectral.metrics import FastMMD, FINCNovelty, FKEAVendi, SPECDivergence
-from lightning_spectral.metrics.base import pack_symmetric, unpack_symmetric
 
 
 def sizes(state):
-    return {key: tuple(value.shape) for key, value in state.items() if torch.is_tensor(value)}
+    """The shapes of every tensor a metric's ``state_dict`` writes: its own entries and its packed sums."""
+    tensors = {key: value for key, value in state.items() if torch.is_tensor(value)}
+    tensors.update(state["_extra_state"].get("sums", {}))
+    return {key: tuple(value.shape) for key, value in tensors.items()}
 
 
 def test_an_empty_metric_writes_counts_only():
     state = FINCNovelty(sigma=1.0, n_frequencies=64, in_features=3).state_dict()
-    assert sizes(state) == {"gen_count": (), "ref_a_count": (), "ref_b_count": ()}
+    assert sizes(state) == {"gen": (1,), "ref_a": (1,), "ref_b": (1,)}
     assert "feature_map.omega" not in state and state["_extra_state"]["in_features"] == 3
 
 
@@ -27,8 +29,8 @@ def test_after_reset_only_the_kept_reference_is_written_and_it_resumes_exactly()
     metric.reset()  # the end of a validation epoch
     state = metric.state_dict()
     width = 64
-    assert sizes(state)["ref_a_cov_sum"] == (width * (width + 1) // 2,)  # the upper triangle
-    assert "gen_cov_sum" not in state and "gen_sum" not in state  # no (2r)^2 zeros
+    assert sizes(state)["ref_a"] == (1 + width + width * (width + 1) // 2,)  # count, sum, the upper triangle
+    assert sizes(state)["gen"] == (1,)  # no (2r)^2 zeros
     restored = FINCNovelty(sigma=1.5, n_frequencies=32, reset_real_features=False)
     restored.load_state_dict(state)
     for m in (metric, restored):
@@ -56,6 +58,9 @@ def test_persistent_false_leaves_the_sums_out():
     metric.update(torch.randn(50, 3), real=True)
     metric.persistent(False)
     assert sizes(metric.state_dict()) == {}
+    restored = FastMMD(sigma=1.0, n_frequencies=16)
+    restored.load_state_dict(metric.state_dict())
+    assert restored.sample_count(real=True) == 0 and restored.in_features == 3
 
 
 def test_a_checkpoint_with_other_frequencies_is_refused():
@@ -81,11 +86,12 @@ def test_paired_and_multi_bandwidth_states_round_trip():
     torch.testing.assert_close(restored.test().p_value, mmd.test().p_value, rtol=0, atol=0)
 
 
-def test_packing_is_exact_and_checks_its_width():
-    matrix = torch.randn(2, 6, 6, dtype=torch.float64)
-    matrix = matrix + matrix.transpose(1, 2)
-    packed = pack_symmetric(matrix)
-    assert packed.shape == (2, 21)
-    assert torch.equal(unpack_symmetric(packed, 6), matrix)
-    with pytest.raises(ValueError, match="does not belong to this metric"):
-        unpack_symmetric(packed, 5)
+def test_packing_is_exact_and_checks_its_size():
+    metric = FastMMD(sigma=[1.0, 2.0], n_frequencies=6)
+    metric.update(torch.randn(30, 2, dtype=torch.float64), real=True)
+    real = metric.real
+    packed = real.pack(real.state)
+    assert packed.shape == (1 + 2 * (12 + 12 * 13 // 2),)  # per bandwidth: the sum and the upper triangle
+    assert torch.equal(real.unpack(packed), real.state)
+    with pytest.raises(ValueError, match="settings it was saved with"):
+        real.unpack(packed[:-1])

@@ -184,11 +184,11 @@ def test_inside_a_metric_collection_with_forward():
 def test_memory_does_not_grow_with_samples():
     metric = FKEAVendi(sigma=1.0, n_frequencies=16)
     metric.update(torch.randn(10, 3))
-    before = sum(getattr(metric, name).numel() for name in metric.samples.states)
+    before = metric.samples.state.numel()
     for _ in range(5):
         metric.update(torch.randn(2000, 3))
         assert metric.samples.pending_rows < metric.chunk_size
-    assert sum(getattr(metric, name).numel() for name in metric.samples.states) == before
+    assert metric.samples.state.numel() == before
 
 
 def test_bad_input_errors_name_the_metric_and_the_fix():

@@ -20,17 +20,16 @@ def test_covariance_equals_explicit_formula_and_has_trace_one():
 def test_state_size_is_independent_of_the_number_of_samples():
     metric = RFFCovariance(sigma=1.0, n_frequencies=8, chunk_size=256)
     metric.update(torch.randn(10, 3))
-    sizes = {name: getattr(metric, name).numel() for name in metric.samples.states}
+    size = metric.samples.state.numel()
     for batch in torch.randn(5000, 3).split(100):
         metric.update(batch)
         assert metric.samples.pending_rows < 256  # the row buffer is bounded by chunk_size
-    assert sizes == {name: getattr(metric, name).numel() for name in metric.samples.states}
-    assert sizes == {"samples_cov_sum": 256, "samples_sum": 16, "samples_count": 1}
+    assert metric.samples.state.numel() == size == 1 + 16 + 256  # count, feature sum, outer-product sum
 
 
 def test_feature_map_is_built_lazily_or_eagerly_with_the_same_frequencies():
     lazy, eager = RFFCovariance(1.0, 8, seed=3), RFFCovariance(1.0, 8, seed=3, in_features=4)
-    assert lazy.feature_map is None and eager.feature_map is not None
+    assert lazy.in_features is None and not lazy.feature_map.built and eager.feature_map.built
     x = torch.randn(20, 4)
     lazy.update(x)
     eager.update(x)
@@ -56,7 +55,7 @@ def test_reset_clears_sums_but_keeps_frequencies():
     metric.update(torch.randn(10, 3))
     omega = metric.feature_map.omega.clone()
     metric.reset()
-    assert metric.sample_count() == 0 and float(metric.samples_cov_sum.abs().sum()) == 0
+    assert metric.sample_count() == 0 and float(metric.samples.state.abs().sum()) == 0
     assert torch.equal(metric.feature_map.omega, omega)
 
 
@@ -64,7 +63,7 @@ def test_dtype_casts_keep_float64_states():
     metric = RFFCovariance(sigma=1.0, n_frequencies=8)
     metric.update(torch.randn(10, 3))
     holder = torch.nn.ModuleDict({"m": metric}).to(torch.bfloat16)
-    assert holder["m"].samples_cov_sum.dtype == torch.float64
+    assert holder["m"].samples.state.dtype == torch.float64
     assert holder["m"].feature_map.omega.dtype == torch.float64
     holder["m"].update(torch.randn(10, 3, dtype=torch.bfloat16))
     assert float(holder["m"].compute().trace()) == pytest.approx(1.0, abs=1e-6)

@@ -203,7 +203,7 @@ def test_partial_fit_keeps_no_autograd_graph(mapping):
     detector = KernelPCAOOD(mapping, sigma=0.5, n_frequencies=16, n_components=2, chunk_size=50)
     for _ in range(3):
         detector.partial_fit(torch.randn(20, 6) @ weight)  # a graph hangs on every batch
-    held = [*detector.sums.samples._pending, *(getattr(detector.sums, s) for s in detector.sums.samples.states)]
+    held = [*detector.sums.samples._pending, detector.sums.samples.state]
     assert held and all(t.grad_fn is None and not t.requires_grad for t in held)
     detector.finalize()
     fitted = [detector.mean, detector.components, detector.eigenvalues]

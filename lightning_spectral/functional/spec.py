@@ -173,9 +173,9 @@ def _covariance_route(
     float32 where ``precision`` says so (the Cholesky factor and the map back stay float64).
     """
     joint = torch.cat([a, b.to(a.dtype)], 1)
-    cov = covariance(joint, feature_map.joint, chunk_size)
+    cov = covariance(joint, feature_map, chunk_size)
     dtype = eigen_dtype(precision, cov.shape[0])
-    theta, factor, signs, floor = differential_theta(cov, feature_map.out_features[0], dtype)
+    theta, factor, signs, floor = differential_theta(cov, feature_map.widths[0], dtype)
     values = torch.linalg.eigvalsh(theta).double().flip(0)
     values = torch.where(values.abs() > floor, values, 0.0)  # the Cholesky shift's round-off
     rtol = 1e-10 if dtype == torch.float64 else 1e-5  # below it, |eigenvalue| / max |eigenvalue| is round-off
@@ -191,7 +191,7 @@ def _covariance_route(
     # u = A v maps an eigenvector of Gamma to one of Lambda (||u|| = sqrt(n) |lambda|); built chunk by chunk.
     sample_vectors = torch.cat(
         [
-            feature_map.joint(joint[i : i + chunk_size]).double() @ gamma_vectors
+            feature_map(joint[i : i + chunk_size]).double() @ gamma_vectors
             for i in range(0, joint.shape[0], chunk_size)
         ]
     )
@@ -261,7 +261,7 @@ def spec(
     )
     feature_map = PairedFeatureMap(kernel, (a.shape[1], b.shape[1]), sigmas, n_frequencies, seed).to(a.device)
     if method == "auto":
-        method = "exact" if a.shape[0] <= sum(feature_map.out_features) else "covariance"
+        method = "exact" if a.shape[0] <= feature_map.out_features else "covariance"
     eigen_dtype(precision, 0)  # validates `precision` on every route
     if method == "exact":
         values, vectors = _exact_route(a, b, kernel, *sigmas)
@@ -409,7 +409,7 @@ def spec_align_loss(
     dtype = student_.dtype  # float64 stays float64; half precision was upcast to float32 by check_pair
     with torch.autocast(student.device.type, enabled=False):
         phi = feature_map(student_, reference.to(dtype))
-        width = feature_map.out_features[0]
+        width = feature_map.widths[0]
         if n <= phi.shape[1]:
             phi_s, phi_r = phi[:, :width], phi[:, width:]
             difference = (phi_s @ phi_s.T - phi_r @ phi_r.T) / n

@@ -1,4 +1,4 @@
-"""Streaming random-Fourier-feature covariance and its modes: the shared state behind FKEA."""
+"""The kernel covariance of one stream and its modes: the state behind FKEA (Gaussian) and kernel PCA (any map)."""
 
 from __future__ import annotations
 
@@ -6,68 +6,45 @@ from collections.abc import Iterable
 from typing import Any, Optional
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from lightning_spectral._checks import check_positive_int, check_state_memory
+from lightning_spectral.features import FeatureMap, GaussianRFF
 from lightning_spectral.functional.modes import Ids, Modes, mode_scores, top_samples
-from lightning_spectral.linalg import DEFAULT_CHUNK_SIZE
-from lightning_spectral.metrics.base import ModeGallery, RFFMetric
+from lightning_spectral.metrics.base import ModeGallery, SpectralMetric
 
 
-class RFFCovariance(RFFMetric):
-    r"""Uncentred kernel covariance ``C = (1/n) sum_i phi(x_i) phi(x_i)^T`` through Gaussian random features.
+class Covariance(SpectralMetric):
+    r"""Uncentred kernel covariance ``C = (1/n) sum_i phi(x_i) phi(x_i)^T`` of a stream, for a feature map ``phi``.
 
-    ``phi`` is :class:`~lightning_spectral.features.GaussianRFF` (``2r`` features of unit norm), so ``trace(C) = 1``
-    and the non-zero eigenvalues of ``C`` equal those of the proxy kernel matrix ``K~/n`` (FKEA eq. 2).
-    State: one :class:`~lightning_spectral.metrics.side.CovarianceSide`, ``samples`` (the count, the feature sum
-    (2r,) and the outer-product sum (2r, 2r), float64), all-reduced under DDP; memory does not grow with the
-    number of samples.
+    One :class:`~lightning_spectral.metrics.accumulator.Accumulator`, ``samples``: the count, the feature sum (D,)
+    and the outer-product sum (D, D), float64, all-reduced under DDP; memory does not grow with the number of
+    samples. :class:`RFFCovariance` is the Gaussian kernel's (FKEA); kernel PCA uses the cosine and linear maps.
 
     Args:
-        sigma: Gaussian bandwidth (> 0).
-        n_frequencies: number of frequencies ``r`` (features ``2r``).
-        seed: seed of the frequencies; every rank must use the same one.
-        in_features: input width; if ``None`` the feature map is built at the first ``update``.
-        chunk_size: rows per chunk: rows wait in a buffer until this many are pending.
-        feature: optional frozen module mapping images to embeddings; ``update`` then takes images (see
-            :class:`~lightning_spectral.metrics.feature.FrozenFeature`).
-        normalize: with ``feature``: float images in [0, 1] (True) or uint8 in [0, 255] (False).
-        save_feature: with ``feature``: keep its weights in ``state_dict``.
-        kwargs: ``torchmetrics.Metric`` keyword arguments.
-
-    Examples:
-        >>> import torch
-        >>> metric = RFFCovariance(sigma=1.0, n_frequencies=16)
-        >>> metric.update(torch.randn(100, 3))
-        >>> cov = metric.compute()
-        >>> cov.shape, round(float(cov.trace()), 6)
-        (torch.Size([32, 32]), 1.0)
+        feature_map: ``phi`` (a :class:`~lightning_spectral.features.FeatureMap`).
+        centre: accumulate around a shift near the mean, so that ``centred_covariance`` stays exact for features
+            with a large offset (the values do not change).
+        in_features: see :mod:`~lightning_spectral.metrics.base` (as the other shared keyword arguments).
+        kwargs: ``chunk_size``, ``feature``, ``normalize``, ``save_feature`` and torchmetrics' keyword arguments.
     """
 
     higher_is_better: Optional[bool] = None
 
     def __init__(
-        self,
-        sigma: float,
-        n_frequencies: int = 2048,
-        seed: int = 0,
-        in_features: Optional[int] = None,
-        chunk_size: int = DEFAULT_CHUNK_SIZE,
-        feature: Optional[nn.Module] = None,
-        normalize: bool = False,
-        save_feature: bool = False,
-        **kwargs: Any,
+        self, feature_map: FeatureMap, *, centre: bool = False, in_features: Optional[int] = None, **kwargs: Any
     ) -> None:
-        check_state_memory(type(self).__name__, check_positive_int(n_frequencies, "n_frequencies"), matrices=1, vectors=1)
-        super().__init__(sigma, n_frequencies, seed, in_features, chunk_size, feature, normalize, save_feature, **kwargs)
-        self.samples = self.add_side("samples", self.feature_dim)
+        super().__init__(feature_map, **kwargs)
+        self.samples = self.add_accumulator("samples", centre=centre)
+        if in_features is not None:
+            self.build(check_positive_int(in_features, "in_features"))
 
     def update(self, features: Tensor) -> None:
         """Add a batch of embeddings (N, d), or of images with ``feature``; N may be 0."""
         self.samples.add(self.embeddings(features))
 
     def compute(self) -> Tensor:
-        """The covariance ``C`` (2r, 2r), float64.
+        """The covariance ``C`` (D, D), float64.
 
         Raises:
             RuntimeError: no samples were accumulated on any rank.
@@ -75,7 +52,7 @@ class RFFCovariance(RFFMetric):
         return self.samples.second_moment()
 
     def modes(self, k: int = 10) -> Modes:
-        """The top-``k`` eigenvalues and eigenvectors (2r, k) of ``C``, over all ranks (a collective under DDP).
+        """The top-``k`` eigenvalues and eigenvectors (D, k) of ``C``, over all ranks (a collective under DDP).
 
         For well-separated modes an eigenvalue is about the mode's frequency times its within-mode kernel
         similarity (FKEA section 3; only approximately a frequency). Eigenvector signs follow the
@@ -115,8 +92,9 @@ class RFFCovariance(RFFMetric):
     ) -> dict[str, ModeGallery]:
         """``{"modes": ...}``: the top samples of the top ``k`` modes, each row labelled with its eigenvalue (the
         mode's share of the kernel covariance's unit trace)."""
-        samples = self.top_samples(batches, k, per_mode)
-        values = self.modes(k).eigenvalues
+        with self.synced():
+            samples = self.top_samples(batches, k, per_mode)
+            values = self.modes(k).eigenvalues
         labels = [f"mode {i + 1}: {float(v):.1%} of the mass" for i, v in enumerate(values[: len(samples)])]
         return {"modes": ModeGallery(samples, labels)}
 
@@ -140,3 +118,34 @@ class RFFCovariance(RFFMetric):
         figure, (axis,) = panels(1, ax)
         plot_spectrum(values, top=top, title=f"{type(self).__name__}: kernel covariance spectrum", ax=axis)
         return figure, axis
+
+
+class RFFCovariance(Covariance):
+    r"""The Gaussian kernel's covariance ``C = (1/n) sum_i phi(x_i) phi(x_i)^T`` through random Fourier features.
+
+    ``phi`` is :class:`~lightning_spectral.features.GaussianRFF` (``2r`` features of unit norm), so ``trace(C) = 1``
+    and the non-zero eigenvalues of ``C`` equal those of the proxy kernel matrix ``K~/n`` (FKEA eq. 2). State: one
+    accumulator (:class:`Covariance`).
+
+    Args:
+        sigma: Gaussian bandwidth (> 0).
+        n_frequencies: number of frequencies ``r`` (features ``2r``).
+        seed: seed of the frequencies; every rank must use the same one.
+        kwargs: ``in_features``, ``chunk_size``, ``feature``, ``normalize``, ``save_feature`` (see
+            :mod:`~lightning_spectral.metrics.base`), ``centre`` (see :class:`Covariance`) and torchmetrics'
+            keyword arguments.
+
+    Examples:
+        >>> import torch
+        >>> metric = RFFCovariance(sigma=1.0, n_frequencies=16)
+        >>> metric.update(torch.randn(100, 3))
+        >>> cov = metric.compute()
+        >>> cov.shape, round(float(cov.trace()), 6)
+        (torch.Size([32, 32]), 1.0)
+    """
+
+    def __init__(self, sigma: float, n_frequencies: int = 2048, *, seed: int = 0, **kwargs: Any) -> None:
+        rff = GaussianRFF(None, n_frequencies, sigma, seed, persistent=False)
+        check_state_memory(type(self).__name__, rff.n_frequencies, matrices=1, vectors=1)
+        super().__init__(rff, **kwargs)
+        self.sigma, self.n_frequencies, self.seed = rff.sigma, rff.n_frequencies, rff.seed

@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from typing import Any, Optional
 
 from lightning.pytorch.utilities import rank_zero_warn
-from torch import Tensor, nn
+from torch import Tensor
 
 from lightning_spectral._checks import check_bool, check_positive, check_positive_int, check_side, check_state_memory
 from lightning_spectral.functional.finc import (
@@ -18,12 +18,12 @@ from lightning_spectral.functional.finc import (
     differential_spectrum,
     reference_halves,
 )
+from lightning_spectral.features import GaussianRFF
 from lightning_spectral.functional.modes import Ids, Modes, mode_scores, orient, top_samples
-from lightning_spectral.linalg import DEFAULT_CHUNK_SIZE
-from lightning_spectral.metrics.base import ModeGallery, RFFMetric
+from lightning_spectral.metrics.base import ModeGallery, SpectralMetric
 
 
-class FINCNovelty(RFFMetric):
+class FINCNovelty(SpectralMetric):
     r"""Novel modes of generated embeddings against a reference: the spectrum of ``C_gen - rho C_ref`` (FINC).
 
     Both sides go through one set of random frequencies. Positive eigenvalues of
@@ -48,12 +48,8 @@ class FINCNovelty(RFFMetric):
         min_eigenvalue: absolute minimum of a significant eigenvalue (default 1e-3, about 0.1 % extra mass).
         reset_real_features: if False, ``reset()`` keeps the reference side (as torchmetrics' FID), so a
             reference is accumulated once per run.
-        in_features: input width, if known (else learnt from the first batch).
-        chunk_size: rows per chunk: rows wait in a buffer until this many are pending.
-        feature: optional frozen module mapping images to embeddings; ``update`` then takes images.
-        normalize: with ``feature``: float images in [0, 1] (True) or uint8 in [0, 255] (False).
-        save_feature: with ``feature``: keep its weights in ``state_dict``.
-        kwargs: ``torchmetrics.Metric`` keyword arguments.
+        kwargs: ``in_features``, ``chunk_size``, ``feature``, ``normalize``, ``save_feature`` (see
+            :mod:`~lightning_spectral.metrics.base`) and torchmetrics' keyword arguments.
 
     Examples:
         >>> import torch
@@ -75,34 +71,35 @@ class FINCNovelty(RFFMetric):
         self,
         sigma: float,
         n_frequencies: int = 2048,
+        *,
         rho: float = 1.0,
         seed: int = 0,
         significance: float = DEFAULT_SIGNIFICANCE,
         min_eigenvalue: float = DEFAULT_MIN_EIGENVALUE,
         reset_real_features: bool = True,
         in_features: Optional[int] = None,
-        chunk_size: int = DEFAULT_CHUNK_SIZE,
-        feature: Optional[nn.Module] = None,
-        normalize: bool = False,
-        save_feature: bool = False,
         **kwargs: Any,
     ) -> None:
         rho = check_positive(rho, "rho")
         significance = check_positive(significance, "significance")
         min_eigenvalue = check_positive(min_eigenvalue, "min_eigenvalue")
         check_bool(reset_real_features, "reset_real_features")
-        check_state_memory(type(self).__name__, check_positive_int(n_frequencies, "n_frequencies"), matrices=3, vectors=3)
-        super().__init__(sigma, n_frequencies, seed, in_features, chunk_size, feature, normalize, save_feature, **kwargs)
+        rff = GaussianRFF(None, n_frequencies, sigma, seed, persistent=False)
+        check_state_memory(type(self).__name__, rff.n_frequencies, matrices=3, vectors=3)
+        super().__init__(rff, **kwargs)
         if rho < 1:
             rank_zero_warn(
                 f"FINCNovelty: rho={rho} < 1 lets shared modes through as 'novel' and the noise floor "
                 "assumes rho >= 1 (the FINC paper's range)."
             )
+        self.sigma, self.n_frequencies, self.seed = rff.sigma, rff.n_frequencies, rff.seed
         self.rho, self.significance, self.min_eigenvalue = rho, significance, min_eigenvalue
         self.reset_real_features = reset_real_features
-        self.gen = self.add_side("gen", self.feature_dim)
-        self.ref_a = self.add_side("ref_a", self.feature_dim, reference=True)
-        self.ref_b = self.add_side("ref_b", self.feature_dim, reference=True)
+        self.gen = self.add_accumulator("gen")
+        self.ref_a = self.add_accumulator("ref_a", reference=True)
+        self.ref_b = self.add_accumulator("ref_b", reference=True)
+        if in_features is not None:
+            self.build(check_positive_int(in_features, "in_features"))
 
     def update(self, features: Tensor, real: bool) -> None:
         """Add embeddings (N, d) (or images, with ``feature``) of the reference (``real=True``) or of the
@@ -209,14 +206,15 @@ class FINCNovelty(RFFMetric):
         left out. Rows are labelled with the eigenvalue (about the extra probability mass times the mode's
         within-mode similarity)."""
         galleries = {}
-        for name, missing, stream in (("novel", False, batches), ("missing", True, reference_batches)):
-            modes = self._modes(k, missing)
-            count = int(modes.significant.sum())
-            if stream is None or count == 0:
-                continue
-            samples = self.top_samples(stream, k=count, per_mode=per_mode, missing=missing)
-            labels = [f"{name} {i + 1}: +{float(v):.3f}" for i, v in enumerate(modes.eigenvalues[:count])]
-            galleries[name] = ModeGallery(samples, labels)
+        with self.synced():
+            for name, missing, stream in (("novel", False, batches), ("missing", True, reference_batches)):
+                modes = self._modes(k, missing)
+                count = int(modes.significant.sum())
+                if stream is None or count == 0:
+                    continue
+                samples = self.top_samples(stream, k=count, per_mode=per_mode, missing=missing)
+                labels = [f"{name} {i + 1}: +{float(v):.3f}" for i, v in enumerate(modes.eigenvalues[:count])]
+                galleries[name] = ModeGallery(samples, labels, "reference" if missing else "samples")
         return galleries
 
     def plot_spectrum(self, ax: Any = None, top: int = 50, missing: Optional[bool] = None) -> tuple[Any, Any]:

@@ -4,10 +4,8 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from torch import nn
-
 from lightning_spectral.functional.fkea import Orders, VendiResult, check_orders, vendi_from_spectrum
-from lightning_spectral.linalg import DEFAULT_CHUNK_SIZE, eigen_dtype, psd_eigenvalues, rke_from_covariance
+from lightning_spectral.linalg import eigen_dtype, psd_eigenvalues, rke_from_covariance
 from lightning_spectral.metrics.covariance import RFFCovariance
 
 
@@ -33,15 +31,11 @@ class FKEAVendi(RFFCovariance):
         n_frequencies: r; the covariance is 2r x 2r.
         alpha: an order in (0, inf] (``"inf"`` allowed) or a sequence of orders.
         seed: frequency seed, identical on every rank.
-        in_features: input width, if known (else learnt from the first batch).
-        chunk_size: rows per chunk: rows wait in a buffer until this many are pending.
-        feature: optional frozen module mapping images to embeddings; ``update`` then takes images.
-        normalize: with ``feature``: float images in [0, 1] (True) or uint8 in [0, 255] (False).
-        save_feature: with ``feature``: keep its weights in ``state_dict``.
         precision: the eigendecomposition's dtype, as :func:`~lightning_spectral.linalg.psd_eigenvalues`:
-            ``"auto"`` (float32 from 2r = 4096, where it was 1.4-2.7x faster with Vendi-1 within 0.002 %,
-            float64 below), ``"float32"`` or ``"float64"``. The sums are float64 either way.
-        kwargs: ``torchmetrics.Metric`` keyword arguments.
+            ``"auto"`` (float32 from 2r = 4096, measured faster with the same scores to 0.002 %, see
+            docs/benchmarks.md; float64 below), ``"float32"`` or ``"float64"``. The sums are float64 either way.
+        kwargs: ``in_features``, ``chunk_size``, ``feature``, ``normalize``, ``save_feature`` (see
+            :mod:`~lightning_spectral.metrics.base`) and torchmetrics' keyword arguments.
 
     Returns (``compute``):
         A scalar tensor for one order (loggable with ``self.log("val/vendi", metric)``), or a dict
@@ -67,19 +61,15 @@ class FKEAVendi(RFFCovariance):
         self,
         sigma: float,
         n_frequencies: int = 2048,
+        *,
         alpha: Orders = 1.0,
         seed: int = 0,
-        in_features: Optional[int] = None,
-        chunk_size: int = DEFAULT_CHUNK_SIZE,
-        feature: Optional[nn.Module] = None,
-        normalize: bool = False,
-        save_feature: bool = False,
         precision: str = "auto",
         **kwargs: Any,
     ) -> None:
         orders, single = check_orders(alpha)  # before the (2r)^2 state is allocated
         eigen_dtype(precision, 0)  # an unknown precision fails here, not at the first compute
-        super().__init__(sigma, n_frequencies, seed, in_features, chunk_size, feature, normalize, save_feature, **kwargs)
+        super().__init__(sigma, n_frequencies, seed=seed, **kwargs)
         self.orders, self._single_order, self.alpha = orders, single, alpha
         self.precision = precision
 

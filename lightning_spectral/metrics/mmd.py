@@ -7,7 +7,7 @@ from numbers import Real
 from typing import Any, Optional, Union
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from lightning_spectral._checks import (
     check_bool,
@@ -19,11 +19,10 @@ from lightning_spectral._checks import (
 )
 from lightning_spectral.features import MultiBandwidthRFF
 from lightning_spectral.functional.mmd import MMDTest, mmd_from_means, streaming_p_value
-from lightning_spectral.linalg import DEFAULT_CHUNK_SIZE
-from lightning_spectral.metrics.base import RFFMetric
+from lightning_spectral.metrics.base import SpectralMetric
 
 
-class FastMMD(RFFMetric):
+class FastMMD(SpectralMetric):
     r"""MMD^2 between a reference ("real") and a generated sample, streamed through random Fourier features.
 
     With unit-norm features ``z(x) = [cos(xW), sin(xW)] / sqrt(r)`` and side means ``z_real``, ``z_gen``
@@ -46,7 +45,7 @@ class FastMMD(RFFMetric):
     Pick sigma without looking at the tested data (for example the
     median heuristic on a held-out split): choosing it to maximise the MMD inflates the type-I error.
 
-    State: two :class:`~lightning_spectral.metrics.side.CovarianceSide` s, ``real`` and ``gen``, each with per
+    State: two :class:`~lightning_spectral.metrics.accumulator.Accumulator` s, ``real`` and ``gen``, each with per
     bandwidth the feature sum (D = 2r) and the feature covariance sum (D x D; the sides are kept apart so the
     reference can survive ``reset``), and the count, float64, all-reduced under DDP. Memory:
     ``2 * len(sigma) * (2r)^2 * 8`` bytes (67 MB at r = 1024), whatever the number of samples. With
@@ -61,13 +60,8 @@ class FastMMD(RFFMetric):
         reset_real_features: if False, ``reset()`` keeps the reference side.
         statistic_only: keep only the feature means (no covariance, no p-value): memory O(r), and each update
             costs O(N d r) instead of O(N r^2).
-        in_features: input width; if ``None`` the feature map is built at the first ``update``.
-        chunk_size: rows per chunk: rows wait in a buffer until this many are pending.
-        feature: optional frozen module mapping images to embeddings; ``update`` then takes images (see
-            :class:`~lightning_spectral.metrics.feature.FrozenFeature`).
-        normalize: with ``feature``: float images in [0, 1] (True) or uint8 in [0, 255] (False).
-        save_feature: with ``feature``: keep its weights in ``state_dict``.
-        kwargs: ``torchmetrics.Metric`` keyword arguments.
+        kwargs: ``in_features``, ``chunk_size``, ``feature``, ``normalize``, ``save_feature`` (see
+            :mod:`~lightning_spectral.metrics.base`) and torchmetrics' keyword arguments.
 
     Examples:
         >>> import torch
@@ -81,21 +75,18 @@ class FastMMD(RFFMetric):
 
     inputs = "two"
     higher_is_better: Optional[bool] = False
-    feature_map: Optional[MultiBandwidthRFF]  # type: ignore[assignment]
+    feature_map: MultiBandwidthRFF
 
     def __init__(
         self,
         sigma: Union[float, Sequence[float]],
         n_frequencies: int = 1024,
+        *,
         seed: int = 0,
         unbiased: bool = True,
         reset_real_features: bool = True,
         statistic_only: bool = False,
         in_features: Optional[int] = None,
-        chunk_size: int = DEFAULT_CHUNK_SIZE,
-        feature: Optional[nn.Module] = None,
-        normalize: bool = False,
-        save_feature: bool = False,
         **kwargs: Any,
     ) -> None:
         single = isinstance(sigma, Real) or (isinstance(sigma, Tensor) and sigma.ndim == 0)
@@ -106,24 +97,18 @@ class FastMMD(RFFMetric):
         statistic_only = check_bool(statistic_only, "statistic_only")
         matrices = 0 if statistic_only else 2 * len(sigmas)
         check_state_memory("FastMMD", check_positive_int(n_frequencies, "n_frequencies"), matrices, 2 * len(sigmas))
-        self.sigmas = sigmas
-        super().__init__(sigmas[0], n_frequencies, seed, None, chunk_size, feature, normalize, save_feature, **kwargs)
+        rff = MultiBandwidthRFF(None, n_frequencies, sigmas, seed)
+        super().__init__(rff, **kwargs)
+        self.sigmas, self.n_frequencies, self.seed = rff.sigmas, rff.n_frequencies, rff.seed
         self.sigma = sigmas[0] if single else sigmas
         self._single = single
         self.unbiased = check_bool(unbiased, "unbiased")
         self.reset_real_features = check_bool(reset_real_features, "reset_real_features")
         self.statistic_only = statistic_only
-        covariance = not statistic_only
-        self.real = self.add_side("real", self.feature_dim, covariance, bandwidths=len(sigmas), reference=True)
-        self.gen = self.add_side("gen", self.feature_dim, covariance, bandwidths=len(sigmas))
+        self.real = self.add_accumulator("real", covariance=not statistic_only, reference=True)
+        self.gen = self.add_accumulator("gen", covariance=not statistic_only)
         if in_features is not None:
-            self.set_feature_map(in_features)
-
-    def build_feature_map(self, in_features: int) -> MultiBandwidthRFF:
-        return MultiBandwidthRFF(in_features, self.n_frequencies, self.sigmas, self.seed)
-
-    def frequency_signature(self) -> Optional[Tensor]:
-        return None if self.feature_map is None else self.feature_map.frequencies()
+            self.build(check_positive_int(in_features, "in_features"))
 
     def update(self, features: Tensor, real: bool) -> None:
         """Add embeddings (N, d) (or images, with ``feature``) of the reference (``real=True``) or of the
@@ -151,9 +136,10 @@ class FastMMD(RFFMetric):
 
     def summary(self) -> dict[str, Tensor]:
         """MMD^2 (``""``) and, unless ``statistic_only``, its ``p_value``. A collective under DDP."""
-        values = {"": self.compute()}
-        if not self.statistic_only:
-            values["p_value"] = self.p_value()
+        with self.synced():
+            values = {"": self.value()}
+            if not self.statistic_only:
+                values["p_value"] = self.p_value()
         return values
 
     def p_value(self) -> Tensor:

@@ -12,14 +12,14 @@ from lightning_spectral._checks import check_positive, check_positive_int, check
 from lightning_spectral.features import KERNELS, PairedFeatureMap
 from lightning_spectral.functional.modes import Ids, Modes, orient, top_samples
 from lightning_spectral.functional.spec import check_pair, nonzero
-from lightning_spectral.linalg import DEFAULT_CHUNK_SIZE, differential_eigh
+from lightning_spectral.linalg import differential_eigh
 from lightning_spectral.metrics.base import ModeGallery, SpectralMetric
 
 
 class SPECDivergence(SpectralMetric):
     r"""SPEC-diff between two embeddings ``a`` and ``b`` of the same samples, accumulated over batches.
 
-    State: one :class:`~lightning_spectral.metrics.side.CovarianceSide`, ``joint``: the joint outer-product sum
+    State: one :class:`~lightning_spectral.metrics.accumulator.Accumulator`, ``joint``: the joint outer-product sum
     ``sum_i [phi_a(a_i); phi_b(b_i)] [...]^T`` ((D_a + D_b)^2), the feature sum and the count, float64,
     all-reduced under DDP. ``compute()`` returns ``max |lambda|`` of the differential
     covariance ``Gamma = D C`` (SPEC, Proposition 1), whose non-zero eigenvalues are those of
@@ -34,8 +34,7 @@ class SPECDivergence(SpectralMetric):
         seed: frequency seed, shared by both maps and by every rank.
         in_features: widths ``(d_a, d_b)``, if known (else learnt from the first batch; under DDP a rank that
             saw no sample adopts the others' widths before the sums are all-reduced).
-        chunk_size: rows per chunk of the accumulation.
-        kwargs: ``torchmetrics.Metric`` keyword arguments.
+        kwargs: ``chunk_size`` (see :mod:`~lightning_spectral.metrics.base`) and torchmetrics' keyword arguments.
 
     Examples:
         >>> import torch
@@ -48,17 +47,17 @@ class SPECDivergence(SpectralMetric):
 
     inputs = "paired"
     higher_is_better = False
-    feature_map: Optional[PairedFeatureMap]
+    feature_map: PairedFeatureMap
 
     def __init__(
         self,
         kernel: str = "gaussian",
         sigma_a: Optional[float] = None,
         sigma_b: Optional[float] = None,
+        *,
         n_frequencies: int = 2000,
         seed: int = 0,
         in_features: Optional[tuple[int, int]] = None,
-        chunk_size: int = DEFAULT_CHUNK_SIZE,
         **kwargs: Any,
     ) -> None:
         if kernel not in KERNELS:
@@ -79,20 +78,12 @@ class SPECDivergence(SpectralMetric):
             sigmas = (None, None)
         if in_features is not None and (not isinstance(in_features, (tuple, list)) or len(in_features) != 2):
             raise ValueError(f"SPECDivergence: `in_features` must be a pair (d_a, d_b), got {in_features!r}.")
-        super().__init__(chunk_size, **kwargs)
-        self.kernel, self.sigmas, self.n_frequencies, self.seed = kernel, sigmas, n_frequencies, check_seed(seed)
-        self.joint = self.add_side("joint", 4 * n_frequencies if kernel == "gaussian" else None)
+        seed = check_seed(seed)
+        super().__init__(PairedFeatureMap(kernel, None, sigmas, n_frequencies, seed, persistent=False), **kwargs)
+        self.kernel, self.sigmas, self.n_frequencies, self.seed = kernel, sigmas, n_frequencies, seed
+        self.joint = self.add_accumulator("joint")
         if in_features is not None:
-            self.set_feature_map(tuple(in_features))
-
-    def build_feature_map(self, in_features: tuple[int, int]) -> PairedFeatureMap:
-        return PairedFeatureMap(self.kernel, in_features, self.sigmas, self.n_frequencies, self.seed, persistent=False)
-
-    def feature_width(self, in_features: tuple[int, int]) -> int:
-        return sum(self.require_feature_map().out_features)  # type: ignore[union-attr]
-
-    def map_rows(self, rows: Tensor) -> Tensor:
-        return self.require_feature_map().joint(rows)  # type: ignore[operator]
+            self.build(tuple(in_features))
 
     def update(self, emb_a: Tensor, emb_b: Tensor) -> None:
         """Add a batch: ``emb_a`` (N, d_a) and ``emb_b`` (N, d_b), row i of both the same sample.
@@ -102,17 +93,14 @@ class SPECDivergence(SpectralMetric):
         """
         emb_a, emb_b = check_pair(emb_a, emb_b, "SPECDivergence.update")
         widths = (emb_a.shape[1], emb_b.shape[1])
-        if self.feature_map is None:
-            self.set_feature_map(widths)
+        if self.in_features is None:
+            self.build(widths)
         elif widths != self.in_features:
             raise ValueError(f"SPECDivergence.update: widths {widths} differ from the earlier batches' {self.in_features}.")
         self.joint.add(torch.cat([emb_a, emb_b.to(emb_a.dtype)], dim=1))
 
-    def frequency_signature(self) -> Optional[Tensor]:
-        return None if self.feature_map is None else self.feature_map.frequencies()
-
     def _spectrum(self) -> tuple[Tensor, Tensor]:
-        width_a = self.require_feature_map().out_features[0]  # type: ignore[index]
+        width_a = self.feature_map.widths[0]
         return self.cached("spec", lambda: differential_eigh(self.joint.second_moment(), width_a))
 
     def compute(self) -> Tensor:
@@ -166,7 +154,7 @@ class SPECDivergence(SpectralMetric):
 
         def score(pair: tuple[Tensor, Tensor]) -> Tensor:
             emb_a, emb_b = check_pair(*pair, "SPECDivergence.top_samples")
-            return feature_map(emb_a, emb_b).double() @ vectors.to(emb_a.device)  # type: ignore[misc]
+            return feature_map(emb_a, emb_b).double() @ vectors.to(emb_a.device)
 
         return top_samples(batches, score, vectors.shape[1], per_cluster, self.process_group)
 
@@ -181,13 +169,14 @@ class SPECDivergence(SpectralMetric):
         rows labelled with the eigenvalue."""
         batches = list(batches)
         galleries = {}
-        for name, sign in (("a_only", 1), ("b_only", -1)):
-            clusters = self.clusters(k, sign)
-            if clusters.eigenvalues.numel() == 0:
-                continue
-            samples = self.top_samples(batches, k=k, sign=sign, per_cluster=per_mode)
-            labels = [f"{name} {i + 1}: {float(v):+.3f}" for i, v in enumerate(clusters.eigenvalues)]
-            galleries[name] = ModeGallery(samples, labels)
+        with self.synced():
+            for name, sign in (("a_only", 1), ("b_only", -1)):
+                clusters = self.clusters(k, sign)
+                if clusters.eigenvalues.numel() == 0:
+                    continue
+                samples = self.top_samples(batches, k=k, sign=sign, per_cluster=per_mode)
+                labels = [f"{name} {i + 1}: {float(v):+.3f}" for i, v in enumerate(clusters.eigenvalues)]
+                galleries[name] = ModeGallery(samples, labels)
         return galleries
 
     def plot_spectrum(self, ax: Any = None, top: int = 50) -> tuple[Any, Any]:

@@ -1,0 +1,290 @@
+"""The accumulator: the count, feature sum and outer-product sum of one stream of samples under one feature map.
+
+Every method of this library reduces a stream of samples ``x_1 .. x_n`` to the same three float64 sums under one
+feature map ``phi`` (FKEA eq. 2, FINC eq. 4, FastMMD App. A.2, kernel PCA OOD section 3):
+
+    n,   s = sum_i (phi(x_i) - c),   Q = sum_i (phi(x_i) - c)(phi(x_i) - c)^T
+
+with ``c`` an optional shift (zero unless ``centre=True``). From them follow the mean ``mu = c + s / n``, the
+uncentred second moment ``C = Q / n`` (``c = 0``) and the centred covariance ``Q / n - (s / n)(s / n)^T``; a shift
+near the mean keeps the last one exact when the features have a large offset (a float32 product of un-shifted
+features cancels catastrophically).
+
+An :class:`Accumulator` keeps the three sums as ONE flat float64 state of the ``torchmetrics.Metric`` that holds it
+(``[n, s, Q]``, declared with the public ``add_state``), so torchmetrics resets, checkpoints and all-reduces them
+with the metric: one all-reduce per accumulator. Incoming rows wait in a bounded buffer (a list state) until
+``chunk_size`` of them are pending (one large product instead of many small ones), and the buffer is flushed
+whenever the sums are read.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+from torch import Tensor
+from torchmetrics import Metric
+
+from lightning_spectral.features import FeatureMap
+from lightning_spectral.functional.modes import orient
+from lightning_spectral.linalg import DEFAULT_CHUNK_SIZE, add_gram_, psd_eigenvalues, symmetric_eigh
+
+
+class Accumulator:
+    """The sums ``n``, ``s``, ``Q`` of one stream of samples under ``feature_map``, as one float64 state of ``metric``.
+
+    Args:
+        metric: the metric whose states hold the sums (``{name}_sums``) and the pending rows (``{name}_pending``).
+        name: the state's name (``"gen"``, ``"ref"``...).
+        feature_map: ``phi``; its output width fixes the size of the sums once known (:meth:`allocate`). A map with
+            a leading bandwidth dimension (``MultiBandwidthRFF``, output (B, N, D)) gives sums with that dimension.
+        covariance: keep ``Q``; ``False`` keeps the count and the feature sum only (summed by the map's
+            ``feature_sum`` when it has one, without building the features).
+        centre: accumulate around a shift ``c`` (the mean of the first flushed chunk, agreed across ranks before
+            the sums are all-reduced, see :meth:`rebase`).
+        chunk_size: rows mapped and summed at once.
+
+    Examples:
+        >>> import torch
+        >>> from lightning_spectral.metrics import RFFCovariance
+        >>> metric = RFFCovariance(sigma=1.0, n_frequencies=4)
+        >>> metric.update(torch.randn(10, 3))
+        >>> samples = metric.accumulator("samples")
+        >>> int(samples.count), samples.mean().shape, round(float(samples.second_moment().trace()), 6)
+        (10, torch.Size([8]), 1.0)
+    """
+
+    def __init__(
+        self,
+        metric: Metric,
+        name: str,
+        feature_map: FeatureMap,
+        covariance: bool = True,
+        centre: bool = False,
+        chunk_size: int = DEFAULT_CHUNK_SIZE,
+    ) -> None:
+        self.metric, self.name, self.feature_map = metric, name, feature_map
+        self.state_name = f"{name}_sums"
+        self.covariance, self.centre, self.chunk_size = covariance, centre, chunk_size
+        self.bandwidths: Optional[int] = getattr(feature_map, "bandwidths", None)
+        self.width: Optional[int] = None
+        self.shift: Optional[Tensor] = None  # c (B?, D) float64, with `centre` once a chunk was added
+        # Pending rows are a list state, so that metrics sharing states (a MetricCollection's compute group) share
+        # them too; every change below is in place for the same reason.
+        metric.add_state(f"{name}_pending", default=[], persistent=False)
+        # Not persistent in torchmetrics' sense: the metric writes the sums packed, through its extra state.
+        metric.add_state(self.state_name, default=torch.zeros(1, dtype=torch.float64), dist_reduce_fx="sum")
+        if feature_map.out_features is not None:
+            self.allocate(feature_map.out_features)
+
+    # ---- layout ------------------------------------------------------------------------------------------------
+    @property
+    def _lead(self) -> tuple[int, ...]:
+        return () if self.bandwidths is None else (self.bandwidths,)
+
+    def size(self, width: int) -> int:
+        """Entries of the flat state for features of width ``D``: ``1 + B D (1 + D)`` (``1 + B D`` without ``Q``)."""
+        lanes = 1 if self.bandwidths is None else self.bandwidths
+        return 1 + lanes * width * ((1 + width) if self.covariance else 1)
+
+    def allocate(self, width: int) -> None:
+        """Size the sums for features of width ``D`` (zeros; a no-op when they have that size already)."""
+        if self.width == width:
+            return
+        self.width = width
+        device = getattr(self.metric, self.state_name).device
+        self.metric.add_state(
+            self.state_name, default=torch.zeros(self.size(width), dtype=torch.float64, device=device),
+            dist_reduce_fx="sum",
+        )
+
+    @property
+    def state(self) -> Tensor:
+        """The flat float64 state ``[n, s, Q]`` (flushed first)."""
+        self.flush()
+        return getattr(self.metric, self.state_name)
+
+    def _parts(self, flat: Tensor) -> tuple[Tensor, Tensor, Optional[Tensor]]:
+        """Views ``(n (), s (B?, D), Q (B?, D, D) or None)`` into a flat state."""
+        if self.width is None:
+            raise RuntimeError(f"{type(self.metric).__name__}: no feature width yet (no sample was seen).")
+        width, lanes = self.width, 1 if self.bandwidths is None else self.bandwidths
+        sums = flat[1 : 1 + lanes * width].view(*self._lead, width)
+        outer = flat[1 + lanes * width :].view(*self._lead, width, width) if self.covariance else None
+        return flat[0], sums, outer
+
+    # ---- the sums ----------------------------------------------------------------------------------------------
+    @property
+    def _pending(self) -> list[Tensor]:
+        return getattr(self.metric, f"{self.name}_pending")
+
+    @property
+    def pending_rows(self) -> int:
+        """Rows waiting in the buffer."""
+        return sum(rows.shape[0] for rows in self._pending)
+
+    @property
+    def count(self) -> Tensor:
+        """``n``: the samples accumulated (pending rows included), float64 scalar."""
+        return getattr(self.metric, self.state_name)[0] + self.pending_rows
+
+    @property
+    def feature_sum(self) -> Tensor:
+        """``s``, the (shifted) feature sum (B?, D)."""
+        return self._parts(self.state)[1]
+
+    @property
+    def cov_sum(self) -> Tensor:
+        """``Q``, the (shifted) outer-product sum (B?, D, D).
+
+        Raises:
+            RuntimeError: an accumulator without ``Q`` (``covariance=False``).
+        """
+        if not self.covariance:
+            raise RuntimeError(f"{type(self.metric).__name__}: {self.name!r} keeps no covariance.")
+        return self._parts(self.state)[2]  # type: ignore[return-value]
+
+    # ---- accumulation ------------------------------------------------------------------------------------------
+    def add(self, x: Tensor) -> None:
+        """Queue validated samples (N, d); they are mapped and summed once ``chunk_size`` rows are pending."""
+        if x.shape[0] == 0:
+            return
+        self._pending.append(x.detach())
+        if self.pending_rows >= self.chunk_size:
+            self.flush()
+
+    def flush(self) -> None:
+        """Map the pending rows and add them to the sums (done before anything reads the sums)."""
+        if not self._pending:
+            return
+        rows = self._pending[0] if len(self._pending) == 1 else torch.cat(self._pending)
+        self._pending.clear()
+        if self.width is None:  # the metric fixed the map's input width before adding rows
+            self.allocate(self.feature_map.out_features)  # type: ignore[arg-type]
+        count, sums, outer = self._parts(getattr(self.metric, self.state_name))
+        if self.bandwidths is None:  # one lane: the loop below treats every map as (B, N, D)
+            sums, outer = sums[None], None if outer is None else outer[None]
+        with torch.no_grad():
+            for start in range(0, rows.shape[0], self.chunk_size):
+                chunk = rows[start : start + self.chunk_size]
+                count += chunk.shape[0]
+                if not (self.covariance or self.centre) and hasattr(self.feature_map, "feature_sum"):
+                    sums += self.feature_map.feature_sum(chunk)  # a mean-only sum: no (N, D) features (3x faster)
+                    continue
+                phi = self.feature_map(chunk)
+                if self.centre:
+                    if self.shift is None or float(count) == chunk.shape[0]:  # the first chunk after a reset
+                        self.shift = phi.double().mean(-2)
+                    phi = phi - self.shift.to(phi.dtype).unsqueeze(-2)
+                for lane, features in enumerate(phi if self.bandwidths is not None else phi[None]):
+                    sums[lane] += features.sum(0)
+                    if outer is not None:
+                        add_gram_(outer[lane], features)
+
+    def discard(self) -> None:
+        """Drop the pending rows (``reset``)."""
+        self._pending.clear()
+
+    # ---- reading -----------------------------------------------------------------------------------------------
+    def _require(self) -> float:
+        n = float(self.count)
+        if n <= 0:
+            several = len(getattr(self.metric, "accumulators", ())) > 1
+            where = f" on the {self.name!r} side" if several else ""
+            raise RuntimeError(
+                f"{type(self.metric).__name__}.compute(): no samples were accumulated{where} (on any rank). Call "
+                "`update(...)` with at least one sample first, or `reset()` was called since."
+            )
+        return n
+
+    def mean(self) -> Tensor:
+        """``mu = c + s / n`` (B?, D), float64."""
+        n = self._require()
+        mean = self.feature_sum / n
+        return mean + self.shift if self.centre and self.shift is not None else mean
+
+    def second_moment(self) -> Tensor:
+        """The uncentred ``C = (1/n) sum_i phi(x_i) phi(x_i)^T`` (B?, D, D) (``C = Q / n`` for an unshifted side)."""
+        n = self._require()
+        moment = self.cov_sum / n
+        if not self.centre or self.shift is None:
+            return moment
+        mean, shift = self.feature_sum / n, self.shift
+        return moment + _outer(mean, shift) + _outer(shift, mean) + _outer(shift, shift)
+
+    def centred_covariance(self) -> Tensor:
+        """``S = (1/n) sum_i (phi(x_i) - mu)(phi(x_i) - mu)^T = Q / n - (s / n)(s / n)^T`` (B?, D, D)."""
+        n = self._require()
+        mean = self.feature_sum / n
+        return self.cov_sum / n - _outer(mean, mean)
+
+    def eigenvalues(self, precision: str = "float64") -> Tensor:
+        """Eigenvalues of ``C`` (descending, float64, round-off negatives zeroed; see
+        :func:`~lightning_spectral.linalg.psd_eigenvalues`)."""
+        return psd_eigenvalues(self.second_moment(), precision=precision)
+
+    def modes(self) -> tuple[Tensor, Tensor]:
+        """Eigenvalues (descending, float64) and eigenvectors (columns) of ``C``, each vector's sign fixed so that
+        the mode scores sum to >= 0 over this stream's samples (``v . mu >= 0``; FKEA and FINC code)."""
+        values, vectors = symmetric_eigh(self.second_moment())
+        return values, orient(vectors, self.mean())
+
+    # ---- checkpoints and ranks ---------------------------------------------------------------------------------
+    def pack(self, flat: Tensor) -> Tensor:
+        """The compact form of a flat state: ``[n]`` when empty, else ``[n, s, upper triangle of Q]``."""
+        if float(flat[0]) == 0 or self.width is None:
+            return flat[:1].clone()
+        count, sums, outer = self._parts(flat)
+        parts = [count.reshape(1), sums.reshape(-1)]
+        if outer is not None:
+            rows, cols = torch.triu_indices(self.width, self.width, device=flat.device)
+            parts.append(outer[..., rows, cols].reshape(-1))
+        return torch.cat(parts)
+
+    def unpack(self, packed: Tensor) -> Tensor:
+        """The flat state of :meth:`pack`'s output.
+
+        Raises:
+            ValueError: the packed size does not belong to this accumulator's settings.
+        """
+        if packed.numel() == 1:
+            flat = torch.zeros(1 if self.width is None else self.size(self.width), dtype=torch.float64)
+            flat[0] = packed.reshape(())
+            return flat.to(packed.device)
+        width = self.width
+        lanes = 1 if self.bandwidths is None else self.bandwidths
+        triangle = 0 if width is None or not self.covariance else width * (width + 1) // 2
+        expected = None if width is None else 1 + lanes * (width + triangle)
+        if expected != packed.numel():
+            raise ValueError(
+                f"{type(self.metric).__name__}: the checkpoint's {self.name!r} state has {packed.numel()} entries where "
+                f"these settings need {expected}; build the metric with the settings it was saved with."
+            )
+        flat = torch.zeros(self.size(width), dtype=torch.float64, device=packed.device)  # type: ignore[arg-type]
+        count, sums, outer = self._parts(flat)
+        count.copy_(packed[0])
+        sums.copy_(packed[1 : 1 + lanes * width].view_as(sums))  # type: ignore[operator]
+        if outer is not None:
+            rows, cols = torch.triu_indices(width, width, device=flat.device)  # type: ignore[arg-type]
+            upper = packed[1 + lanes * width :].view(*self._lead, -1)  # type: ignore[operator]
+            outer[..., rows, cols] = upper
+            outer[..., cols, rows] = upper
+        return flat
+
+    def rebase(self, shift: Tensor) -> None:
+        """Re-express the sums around another shift ``c'`` (exact algebra; ranks agree on ``c'`` before summing).
+
+        ``s' = s + n (c - c')``, ``Q' = Q + d s^T + s d^T + n d d^T`` with ``d = c - c'``.
+        """
+        if not self.centre:
+            return
+        count, sums, outer = self._parts(self.state)
+        delta = (shift if self.shift is None else self.shift) - shift
+        if outer is not None:
+            outer += _outer(delta, sums) + _outer(sums, delta) + count * _outer(delta, delta)
+        sums += count * delta
+        self.shift = shift.clone()
+
+
+def _outer(a: Tensor, b: Tensor) -> Tensor:
+    return a.unsqueeze(-1) * b.unsqueeze(-2)

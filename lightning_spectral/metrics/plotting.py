@@ -1,0 +1,79 @@
+"""A metric's pictures: its value (torchmetrics' ``plot``) and the spectrum or values behind it.
+
+matplotlib is imported inside, when a plot is made (``import lightning_spectral.metrics`` stays light).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from lightning_spectral._checks import check_positive_int
+
+
+def plot_value(metric: Any, value: Any, ax: Any = None) -> tuple[Any, Any]:
+    """torchmetrics' ``plot`` of a metric: one value or a list of values over steps (one line per value).
+
+    Scalars, per-bandwidth vectors and dicts of orders go through torchmetrics' ``plot_single_or_multi_val``; a
+    value that is a matrix (``RFFCovariance``) is drawn as its eigen-spectrum (a list of matrices: one spectrum per
+    step).
+
+    Returns:
+        ``(figure, axis)``.
+
+    Examples:
+        >>> import torch
+        >>> from lightning_spectral.metrics import FKEAVendi
+        >>> metric = FKEAVendi(sigma=1.0, n_frequencies=64)
+        >>> values = []
+        >>> for step in range(3):
+        ...     metric.update(torch.randn(50, 2, generator=torch.Generator().manual_seed(step)) * (step + 1))
+        ...     values.append(metric.compute())
+        >>> figure, axis = metric.plot(values)        # Vendi over three steps
+        >>> len(axis.lines[0].get_xdata())
+        3
+    """
+    steps = list(value) if isinstance(value, (list, tuple)) else [value]
+    if steps and all(isinstance(v, Tensor) and v.ndim == 2 and v.shape[0] == v.shape[1] for v in steps):
+        from lightning_spectral.linalg import psd_eigenvalues
+        from lightning_spectral.viz import plot_spectra, plot_spectrum
+
+        spectra = [psd_eigenvalues(v.double()) for v in steps]
+        name = type(metric).__name__
+        if isinstance(value, (list, tuple)):
+            figure = plot_spectra(spectra, title=f"{name}: eigen-spectrum over steps", ax=ax)
+        else:
+            figure = plot_spectrum(spectra[0], title=f"{name}: eigen-spectrum", ax=ax)
+        return figure, figure.axes[0] if ax is None else ax
+    from torchmetrics.utilities.plot import plot_single_or_multi_val
+
+    return plot_single_or_multi_val(
+        value,
+        ax=ax,
+        higher_is_better=metric.higher_is_better,
+        name=type(metric).__name__,
+        lower_bound=metric.plot_lower_bound,
+        upper_bound=metric.plot_upper_bound,
+        legend_name=metric.plot_legend_name,
+    )
+
+
+def plot_summary(metric: Any, ax: Any = None, top: int = 50) -> tuple[Any, Any]:
+    """One bar panel per value of ``metric.summary()``, a bar per component (FastMMD: MMD^2 and the p-value per
+    bandwidth, with the 5 % level dashed). A collective under DDP (``summary`` syncs, once).
+
+    Returns:
+        ``(figure, axis)``, or ``(figure, [axes])`` for several panels.
+    """
+    from lightning_spectral.viz import plot_values
+
+    check_positive_int(top, "top")
+    values = {
+        key: torch.stack([torch.as_tensor(v) for v in value.values()]) if isinstance(value, dict) else value
+        for key, value in metric.summary().items()
+    }
+    figure = plot_values(values, title=type(metric).__name__, lines={"p_value": 0.05}, ax=ax)
+    axes = list(figure.axes) if ax is None else ax
+    return figure, axes[0] if isinstance(axes, list) and len(axes) == 1 else axes
