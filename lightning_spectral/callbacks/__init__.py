@@ -9,7 +9,9 @@ sharding, gathering, logging), and obtain embeddings through
 from lightning_spectral.callbacks.base import EmbeddingCallback, shard_loader
 from lightning_spectral.callbacks.embedding_metrics import EmbeddingMetrics
 from lightning_spectral.callbacks.embeddings import EmbeddingSource, ReferenceEmbedding
-from lightning_spectral.callbacks.generated import GeneratedSamples, ModeImages, draw_samples, sample_chunks
+from lightning_spectral.callbacks.galleries import ModeImages
+from lightning_spectral.callbacks.generated import GeneratedSamples
+from lightning_spectral.callbacks.sampling import draw_samples, sample_chunks
 from lightning_spectral.callbacks.kpca_monitor import KPCAOODMonitor, OODDriftWarning
 from lightning_spectral.callbacks.spec_align import SPECAlign
 

@@ -7,16 +7,21 @@
   capture, and :meth:`~EmbeddingCallback.batch_embedding` returns what the step computed (or embeds the batch);
 - extra loaders (a reference set, OOD sets, a fit set): :meth:`~EmbeddingCallback.embed_loader` streams this
   rank's share, sharded by sample through Lightning's ``UnrepeatedDistributedSampler`` (no sample repeated);
-- gathering rows from all ranks and logging values that are already global;
+- the ranks, through the Lightning strategy: :meth:`~EmbeddingCallback.gather` (rows of every rank) and
+  :meth:`~EmbeddingCallback.any_rank` (a decision every rank takes alike);
+- the report of a metric at an epoch's end (:meth:`~EmbeddingCallback.report`): one sync, every value of its
+  ``summary()`` logged, its galleries and spectrum drawn, then ``reset()``;
 - arguments that name a datamodule attribute (``"train_dataloader_for_eval"``, ``"image_of"``), resolved at
   ``setup``.
 """
 
 from __future__ import annotations
 
+import math
+import time
 from collections.abc import Iterable, Iterator, Mapping
-from contextlib import contextmanager
-from typing import Any, Optional, Union
+from contextlib import contextmanager, nullcontext
+from typing import TYPE_CHECKING, Any, Optional, Union
 
 import lightning as L
 import torch
@@ -25,10 +30,60 @@ from lightning.pytorch.overrides.distributed import UnrepeatedDistributedSampler
 from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor
 from torch.utils.data import DataLoader, IterableDataset
+from torchmetrics import Metric
 from typing_extensions import override
 
 from lightning_spectral.callbacks.embeddings import BatchSelector, EmbeddingFn, EmbeddingSource, to_device
-from lightning_spectral.distributed import all_gather_rows
+
+if TYPE_CHECKING:  # pragma: no cover
+    from lightning_spectral.callbacks.galleries import GalleryImages
+
+
+def flatten_values(name: str, value: Any) -> dict[str, float]:
+    """``{name: float}`` pairs of a computed value: a dict becomes ``name/key``, a vector ``name/i``.
+
+    Orders given as whole floats (``1.0``, as a config file parses them) are named as integers (``name/1``).
+
+    Examples:
+        >>> import torch
+        >>> flatten_values("vendi", {1.0: torch.tensor(3.0), "inf": torch.tensor(2.0)})
+        {'vendi/1': 3.0, 'vendi/inf': 2.0}
+    """
+    if isinstance(value, Mapping):
+        out: dict[str, float] = {}
+        for key, item in value.items():
+            key = int(key) if isinstance(key, float) and key.is_integer() else key
+            out.update(flatten_values(f"{name}/{key}", item))
+        return out
+    if isinstance(value, Tensor) and value.numel() > 1:
+        out = {}
+        for index, item in enumerate(value.flatten()):
+            out.update(flatten_values(f"{name}/{index}", item))
+        return out
+    return {name: float(value)}
+
+
+def gather_rows(trainer: L.Trainer, rows: Tensor, sync_grads: bool = False) -> Tensor:
+    """All ranks' rows (N_rank, ...) concatenated in rank order, through the trainer's strategy (ranks may hold
+    different N, even 0); the rows themselves in one process. With ``sync_grads`` each rank's slice sends its
+    gradient back to it (the strategy's differentiable all-gather)."""
+    if trainer.world_size == 1:
+        return rows
+    strategy, device = trainer.strategy, trainer.strategy.root_device  # NCCL gathers only the device's tensors
+    counts = strategy.all_gather(torch.tensor([rows.shape[0]], device=device)).flatten().tolist()
+    padded = rows.to(device)
+    if rows.shape[0] < max(counts):
+        padded = torch.cat([padded, padded.new_zeros(max(counts) - rows.shape[0], *rows.shape[1:])])
+    parts = strategy.all_gather(padded.contiguous(), sync_grads=sync_grads)  # (world, max N, ...)
+    return torch.cat([part[:count] for part, count in zip(parts, counts)]).to(rows.device)
+
+
+def has_samples(trainer: L.Trainer, metric: Metric) -> bool:
+    """Whether a metric accumulated anything on any rank (every rank gets the same answer; a collective). Inside
+    ``metric.synced()`` a :class:`~lightning_spectral.metrics.SpectralMetric` reads its synced counts."""
+    if hasattr(metric, "sample_count"):
+        return metric.sample_count() > 0
+    return EmbeddingCallback.any_rank(trainer, metric.update_count > 0)
 
 
 def shard_loader(loader: Iterable, rank: int, world_size: int) -> Iterable:
@@ -91,6 +146,7 @@ class EmbeddingCallback(Callback):
         self.owner = owner or type(self).__name__
         self.source = None if embedding is None else EmbeddingSource(embedding, batch_input, owner=self.owner)
         self._warned: set[str] = set()
+        self.last_galleries: dict[str, Any] = {}  # "{metric}/{gallery}": ModeImages of the last report
 
     def _identity(self) -> str:
         """A label of the embedding for ``state_key``."""
@@ -141,9 +197,14 @@ class EmbeddingCallback(Callback):
 
     # ---- across ranks, logging, arguments ----------------------------------------------------------------------
     @staticmethod
-    def gather(rows: Tensor) -> Tensor:
-        """All ranks' rows (N_rank, ...) concatenated in rank order (the rows themselves outside DDP)."""
-        return all_gather_rows(rows)
+    def gather(trainer: L.Trainer, rows: Tensor, sync_grads: bool = False) -> Tensor:
+        """All ranks' rows concatenated in rank order (:func:`gather_rows`)."""
+        return gather_rows(trainer, rows, sync_grads)
+
+    @staticmethod
+    def any_rank(trainer: L.Trainer, decision: bool) -> bool:
+        """``decision`` of any rank, the same on every rank (through the strategy)."""
+        return bool(trainer.strategy.reduce_boolean_decision(bool(decision), all=False))
 
     def log_values(self, pl_module: L.LightningModule, values: Mapping[str, float], prefix: str = "") -> None:
         """Log values that are already global (computed from all-reduced sums or gathered rows): no further sync."""
@@ -173,3 +234,80 @@ class EmbeddingCallback(Callback):
         if key not in self._warned:
             self._warned.add(key)
             rank_zero_warn(message, category=category or UserWarning)
+
+    def report(
+        self,
+        trainer: L.Trainer,
+        pl_module: L.LightningModule,
+        name: str,
+        metric: Metric,
+        prefix: str,
+        gallery: Optional["GalleryImages"] = None,
+        spectrum: bool = False,
+        timings: Optional[dict[str, float]] = None,
+    ) -> dict[str, float]:
+        """Log every value of a metric's ``summary()`` as ``{prefix}{name}`` / ``{prefix}{name}_{key}``, build its
+        galleries (with ``gallery``, which knows the images behind the ids; kept in :attr:`last_galleries`) and log
+        them with its spectrum figure (``spectrum``) when the logger takes pictures, then ``reset()`` the metric.
+
+        One sync: every read comes from the same all-reduced sums
+        (:meth:`~lightning_spectral.metrics.SpectralMetric.synced`). A plain torchmetrics metric logs
+        ``compute()``. ``timings`` (a dict) gains the seconds spent on the values (``"compute"``) and on the
+        pictures (``"pictures"``). Returns the values logged (empty when no rank saw a sample). A collective under
+        DDP.
+        """
+        values: dict[str, float] = {}
+        timings = {} if timings is None else timings
+        start = time.perf_counter()
+        with metric.synced() if hasattr(metric, "synced") else nullcontext():
+            if has_samples(trainer, metric):
+                summary = metric.summary() if hasattr(metric, "summary") else {"": metric.compute()}
+                for key, value in summary.items():
+                    values.update(flatten_values(name if key == "" else f"{name}_{key}", value))
+                # Values are global already (the metrics all-reduce their sums): no further sync.
+                self.log_values(pl_module, {k: v for k, v in values.items() if math.isfinite(v)}, prefix)
+                drawn = time.perf_counter()
+                timings["compute"] = timings.get("compute", 0.0) + drawn - start
+                pictures = self.can_log_pictures(trainer)
+                if gallery is not None and hasattr(metric, "galleries"):
+                    self._galleries(trainer, name, f"{prefix}{name}", metric, gallery, pictures)
+                if spectrum and pictures and hasattr(metric, "plot_spectrum"):
+                    from lightning_spectral.viz import log_figure
+
+                    log_figure(trainer, f"{prefix}{name}/spectrum", metric.plot_spectrum()[0])  # every rank draws
+                timings["pictures"] = timings.get("pictures", 0.0) + time.perf_counter() - drawn
+        metric.reset()
+        return values
+
+    @staticmethod
+    def can_log_pictures(trainer: L.Trainer) -> bool:
+        """Whether the trainer's logger takes images and figures (a TensorBoard experiment)."""
+        experiment = getattr(trainer.logger, "experiment", None)
+        return hasattr(experiment, "add_image") and hasattr(experiment, "add_figure")
+
+    def _galleries(
+        self, trainer: L.Trainer, name: str, tag: str, metric: Metric, gallery: "GalleryImages", log: bool
+    ) -> None:
+        """The metric's galleries from a second pass over ``gallery``'s batches, their images, and the grids."""
+        from lightning_spectral.callbacks.galleries import ModeImages, for_display
+        from lightning_spectral.viz import log_image, mode_gallery
+
+        found = metric.galleries(  # type: ignore[operator]
+            gallery.batches("samples"), gallery.modes, gallery.per_mode, reference_batches=gallery.batches("reference")
+        )
+        for gallery_name, rows in found.items():
+            shown = [(ids, label) for (ids, _), label in zip(rows.samples, rows.labels) if len(ids)]
+            ids = torch.cat([ids for ids, _ in shown]) if shown else torch.zeros(0, dtype=torch.long)
+            images, classes = gallery.images(trainer, rows.source, ids)  # a collective: every rank asks
+            record, positions, start = ModeImages([], [], []), [], 0
+            for row_ids, label in shown:
+                span = torch.arange(start, start + len(row_ids))  # the row's images in `images`
+                start += len(row_ids)
+                positions.append((span, torch.zeros(len(span))))
+                record.labels.append(label)
+                record.images.append(images[span])
+                record.classes.append(None if classes is None else classes[span])
+            self.last_galleries[f"{name}/{gallery_name}"] = record
+            if shown and log:
+                grid = mode_gallery(positions, for_display(images), labels=record.labels)
+                log_image(trainer, f"{tag}/{gallery_name}", grid)

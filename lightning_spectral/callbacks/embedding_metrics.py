@@ -8,7 +8,6 @@ DDP), ``log``, optional mode galleries to TensorBoard, and ``reset()``.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping
 from typing import Any, Callable, Optional, Union
 
@@ -22,34 +21,12 @@ from typing_extensions import override
 from lightning_spectral._checks import check_positive_int
 from lightning_spectral.callbacks.base import EmbeddingCallback, outside_inference_mode
 from lightning_spectral.callbacks.embeddings import BatchSelector, EmbeddingFn, ReferenceEmbedding, select
-from lightning_spectral.distributed import all_reduce_max
+from lightning_spectral.callbacks.galleries import IndexedImages
 
 
 def metric_inputs(metric: Metric) -> str:
     """How a metric's ``update`` is called: ``"one"`` (any torchmetrics metric), ``"two"`` or ``"paired"``."""
     return getattr(metric, "inputs", "one")
-
-
-def metric_has_samples(metric: Metric) -> bool:
-    """Whether a metric accumulated anything on any rank (every rank gets the same answer; a collective)."""
-    if hasattr(metric, "sample_count"):
-        return metric.sample_count() > 0
-    return all_reduce_max(float(metric.update_count)) > 0
-
-
-def flatten_values(name: str, value: Any) -> dict[str, float]:
-    """``{name: float}`` pairs of a computed value: a dict becomes ``name/key``, a vector ``name/i``."""
-    if isinstance(value, Mapping):
-        out: dict[str, float] = {}
-        for key, item in value.items():
-            out.update(flatten_values(f"{name}/{key}", item))
-        return out
-    if isinstance(value, Tensor) and value.numel() > 1:
-        out = {}
-        for index, item in enumerate(value.flatten()):
-            out.update(flatten_values(f"{name}/{index}", item))
-        return out
-    return {name: float(value)}
 
 
 class EmbeddingMetrics(EmbeddingCallback):
@@ -164,10 +141,10 @@ class EmbeddingMetrics(EmbeddingCallback):
         self.dataloader_idx = dataloader_idx
         self.log_prefix = log_prefix
         self._reference_loader: Optional[Iterable] = None  # resolved at setup (a name needs the datamodule)
-        self._images: Any = None
+        self._lookup: Any = None  # `images`, resolved at setup (a name needs the datamodule)
+        self._gallery: Optional[IndexedImages] = None  # this epoch's kept samples
         self.reference_accumulated = False
         self.last_values: dict[str, float] = {}
-        self._kept: list[tuple[Tensor, Optional[Tensor], Tensor]] = []
 
     @property
     def state_key(self) -> str:
@@ -182,7 +159,7 @@ class EmbeddingMetrics(EmbeddingCallback):
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         super().setup(trainer, pl_module, stage)
         self._reference_loader = self.resolve(trainer, self.reference_dataloader, "reference_dataloader", call=True)
-        self._images = self.resolve(trainer, self.images, "images")
+        self._lookup = self.resolve(trainer, self.images, "images")
         for metric in self.metrics.values():
             metric.to(pl_module.device)
         if self.spec_reference is not None:
@@ -190,7 +167,9 @@ class EmbeddingMetrics(EmbeddingCallback):
 
     @override
     def on_validation_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._kept = []
+        self._gallery = None if self.images is None else IndexedImages(
+            self._lookup, self.gallery_modes, self.gallery_per_mode
+        )
         two_sample = self._with("two")
         if trainer.sanity_checking or not two_sample:
             return
@@ -231,42 +210,17 @@ class EmbeddingMetrics(EmbeddingCallback):
                     metric.update(z, reference)
                 else:
                     metric.update(z)
-        if self._images is not None and sum(len(kept[0]) for kept in self._kept) < self.max_gallery_samples:
-            ids = torch.as_tensor(select(batch, self.index, "index")).long().flatten().cpu()
-            self._kept.append((z.cpu(), None if reference is None else reference.cpu(), ids))
+        if self._gallery is not None and self._gallery.rows < self.max_gallery_samples:
+            self._gallery.keep(z, reference, torch.as_tensor(select(batch, self.index, "index")).long().flatten())
 
     @override
     def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if trainer.sanity_checking:
             return
         for name, metric in self.metrics.items():
-            if not metric_has_samples(metric):  # e.g. the measured dataloader did not run this epoch
-                continue
-            summary = metric.summary() if hasattr(metric, "summary") else {"": metric.compute()}
-            values: dict[str, float] = {}
-            for key, value in summary.items():
-                values.update(flatten_values(name if key == "" else f"{name}_{key}", value))
-            self.last_values.update(values)
-            # Values are global already (the metrics all-reduce their sums): no further sync.
-            self.log_values(pl_module, {key: v for key, v in values.items() if math.isfinite(v)}, self.log_prefix)
-            if self._images is not None and hasattr(metric, "galleries"):
-                self._log_galleries(trainer, name, metric)
-            metric.reset()
-        self._kept = []
-
-    def _log_galleries(self, trainer: L.Trainer, name: str, metric: Metric) -> None:
-        from lightning_spectral.viz import log_image, mode_gallery
-
-        paired = metric_inputs(metric) == "paired"
-        batches = [(((z, ref) if paired else z), ids) for z, ref, ids in self._kept]
-        galleries = metric.galleries(batches, self.gallery_modes, self.gallery_per_mode)  # type: ignore[operator]
-        can_log = trainer.logger is not None and hasattr(trainer.logger.experiment, "add_image")
-        for gallery_name, gallery in galleries.items():
-            rows = [(ids, scores) for ids, scores in gallery.samples if len(ids)]
-            labels = [label for (ids, _), label in zip(gallery.samples, gallery.labels) if len(ids)]
-            if rows and can_log:
-                tag = f"{self.log_prefix}{name}/{gallery_name}"
-                log_image(trainer, tag, mode_gallery(rows, self._images, labels=labels))
+            gallery = None if self._gallery is None else self._gallery.view(metric_inputs(metric) == "paired")
+            self.last_values.update(self.report(trainer, pl_module, name, metric, self.log_prefix, gallery))
+        self._gallery = None
 
     # ------------------------------------------------------------------ resume
 

@@ -1,8 +1,10 @@
 """GeneratedSamples: measure a generative model's samples during training, and name the modes it drops or invents.
 
 Every validation epoch (or every ``every_n_epochs``) the callback draws a fixed, seeded set of samples from the
-module, embeds them with one frozen feature extractor, feeds them to the metrics by their ``inputs`` protocol and
-logs every value of their ``summary()``:
+module (:mod:`~lightning_spectral.callbacks.sampling`: sharded over DDP ranks, the same union for any world size),
+embeds them with one frozen feature extractor, feeds them to the metrics by their ``inputs`` protocol and reports
+each metric (:meth:`~lightning_spectral.callbacks.base.EmbeddingCallback.report`: every value of its ``summary()``,
+its galleries and spectrum, one sync):
 
 - ``"one"`` metrics (``FKEAVendi`` with ``alpha=[1, 2]``: Vendi and RKE) take the generated embeddings;
 - ``"two"`` metrics take them as the generated side (``real=False``) and a reference named per metric in
@@ -10,16 +12,13 @@ logs every value of their ``summary()``:
   held-out data (its p-value). A reference is embedded when the metric holds none: once per run for metrics built
   with ``reset_real_features=False`` (the sums are cached across epochs and checkpointed), every epoch otherwise.
 
-Sampling is sharded over DDP ranks so that the union of the samples is the same for any world size: the
-``n_samples`` are cut into chunks of ``sample_batch_size``, chunk ``c`` is drawn with a generator seeded
-``seed + c`` by rank ``c % world_size``. The draws are the same every epoch: epoch-to-epoch changes are the model's.
-
 The callback runs at the end of validation epochs: the module needs a validation loop (``limit_val_batches > 0``).
 Pictures (with a TensorBoard logger): each metric's ``galleries`` (FINC: *generated* images of the significant novel
 modes, *real* images of the significant missing modes; FKEA: generated images of the top modes), a label per row,
 and its ``plot_spectrum`` figure (FINC: both spectra with their significance thresholds). Galleries are built from
-kept images, at most ``max_gallery_images`` in all (each rank keeps its share): the first generated samples of the
-epoch, and the first samples of each reference, streamed again once per run when a gallery needs them.
+kept images (:class:`~lightning_spectral.callbacks.galleries.KeptImages`), at most ``max_gallery_images`` per stream
+(each rank keeps its share): the first generated samples of the epoch, and the first samples of each reference,
+streamed again once per run when a gallery needs them.
 """
 
 from __future__ import annotations
@@ -27,7 +26,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Any, Callable, NamedTuple, Optional, Union
+from typing import Any, Optional, Union
 
 import lightning as L
 import torch
@@ -38,76 +37,11 @@ from typing_extensions import override
 
 from lightning_spectral._checks import check_bool, check_nonnegative_int, check_positive_int, check_seed
 from lightning_spectral.callbacks.base import EmbeddingCallback, outside_inference_mode, shard_loader
-from lightning_spectral.callbacks.embedding_metrics import flatten_values, metric_has_samples, metric_inputs
+from lightning_spectral.callbacks.embedding_metrics import metric_inputs
 from lightning_spectral.callbacks.embeddings import BatchSelector, select, to_device
-from lightning_spectral.distributed import all_reduce_sum, collective_device, distributed_available
+from lightning_spectral.callbacks.galleries import KeptImages
+from lightning_spectral.callbacks.sampling import SampleFn, draw_samples
 from lightning_spectral.metrics.feature import FrozenFeature
-
-SampleFn = Callable[["L.LightningModule", int, torch.Generator], Tensor]
-
-
-class ModeImages(NamedTuple):
-    """One gallery as images: per row (mode) its label, its images (n, C, H, W) best first, and their classes
-    (reference images with ``label_key``; ``None`` for generated images, which have no label)."""
-
-    labels: list[str]
-    images: list[Tensor]
-    classes: list[Optional[Tensor]]
-
-
-def sample_chunks(n_samples: int, chunk_size: int, rank: int = 0, world_size: int = 1) -> list[tuple[int, int, int]]:
-    """The chunks ``(index c, first sample, size)`` rank ``rank`` draws: ``c = rank, rank + W, ...``.
-
-    Examples:
-        >>> sample_chunks(10, 4, rank=0, world_size=2), sample_chunks(10, 4, rank=1, world_size=2)
-        ([(0, 0, 4), (2, 8, 2)], [(1, 4, 4)])
-    """
-    count = math.ceil(n_samples / chunk_size)
-    return [(c, c * chunk_size, min(chunk_size, n_samples - c * chunk_size)) for c in range(rank, count, world_size)]
-
-
-def draw_samples(
-    sampler: SampleFn,
-    pl_module: Any,
-    n_samples: int,
-    chunk_size: int,
-    seed: int,
-    rank: int = 0,
-    world_size: int = 1,
-) -> Iterator[tuple[Tensor, Tensor]]:
-    """``(global sample ids (n,), images (n, ...))`` of this rank's chunks, chunk ``c`` drawn from a CPU generator
-    seeded ``seed + c``: the union over ranks is the same for any world size.
-
-    Raises:
-        ValueError: the sampler does not return one tensor of ``n`` images for ``n`` asked.
-    """
-    for chunk, start, size in sample_chunks(n_samples, chunk_size, rank, world_size):
-        images = sampler(pl_module, size, torch.Generator().manual_seed(seed + chunk))
-        if not isinstance(images, Tensor) or images.ndim < 2 or images.shape[0] != size:
-            shape = tuple(images.shape) if isinstance(images, Tensor) else type(images).__name__
-            raise ValueError(
-                f"GeneratedSamples: `sample` must return a tensor of {size} images (N, C, H, W) when asked for "
-                f"{size}, got {shape}."
-            )
-        yield torch.arange(start, start + size), images
-
-
-class LazyBatches:
-    """A re-iterable view of ``fn()``'s batches: nothing runs until it is iterated (a gallery that needs no reference
-    images never streams the reference)."""
-
-    def __init__(self, fn: Callable[[], Iterable[Any]]) -> None:
-        self.fn = fn
-
-    def __iter__(self) -> Iterator[Any]:
-        return iter(self.fn())
-
-
-def for_display(images: Tensor, min_side: int = 48) -> Tensor:
-    """Images (N, C, H, W) enlarged by a whole factor (nearest neighbour) until their shorter side is ``min_side``
-    or more: 8x8 digits become readable in a gallery, and each row is tall enough for its label."""
-    factor = math.ceil(min_side / max(min(images.shape[-2:]), 1))
-    return images if factor <= 1 else torch.nn.functional.interpolate(images, scale_factor=factor, mode="nearest")
 
 
 class GeneratedSamples(EmbeddingCallback):
@@ -118,8 +52,8 @@ class GeneratedSamples(EmbeddingCallback):
     ``_novel_modes`` / ``_missing_modes`` counts, FastMMD's ``_p_value``). Images ``gen/{name}/{gallery}`` and
     figures ``gen/{name}/spectrum`` with a TensorBoard logger. :attr:`history` keeps every epoch's values,
     :attr:`last_galleries` the last galleries as images (with the classes of reference images), and
-    :attr:`last_timings` the seconds spent sampling, embedding, in the metrics' updates and
-    ``summary()``, on the references (embedded and added, when a metric holds none) and on pictures.
+    :attr:`last_timings` the seconds spent sampling, embedding, in the metrics' updates, reporting them (their
+    ``summary()``, galleries and pictures) and on the references (embedded and added, when a metric holds none).
 
     Args:
         metrics: ``{name: metric}`` taking embeddings (build them without ``feature=``: the callback embeds once).
@@ -238,12 +172,10 @@ class GeneratedSamples(EmbeddingCallback):
         self.log_prefix = log_prefix
         self.history: dict[int, dict[str, float]] = {}
         self.last_values: dict[str, float] = {}
-        self.last_galleries: dict[str, ModeImages] = {}
         self.last_timings: dict[str, float] = {}
         self.reference_passes = 0  # how often a reference loader was embedded into the metrics (not checkpointed)
         self._loaders: dict[str, Iterable] = {}
-        self._kept: list[tuple[Tensor, Tensor, Tensor]] = []  # generated (embeddings, ids, images), this epoch
-        self._pools: dict[str, list[tuple[Tensor, Tensor, Optional[Tensor]]]] = {}  # (z, images, labels) per reference
+        self._kept: Optional[KeptImages] = None  # generated images, and each reference's share (during a fit)
 
     @property
     def state_key(self) -> str:
@@ -262,7 +194,7 @@ class GeneratedSamples(EmbeddingCallback):
             name: self.resolve(trainer, value, f"references[{name!r}]", call=True)
             for name, value in self.references.items()
         }
-        self._pools = {}
+        self._kept = None  # built at the first measured epoch, inside the process that measures
         for metric in self.metrics.values():
             metric.to(pl_module.device)
         self.feature.to(pl_module.device)
@@ -283,14 +215,30 @@ class GeneratedSamples(EmbeddingCallback):
         if not self.due(trainer):
             return
         self.last_timings = dict.fromkeys(("sample", "embed", "update", "compute", "reference", "pictures"), 0.0)
+        self.last_galleries = {}
+        if self._kept is None:
+            self._kept = KeptImages(self.gallery_modes, self.gallery_per_mode)
+            for name in self._loaders:  # each reference's share of images, streamed when a gallery first needs it
+                self._kept.load_with(name, lambda name=name: self._reference_images(trainer, pl_module, name))
         with outside_inference_mode():
             start = time.perf_counter()
             self._feed_references(trainer, pl_module)
             self.last_timings["reference"] = time.perf_counter() - start
             self._feed_samples(trainer, pl_module)
-            values = self._report(trainer, pl_module)
+            values: dict[str, float] = {}
+            for name, metric in self.metrics.items():
+                gallery = self._kept.view(name if name in self._loaders else None) if name in self.galleries else None
+                values.update(
+                    self.report(trainer, pl_module, name, metric, self.log_prefix, gallery, True, self.last_timings)
+                )
+        self.last_values = values
         self.history[trainer.current_epoch] = values
-        self._kept = []
+        self._kept.clear("samples")
+
+    @override
+    def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        super().teardown(trainer, pl_module, stage)
+        self._kept = None  # the kept images and the loaders that hold the trainer go with the run
 
     # ---- feeding -----------------------------------------------------------------------------------------------
     def _sampler(self, pl_module: L.LightningModule, n: int, generator: torch.Generator) -> Tensor:
@@ -308,6 +256,18 @@ class GeneratedSamples(EmbeddingCallback):
             images = to_device(select(batch, self.image_key, "image_key"), pl_module.device)
             labels = None if self.label_key is None else torch.as_tensor(select(batch, self.label_key, "label_key"))
             yield self.feature(images, f"references[{name!r}] images"), images, labels
+
+    def _reference_images(self, trainer: L.Trainer, pl_module: L.LightningModule, name: str) -> Iterator[Any]:
+        """``(embeddings, global ids, images, labels)`` of the first reference images this rank keeps for galleries:
+        rank ``r``'s ``k``-th image has the global id ``k * world_size + r``."""
+        share, kept = self._share(trainer), 0
+        for z, images, labels in self._reference_batches(trainer, pl_module, name) if share else ():
+            keep = min(share - kept, z.shape[0])
+            ids = (torch.arange(kept, kept + keep) * trainer.world_size + trainer.global_rank)
+            yield z[:keep], ids, images[:keep], None if labels is None else labels[:keep]
+            kept += keep
+            if kept >= share:
+                break
 
     def _feed_references(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         """Embed each reference into the metrics that hold none (a collective: every rank asks every metric); metrics
@@ -349,121 +309,10 @@ class GeneratedSamples(EmbeddingCallback):
             self.last_timings["sample"] += sampled - start
             self.last_timings["embed"] += embedded - sampled
             self.last_timings["update"] += time.perf_counter() - embedded
-            if kept < share:
+            if kept < share and self._kept is not None:
                 keep = min(share - kept, len(ids))
-                self._kept.append((z[:keep].cpu(), ids[:keep], images[:keep].detach().cpu()))
+                self._kept.keep("samples", z[:keep], ids[:keep], images[:keep])
                 kept += keep
-
-    # ---- values and pictures -----------------------------------------------------------------------------------
-    def _report(self, trainer: L.Trainer, pl_module: L.LightningModule) -> dict[str, float]:
-        logger = trainer.logger
-        experiment = getattr(logger, "experiment", None)
-        can_log = hasattr(experiment, "add_image") and hasattr(experiment, "add_figure")
-        values: dict[str, float] = {}
-        self.last_galleries = {}
-        for name, metric in self.metrics.items():
-            if not metric_has_samples(metric):
-                continue
-            start = time.perf_counter()
-            summary = metric.summary() if hasattr(metric, "summary") else {"": metric.compute()}
-            found: dict[str, float] = {}
-            for key, value in summary.items():
-                if isinstance(value, Mapping):  # orders 1.0 (as a config file parses them) are logged as /1
-                    value = {int(k) if isinstance(k, float) and k.is_integer() else k: v for k, v in value.items()}
-                found.update(flatten_values(name if key == "" else f"{name}_{key}", value))
-            self.last_timings["compute"] += time.perf_counter() - start
-            # Values are global already (the metrics all-reduce their sums): no further sync.
-            self.log_values(pl_module, {key: v for key, v in found.items() if math.isfinite(v)}, self.log_prefix)
-            values.update(found)
-            start = time.perf_counter()
-            if name in self.galleries and hasattr(metric, "galleries"):
-                self._galleries(trainer, name, metric, can_log)
-            if can_log and hasattr(metric, "plot_spectrum"):
-                from lightning_spectral.viz import log_figure
-
-                figure = metric.plot_spectrum()[0]  # a collective: every rank draws, rank 0 logs
-                log_figure(trainer, f"{self.log_prefix}{name}/spectrum", figure)
-            self.last_timings["pictures"] += time.perf_counter() - start
-            metric.reset()
-        self.last_values = values
-        return values
-
-    def _pool(self, trainer: L.Trainer, pl_module: L.LightningModule, name: str) -> list[tuple[Tensor, Tensor]]:
-        """``(embeddings, encoded ids)`` of the kept images of reference ``name`` (streamed once per run, on first
-        use)."""
-        if name not in self._pools:
-            pool, share, kept = [], self._share(trainer), 0
-            for z, images, labels in self._reference_batches(trainer, pl_module, name) if share else ():
-                keep = min(share - kept, z.shape[0])
-                pool.append((z[:keep].cpu(), images[:keep].detach().cpu(), None if labels is None else labels[:keep]))
-                kept += keep
-                if kept >= share:
-                    break
-            self._pools[name] = pool
-        world, rank, position, batches = trainer.world_size, trainer.global_rank, 0, []
-        for z, _, _ in self._pools[name]:
-            local = torch.arange(position, position + z.shape[0])
-            position += z.shape[0]
-            batches.append((z, 2 * (local * world + rank) + 1))  # odd ids: reference images, owner rank inside
-        return batches
-
-    def _galleries(self, trainer: L.Trainer, name: str, metric: Metric, can_log: bool) -> None:
-        pl_module = trainer.lightning_module
-        generated = [(z, 2 * ids) for z, ids, _ in self._kept]
-        reference = LazyBatches(lambda: self._pool(trainer, pl_module, name)) if name in self._loaders else None
-        galleries = metric.galleries(  # type: ignore[operator]
-            generated, self.gallery_modes, self.gallery_per_mode, reference_batches=reference
-        )
-        for gallery_name, gallery in galleries.items():
-            rows = [ids for ids, _ in gallery.samples]
-            images, classes = self._fetch(trainer, torch.cat(rows) if rows else torch.zeros(0, dtype=torch.long), name)
-            record = ModeImages([], [], [])
-            offset, shown = 0, []
-            for ids, label in zip(rows, gallery.labels):
-                span = slice(offset, offset + len(ids))
-                offset += len(ids)
-                if not len(ids):
-                    continue
-                real = bool(ids[0] % 2)
-                record.labels.append(label)
-                record.images.append(images[span])
-                record.classes.append(classes[span] if real and self.label_key is not None else None)
-                shown.append((torch.arange(span.start, span.stop), torch.zeros(len(ids))))
-            self.last_galleries[f"{name}/{gallery_name}"] = record
-            if shown and can_log:
-                from lightning_spectral.viz import log_image, mode_gallery
-
-                grid = mode_gallery(shown, for_display(images), labels=record.labels)
-                log_image(trainer, f"{self.log_prefix}{name}/{gallery_name}", grid)
-
-    def _fetch(self, trainer: L.Trainer, ids: Tensor, name: str) -> tuple[Tensor, Tensor]:
-        """The kept images (R, C, H, W) and classes (R,) (-1: none) of encoded ids, from whichever rank keeps them
-        (one all-reduce; the rows are few)."""
-        world, rank = trainer.world_size, trainer.global_rank
-        generated = {int(i): image for _, ids_, images in self._kept for i, image in zip(ids_, images)}
-        pool = self._pools.get(name, [])
-        pool_images = torch.cat([images for _, images, _ in pool]) if pool else None
-        labelled = pool and all(labels is not None for _, _, labels in pool)
-        pool_labels = torch.cat([labels for _, _, labels in pool]) if labelled else None
-        shapes = [images.shape[1:] for _, _, images in self._kept[:1]] + ([pool_images.shape[1:]] if pool else [])
-        known = self.gather(torch.tensor([list(shapes[0]) if shapes else [0, 0, 0]], dtype=torch.float64))
-        known = known[known[:, 0] > 0]  # ranks that keep no image (few chunks, many ranks) do not vote
-        shape = tuple(int(v) for v in known[0].tolist()) if len(known) else (1, 1, 1)
-        images = torch.zeros(len(ids), *shape)
-        classes = torch.zeros(len(ids), dtype=torch.float64)
-        for row, code in enumerate(ids.tolist()):
-            if code % 2 == 0 and code // 2 in generated:  # a generated sample this rank drew
-                images[row] = generated[code // 2]
-            elif code % 2 == 1 and (code // 2) % world == rank and pool_images is not None:
-                position = (code // 2) // world
-                images[row] = pool_images[position]
-                if pool_labels is not None:
-                    classes[row] = float(pool_labels[position]) + 1
-        if distributed_available():
-            device = collective_device()
-            images = all_reduce_sum(images.to(device))[0].cpu()
-            classes = all_reduce_sum(classes.to(device))[0].cpu()
-        return images, classes.long() - 1
 
     # ---- resume ------------------------------------------------------------------------------------------------
     @override

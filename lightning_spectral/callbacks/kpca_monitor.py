@@ -302,15 +302,15 @@ class KPCAOODMonitor(EmbeddingCallback):
         for name, loader in self.ood_dataloaders.items():
             for embeddings, _ in self.embed_loader(loader, trainer, pl_module):
                 self._scores.append((self._set_ids[name], self.detector.score(embeddings)))
-        scores = self._gather()
+        scores = self._gather(trainer)
         self._scores = []
         self._report(trainer, pl_module, scores)
 
-    def _gather(self) -> dict[int, Tensor]:
+    def _gather(self, trainer: L.Trainer) -> dict[int, Tensor]:
         """All ranks' scores of this epoch per set id, in one gather of ``(score, set id)`` rows."""
         rows = [torch.stack([s.double(), torch.full_like(s, i, dtype=torch.float64)], 1) for i, s in self._scores]
         local = torch.cat(rows).cpu() if rows else torch.zeros(0, 2, dtype=torch.float64)
-        everything = self.gather(local)
+        everything = self.gather(trainer, local)
         return {i: everything[everything[:, 1] == i, 0] for i in range(len(self._set_ids) + 1)}
 
     def _report(self, trainer: L.Trainer, pl_module: L.LightningModule, scores: dict[int, Tensor]) -> None:

@@ -24,9 +24,8 @@ from torch import Tensor, nn
 from typing_extensions import override
 
 from lightning_spectral._checks import check_bool, check_memory, check_positive, check_positive_int, check_seed
-from lightning_spectral.callbacks.base import EmbeddingCallback
+from lightning_spectral.callbacks.base import EmbeddingCallback, gather_rows
 from lightning_spectral.callbacks.embeddings import BatchSelector, EmbeddingFn, ReferenceEmbedding
-from lightning_spectral.distributed import all_gather_rows
 from lightning_spectral.features import KERNELS
 from lightning_spectral.functional.spec import SpecAlignSolver
 
@@ -192,8 +191,8 @@ class SPECAlign(EmbeddingCallback):
         if self.gather and trainer.world_size > 1:
             # Every rank computes the same loss on the global batch; the gather's backward sends each rank the
             # gradient of its own slice, and DDP averages parameter gradients: the global-batch penalty's gradient.
-            student = all_gather_rows(student, sync_grads=True)
-            reference = all_gather_rows(reference)
+            student = gather_rows(trainer, student, sync_grads=True)
+            reference = gather_rows(trainer, reference)
         spec_diff = self.solver(student, reference)
         penalty = weight * spec_diff
         total = loss + penalty.to(loss.dtype)

@@ -93,18 +93,20 @@ def _covariance_route(first, second, args, session) -> tuple[dict[str, Any], tor
     from lightning_spectral.metrics import SPECDivergence
 
     metric = SPECDivergence(
-        args.kernel, args.sigma_a, args.sigma_b, args.n_frequencies, args.seed, in_features=(first.d, second.d)
+        args.kernel, args.sigma_a, args.sigma_b, n_frequencies=args.n_frequencies, seed=args.seed,
+        in_features=(first.d, second.d),
     ).to(session.device)
     with session.agreed():
         for (emb_a, emb_b), _ in _paired(first, second, args, session, "compare"):
             metric.update(emb_a, emb_b)
-    spec_diff, values = float(metric.compute()), metric.spectrum()
     sides = []
-    for sign in (1, -1):
-        clusters = metric.clusters(args.top_k, sign)
-        batches = _paired(first, second, args, session, "clusters")
-        members = metric.top_samples(batches, k=args.top_k, sign=sign, per_cluster=args.per_cluster)
-        sides.append(as_lists(members, clusters.eigenvalues))
+    with metric.synced():  # one all-reduce for every number below
+        spec_diff, values = float(metric.value()), metric.spectrum()
+        for sign in (1, -1):
+            clusters = metric.clusters(args.top_k, sign)
+            batches = _paired(first, second, args, session, "clusters")
+            members = metric.top_samples(batches, k=args.top_k, sign=sign, per_cluster=args.per_cluster)
+            sides.append(as_lists(members, clusters.eigenvalues))
     return {"spec_diff": spec_diff}, values, sides[0], sides[1]
 
 

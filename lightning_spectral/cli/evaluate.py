@@ -4,6 +4,7 @@ a reference, FINC novelty and the FastMMD two-sample test; streams both files an
 from __future__ import annotations
 
 import argparse
+import contextlib
 from pathlib import Path
 from typing import Any, Union
 
@@ -82,9 +83,6 @@ def parse_order(text: str) -> Union[int, float, str]:
 
 
 def run(args: argparse.Namespace, session: Session) -> dict[str, Any]:
-    from lightning_spectral.functional.fkea import vendi_from_spectrum
-    from lightning_spectral.functional.modes import mode_scores, top_samples
-    from lightning_spectral.linalg import psd_eigenvalues
     from lightning_spectral.metrics import FastMMD, FINCNovelty, FKEAVendi
 
     orders = [parse_order(text) for text in args.alpha]
@@ -126,11 +124,26 @@ def run(args: argparse.Namespace, session: Session) -> dict[str, Any]:
                 finc.update(features, real=True)
                 mmd.update(features, real=True)
 
-    # collectives from here on: every rank computes the same synced values
+    # collectives from here on: every rank computes the same synced values, each metric synced once
     wants_samples = args.images is not None or args.mode_samples
-    with owner.synced():  # one eigvalsh gives every order and the top eigenvalues (eigenvectors only if needed)
-        spectrum = psd_eigenvalues(side.second_moment())
-        vectors = side.modes()[1][:, : args.top_k] if wants_samples else None
+    with contextlib.ExitStack() as synced:
+        for metric in [finc, mmd] if finc is not None else [owner]:  # the same order on every rank
+            synced.enter_context(metric.synced())
+        return _report(args, session, data, files, orders, owner, side, finc, mmd, wants_samples)
+
+
+def _report(
+    args: argparse.Namespace, session: Session, data: Any, files: list, orders: list, owner: Any, side: Any,
+    finc: Any, mmd: Any, wants_samples: bool,
+) -> dict[str, Any]:
+    """Every number of ``evaluate`` from the metrics' synced sums (inside their ``synced()`` blocks)."""
+    from lightning_spectral.functional.fkea import vendi_from_spectrum
+    from lightning_spectral.functional.modes import mode_scores, top_samples
+    from lightning_spectral.linalg import psd_eigenvalues
+
+    device = session.device
+    spectrum = psd_eigenvalues(side.second_moment())  # one eigvalsh gives every order and the top eigenvalues
+    vectors = side.modes()[1][:, : args.top_k] if wants_samples else None  # eigenvectors only if needed
     scores = vendi_from_spectrum(spectrum, orders)
     scores = scores if isinstance(scores, dict) else {orders[0]: scores}
     result: dict[str, Any] = {
@@ -161,7 +174,7 @@ def run(args: argparse.Namespace, session: Session) -> dict[str, Any]:
 
 def _finc(finc: Any, args: argparse.Namespace, batches: Any) -> tuple[dict[str, Any], Any, Any]:
     """FINC results; the calls are ordered so that each side's eigendecomposition is computed once (cached)."""
-    novelty, threshold = float(finc.compute()), finc.threshold()
+    novelty, threshold = float(finc.value()), finc.threshold()
     novel = finc.novel_modes(max(args.top_k, 50))  # 50 for the plot
     samples = None if batches is None else finc.top_samples(batches(), k=args.top_k, per_mode=args.per_mode)
     result = {
@@ -187,7 +200,7 @@ def _finc(finc: Any, args: argparse.Namespace, batches: Any) -> tuple[dict[str, 
 def _mmd(mmd: Any, level: float) -> dict[str, Any]:
     test = mmd.test(alpha=level)
     return {
-        "mmd2": float(mmd.compute()),
+        "mmd2": float(mmd.value()),
         "mmd2_biased": float(test.statistic),
         "p_value": float(test.p_value),
         "reject": bool(test.reject),

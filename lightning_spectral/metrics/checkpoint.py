@@ -18,6 +18,7 @@ from lightning_spectral.metrics.sync import frequency_fingerprint
 def extra_state(metric: Any, sums: bool = True) -> dict[str, Any]:
     """What a resume needs: the input width, the frequencies' fingerprint, the shifts and (with ``sums``) the packed
     sums of every accumulator (:meth:`~lightning_spectral.metrics.accumulator.Accumulator.pack`)."""
+    metric.flush()  # pending rows join the sums (and fix a centred accumulator's shift) before anything is read
     state: dict[str, Any] = {"in_features": metric.in_features, "frequencies": frequency_fingerprint(metric)}
     state["shifts"] = {
         name: accumulator.shift.detach().cpu()

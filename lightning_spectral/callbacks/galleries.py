@@ -1,0 +1,195 @@
+"""The images behind a gallery's sample ids: where a callback's second pass finds its samples and their pictures.
+
+A metric's ``galleries`` name the top samples of its modes by id; a :class:`GalleryImages` gives the batches of that
+second pass (per stream: the measured ``"samples"`` and, for FINC's missing modes, the ``"reference"``) and turns
+ids into images:
+
+- :class:`IndexedImages` (``EmbeddingMetrics``): the ids are dataset indices, the images come from a lookup
+  (``fn(index)``, a dataset, a datamodule's ``image_of``) that every rank can call;
+- :class:`KeptImages` (``GeneratedSamples``): the callback keeps the images it drew (and a share of each reference's)
+  with global ids, each rank its own; the rows a gallery needs are gathered from the ranks that keep them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from typing import Any, Callable, NamedTuple, Optional, Union
+
+import lightning as L
+import torch
+from torch import Tensor
+
+from lightning_spectral.callbacks.base import gather_rows
+
+
+class ModeImages(NamedTuple):
+    """One gallery as images: per row (mode) its label, its images (n, C, H, W) best first, and their classes
+    (reference images with a label; ``None`` where there is none)."""
+
+    labels: list[str]
+    images: list[Tensor]
+    classes: list[Optional[Tensor]]
+
+
+def for_display(images: Tensor, min_side: int = 48) -> Tensor:
+    """Images (N, C, H, W) enlarged by a whole factor (nearest neighbour) until their shorter side is ``min_side``
+    or more: 8x8 digits become readable in a gallery, and each row is tall enough for its label."""
+    factor = math.ceil(min_side / max(min(images.shape[-2:]), 1))
+    return images if factor <= 1 else torch.nn.functional.interpolate(images, scale_factor=factor, mode="nearest")
+
+
+def as_image(item: Any) -> Tensor:
+    """A (C, H, W) float image of a dataset item (its first element if it is a tuple), a (H, W) image given one
+    channel."""
+    image = item[0] if isinstance(item, (tuple, list)) else item
+    image = torch.as_tensor(image).detach().cpu().float()
+    return image[None] if image.ndim == 2 else image
+
+
+class GalleryImages:
+    """Where a callback's galleries find their samples and images (see the module doc).
+
+    Args:
+        modes: modes per gallery.
+        per_mode: images per mode.
+    """
+
+    def __init__(self, modes: int, per_mode: int) -> None:
+        self.modes, self.per_mode = modes, per_mode
+
+    def batches(self, stream: str) -> Optional[Iterable[tuple[Any, Tensor]]]:
+        """``(features, ids)`` batches of this rank's share of ``stream`` (``"samples"`` / ``"reference"``)."""
+        raise NotImplementedError
+
+    def images(self, trainer: L.Trainer, stream: str, ids: Tensor) -> tuple[Tensor, Optional[Tensor]]:
+        """The images (R, C, H, W) of ``ids`` (R,) of ``stream`` and their classes (R,) (``None`` without labels). A
+        collective under DDP: every rank calls it with the same ids."""
+        raise NotImplementedError
+
+
+class IndexedImages(GalleryImages):
+    """Galleries of the samples a callback kept (embeddings and dataset indices), with images looked up by index.
+
+    Args:
+        lookup: ``fn(dataset_index) -> image (C, H, W)`` or an indexable dataset (items ``(image, ...)`` allowed).
+        modes: modes per gallery.
+        per_mode: images per mode.
+        paired: batches are ``((embedding, reference embedding), ids)``, for paired metrics (SPEC).
+    """
+
+    def __init__(self, lookup: Union[Callable[[int], Any], Any], modes: int, per_mode: int, paired: bool = False) -> None:
+        super().__init__(modes, per_mode)
+        self.lookup, self.paired = lookup, paired
+        self.kept: list[tuple[Tensor, Optional[Tensor], Tensor]] = []
+
+    def keep(self, features: Tensor, reference: Optional[Tensor], ids: Tensor) -> None:
+        """Keep a batch's embeddings (N, d), its reference embeddings (N, d_ref) or ``None``, and dataset indices."""
+        self.kept.append((features.cpu(), None if reference is None else reference.cpu(), ids.cpu()))
+
+    @property
+    def rows(self) -> int:
+        """Samples kept on this rank."""
+        return sum(len(ids) for _, _, ids in self.kept)
+
+    def view(self, paired: bool) -> "IndexedImages":
+        """The same kept samples, batched for a paired metric or not."""
+        other = IndexedImages(self.lookup, self.modes, self.per_mode, paired)
+        other.kept = self.kept
+        return other
+
+    def batches(self, stream: str) -> Optional[list[tuple[Any, Tensor]]]:
+        if stream != "samples":
+            return None
+        return [(((z, ref) if self.paired else z), ids) for z, ref, ids in self.kept]
+
+    def images(self, trainer: L.Trainer, stream: str, ids: Tensor) -> tuple[Tensor, Optional[Tensor]]:
+        lookup = self.lookup
+        items = [lookup(int(i)) if callable(lookup) else lookup[int(i)] for i in ids]
+        return (torch.stack([as_image(item) for item in items]) if items else torch.zeros(0, 1, 1, 1)), None
+
+
+class KeptImages(GalleryImages):
+    """Images a callback keeps per stream, each rank its share, under global ids (unique across ranks).
+
+    The measured stream is ``"samples"``; a reference stream is named by its loader and filled on first use from a
+    registered loader (:meth:`load_with`), so a gallery that never needs reference images never streams them.
+    :meth:`view` picks the reference stream a metric's ``"reference"`` galleries read.
+
+    Args:
+        modes: modes per gallery.
+        per_mode: images per mode.
+    """
+
+    def __init__(self, modes: int, per_mode: int) -> None:
+        super().__init__(modes, per_mode)
+        self.kept: dict[str, list[tuple[Tensor, Tensor, Tensor, Optional[Tensor]]]] = {}
+        self.loaders: dict[str, Callable[[], Iterable[tuple[Tensor, Tensor, Tensor, Optional[Tensor]]]]] = {}
+        self.reference: Optional[str] = None
+
+    def keep(self, stream: str, features: Tensor, ids: Tensor, images: Tensor, labels: Optional[Tensor] = None) -> None:
+        """Keep rows of ``stream``: features (n, d), global ids (n,), images (n, C, H, W), labels (n,) or ``None``."""
+        self.kept.setdefault(stream, []).append(
+            (features.cpu(), ids.cpu(), images.detach().cpu(), None if labels is None else labels.cpu())
+        )
+
+    def load_with(self, stream: str, loader: Callable[[], Iterable[tuple[Tensor, Tensor, Tensor, Optional[Tensor]]]]) -> None:
+        """Fill ``stream`` from ``loader()`` (rows ``(features, global ids, images, labels)``) when first needed."""
+        self.loaders[stream] = loader
+        self.kept.pop(stream, None)
+
+    def clear(self, stream: str) -> None:
+        """Forget ``stream``'s rows."""
+        self.kept.pop(stream, None)
+
+    def view(self, reference: Optional[str]) -> "KeptImages":
+        """The same kept images, with ``reference`` as the stream of ``"reference"`` galleries."""
+        other = KeptImages(self.modes, self.per_mode)
+        other.kept, other.loaders, other.reference = self.kept, self.loaders, reference
+        return other
+
+    def _stream(self, stream: str) -> Optional[str]:
+        return self.reference if stream == "reference" else stream
+
+    def _rows(self, name: str) -> list[tuple[Tensor, Tensor, Tensor, Optional[Tensor]]]:
+        if name not in self.kept and name in self.loaders:
+            for row in self.loaders[name]():
+                self.keep(name, *row)
+            self.kept.setdefault(name, [])
+        return self.kept.get(name, [])
+
+    def batches(self, stream: str) -> Optional[Iterable[tuple[Tensor, Tensor]]]:
+        name = self._stream(stream)
+        if name is None or (name not in self.kept and name not in self.loaders):
+            return None
+        return _Lazy(lambda: [(features, ids) for features, ids, _, _ in self._rows(name)])
+
+    def images(self, trainer: L.Trainer, stream: str, ids: Tensor) -> tuple[Tensor, Optional[Tensor]]:
+        """Each rank contributes the rows it keeps, gathered through the strategy (few rows: a gallery's)."""
+        name = self._stream(stream)
+        rows = self._rows(name) if name is not None else []
+        shape = next((tuple(images.shape[1:]) for _, _, images, _ in rows), None)
+        shapes = gather_rows(trainer, torch.tensor([shape or (0, 0, 0)], dtype=torch.float64))
+        known = shapes[shapes[:, 0] > 0]
+        shape = tuple(int(v) for v in known[0].tolist()) if len(known) else (1, 1, 1)
+        mine = torch.cat([kept_ids for _, kept_ids, _, _ in rows]) if rows else torch.zeros(0, dtype=torch.long)
+        wanted = torch.isin(mine, ids)
+        images = torch.cat([kept for _, _, kept, _ in rows])[wanted] if rows else torch.zeros(0, *shape)
+        labelled = bool(rows) and all(labels is not None for _, _, _, labels in rows)
+        labels = torch.cat([l for _, _, _, l in rows])[wanted].double() if labelled else torch.full((len(images),), -1.0)
+        table = torch.cat([mine[wanted].double()[:, None], labels[:, None], images.flatten(1).double()], 1)
+        table = gather_rows(trainer, table)  # the wanted rows of every rank: (R, 2 + C H W)
+        position = {int(i): row for row, i in enumerate(table[:, 0].long().tolist())}
+        found = table[torch.tensor([position[int(i)] for i in ids], dtype=torch.long)]
+        classes = found[:, 1].long()
+        return found[:, 2:].float().reshape(len(ids), *shape), (classes if bool((classes >= 0).all()) else None)
+
+
+class _Lazy:
+    """A re-iterable view of ``fn()``'s items: nothing runs until it is iterated."""
+
+    def __init__(self, fn: Callable[[], Iterable[Any]]) -> None:
+        self.fn = fn
+
+    def __iter__(self) -> Any:
+        return iter(self.fn())
