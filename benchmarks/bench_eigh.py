@@ -28,7 +28,8 @@ import torch
 
 from lightning_spectral.features import GaussianRFF
 from lightning_spectral.functional.finc import Moment, NoiseSplit, split_noise_floor
-from lightning_spectral.linalg import covariance, extreme_eigenpairs, psd_eigenvalues, vendi_score
+from lightning_spectral.functional.fkea import vendi_score
+from lightning_spectral.linalg import covariance, extreme_eigenpairs, psd_eigenvalues
 from lightning_spectral.metrics import FINCNovelty, FKEAVendi
 
 

@@ -36,7 +36,8 @@ from torch.utils.data import DataLoader, TensorDataset
 from lightning_spectral.callbacks import SPECAlign
 from lightning_spectral.features import PairedFeatureMap
 from lightning_spectral.functional import spec, spec_align_loss
-from lightning_spectral.linalg import covariance, differential_theta, extreme_eigenpairs
+from lightning_spectral.functional.spec import differential_theta
+from lightning_spectral.linalg import covariance, extreme_eigenpairs
 
 
 class StepTimer(L.Callback):

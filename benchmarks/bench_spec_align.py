@@ -28,7 +28,8 @@ import time
 
 import torch
 
-from lightning_spectral.functional.spec import SpecAlignSolver, spec_align_loss
+from lightning_spectral.callbacks import SpecAlignSolver
+from lightning_spectral.functional.spec import spec_align_loss
 
 EIGH_CHILD = """
 import statistics, sys, time, torch

@@ -1,4 +1,4 @@
-"""Covariance accumulation and spectral helpers shared by every metric and callback.
+"""Covariance accumulation and spectral helpers shared by every method (each method's own maths is in functional/).
 
 The accumulator adds ``Phi^T Phi`` of a batch to a float64 total chunk by chunk, computing only the
 upper triangle of tiles (the matrix is symmetric) and mirroring it, so a (2r x 2r) covariance costs
@@ -7,14 +7,13 @@ about 5/8 of a full Gram product and no per-sample outer product is ever formed.
 
 from __future__ import annotations
 
-import math
 from contextlib import contextmanager
-from typing import Callable, Iterator, Optional, Sequence, Union
+from typing import Callable, Iterator, Optional, Sequence
 
 import torch
 from torch import Tensor
 
-from lightning_spectral._checks import all_finite, check_order, check_positive, check_positive_int
+from lightning_spectral._checks import all_finite, check_positive, check_positive_int
 
 #: Rows per chunk: bounds the transient feature matrix at ``chunk_size x width`` floats.
 DEFAULT_CHUNK_SIZE = 4096
@@ -25,7 +24,6 @@ DEFAULT_TILE = 1024
 FLOAT32_MIN_SIZE = 4096
 PRECISIONS = ("float64", "float32", "auto")
 
-Alpha = Union[float, int, str]
 
 
 def add_gram_(total: Tensor, phi: Tensor, tile: int = DEFAULT_TILE) -> Tensor:
@@ -426,83 +424,6 @@ def psd_eigenvalues(
     return values
 
 
-def parse_alpha(alpha: Alpha) -> float:
-    """An order ``alpha`` as a float in (0, inf] (``"inf"`` allowed; :func:`~lightning_spectral._checks.check_order`).
-
-    Raises:
-        ValueError: not an order (bools included), naming ``alpha``.
-    """
-    return check_order(alpha, "alpha")
-
-
-def renyi_entropy(eigenvalues: Tensor, alpha: Alpha = 1.0) -> Tensor:
-    """Order-``alpha`` Renyi entropy of a spectrum, ``H_a = log(sum_i p_i^a) / (1 - a)``, ``p = lambda / sum lambda``.
-
-    Special orders: ``alpha = 1`` is the Shannon limit ``-sum p log p``; ``alpha = inf`` is ``-log p_max``.
-    Zero eigenvalues contribute nothing (``0^a = 0``, ``0 log 0 = 0``), so the entropy of a spectrum padded
-    with zeros is unchanged. Orders ``alpha < 1`` weigh tiny eigenvalues up (``p^alpha``), so round-off
-    eigenvalues (~1e-16 in float64) shift them slightly; orders >= 1, the ones the papers report, are robust.
-    The eigenvalues must be >= 0 (use :func:`psd_eigenvalues`). For a normalised kernel they already sum to 1
-    (trace of the covariance); normalising makes the helper safe for any PSD input.
-
-    Args:
-        eigenvalues: 1-D tensor of non-negative eigenvalues.
-        alpha: order in (0, inf]; a number, ``math.inf`` or ``"inf"``.
-
-    Returns:
-        Scalar float64 tensor.
-
-    Raises:
-        ValueError: negative eigenvalues, an empty or all-zero spectrum, or ``alpha`` outside (0, inf].
-
-    Examples:
-        >>> import torch
-        >>> float(renyi_entropy(torch.tensor([0.5, 0.5, 0.0]), alpha=2)) == math.log(2)
-        True
-    """
-    alpha = parse_alpha(alpha)
-    values = eigenvalues.double().flatten()
-    if values.numel() == 0 or not all_finite(values) or bool((values < 0).any()):
-        raise ValueError("renyi_entropy: eigenvalues must be a non-empty, finite, non-negative 1-D tensor.")
-    total = values.sum()
-    if float(total) <= 0:
-        raise ValueError("renyi_entropy: all eigenvalues are zero (no samples were accumulated?).")
-    p = values[values > 0] / total
-    if math.isinf(alpha):
-        return -torch.log(p.max())
-    if alpha == 1.0:
-        return -(p * torch.log(p)).sum()
-    return torch.logsumexp(alpha * torch.log(p), dim=0) / (1.0 - alpha)
-
-
-def vendi_score(eigenvalues: Tensor, alpha: Alpha = 1.0) -> Tensor:
-    """Vendi score of order ``alpha``: ``exp(H_alpha)``, the effective number of modes (1 <= score <= rank).
-
-    ``alpha = 2`` is the RKE score ``1 / sum p_i^2``; ``alpha = inf`` is ``1 / p_max``.
-
-    Examples:
-        >>> import torch
-        >>> round(float(vendi_score(torch.full((4,), 0.25), alpha=1)), 6)
-        4.0
-    """
-    return torch.exp(renyi_entropy(eigenvalues, alpha))
-
-
-def rke_from_covariance(covariance: Tensor) -> Tensor:
-    """RKE (Vendi of order 2) without an eigendecomposition: ``trace(C)^2 / ||C||_F^2`` (= ``1/||C||_F^2`` at trace 1).
-
-    Examples:
-        >>> import torch
-        >>> float(rke_from_covariance(torch.eye(3) / 3))
-        3.0
-    """
-    covariance = covariance.double()
-    frobenius_sq = covariance.square().sum()
-    if float(frobenius_sq) <= 0 or not bool(torch.isfinite(frobenius_sq)):
-        raise ValueError("rke_from_covariance: the covariance is zero or non-finite (no samples accumulated?).")
-    return covariance.trace().square() / frobenius_sq
-
-
 def jittered_cholesky(matrix: Tensor, jitter: Optional[float] = None, tries: int = 6) -> tuple[Tensor, float]:
     """Lower Cholesky factor of a PSD matrix after the smallest diagonal shift that works: ``M + eps I = L L^T``.
 
@@ -549,71 +470,3 @@ def jittered_cholesky(matrix: Tensor, jitter: Optional[float] = None, tries: int
         f"jittered_cholesky: no factorisation with a diagonal shift up to {eps:.1e}: the matrix is not positive "
         "semi-definite (a bug or a corrupted covariance)."
     )
-
-
-def differential_theta(
-    joint_covariance: Tensor, width_a: int, dtype: torch.dtype = torch.float64
-) -> tuple[Tensor, Tensor, Tensor, float]:
-    r"""The symmetric form ``Theta = L^T S L`` of SPEC's ``Gamma = S C``, with ``C + eps I = L L^T`` (one Cholesky).
-
-    ``C = (1/n) A^T A`` is the joint covariance of ``A = [Phi_a, Phi_b]`` (``width_a`` columns of the first
-    embedding, then the second's) and ``S = diag(I, -I)``. ``Gamma = S C`` is not symmetric (SPEC, Proposition 1),
-    but with ``C = L L^T``, ``L^T (S L L^T) L^{-T} = L^T S L``: ``Theta w = lambda w`` gives ``Gamma v = lambda v``
-    with ``v = S L w``. One Cholesky replaces the eigendecomposition of ``C`` that an exact square root needs.
-
-    The shift ``eps`` (:func:`jittered_cholesky`, ``~D 2.2e-16 trace(C)``) lets a singular ``C`` (fewer samples
-    than features, near-dependent random features) factorise; ``Theta``'s eigenvalues are those of
-    ``S (C + eps I)``, within ``~2 eps`` of ``Gamma``'s (measured) except where ``Gamma`` has Jordan blocks:
-    identical or rotated embeddings give ``S C`` blocks ``[[p, p], [-p, -p]]`` whose zero eigenvalues move to
-    ``+-sqrt(2 p eps)``. So eigenvalues below the returned ``floor = 4 sqrt(eps trace(C))`` (~8e-6 at
-    D = 4096, trace 2) are round-off of the shift: set them to 0.
-
-    Cost: ``L``'s first ``width_a`` rows vanish right of column ``width_a``, so
-    ``Theta = [[L_11^T L_11, 0], [0, 0]] - L_b^T L_b`` (``L_b``: the other rows) costs about 5/8 of one
-    ``D^3`` product (:func:`add_gram_`).
-
-    Returns:
-        ``(Theta (D, D) in dtype, L (D, D) float64, s (D,) float64, floor)``, ``s`` the diagonal of ``S``; the
-        Cholesky factorisation is float64, ``Theta``'s products run in ``dtype`` (float32 halves their cost).
-    """
-    factor, eps = jittered_cholesky(joint_covariance)
-    size = factor.shape[0]
-    rows = factor.to(dtype)
-    theta = -add_gram_(torch.zeros(size, size, dtype=dtype, device=factor.device), rows[width_a:])
-    top = rows[:width_a, :width_a]
-    theta[:width_a, :width_a] += top.T @ top
-    signs = torch.ones(size, dtype=factor.dtype, device=factor.device)
-    signs[width_a:] = -1.0
-    floor = 4.0 * math.sqrt(eps * float(joint_covariance.double().trace()))
-    return symmetrize(theta), factor, signs, floor
-
-
-def differential_eigh(joint_covariance: Tensor, width_a: int) -> tuple[Tensor, Tensor]:
-    r"""Eigen-pairs of the SPEC differential covariance ``Gamma = S C`` through its symmetric form.
-
-    One Cholesky and one symmetric ``eigh`` (:func:`differential_theta`): ``Theta w = lambda w`` and
-    ``v = S L w``.
-
-    Args:
-        joint_covariance: ``C`` (D_a + D_b, D_a + D_b), symmetric PSD.
-        width_a: ``D_a``, the number of leading columns that belong to the first embedding.
-
-    Returns:
-        ``(eigenvalues (D,), vectors (D, D))``, float64, eigenvalues descending (both signs; those below the
-        Cholesky shift's noise floor, ~8e-6 at D = 4096, are 0: null directions where ``C`` has rank below D);
-        the columns ``v`` are eigenvectors of ``Gamma`` scaled so that ``v^T S v = lambda`` and
-        ``v^T C v = lambda^2`` (so ``u = A v``, the eigenvector of the n x n ``Lambda = A S A^T / n``, has
-        ``||u||^2 = n lambda^2``), both up to the shift.
-
-    Examples:
-        >>> import torch
-        >>> phi_a = torch.nn.functional.normalize(torch.randn(50, 3, dtype=torch.float64), dim=1)
-        >>> joint = torch.cat([phi_a, phi_a], 1)
-        >>> values, _ = differential_eigh(joint.T @ joint / 50, width_a=3)
-        >>> bool(values.abs().max() < 1e-10)   # identical embeddings: no difference
-        True
-    """
-    theta, factor, signs, floor = differential_theta(joint_covariance, width_a)
-    eigenvalues, w = symmetric_eigh(theta)
-    eigenvalues = torch.where(eigenvalues.abs() > floor, eigenvalues, 0.0)
-    return eigenvalues, signs[:, None] * (factor @ w)

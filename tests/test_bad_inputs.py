@@ -58,7 +58,7 @@ from lightning_spectral.functional import (
     vendi_exact,
 )
 from lightning_spectral.linalg import one_thread as linalg_one_thread
-from lightning_spectral.linalg import renyi_entropy, vendi_score
+from lightning_spectral.functional.fkea import renyi_entropy, vendi_score
 from lightning_spectral.metrics import FastMMD, FINCNovelty, FKEAVendi, RFFCovariance, SPECDivergence
 from lightning_spectral.ood import KernelPCAOOD, detection_metrics
 

@@ -8,7 +8,8 @@ from torchmetrics import MetricCollection
 
 from lightning_spectral.features import GaussianRFF, gaussian_kernel
 from lightning_spectral.functional import fkea_vendi, mode_scores, vendi_exact
-from lightning_spectral.linalg import covariance, psd_eigenvalues, vendi_score
+from lightning_spectral.functional.fkea import vendi_score
+from lightning_spectral.linalg import covariance, psd_eigenvalues
 from lightning_spectral.metrics import FKEAVendi
 from tests.data import mixture_means, sample_mixture
 

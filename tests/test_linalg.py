@@ -4,22 +4,19 @@ import pytest
 import torch
 
 from lightning_spectral.features import GaussianRFF, gaussian_kernel
+from lightning_spectral.functional.fkea import renyi_entropy, rke_from_covariance, vendi_score
+from lightning_spectral.functional.spec import differential_eigh, differential_theta
 from lightning_spectral.linalg import (
     _lanczos,
     add_covariance_,
     add_gram_,
-    differential_eigh,
-    differential_theta,
     eigen_dtype,
     extreme_eigenpairs,
     extreme_eigenvalues,
     jittered_cholesky,
     psd_eigenvalues,
-    renyi_entropy,
-    rke_from_covariance,
     symmetric_eigh,
     top_eigenvalue,
-    vendi_score,
     weighted_sum,
 )
 

@@ -11,9 +11,10 @@ from lightning_spectral.callbacks.embedding_metrics import EmbeddingMetrics
 from lightning_spectral.callbacks.embeddings import EmbeddingSource, ReferenceEmbedding
 from lightning_spectral.callbacks.galleries import ModeImages
 from lightning_spectral.callbacks.generated import GeneratedSamples
-from lightning_spectral.callbacks.sampling import draw_samples, sample_chunks
 from lightning_spectral.callbacks.kpca_monitor import KPCAOODMonitor, OODDriftWarning
+from lightning_spectral.callbacks.sampling import draw_samples, sample_chunks
 from lightning_spectral.callbacks.spec_align import SPECAlign
+from lightning_spectral.callbacks.spec_align_solver import SpecAlignSolver
 
 __all__ = [
     "EmbeddingCallback",
@@ -25,6 +26,7 @@ __all__ = [
     "OODDriftWarning",
     "ReferenceEmbedding",
     "SPECAlign",
+    "SpecAlignSolver",
     "draw_samples",
     "sample_chunks",
     "shard_loader",

@@ -27,7 +27,7 @@ from lightning_spectral._checks import check_bool, check_memory, check_positive,
 from lightning_spectral.callbacks.base import EmbeddingCallback, gather_rows
 from lightning_spectral.callbacks.embeddings import BatchSelector, EmbeddingFn, ReferenceEmbedding
 from lightning_spectral.features import KERNELS
-from lightning_spectral.functional.spec import SpecAlignSolver
+from lightning_spectral.callbacks.spec_align_solver import SpecAlignSolver
 
 # str: a features file; nn.Module: a frozen encoder (a `class_path` in LightningCLI configs); Any: a tensor,
 # an array, a features table or a function of the batch.
@@ -40,7 +40,7 @@ class SPECAlign(EmbeddingCallback):
     SPEC-align (Jalali et al., ICML 2025, eq. 6): ``min_theta L(psi_theta) + beta * SPEC-diff(psi_theta, psi_ref)``.
     On each penalised step the student and reference embeddings of the batch (gathered over DDP ranks, the
     student's with its gradient) give the top ``|eigenvalue|`` of ``(K_student - K_reference)/n`` with its
-    eigenvector held fixed (Proposition 2): :class:`~lightning_spectral.functional.spec.SpecAlignSolver`, a
+    eigenvector held fixed (Proposition 2): :class:`~lightning_spectral.callbacks.spec_align_solver.SpecAlignSolver`, a
     warm-started block Krylov solver with the value and gradient of
     :func:`~lightning_spectral.functional.spec_align_loss` (no full eigendecomposition per step).
 

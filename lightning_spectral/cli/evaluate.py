@@ -8,8 +8,6 @@ import contextlib
 from pathlib import Path
 from typing import Any, Union
 
-import torch
-
 from lightning_spectral.cli.pictures import as_lists
 from lightning_spectral.cli.reader import EmbeddingFile, shard_rows
 from lightning_spectral.cli.runtime import Session, UsageError, positive_ints, same_width

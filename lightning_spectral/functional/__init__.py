@@ -7,7 +7,6 @@ from lightning_spectral.functional.modes import Modes, mode_scores, top_samples
 from lightning_spectral.functional.spec import (
     SPECClusters,
     SPECResult,
-    SpecAlignSolver,
     match_bandwidth,
     spec,
     spec_align_loss,
@@ -19,7 +18,6 @@ __all__ = [
     "Modes",
     "SPECClusters",
     "SPECResult",
-    "SpecAlignSolver",
     "fast_mmd",
     "fast_mmd_test",
     "finc",

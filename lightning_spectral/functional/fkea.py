@@ -7,6 +7,7 @@ non-zero eigenvalues approximate those of the normalised kernel matrix ``K/n`` (
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from numbers import Real
 from typing import Union
@@ -14,12 +15,91 @@ from typing import Union
 import torch
 from torch import Tensor
 
-from lightning_spectral._checks import check_features, check_order
+from lightning_spectral._checks import all_finite, check_features, check_order
 from lightning_spectral.features import GaussianRFF, gaussian_kernel
-from lightning_spectral.linalg import DEFAULT_CHUNK_SIZE, Alpha, covariance, psd_eigenvalues, vendi_score
+from lightning_spectral.linalg import DEFAULT_CHUNK_SIZE, covariance, psd_eigenvalues
 
+Alpha = Union[float, int, str]
 Orders = Union[Alpha, Sequence[Alpha]]
 VendiResult = Union[Tensor, dict]
+
+
+def parse_alpha(alpha: Alpha) -> float:
+    """An order ``alpha`` as a float in (0, inf] (``"inf"`` allowed; :func:`~lightning_spectral._checks.check_order`).
+
+    Raises:
+        ValueError: not an order (bools included), naming ``alpha``.
+    """
+    return check_order(alpha, "alpha")
+
+
+def renyi_entropy(eigenvalues: Tensor, alpha: Alpha = 1.0) -> Tensor:
+    """Order-``alpha`` Renyi entropy of a spectrum, ``H_a = log(sum_i p_i^a) / (1 - a)``, ``p = lambda / sum lambda``.
+
+    Special orders: ``alpha = 1`` is the Shannon limit ``-sum p log p``; ``alpha = inf`` is ``-log p_max``.
+    Zero eigenvalues contribute nothing (``0^a = 0``, ``0 log 0 = 0``), so the entropy of a spectrum padded
+    with zeros is unchanged. Orders ``alpha < 1`` weigh tiny eigenvalues up (``p^alpha``), so round-off
+    eigenvalues (~1e-16 in float64) shift them slightly; orders >= 1, the ones the papers report, are robust.
+    The eigenvalues must be >= 0 (use :func:`psd_eigenvalues`). For a normalised kernel they already sum to 1
+    (trace of the covariance); normalising makes the helper safe for any PSD input.
+
+    Args:
+        eigenvalues: 1-D tensor of non-negative eigenvalues.
+        alpha: order in (0, inf]; a number, ``math.inf`` or ``"inf"``.
+
+    Returns:
+        Scalar float64 tensor.
+
+    Raises:
+        ValueError: negative eigenvalues, an empty or all-zero spectrum, or ``alpha`` outside (0, inf].
+
+    Examples:
+        >>> import torch
+        >>> float(renyi_entropy(torch.tensor([0.5, 0.5, 0.0]), alpha=2)) == math.log(2)
+        True
+    """
+    alpha = parse_alpha(alpha)
+    values = eigenvalues.double().flatten()
+    if values.numel() == 0 or not all_finite(values) or bool((values < 0).any()):
+        raise ValueError("renyi_entropy: eigenvalues must be a non-empty, finite, non-negative 1-D tensor.")
+    total = values.sum()
+    if float(total) <= 0:
+        raise ValueError("renyi_entropy: all eigenvalues are zero (no samples were accumulated?).")
+    p = values[values > 0] / total
+    if math.isinf(alpha):
+        return -torch.log(p.max())
+    if alpha == 1.0:
+        return -(p * torch.log(p)).sum()
+    return torch.logsumexp(alpha * torch.log(p), dim=0) / (1.0 - alpha)
+
+
+def vendi_score(eigenvalues: Tensor, alpha: Alpha = 1.0) -> Tensor:
+    """Vendi score of order ``alpha``: ``exp(H_alpha)``, the effective number of modes (1 <= score <= rank).
+
+    ``alpha = 2`` is the RKE score ``1 / sum p_i^2``; ``alpha = inf`` is ``1 / p_max``.
+
+    Examples:
+        >>> import torch
+        >>> round(float(vendi_score(torch.full((4,), 0.25), alpha=1)), 6)
+        4.0
+    """
+    return torch.exp(renyi_entropy(eigenvalues, alpha))
+
+
+def rke_from_covariance(covariance: Tensor) -> Tensor:
+    """RKE (Vendi of order 2) without an eigendecomposition: ``trace(C)^2 / ||C||_F^2`` (= ``1/||C||_F^2`` at trace 1).
+
+    Examples:
+        >>> import torch
+        >>> float(rke_from_covariance(torch.eye(3) / 3))
+        3.0
+    """
+    covariance = covariance.double()
+    frobenius_sq = covariance.square().sum()
+    if float(frobenius_sq) <= 0 or not bool(torch.isfinite(frobenius_sq)):
+        raise ValueError("rke_from_covariance: the covariance is zero or non-finite (no samples accumulated?).")
+    return covariance.trace().square() / frobenius_sq
+
 
 
 def check_orders(alpha: Orders) -> tuple[list[Alpha], bool]:

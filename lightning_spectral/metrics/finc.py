@@ -9,6 +9,7 @@ from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor
 
 from lightning_spectral._checks import check_bool, check_positive, check_positive_int, check_side, check_state_memory
+from lightning_spectral.features import GaussianRFF
 from lightning_spectral.functional.finc import (
     DEFAULT_MIN_EIGENVALUE,
     DEFAULT_SIGNIFICANCE,
@@ -18,7 +19,6 @@ from lightning_spectral.functional.finc import (
     differential_spectrum,
     reference_halves,
 )
-from lightning_spectral.features import GaussianRFF
 from lightning_spectral.functional.modes import Ids, Modes, mode_scores, orient, top_samples
 from lightning_spectral.metrics.base import ModeGallery, SpectralMetric
 

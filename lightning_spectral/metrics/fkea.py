@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from lightning_spectral.functional.fkea import Orders, VendiResult, check_orders, vendi_from_spectrum
-from lightning_spectral.linalg import eigen_dtype, psd_eigenvalues, rke_from_covariance
+from lightning_spectral.functional.fkea import Orders, VendiResult, check_orders, rke_from_covariance, vendi_from_spectrum
+from lightning_spectral.linalg import eigen_dtype, psd_eigenvalues
 from lightning_spectral.metrics.covariance import RFFCovariance
 
 

@@ -6,7 +6,6 @@ from collections.abc import Sequence
 from numbers import Real
 from typing import Any, Optional, Union
 
-import torch
 from torch import Tensor
 
 from lightning_spectral._checks import (

@@ -11,8 +11,7 @@ from torch import Tensor
 from lightning_spectral._checks import check_positive, check_positive_int, check_seed, check_state_memory
 from lightning_spectral.features import KERNELS, PairedFeatureMap
 from lightning_spectral.functional.modes import Ids, Modes, orient, top_samples
-from lightning_spectral.functional.spec import check_pair, nonzero
-from lightning_spectral.linalg import differential_eigh
+from lightning_spectral.functional.spec import check_pair, differential_eigh, nonzero
 from lightning_spectral.metrics.base import ModeGallery, SpectralMetric
 
 
