@@ -16,7 +16,6 @@ import io
 import re
 import warnings
 from collections.abc import Callable
-from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, NamedTuple
 

@@ -4,40 +4,18 @@ encoder, galleries reach TensorBoard, the state survives a checkpoint, and DDP g
 import lightning as L
 import pytest
 import torch
-from lightning.pytorch.loggers import TensorBoardLogger
-from sklearn.datasets import load_digits
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from torch.utils.data import DataLoader, TensorDataset
 
 from lightning_spectral.callbacks import EmbeddingMetrics
 from lightning_spectral.functional import spec
 from lightning_spectral.metrics import FastMMD, FINCNovelty, FKEAVendi, SPECDivergence
+from tests.conftest import DigitsClassifier, digits, quiet_trainer
 
 SIGMA = 2.0
 
 
-def digits():
-    data = load_digits()
-    return torch.tensor(data.data / 16.0, dtype=torch.float32), torch.tensor(data.target)
-
-
-class Module(L.LightningModule):
-    def __init__(self):
-        super().__init__()
-        torch.manual_seed(0)
-        self.encoder = torch.nn.Linear(64, 16)
-        self.head = torch.nn.Linear(16, 10)
-
-    def training_step(self, batch, _):
-        x, y, _ = batch
-        return torch.nn.functional.cross_entropy(self.head(self.encoder(x)), y)
-
-    def validation_step(self, batch, _):
-        x, y, _ = batch
-        self.log("val/loss", torch.nn.functional.cross_entropy(self.head(self.encoder(x)), y))
-
-    def configure_optimizers(self):
-        return torch.optim.SGD(self.parameters(), lr=0.1)
+Module = DigitsClassifier
 
 
 x, y = digits()
@@ -95,16 +73,7 @@ def expected(module):
 
 
 def make_trainer(tmp_path, callback, **kwargs):
-    return L.Trainer(
-        max_epochs=1,
-        accelerator="cpu",
-        logger=TensorBoardLogger(tmp_path),
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        default_root_dir=tmp_path,
-        callbacks=[callback],
-        **kwargs,
-    )
+    return quiet_trainer(tmp_path, [callback], logger=True, **kwargs)
 
 
 def test_logged_values_equal_metrics_on_the_trained_encoder(tmp_path):

@@ -5,18 +5,17 @@ import sys
 import warnings
 from pathlib import Path
 
-import lightning as L
 import pytest
 import torch
 import yaml
 from lightning.pytorch.callbacks import ModelCheckpoint
-from lightning.pytorch.loggers import TensorBoardLogger
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from lightning_spectral.callbacks import GeneratedSamples, draw_samples, sample_chunks
 from lightning_spectral.encoders import ClipImageFeature, ImageFeature, PixelImageFeature, TimmImageFeature
 from lightning_spectral.generative import DigitsImages, DigitsVAE, load_digit_images
 from lightning_spectral.metrics import FastMMD, FINCNovelty, FKEAVendi
+from tests.conftest import quiet_trainer
 
 ROOT = Path(__file__).resolve().parents[1]
 SIGMA = 1.5
@@ -223,20 +222,9 @@ def make_callback(**kwargs):
     return GeneratedSamples(metrics, **options)
 
 
-def trainer_for(tmp_path, callback, **kwargs):
-    options = dict(
-        max_epochs=1,
-        accelerator="cpu",
-        logger=TensorBoardLogger(tmp_path),
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        enable_checkpointing=False,
-        num_sanity_val_steps=0,
-        default_root_dir=tmp_path,
-        callbacks=[callback],
-    )
-    options.update(kwargs)
-    return L.Trainer(**options)
+def trainer_for(tmp_path, callback, logger=True, **kwargs):
+    kwargs = {"num_sanity_val_steps": 0, "callbacks": [callback], **kwargs}
+    return quiet_trainer(tmp_path, logger=logger, **kwargs)
 
 
 def tiny_vae(seed=0):

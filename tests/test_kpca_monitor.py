@@ -11,11 +11,11 @@ import lightning as L
 import pytest
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
-from sklearn.datasets import load_digits
 from torch.utils.data import DataLoader, TensorDataset
 
 from lightning_spectral.callbacks.kpca_monitor import KPCAOODMonitor, OODDriftWarning
 from lightning_spectral.ood import KernelPCAOOD, detection_metrics, threshold_at_tpr
+from tests.conftest import DigitsClassifier, digits, quiet_trainer
 
 DETECTOR = dict(sigma=0.5, n_frequencies=128)
 TPR = 0.95
@@ -23,9 +23,7 @@ TPR = 0.95
 
 @lru_cache
 def splits():
-    data = load_digits()
-    x = torch.tensor(data.data / 16.0, dtype=torch.float32)
-    y = torch.tensor(data.target)
+    x, y = digits()
     order = torch.randperm(len(x), generator=torch.Generator().manual_seed(0))
     x, y = x[order], y[order]
     inside, labels, outside = x[y < 8], y[y < 8], x[y >= 8]
@@ -42,14 +40,12 @@ def loader(name, batch_size=50):
     return DataLoader(TensorDataset(*splits()[name]), batch_size=batch_size)
 
 
-class DigitsModule(L.LightningModule):
+class DigitsModule(DigitsClassifier):
     """A linear encoder trained to classify digits 0-7; records the embeddings its training steps compute."""
 
     def __init__(self, lr=0.3, corrupt_at_epoch=None):
-        super().__init__()
-        self.encoder = torch.nn.Linear(64, 16)
-        self.head = torch.nn.Linear(16, 8)
-        self.lr, self.corrupt_at_epoch = lr, corrupt_at_epoch
+        super().__init__(width=16, classes=8, lr=lr)
+        self.corrupt_at_epoch = corrupt_at_epoch
         self.recorded = defaultdict(list)
 
     def training_step(self, batch, _):
@@ -58,16 +54,10 @@ class DigitsModule(L.LightningModule):
         self.recorded[self.current_epoch].append(z.detach().clone())
         return torch.nn.functional.cross_entropy(self.head(z), y)
 
-    def validation_step(self, batch, batch_idx, dataloader_idx=0):
-        self.encoder(batch[0])
-
     def on_train_epoch_start(self):
         if self.current_epoch == self.corrupt_at_epoch:  # a representation collapse / drift
             with torch.no_grad():
                 self.encoder.weight.normal_(generator=torch.Generator().manual_seed(1))
-
-    def configure_optimizers(self):
-        return torch.optim.SGD(self.parameters(), lr=self.lr)
 
 
 def encode(module, batch):
@@ -94,11 +84,7 @@ class History(L.Callback):
 
 
 def make_trainer(tmp_path, callbacks, **kwargs):
-    options = dict(
-        max_epochs=1, accelerator="cpu", devices=1, logger=False, enable_progress_bar=False,
-        enable_model_summary=False, enable_checkpointing=False, default_root_dir=tmp_path,
-    )  # fmt: skip
-    return L.Trainer(callbacks=callbacks, **{**options, **kwargs})
+    return quiet_trainer(tmp_path, callbacks, **kwargs)
 
 
 def embed(module, name):

@@ -3,21 +3,16 @@
 import lightning as L
 import pytest
 import torch
-from lightning.pytorch.loggers import TensorBoardLogger
-from sklearn.datasets import load_digits
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from torch.utils.data import DataLoader, TensorDataset
 
 from lightning_spectral.metrics import FastMMD, FINCNovelty, FKEAVendi
 from lightning_spectral.viz import log_figure, log_image, mode_gallery, plot_spectrum
+from tests.conftest import digits, quiet_trainer
 
 SIGMA = 2.0
 
 
-def digits():
-    data = load_digits()
-    x = torch.tensor(data.data / 16.0, dtype=torch.float32)
-    return x, torch.tensor(data.target)
 
 
 class DigitsModule(L.LightningModule):
@@ -95,12 +90,8 @@ def expected_metrics(module):
 
 
 def trainer(tmp_path, **kwargs):
-    return L.Trainer(
-        max_epochs=1, accelerator="cpu", logger=TensorBoardLogger(tmp_path), enable_progress_bar=False,
-        enable_model_summary=False, enable_checkpointing=False,
-        num_sanity_val_steps=0,  # the reference is embedded once, with the trained encoder
-        **kwargs,
-    )
+    # num_sanity_val_steps=0: the reference is embedded once, with the trained encoder
+    return quiet_trainer(tmp_path, logger=True, num_sanity_val_steps=0, **kwargs)
 
 
 def test_metrics_and_galleries_logged_inside_trainer_fit(tmp_path):

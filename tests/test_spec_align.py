@@ -10,6 +10,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from lightning_spectral.callbacks import SPECAlign
 from lightning_spectral.functional import spec, spec_align_loss
+from tests.conftest import quiet_trainer
 
 
 def toy_data(n=512, seed=0):
@@ -53,16 +54,7 @@ def loader(x, batch_size=128, shuffle=False):
 
 
 def make_trainer(tmp_path, **kwargs):
-    kwargs.setdefault("max_epochs", 1)
-    return L.Trainer(
-        accelerator="cpu",
-        logger=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        enable_checkpointing=False,
-        default_root_dir=tmp_path,
-        **kwargs,
-    )
+    return quiet_trainer(tmp_path, **kwargs)
 
 
 def knn_accuracy(z, labels, k=5):

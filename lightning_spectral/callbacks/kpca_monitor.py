@@ -36,6 +36,7 @@ from lightning_spectral.ood import KernelPCAOOD, detection_metrics, threshold_at
 __all__ = ["KPCAOODMonitor", "OODDriftWarning"]
 
 REFIT_POLICIES = ("once", "epoch")
+FITTING, CALIBRATING, MONITORING = "fitting", "calibrating", "monitoring"
 
 
 class OODDriftWarning(UserWarning):
@@ -150,41 +151,18 @@ class KPCAOODMonitor(EmbeddingCallback):
                 "KPCAOODMonitor: `fit_on` must be 'train', a DataLoader or the name of a datamodule method returning "
                 f"one, got {type(fit_on).__name__}."
             )
-        tpr = check_fraction(tpr, "tpr")
-        check_bool(stop_on_drift, "stop_on_drift")
-        if max_flagged_rate is not None:
-            if isinstance(max_flagged_rate, bool) or not isinstance(max_flagged_rate, (int, float)) or not (
-                1 - tpr < max_flagged_rate <= 1
-            ):
-                raise ValueError(
-                    f"KPCAOODMonitor: `max_flagged_rate` must be in (1 - tpr, 1] = ({1 - tpr:g}, 1], got "
-                    f"{max_flagged_rate!r}: the calibrated threshold already flags a fraction 1 - tpr, so a lower "
-                    "bound would fire without any drift. Try 2 * (1 - tpr)."
-                )
-            if refit != "once":
-                raise ValueError(
-                    "KPCAOODMonitor: `max_flagged_rate` needs refit='once'; with refit='epoch' every validation "
-                    "epoch recalibrates the threshold, so the flagged rate cannot drift."
-                )
-        elif stop_on_drift:
-            raise ValueError("KPCAOODMonitor: `stop_on_drift=True` needs a `max_flagged_rate` bound.")
         if not isinstance(log_prefix, str):
             raise ValueError(f"KPCAOODMonitor: `log_prefix` must be a string (e.g. 'ood/'), got {log_prefix!r}.")
-
         self.fit_on = fit_on
         self._fit_loader: Optional[DataLoader] = None if isinstance(fit_on, str) else fit_on
         self.refit = refit
-        self.tpr = tpr
-        self.max_flagged_rate = None if max_flagged_rate is None else float(max_flagged_rate)
-        self.stop_on_drift = bool(stop_on_drift)
+        self.tpr = check_fraction(tpr, "tpr")
+        self.max_flagged_rate = _drift_bound(max_flagged_rate, self.tpr, refit, check_bool(stop_on_drift, "stop_on_drift"))
+        self.stop_on_drift = stop_on_drift
         self.log_prefix = log_prefix
         self._detector_args = dict(
-            mapping=mapping,
-            sigma=sigma,
-            n_frequencies=n_frequencies,
-            explained_variance=explained_variance,
-            n_components=n_components,
-            seed=seed,
+            mapping=mapping, sigma=sigma, n_frequencies=n_frequencies, explained_variance=explained_variance,
+            n_components=n_components, seed=seed,
         )
         self.detector = KernelPCAOOD(**self._detector_args)
         self.ood_dataloaders = _named_loaders(ood_dataloaders)
@@ -195,9 +173,10 @@ class KPCAOODMonitor(EmbeddingCallback):
         # Score sets of a validation epoch: 0 = in-distribution, then one id per OOD set.
         names = list(self.ood_val_names.values()) + list(self.ood_dataloaders)
         self._set_ids = {name: i + 1 for i, name in enumerate(names)}
-        # Progress (saved in `state_dict`).
-        self._accumulating = True  # fit_on="train": training batches feed the detector's sums
-        self._calibrate = False  # the next validation epoch sets the threshold
+        # Progress, saved in `state_dict`: FITTING (the sums fill: training batches, or `fit_on` at the next
+        # validation) -> CALIBRATING (fitted; the next validation sets the threshold) -> MONITORING; refit="epoch"
+        # returns to FITTING at every training epoch.
+        self.phase = FITTING
         self._fit_epoch = -1
         self.n_fits = 0
         self._world_size = 1
@@ -222,16 +201,17 @@ class KPCAOODMonitor(EmbeddingCallback):
 
     @override
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if self._fits_on_train() and self.refit == "epoch":
-            with outside_inference_mode():
-                self.detector.reset()
-            self._accumulating = True
+        if self.refit == "epoch" and self.phase != FITTING:
+            if self._fits_on_train():
+                with outside_inference_mode():
+                    self.detector.reset()
+            self.phase = FITTING
 
     @override
     def on_train_batch_end(
         self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
-        if self._fits_on_train() and self._accumulating:
+        if self._fits_on_train() and self.phase == FITTING:
             with outside_inference_mode():
                 self._on_device(pl_module).partial_fit(self.batch_embedding(pl_module, batch).detach())
         self.source.clear()  # drop the reference to the step's output
@@ -243,11 +223,8 @@ class KPCAOODMonitor(EmbeddingCallback):
         if trainer.sanity_checking:
             return
         self._on_device(pl_module)  # a restored detector arrives on the CPU
-        if self._fits_on_train():
-            due = self._accumulating and trainer.state.fn == TrainerFn.FITTING
-        else:
-            due = not self.detector.fitted or (self.refit == "epoch" and trainer.current_epoch != self._fit_epoch)
-        if due:
+        training_batches = trainer.state.fn == TrainerFn.FITTING or not self._fits_on_train()
+        if self.phase == FITTING and training_batches:
             self._fit(trainer, pl_module)
 
     def _fit(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -264,8 +241,7 @@ class KPCAOODMonitor(EmbeddingCallback):
                 detector.reset()
                 self.warn_once("fit", f"KPCAOODMonitor: no detector fitted yet ({error}).")
                 return
-        self._accumulating = False
-        self._calibrate = True
+        self.phase = CALIBRATING
         self._fit_epoch = trainer.current_epoch
         self.n_fits += 1
 
@@ -320,11 +296,11 @@ class KPCAOODMonitor(EmbeddingCallback):
                 "no-ind", "KPCAOODMonitor: no in-distribution validation samples; nothing is calibrated or logged."
             )
             return
-        calibrating = self._calibrate
+        calibrating = self.phase == CALIBRATING
         if calibrating:
             with outside_inference_mode():
                 self.detector.threshold = threshold_at_tpr(inside, self.tpr).clone().to(self.detector.threshold.device)
-            self._calibrate = False
+            self.phase = MONITORING
         threshold = float(self.detector.threshold)
         flagged_rate = float((inside > threshold).double().mean())
         metrics = {
@@ -373,8 +349,7 @@ class KPCAOODMonitor(EmbeddingCallback):
         return {
             "detector": {name: value.detach().cpu() if isinstance(value, Tensor) else value
                          for name, value in self.detector.state_dict().items()},
-            "accumulating": self._accumulating,
-            "calibrate": self._calibrate,
+            "phase": self.phase,
             "fit_epoch": self._fit_epoch,
             "n_fits": self.n_fits,
             "world_size": self._world_size,
@@ -385,11 +360,10 @@ class KPCAOODMonitor(EmbeddingCallback):
         detector = KernelPCAOOD(**self._detector_args)
         detector.load_state_dict(state_dict["detector"])
         self.detector = detector
-        self._accumulating = state_dict["accumulating"]
-        self._calibrate = state_dict["calibrate"]
+        self.phase = state_dict["phase"]
         self._fit_epoch = state_dict["fit_epoch"]
         self.n_fits = state_dict["n_fits"]
-        pending = self._accumulating and float(detector.sums.samples.count) > 0  # local: no collective here
+        pending = self.phase == FITTING and float(detector.sums.samples.count) > 0  # local: no collective here
         if pending and state_dict["world_size"] > 1:
             # A mid-epoch checkpoint holds rank 0's partial sums only; adding them on every rank would be wrong.
             with outside_inference_mode():
@@ -398,6 +372,28 @@ class KPCAOODMonitor(EmbeddingCallback):
                 "KPCAOODMonitor: the checkpoint was written by a DDP run in the middle of a fit; the partial sums "
                 "are dropped and the fit restarts from the remaining batches of the epoch."
             )
+
+
+def _drift_bound(max_flagged_rate: Optional[float], tpr: float, refit: str, stop_on_drift: bool) -> Optional[float]:
+    """``max_flagged_rate`` as a float, checked against ``tpr``, ``refit`` and ``stop_on_drift``."""
+    if max_flagged_rate is None:
+        if stop_on_drift:
+            raise ValueError("KPCAOODMonitor: `stop_on_drift=True` needs a `max_flagged_rate` bound.")
+        return None
+    if isinstance(max_flagged_rate, bool) or not isinstance(max_flagged_rate, (int, float)) or not (
+        1 - tpr < max_flagged_rate <= 1
+    ):
+        raise ValueError(
+            f"KPCAOODMonitor: `max_flagged_rate` must be in (1 - tpr, 1] = ({1 - tpr:g}, 1], got {max_flagged_rate!r}: "
+            "the calibrated threshold already flags a fraction 1 - tpr, so a lower bound would fire without any "
+            "drift. Try 2 * (1 - tpr)."
+        )
+    if refit != "once":
+        raise ValueError(
+            "KPCAOODMonitor: `max_flagged_rate` needs refit='once'; with refit='epoch' every validation epoch "
+            "recalibrates the threshold, so the flagged rate cannot drift."
+        )
+    return float(max_flagged_rate)
 
 
 def _check_name(name: Any, what: str) -> None:
