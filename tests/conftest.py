@@ -52,3 +52,52 @@ class DigitsClassifier(L.LightningModule):
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         return torch.optim.SGD(self.parameters(), lr=self.lr)
+
+
+class CollectiveBytes(L.Callback):
+    """Counts the bytes this rank receives through ``torch.distributed`` collectives (all-reduce: the tensor,
+    all-gather: every rank's part) during each validation epoch's end, as a pair of callbacks around the callback
+    under test: ``CollectiveBytes(path, "start")``, the callback, ``CollectiveBytes(path, "end")``.
+
+    The ``"start"`` instance first counts one ``compute()`` of every metric in ``metrics`` (the baseline), and the
+    ``"end"`` instance writes ``{"compute": ..., "epoch_end": ...}`` per validation epoch to ``path/rank{r}.json``.
+    The patches are installed in ``setup``, inside the (spawned) process that runs.
+    """
+
+    counted: dict[str, int] = {}
+
+    def __init__(self, path: Path, role: str, metrics: Any = None) -> None:
+        self.path, self.role, self.metrics = Path(path), role, metrics
+
+    def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        import torch.distributed as dist
+
+        if getattr(dist, "_counting", False):
+            return
+        counted = CollectiveBytes.counted
+        counted.setdefault("bytes", 0)
+        reduce, gather = dist.all_reduce, dist.all_gather
+
+        def all_reduce(tensor: Tensor, *args: Any, **kwargs: Any) -> Any:
+            counted["bytes"] += tensor.numel() * tensor.element_size()
+            return reduce(tensor, *args, **kwargs)
+
+        def all_gather(tensors: list, tensor: Tensor, *args: Any, **kwargs: Any) -> Any:
+            counted["bytes"] += len(tensors) * tensor.numel() * tensor.element_size()
+            return gather(tensors, tensor, *args, **kwargs)
+
+        dist.all_reduce, dist.all_gather, dist._counting = all_reduce, all_gather, True
+
+    def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        import json
+
+        counted = CollectiveBytes.counted
+        if self.role == "start":
+            counted["bytes"] = 0
+            for metric in self.metrics.values():
+                metric.compute()
+            counted["compute"], counted["bytes"] = counted["bytes"], 0
+            return
+        record = {"compute": counted["compute"], "epoch_end": counted["bytes"]}
+        self.path.mkdir(parents=True, exist_ok=True)
+        (self.path / f"rank{trainer.global_rank}.json").write_text(json.dumps(record))

@@ -145,3 +145,23 @@ def test_a_rank_without_data_and_other_settings_gets_a_clear_error_not_an_abort(
     for status, *message in results:
         assert status == "error", message
         assert "different sizes on different ranks" in message[0] and "n_frequencies" in message[0], message
+
+
+def local_counts_after_synced_reads(rank, world_size):
+    gen, ref, _, _ = dataset()
+    rows = rows_of(rank, world_size, "strided")
+    finc = FINCNovelty(sigma=3.0, n_frequencies=96, chunk_size=200)
+    finc.update(gen[rows], real=False)
+    finc.update(ref[rows], real=True)
+    with finc.synced():  # one sync; every read inside it sees all ranks' sums
+        inside = (finc.sample_count(), float(finc.gen.count))
+        finc.summary(), finc.novel_modes(2), finc.threshold()
+    return inside, float(finc.gen.count), finc.sample_count()
+
+
+def test_synced_reads_see_every_rank_and_restore_the_local_sums(tmp_path):
+    for rank, (status, *value) in enumerate(run_ddp(local_counts_after_synced_reads, tmp_path=tmp_path)):
+        assert status == "ok", value
+        inside, local_after, total_after = value[0]
+        assert inside == (N, float(N))  # the synced sums hold every rank's samples
+        assert local_after == len(rows_of(rank, 2, "strided")) and total_after == N  # local sums back, counts global
