@@ -152,19 +152,6 @@ def check_fraction(value: float, name: str, low_open: bool = True, high_closed: 
     return value
 
 
-def check_number(value: float, name: str) -> float:
-    """Return ``float(value)`` or raise ``ValueError`` unless it is a finite real number (not a bool)."""
-    try:
-        if isinstance(value, bool):
-            raise TypeError
-        value = float(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"`{name}` must be a finite number, got {value!r}.") from None
-    if not math.isfinite(value):
-        raise ValueError(f"`{name}` must be a finite number, got {value}.")
-    return value
-
-
 def check_order(value: object, name: str = "alpha") -> float:
     """Return a Renyi / Vendi order as a float in (0, inf], or raise ``ValueError`` naming ``name``.
 

@@ -125,23 +125,3 @@ def disagreeing_ranks(tensor: Optional[Tensor], group: Optional[Any] = None, rto
     scale = reference.abs().clamp_min(1.0)
     bad = [rank for rank, other in voters if bool(((other - reference).abs() > rtol * scale).any())]
     return [first, *bad] if bad else []
-
-
-def check_same_across_ranks(
-    tensor: Optional[Tensor], what: str, group: Optional[Any] = None, rtol: float = 1e-9
-) -> None:
-    """Raise on every rank when ranks hold different ``tensor`` values (:func:`disagreeing_ranks`).
-
-    All ranks take part in one small all_gather and reach the same verdict, so a mismatch raises
-    everywhere instead of leaving some ranks waiting in a collective.
-
-    Raises:
-        RuntimeError: the fingerprints differ; the message names ``what`` and the usual fix.
-    """
-    disagreement = disagreeing_ranks(tensor, group, rtol)
-    if disagreement:
-        first, *bad = disagreement
-        raise RuntimeError(
-            f"{what} differ across ranks (ranks {bad} disagree with rank {first}). Every rank must build the "
-            "metric or callback with the same `seed`, `sigma`, `n_frequencies` and input width."
-        )

@@ -2,7 +2,7 @@
 
 import torch
 
-from lightning_spectral.distributed import all_reduce_sum, check_same_across_ranks, fingerprint
+from lightning_spectral.distributed import all_reduce_sum, disagreeing_ranks, fingerprint
 from lightning_spectral.metrics import RFFCovariance
 from tests.ddp import run_ddp
 
@@ -41,12 +41,9 @@ def seeds_differ(rank, world_size):
 
 def helpers(rank, world_size):
     summed = all_reduce_sum(torch.tensor([1.0, float(rank)], dtype=torch.float64))
-    check_same_across_ranks(torch.arange(6.0).reshape(2, 3), "the same tensor")
-    try:
-        check_same_across_ranks(torch.arange(6.0) + rank, "shifted tensors")
-    except RuntimeError as error:
-        return summed, str(error)
-    return summed, None
+    same = disagreeing_ranks(torch.arange(6.0).reshape(2, 3))
+    abstaining = disagreeing_ranks(None if rank == 1 else torch.arange(3.0))  # a rank without a vote agrees
+    return summed, same, abstaining, disagreeing_ranks(torch.arange(6.0) + rank)
 
 
 def test_all_reduced_covariance_equals_one_process_on_concatenated_data(tmp_path):
@@ -96,9 +93,9 @@ def test_mismatched_seeds_raise_on_every_rank(tmp_path):
 def test_sync_helpers(tmp_path):
     for status, *value in run_ddp(helpers, tmp_path=tmp_path):
         assert status == "ok", value
-        summed, message = value[0]
+        summed, same, abstaining, shifted = value[0]
         torch.testing.assert_close(summed[0], torch.tensor([2.0, 1.0], dtype=torch.float64))
-        assert message is not None and "shifted tensors differ across ranks (ranks [1] disagree with rank 0)" in message
+        assert same == [] and abstaining == [] and shifted == [0, 1]  # rank 1 disagrees with rank 0, on every rank
 
 
 def test_fingerprint_tells_seeds_sigmas_and_shapes_apart():
