@@ -12,6 +12,12 @@ export OMP_WAIT_POLICY
 # from that index first (CPU wheels, ~0.2 GB) instead of PyPI's, which pull ~6 GB of CUDA libraries.
 TORCH_INDEX ?=
 
+# The lowest torchmetrics and Lightning that pyproject allows: `make test` also runs the tests of the API surface the
+# library uses (metrics, sync, checkpoints, callbacks) with them, overlaid on the venv (the highest allowed are the
+# ones pip installed there). tests/test_torchmetrics_api.py keeps these pins equal to pyproject's floors.
+LOWEST := torchmetrics==1.3.2 lightning==2.6.0
+API_TESTS := tests/test_torchmetrics_api.py tests/test_checkpoints.py tests/test_lightning.py tests/test_embedding_metrics.py tests/test_new_method.py
+
 .PHONY: demo test bench docs clean
 
 # The stamp files re-run the install only when pyproject.toml changes, so a second run is quick.
@@ -25,11 +31,16 @@ $(VENV)/.installed-dev: $(VENV)/.installed
 	$(PIP) install --quiet --disable-pip-version-check -e '.[dev,docs]'
 	touch $@
 
+$(VENV)/lowest/.installed: Makefile | $(VENV)/.installed-dev
+	$(PIP) install --quiet --disable-pip-version-check --no-deps --target $(VENV)/lowest $(LOWEST)
+	touch $@
+
 demo: $(VENV)/.installed
 	$(PY) recipes/align_clip.py --config recipes/configs/tiny.yaml
 
-test: $(VENV)/.installed-dev
+test: $(VENV)/.installed-dev $(VENV)/lowest/.installed
 	$(PY) -m pytest
+	PYTHONPATH=$(VENV)/lowest $(PY) -m pytest -p no:cacheprovider -q $(API_TESTS)   # the lowest allowed versions
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict   # the docs site; any warning fails the build
 
 docs: $(VENV)/.installed-dev

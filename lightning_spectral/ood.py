@@ -103,6 +103,7 @@ class KernelPCAOOD(nn.Module):
             self.register_buffer(name, None)
         self.register_buffer("threshold", torch.tensor(float("nan"), dtype=torch.float64))
         self.register_buffer("n_fitted", torch.zeros((), dtype=torch.float64))
+        self.register_load_state_dict_pre_hook(self._size_buffers)
 
     # ---- mapping -------------------------------------------------------------------------------------------
     @property
@@ -226,12 +227,12 @@ class KernelPCAOOD(nn.Module):
         return self.score(features) > self.threshold
 
     # ---- state ---------------------------------------------------------------------------------------------
-    def _load_from_state_dict(self, state_dict: dict, prefix: str, *args: Any, **kwargs: Any) -> None:
-        # The fitted subspace's buffers take their shapes from the checkpoint.
+    @staticmethod
+    def _size_buffers(module: nn.Module, state_dict: dict, prefix: str, *args: Any) -> None:
+        """Load pre-hook: the fitted subspace's buffers take their shapes from the checkpoint."""
         for name in ("mean", "components", "eigenvalues"):
             if prefix + name in state_dict:
-                setattr(self, name, torch.empty_like(state_dict[prefix + name]))
-        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+                setattr(module, name, torch.empty_like(state_dict[prefix + name]))
 
 
 def threshold_at_tpr(in_scores: Tensor, tpr: float = 0.95) -> Tensor:
