@@ -22,6 +22,9 @@ from torch import Tensor
 
 from lightning_spectral.callbacks.base import gather_rows
 
+#: Kept rows of a stream: (features (n, d), global ids (n,), images (n, C, H, W), labels (n,) or None).
+Row = tuple[Tensor, Tensor, Tensor, Optional[Tensor]]
+
 
 class ModeImages(NamedTuple):
     """One gallery as images: per row (mode) its label, its images (n, C, H, W) best first, and their classes
@@ -78,7 +81,9 @@ class IndexedImages(GalleryImages):
         paired: batches are ``((embedding, reference embedding), ids)``, for paired metrics (SPEC).
     """
 
-    def __init__(self, lookup: Union[Callable[[int], Any], Any], modes: int, per_mode: int, paired: bool = False) -> None:
+    def __init__(
+        self, lookup: Union[Callable[[int], Any], Any], modes: int, per_mode: int, paired: bool = False
+    ) -> None:
         super().__init__(modes, per_mode)
         self.lookup, self.paired = lookup, paired
         self.kept: list[tuple[Tensor, Optional[Tensor], Tensor]] = []
@@ -123,8 +128,8 @@ class KeptImages(GalleryImages):
 
     def __init__(self, modes: int, per_mode: int) -> None:
         super().__init__(modes, per_mode)
-        self.kept: dict[str, list[tuple[Tensor, Tensor, Tensor, Optional[Tensor]]]] = {}
-        self.loaders: dict[str, Callable[[], Iterable[tuple[Tensor, Tensor, Tensor, Optional[Tensor]]]]] = {}
+        self.kept: dict[str, list[Row]] = {}
+        self.loaders: dict[str, Callable[[], Iterable[Row]]] = {}
         self.reference: Optional[str] = None
 
     def keep(self, stream: str, features: Tensor, ids: Tensor, images: Tensor, labels: Optional[Tensor] = None) -> None:
@@ -133,7 +138,7 @@ class KeptImages(GalleryImages):
             (features.cpu(), ids.cpu(), images.detach().cpu(), None if labels is None else labels.cpu())
         )
 
-    def load_with(self, stream: str, loader: Callable[[], Iterable[tuple[Tensor, Tensor, Tensor, Optional[Tensor]]]]) -> None:
+    def load_with(self, stream: str, loader: Callable[[], Iterable[Row]]) -> None:
         """Fill ``stream`` from ``loader()`` (rows ``(features, global ids, images, labels)``) when first needed."""
         self.loaders[stream] = loader
         self.kept.pop(stream, None)
@@ -151,7 +156,7 @@ class KeptImages(GalleryImages):
     def _stream(self, stream: str) -> Optional[str]:
         return self.reference if stream == "reference" else stream
 
-    def _rows(self, name: str) -> list[tuple[Tensor, Tensor, Tensor, Optional[Tensor]]]:
+    def _rows(self, name: str) -> list[Row]:
         if name not in self.kept and name in self.loaders:
             for row in self.loaders[name]():
                 self.keep(name, *row)
@@ -176,7 +181,10 @@ class KeptImages(GalleryImages):
         wanted = torch.isin(mine, ids)
         images = torch.cat([kept for _, _, kept, _ in rows])[wanted] if rows else torch.zeros(0, *shape)
         labelled = bool(rows) and all(labels is not None for _, _, _, labels in rows)
-        labels = torch.cat([l for _, _, _, l in rows])[wanted].double() if labelled else torch.full((len(images),), -1.0)
+        if labelled:
+            labels = torch.cat([kept_labels for _, _, _, kept_labels in rows])[wanted].double()  # type: ignore[misc]
+        else:
+            labels = torch.full((len(images),), -1.0)
         table = torch.cat([mine[wanted].double()[:, None], labels[:, None], images.flatten(1).double()], 1)
         table = gather_rows(trainer, table)  # the wanted rows of every rank: (R, 2 + C H W)
         position = {int(i): row for row, i in enumerate(table[:, 0].long().tolist())}

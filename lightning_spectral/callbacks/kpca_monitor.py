@@ -157,8 +157,8 @@ class KPCAOODMonitor(EmbeddingCallback):
         self._fit_loader: Optional[DataLoader] = None if isinstance(fit_on, str) else fit_on
         self.refit = refit
         self.tpr = check_fraction(tpr, "tpr")
-        self.max_flagged_rate = _drift_bound(max_flagged_rate, self.tpr, refit, check_bool(stop_on_drift, "stop_on_drift"))
-        self.stop_on_drift = stop_on_drift
+        self.stop_on_drift = check_bool(stop_on_drift, "stop_on_drift")
+        self.max_flagged_rate = _drift_bound(max_flagged_rate, self.tpr, refit, self.stop_on_drift)
         self.log_prefix = log_prefix
         self._detector_args = dict(
             mapping=mapping, sigma=sigma, n_frequencies=n_frequencies, explained_variance=explained_variance,

@@ -115,7 +115,7 @@ class SpecAlignSolver:
         self.tol = check_positive(tol, "tol")
         self.block = check_int_range(block, "block", 2, MAX_KRYLOV_BLOCK, "one Ritz vector per end at least")
         self.steps = check_int_range(steps, "steps", 1, MAX_KRYLOV_STEPS, "Krylov steps per Rayleigh-Ritz cycle")
-        self.max_cycles = check_int_range(max_cycles, "max_cycles", 1, MAX_KRYLOV_STEPS, "cycles before the exact route")
+        self.max_cycles = check_int_range(max_cycles, "max_cycles", 1, MAX_KRYLOV_STEPS, "cycles before exact")
         self.warm_start: Optional[Tensor] = None  # (D, block) float64, feature space
         self.last_cycles = 0  # Rayleigh-Ritz cycles the last call used
         self.fallbacks = 0  # calls the Krylov iteration did not settle, answered by the exact route

@@ -257,8 +257,8 @@ class Accumulator:
         expected = None if width is None else 1 + lanes * (width + triangle)
         if expected != packed.numel():
             raise ValueError(
-                f"{type(self.metric).__name__}: the checkpoint's {self.name!r} state has {packed.numel()} entries where "
-                f"these settings need {expected}; build the metric with the settings it was saved with."
+                f"{type(self.metric).__name__}: the checkpoint's {self.name!r} state has {packed.numel()} entries "
+                f"where these settings need {expected}; build the metric with the settings it was saved with."
             )
         flat = torch.zeros(self.size(width), dtype=torch.float64, device=packed.device)  # type: ignore[arg-type]
         count, sums, outer = self._parts(flat)

@@ -26,9 +26,8 @@ def extra_state(metric: Any, sums: bool = True) -> dict[str, Any]:
         if accumulator.centre and accumulator.shift is not None
     }
     if sums:
-        state["sums"] = {
-            name: accumulator.pack(accumulator.state).detach().cpu() for name, accumulator in metric.accumulators.items()
-        }
+        packed = {name: accumulator.pack(accumulator.state) for name, accumulator in metric.accumulators.items()}
+        state["sums"] = {name: value.detach().cpu() for name, value in packed.items()}
     return state
 
 

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from lightning_spectral.functional.fkea import Orders, VendiResult, check_orders, rke_from_covariance, vendi_from_spectrum
+from lightning_spectral.functional.fkea import (
+    Orders,
+    VendiResult,
+    check_orders,
+    rke_from_covariance,
+    vendi_from_spectrum,
+)
 from lightning_spectral.linalg import eigen_dtype, psd_eigenvalues
 from lightning_spectral.metrics.covariance import RFFCovariance
 

@@ -95,7 +95,9 @@ class SPECDivergence(SpectralMetric):
         if self.in_features is None:
             self.build(widths)
         elif widths != self.in_features:
-            raise ValueError(f"SPECDivergence.update: widths {widths} differ from the earlier batches' {self.in_features}.")
+            raise ValueError(
+                f"SPECDivergence.update: widths {widths} differ from the earlier batches' {self.in_features}."
+            )
         self.joint.add(torch.cat([emb_a, emb_b.to(emb_a.dtype)], dim=1))
 
     def _spectrum(self) -> tuple[Tensor, Tensor]:
