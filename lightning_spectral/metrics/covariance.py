@@ -34,7 +34,7 @@ class Covariance(SpectralMetric):
     def __init__(
         self, feature_map: FeatureMap, *, centre: bool = False, in_features: Optional[int] = None, **kwargs: Any
     ) -> None:
-        super().__init__(feature_map, **kwargs)
+        super().__init__(feature_map=feature_map, **kwargs)
         self.samples = self.add_accumulator("samples", centre=centre)
         if in_features is not None:
             self.build(check_positive_int(in_features, "in_features"))
@@ -147,5 +147,5 @@ class RFFCovariance(Covariance):
     def __init__(self, sigma: float, n_frequencies: int = 2048, *, seed: int = 0, **kwargs: Any) -> None:
         rff = GaussianRFF(None, n_frequencies, sigma, seed, persistent=False)
         check_state_memory(type(self).__name__, rff.n_frequencies, matrices=1, vectors=1)
-        super().__init__(rff, **kwargs)
+        super().__init__(feature_map=rff, **kwargs)
         self.sigma, self.n_frequencies, self.seed = rff.sigma, rff.n_frequencies, rff.seed

@@ -86,7 +86,7 @@ class FINCNovelty(SpectralMetric):
         check_bool(reset_real_features, "reset_real_features")
         rff = GaussianRFF(None, n_frequencies, sigma, seed, persistent=False)
         check_state_memory(type(self).__name__, rff.n_frequencies, matrices=3, vectors=3)
-        super().__init__(rff, **kwargs)
+        super().__init__(feature_map=rff, **kwargs)
         if rho < 1:
             rank_zero_warn(
                 f"FINCNovelty: rho={rho} < 1 lets shared modes through as 'novel' and the noise floor "

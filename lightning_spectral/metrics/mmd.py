@@ -97,7 +97,7 @@ class FastMMD(SpectralMetric):
         matrices = 0 if statistic_only else 2 * len(sigmas)
         check_state_memory("FastMMD", check_positive_int(n_frequencies, "n_frequencies"), matrices, 2 * len(sigmas))
         rff = MultiBandwidthRFF(None, n_frequencies, sigmas, seed)
-        super().__init__(rff, **kwargs)
+        super().__init__(feature_map=rff, **kwargs)
         self.sigmas, self.n_frequencies, self.seed = rff.sigmas, rff.n_frequencies, rff.seed
         self.sigma = sigmas[0] if single else sigmas
         self._single = single

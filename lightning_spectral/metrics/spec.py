@@ -78,7 +78,8 @@ class SPECDivergence(SpectralMetric):
         if in_features is not None and (not isinstance(in_features, (tuple, list)) or len(in_features) != 2):
             raise ValueError(f"SPECDivergence: `in_features` must be a pair (d_a, d_b), got {in_features!r}.")
         seed = check_seed(seed)
-        super().__init__(PairedFeatureMap(kernel, None, sigmas, n_frequencies, seed, persistent=False), **kwargs)
+        paired = PairedFeatureMap(kernel, None, sigmas, n_frequencies, seed, persistent=False)
+        super().__init__(feature_map=paired, **kwargs)
         self.kernel, self.sigmas, self.n_frequencies, self.seed = kernel, sigmas, n_frequencies, seed
         self.joint = self.add_accumulator("joint")
         if in_features is not None:
