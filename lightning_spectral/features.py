@@ -11,11 +11,20 @@ from __future__ import annotations
 import math
 from typing import Optional
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 from torch.autograd.function import once_differentiable
 
-from lightning_spectral._checks import all_finite, check_features, check_positive, check_positive_int, check_seed
+from lightning_spectral._checks import (
+    all_finite,
+    check_bandwidths,
+    check_features,
+    check_frequency_memory,
+    check_positive,
+    check_positive_int,
+    check_seed,
+)
 
 
 def standard_normal_draws(in_features: int, n_frequencies: int, seed: int) -> Tensor:
@@ -68,6 +77,7 @@ class GaussianRFF(nn.Module):
         self.n_frequencies = check_positive_int(n_frequencies, "n_frequencies")
         self.sigma = check_positive(sigma, "sigma")
         self.seed = check_seed(seed)
+        check_frequency_memory(type(self).__name__, self.in_features, self.n_frequencies)
         self.register_buffer("omega", self._draw(), persistent=persistent)
 
     @property
@@ -155,11 +165,14 @@ class MultiBandwidthRFF(nn.Module):
         super().__init__()
         self.in_features = check_positive_int(in_features, "in_features")
         self.n_frequencies = check_positive_int(n_frequencies, "n_frequencies")
-        if isinstance(sigmas, (str, bytes)) or not hasattr(sigmas, "__iter__") or not len(tuple(sigmas)):
+        if isinstance(sigmas, (list, tuple)) and not sigmas or not isinstance(sigmas, (list, tuple, Tensor, np.ndarray)):
             raise ValueError(f"`sigmas` must be a non-empty sequence of bandwidths > 0, got {sigmas!r}.")
-        self.sigmas = tuple(check_positive(s, "sigma") for s in sigmas)
+        self.sigmas = check_bandwidths(sigmas, "sigma")[0]
         self.seed = check_seed(seed)
-        self.register_buffer("standard", standard_normal_draws(in_features, n_frequencies, self.seed), persistent=False)
+        check_frequency_memory(type(self).__name__, self.in_features, self.n_frequencies)
+        self.register_buffer(
+            "standard", standard_normal_draws(self.in_features, self.n_frequencies, self.seed), persistent=False
+        )
 
     @property
     def out_features(self) -> int:
@@ -295,8 +308,22 @@ def gaussian_kernel(x: Tensor, y: Optional[Tensor] = None, sigma: float = 1.0) -
     sigma = check_positive(sigma, "sigma")
     x = check_features(x, "x").double()
     y = x if y is None else check_features(y, "y", width=x.shape[1]).double()
-    sq_dist = torch.cdist(x, y).square()
-    return torch.exp(-sq_dist / (2.0 * sigma**2))
+    return torch.exp(-0.5 * scaled_distances(x, y, sigma).square())
+
+
+def scaled_distances(x: Tensor, y: Tensor, sigma: float = 1.0) -> Tensor:
+    """``||x_i - y_j|| / sigma`` (N, M) for finite float64 rows, without overflow or underflow at any magnitude.
+
+    ``torch.cdist`` squares the entries (and, for many rows, expands ``||x||^2 + ||y||^2 - 2 x.y``): rows near
+    1e155 give ``inf - inf = NaN`` and rows below 1e-155 give 0. Both sets are divided by their largest
+    magnitude ``s`` first, and ``s / sigma`` is applied after: the kernel depends on ``x / sigma`` only.
+    """
+    scale = float(torch.cat([x.abs().flatten(), y.abs().flatten()]).max()) if x.numel() and y.numel() else 0.0
+    if scale == 0.0:
+        return torch.zeros(x.shape[0], y.shape[0], dtype=x.dtype, device=x.device)
+    distances = torch.cdist(x / scale, y / scale)
+    ratio = scale / sigma  # may overflow to inf for huge inputs and a tiny sigma: those distances are infinite
+    return torch.where(distances > 0, distances * ratio, 0.0)
 
 
 def median_bandwidth(x: Tensor, max_samples: int = 2000, seed: int = 0) -> float:
@@ -320,14 +347,19 @@ def median_bandwidth(x: Tensor, max_samples: int = 2000, seed: int = 0) -> float
         2.0
     """
     x = check_features(x, "x").double()
-    check_positive_int(max_samples, "max_samples")
+    max_samples = check_positive_int(max_samples, "max_samples")
+    seed = check_seed(seed)
     if x.shape[0] < 2:
         raise ValueError(f"median_bandwidth needs at least 2 samples, got {x.shape[0]}.")
     if x.shape[0] > max_samples:
-        generator = torch.Generator(device="cpu").manual_seed(int(seed))
+        generator = torch.Generator(device="cpu").manual_seed(seed)
         x = x[torch.randperm(x.shape[0], generator=generator)[:max_samples].to(x.device)]
-    dist = torch.pdist(x)
-    median = float(dist.median())
+    scale = float(x.abs().max())  # distances of x / scale neither overflow nor underflow (inputs near 1e300)
+    median = float(torch.pdist(x / scale).median()) * scale if scale > 0 else 0.0
+    if not math.isfinite(median):
+        raise ValueError(
+            f"median_bandwidth: the median pairwise distance {median} exceeds float64's range; rescale the inputs."
+        )
     if median <= 0:
         raise ValueError("median_bandwidth: the median pairwise distance is 0 (most samples are identical).")
     return median
