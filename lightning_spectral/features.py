@@ -307,8 +307,11 @@ def gaussian_kernel(x: Tensor, y: Optional[Tensor] = None, sigma: float = 1.0) -
     """
     sigma = check_positive(sigma, "sigma")
     x = check_features(x, "x").double()
-    y = x if y is None else check_features(y, "y", width=x.shape[1]).double()
-    return torch.exp(-0.5 * scaled_distances(x, y, sigma).square())
+    if y is None:
+        distances = scaled_distances(x, x, sigma).fill_diagonal_(0.0)  # k(x, x) = 1 exactly (not cdist's round-off)
+    else:
+        distances = scaled_distances(x, check_features(y, "y", width=x.shape[1]).double(), sigma)
+    return torch.exp(-0.5 * distances.square())
 
 
 def scaled_distances(x: Tensor, y: Tensor, sigma: float = 1.0) -> Tensor:
@@ -316,7 +319,8 @@ def scaled_distances(x: Tensor, y: Tensor, sigma: float = 1.0) -> Tensor:
 
     ``torch.cdist`` squares the entries (and, for many rows, expands ``||x||^2 + ||y||^2 - 2 x.y``): rows near
     1e155 give ``inf - inf = NaN`` and rows below 1e-155 give 0. Both sets are divided by their largest
-    magnitude ``s`` first, and ``s / sigma`` is applied after: the kernel depends on ``x / sigma`` only.
+    magnitude ``s`` first, and ``s / sigma`` is applied after: the kernel depends on ``x / sigma`` only. As with
+    ``cdist`` itself, distances below ~1e-8 of the rows' magnitude are round-off (the expanded form).
     """
     scale = float(torch.cat([x.abs().flatten(), y.abs().flatten()]).max()) if x.numel() and y.numel() else 0.0
     if scale == 0.0:

@@ -429,7 +429,7 @@ def mmd_exact_test(
     pooled = torch.cat([x, y])
     gram = gaussian_kernel(pooled, sigma=sigma)
     m, n = x.shape[0], y.shape[0]
-    weights = torch.cat([torch.full((m,), 1.0 / m), torch.full((n,), -1.0 / n)]).double()
+    weights = torch.cat([gram.new_full((m,), 1.0 / m), gram.new_full((n,), -1.0 / n)])  # float64, gram's device
     statistic = weights @ gram @ weights
     return _permutation_test(gram, m, statistic, n_permutations, alpha, seed, gram=True)
 
