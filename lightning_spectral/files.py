@@ -198,7 +198,7 @@ class EmbeddingFile:
             check_table(probe, "features", header_only=suffix == ".safetensors")
             if index is not None:
                 self.index = check_index(index, int(probe.shape[0]), "index")
-        except ValueError as error:
+        except (ValueError, TypeError) as error:  # a sparse table, bad indices: named with the file
             raise ValueError(f"`{name}` ({self.where}): {error}") from None
         self.n, self.d = int(probe.shape[0]), int(probe.shape[1])
         self.dtype = probe.dtype
