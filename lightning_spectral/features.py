@@ -165,7 +165,8 @@ class MultiBandwidthRFF(nn.Module):
         super().__init__()
         self.in_features = check_positive_int(in_features, "in_features")
         self.n_frequencies = check_positive_int(n_frequencies, "n_frequencies")
-        if isinstance(sigmas, (list, tuple)) and not sigmas or not isinstance(sigmas, (list, tuple, Tensor, np.ndarray)):
+        empty = isinstance(sigmas, (list, tuple)) and not sigmas
+        if empty or not isinstance(sigmas, (list, tuple, Tensor, np.ndarray)):
             raise ValueError(f"`sigmas` must be a non-empty sequence of bandwidths > 0, got {sigmas!r}.")
         self.sigmas = check_bandwidths(sigmas, "sigma")[0]
         self.seed = check_seed(seed)

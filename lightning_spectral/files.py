@@ -30,7 +30,9 @@ FEATURE_SUFFIXES = (".npy", ".pt", ".safetensors")
 def as_path(path: Any, argument: str) -> Path:
     """``path`` as a ``Path``, or a ``TypeError`` naming ``argument`` when it is no path at all (None, a number)."""
     if not isinstance(path, (str, os.PathLike)) or isinstance(os.fspath(path), bytes):
-        raise TypeError(f"`{argument}` must be a file path (a str or pathlib.Path), got {type(path).__name__} {path!r}.")
+        raise TypeError(
+            f"`{argument}` must be a file path (a str or pathlib.Path), got {type(path).__name__} {path!r}."
+        )
     return Path(os.fspath(path)).expanduser()
 
 

@@ -259,7 +259,8 @@ class KernelPCAOOD(nn.Module):
         elif isinstance(batches, (str, bytes)) or not isinstance(batches, Iterable):
             raise TypeError(
                 "KernelPCAOOD.fit: `batches` must be an (N, d) table (a tensor, a NumPy array, a list of rows) or an "
-                f"iterable of (N_i, d) batches (e.g. `features.split(4096)` or a DataLoader), got {type(batches).__name__}."
+                "iterable of (N_i, d) batches (e.g. `features.split(4096)` or a DataLoader), got "
+                f"{type(batches).__name__}."
             )
         else:
             self.reset()
@@ -349,7 +350,7 @@ def detection_metrics(
         ValueError: ``tpr`` outside (0, 1]; scores that are not 1-D, hold NaN, or an empty side.
     """
     tpr = check_fraction(tpr, "tpr")
-    in_scores, out_scores = (check_scores(s, name) for s, name in ((in_scores, "in_scores"), (out_scores, "out_scores")))
+    in_scores, out_scores = check_scores(in_scores, "in_scores"), check_scores(out_scores, "out_scores")
     if in_scores.numel() == 0 or out_scores.numel() == 0:
         raise ValueError("detection_metrics: both in- and out-of-distribution scores are needed.")
     preds = torch.cat([in_scores, out_scores.to(in_scores.device)])

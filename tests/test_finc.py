@@ -271,7 +271,7 @@ def test_float32_and_float64_copies_of_a_reference_give_the_same_halves_threshol
     assert threshold64 == pytest.approx(threshold32, rel=1e-5)  # float32 features against float64 ones
     assert score64 == pytest.approx(score32, rel=1e-5, abs=1e-7)
     assert float(missing64) == pytest.approx(float(missing32), rel=1e-5, abs=1e-7)
-    functional = [finc_spectrum(gen, reference, sigma=2.0, n_frequencies=128).threshold for reference in (ref32, ref32.double())]
+    functional = [finc_spectrum(gen, ref, sigma=2.0, n_frequencies=128).threshold for ref in (ref32, ref32.double())]
     assert functional[1] == pytest.approx(functional[0], rel=1e-5)
 
 
@@ -285,7 +285,8 @@ def test_values_beyond_float32_range_still_split_in_two():
 def test_exact_oracle_is_finite_and_scale_equivariant_at_extreme_magnitudes(scale):
     # finc_exact raised LinAlgError on +-1e38..1e300 (NaN kernel matrices): it only depends on x / sigma
     g = torch.Generator().manual_seed(1)
-    gen, ref = torch.randn(30, 3, generator=g, dtype=torch.float64), torch.randn(40, 3, generator=g, dtype=torch.float64)
+    gen = torch.randn(30, 3, generator=g, dtype=torch.float64)
+    ref = torch.randn(40, 3, generator=g, dtype=torch.float64)
     expected = finc_exact(gen, ref, sigma=1.5, rho=2.0)
     torch.testing.assert_close(finc_exact(gen * scale, ref * scale, sigma=1.5 * scale, rho=2.0), expected,
                                rtol=1e-8, atol=1e-10)

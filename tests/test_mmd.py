@@ -399,7 +399,8 @@ def test_exact_mmd_and_its_test_are_finite_and_scale_equivariant_at_extreme_magn
     x, y = pair(40, 30, shift=0.7, seed=3)
     for unbiased in (True, False):
         expected = mmd_exact(x, y, 1.0, unbiased=unbiased)
-        torch.testing.assert_close(mmd_exact(x * scale, y * scale, scale, unbiased=unbiased), expected, rtol=1e-9, atol=1e-12)
+        got = mmd_exact(x * scale, y * scale, scale, unbiased=unbiased)
+        torch.testing.assert_close(got, expected, rtol=1e-9, atol=1e-12)
     unit = mmd_exact_test(x, y, 1.0, n_permutations=99, seed=1)
     scaled = mmd_exact_test(x * scale, y * scale, scale, n_permutations=99, seed=1)
     torch.testing.assert_close(scaled.statistic, unit.statistic, rtol=1e-9, atol=1e-12)

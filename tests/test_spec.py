@@ -419,7 +419,7 @@ def test_metric_called_like_a_function_without_in_features_returns_the_batch_val
     first, second = [(torch.randn(30, 4, generator=g), torch.randn(30, 3, generator=g)) for _ in range(2)]
     metric = SPECDivergence("cosine")
     batch_values = [metric(*first), metric(*second)]
-    for value, pair in zip(batch_values, (first, second)):
+    for value, pair in zip(batch_values, (first, second), strict=True):
         alone = SPECDivergence("cosine", in_features=(4, 3))
         alone.update(*pair)
         torch.testing.assert_close(value, alone.compute())

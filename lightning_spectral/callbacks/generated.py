@@ -211,8 +211,8 @@ class GeneratedSamples(EmbeddingCallback):
         for name, loader in references.items():
             if isinstance(loader, bytes) or not isinstance(loader, (str, Iterable)):
                 raise ValueError(
-                    f"GeneratedSamples: `references[{name!r}]` must be a loader of real images (an iterable of batches) "
-                    f"or the name of a datamodule method returning one, got {type(loader).__name__}."
+                    f"GeneratedSamples: `references[{name!r}]` must be a loader of real images (an iterable of "
+                    f"batches) or the name of a datamodule method returning one, got {type(loader).__name__}."
                 )
         two_sample = sorted(n for n, m in self.metrics.items() if metric_inputs(m) == "two")
         missing = [name for name in two_sample if name not in references]

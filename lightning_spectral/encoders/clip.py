@@ -12,7 +12,6 @@ from torch import Tensor, nn
 from lightning_spectral.encoders.weights import WEIGHT_SUFFIXES, load_error, read_checkpoint, strip_prefixes
 from lightning_spectral.files import PathLike, existing_file
 
-
 #: The precisions open_clip's ``create_model`` knows (its training script's choices).
 CLIP_PRECISIONS = ("fp32", "fp16", "bf16", "amp", "amp_bf16", "amp_bfloat16", "pure_fp16", "pure_bf16")
 

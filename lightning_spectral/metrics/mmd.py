@@ -3,17 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from numbers import Real
 from typing import Any, Optional, Union
 
-import torch
 from torch import Tensor, nn
 
 from lightning_spectral._checks import (
     check_bandwidths,
     check_bool,
     check_fraction,
-    check_positive,
     check_positive_int,
     check_side,
     check_state_memory,

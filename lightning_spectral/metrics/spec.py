@@ -16,7 +16,7 @@ from lightning_spectral._checks import (
     check_width_memory,
 )
 from lightning_spectral.features import KERNELS, PairedFeatureMap
-from lightning_spectral.functional.modes import check_candidates_memory, Ids, Modes, orient, top_samples
+from lightning_spectral.functional.modes import Ids, Modes, check_candidates_memory, orient, top_samples
 from lightning_spectral.functional.spec import check_pair, nonzero
 from lightning_spectral.linalg import DEFAULT_CHUNK_SIZE, differential_eigh
 from lightning_spectral.metrics.base import ModeGallery, SpectralMetric
