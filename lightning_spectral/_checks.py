@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 from collections.abc import Sequence
@@ -78,6 +79,7 @@ def check_bandwidths(sigma: object, name: str = "sigma") -> tuple[tuple[float, .
 MEMORY_FRACTION = 0.5
 
 
+@functools.lru_cache(maxsize=1)
 def total_memory_bytes() -> int:
     """Physical memory of this machine in bytes (0 when unknown)."""
     try:

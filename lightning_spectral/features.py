@@ -21,6 +21,7 @@ from lightning_spectral._checks import (
     check_bandwidths,
     check_features,
     check_frequency_memory,
+    check_memory,
     check_positive,
     check_positive_int,
     check_seed,
@@ -103,6 +104,7 @@ class GaussianRFF(nn.Module):
             ValueError: the phases overflow (inputs near the float32 limit): scale the inputs (and sigma) down.
         """
         x = check_features(x, "x", width=self.in_features, owner=type(self).__name__)
+        check_batch_memory(type(self).__name__, x, self.n_frequencies)
         omega = self.omega.to(device=x.device, dtype=x.dtype)
         return check_phases(x @ omega, type(self).__name__, x, self.omega)
 
@@ -121,6 +123,19 @@ class GaussianRFF(nn.Module):
             f"in_features={self.in_features}, n_frequencies={self.n_frequencies}, "
             f"sigma={self.sigma:g}, seed={self.seed}"
         )
+
+
+def check_batch_memory(owner: str, x: Tensor, n_frequencies: int) -> None:
+    """Raise before mapping a batch whose phases and (N, 2r) features cannot fit in memory (about 5 N r values).
+
+    Raises:
+        ValueError: naming ``n_frequencies``, the batch size and the bytes.
+    """
+    needed = 5 * x.shape[0] * n_frequencies * x.element_size()
+    check_memory(
+        owner, "n_frequencies", n_frequencies, needed, f"the features of a batch of {x.shape[0]} rows",
+        "use a smaller `n_frequencies`, or smaller batches (`chunk_size`)",
+    )
 
 
 def check_phases(phases: Tensor, owner: str, x: Optional[Tensor] = None, frequencies: Optional[Tensor] = None) -> Tensor:
@@ -209,6 +224,7 @@ class MultiBandwidthRFF(nn.Module):
     def _projected(self, x: Tensor) -> Tensor:
         """``x Z`` (N, r), checked for overflow."""
         x = check_features(x, "x", width=self.in_features, owner=type(self).__name__)
+        check_batch_memory(type(self).__name__, x, self.n_frequencies * (1 + len(self.sigmas)))
         projected = x @ self.standard.to(device=x.device, dtype=x.dtype)
         return check_phases(projected, type(self).__name__, x / min(self.sigmas), self.standard)
 

@@ -726,6 +726,8 @@ CASES = [
         r"`in_features`=1000000000 needs"),
     row("MultiBandwidthRFF n_frequencies=10**9", lambda f: MultiBandwidthRFF(3, 10**9, (1.0,)), ValueError,
         r"`n_frequencies`=1000000000 needs"),
+    row("GaussianRFF a batch whose features cannot fit", lambda f: GaussianRFF(1, 10**7, 1.0)(torch.zeros(1000, 1)),
+        ValueError, r"`n_frequencies`=10000000 needs .* bytes: the features of a batch of 1000 rows.*smaller batches"),
     row("kernel_feature_map n_frequencies=10**9", lambda f: kernel_feature_map("gaussian", 3, 1.0, 10**9, 0),
         ValueError, r"`n_frequencies`=1000000000 needs"),
     row("SpecAlignSolver gaussian n_frequencies=10**9",
@@ -985,7 +987,7 @@ def test_bad_input_raises_a_clear_error(case: Case, files: SimpleNamespace) -> N
 
 def test_the_table_is_large_and_names_every_kind_of_entry_point() -> None:
     entries = [param.values[0].entry for param in CASES]
-    assert len(entries) == len(set(entries)) >= 390
+    assert len(entries) == len(set(entries)) >= 396
     for prefix in ("FKEAVendi", "FINCNovelty", "FastMMD", "SPECDivergence", "fkea_vendi", "finc", "fast_mmd",
                    "GaussianRFF", "KernelPCAOOD", "EmbeddingMetrics", "KPCAOODMonitor", "SPECAlign", "load_weights",
                    "PrecomputedFeatures", "EmbeddingFile", "cli", "SpecAlignSolver", "GeneratedSamples",
