@@ -36,9 +36,8 @@ def plain_number(value: object, name: str, integer: bool = False, what: str = ""
         raise ValueError(f"`{name}` must be {kind}, got the string {value!r}{hint}.")
     if isinstance(value, (Tensor, np.ndarray)):
         what_it_is = "a tensor" if isinstance(value, Tensor) else "a NumPy array"
-        shown = f"{value!r}" if value.size == 1 or (isinstance(value, Tensor) and value.numel() == 1) else (
-            f"of shape {tuple(value.shape)}"
-        )
+        size = value.numel() if isinstance(value, Tensor) else value.size
+        shown = f"{value!r}" if size == 1 else f"of shape {tuple(value.shape)}"
         raise ValueError(
             f"`{name}` must be {kind}, got {what_it_is} {shown}; pass a Python number instead, e.g. "
             f"`{name}={convert}(value)` for a one-element `value`."
@@ -105,16 +104,14 @@ def check_memory(owner: str, argument: str, value: object, needed: int, what: st
         )
 
 
-def check_frequency_memory(owner: str, in_features: int, n_frequencies: int, maps: int = 1) -> None:
-    """Raise before drawing ``maps`` float64 (in_features, n_frequencies) frequency matrices that cannot fit.
+def check_frequency_memory(owner: str, in_features: int, n_frequencies: int) -> None:
+    """Raise before drawing a float64 (in_features, n_frequencies) frequency matrix that cannot fit in memory.
 
     Raises:
-        ValueError: naming ``in_features`` or ``n_frequencies`` (whichever is out of the ordinary) and the bytes.
+        ValueError: naming ``in_features`` or ``n_frequencies`` (the larger one) and the bytes.
     """
-    needed = 8 * maps * in_features * n_frequencies
-    what = f"{maps} float64 frequency matrix of {in_features} x {n_frequencies}" if maps == 1 else (
-        f"{maps} float64 frequency matrices of {in_features} x {n_frequencies}"
-    )
+    needed = 8 * in_features * n_frequencies
+    what = f"1 float64 frequency matrix of {in_features} x {n_frequencies}"
     if in_features > n_frequencies:
         fix = "reduce the embedding width `in_features` first (e.g. a PCA or a linear projection) or `n_frequencies`"
         check_memory(owner, "in_features", in_features, needed, what, fix)

@@ -134,7 +134,7 @@ def check_index(index: Any, rows: int, name: str) -> Tensor:
         if array.dtype.kind not in "iu":
             raise ValueError(f"`{name}` must hold integer dataset indices, got {_describe_values(array)}.")
         index = torch.from_numpy(np.ascontiguousarray(native_byte_order(array)).astype(np.int64))
-    check_dense(index, name)
+    index = check_dense(index, name).detach().cpu()
     if index.is_floating_point() or index.dtype == torch.bool or index.is_complex():
         raise ValueError(f"`{name}` must hold integer dataset indices, got dtype {index.dtype}.")
     index = index.long().flatten()
