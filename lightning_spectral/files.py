@@ -21,12 +21,23 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from lightning_spectral._checks import check_dense, check_positive_int
+
 PathLike = Union[str, "os.PathLike[str]"]
 FEATURE_SUFFIXES = (".npy", ".pt", ".safetensors")
 
 
+def as_path(path: Any, argument: str) -> Path:
+    """``path`` as a ``Path``, or a ``TypeError`` naming ``argument`` when it is no path at all (None, a number)."""
+    if not isinstance(path, (str, os.PathLike)) or isinstance(os.fspath(path), bytes):
+        raise TypeError(
+            f"`{argument}` must be a file path (a str or pathlib.Path), got {type(path).__name__} {path!r}."
+        )
+    return Path(os.fspath(path)).expanduser()
+
+
 def existing_file(path: PathLike, argument: str, suffixes: Sequence[str]) -> Path:
-    path = Path(os.fspath(path)).expanduser()
+    path = as_path(path, argument)
     if not path.is_file():
         raise FileNotFoundError(f"`{argument}`: no file at {str(path)!r}; pass the path of an existing local file.")
     if path.suffix.lower() not in suffixes:
@@ -91,12 +102,17 @@ def index_path(path: Path) -> Path:
     return path.with_name(path.stem + ".index.npy")
 
 
-def check_table(features: Any, name: str) -> None:
+def check_table(features: Any, name: str, header_only: bool = False) -> None:
+    """A 2-D (N, d >= 1) floating table, dense; ``header_only``: a meta tensor standing for a file's header."""
+    if isinstance(features, Tensor) and not (header_only and features.device.type == "meta"):
+        check_dense(features, name)
     if len(features.shape) != 2:
         raise ValueError(
             f"`{name}` must be a 2-D (N, d) table of features, got shape {tuple(features.shape)}; "
             "flatten per-sample dimensions first."
         )
+    if features.shape[1] == 0:
+        raise ValueError(f"`{name}` has no columns (shape {tuple(features.shape)}); each row needs d >= 1 features.")
     floating = (
         features.is_floating_point() if isinstance(features, Tensor) else np.issubdtype(features.dtype, np.floating)
     )
@@ -104,7 +120,21 @@ def check_table(features: Any, name: str) -> None:
         raise ValueError(f"`{name}` must hold floating-point features, got dtype {features.dtype}.")
 
 
-def check_index(index: Tensor, rows: int, name: str) -> Tensor:
+def check_index(index: Any, rows: int, name: str) -> Tensor:
+    """``index`` (a tensor, an array or a list) as ``rows`` distinct integer dataset indices >= 0, a long tensor.
+
+    Raises:
+        ValueError: not integers (floats, strings, objects), not one per row, negative or repeated entries.
+    """
+    if not isinstance(index, Tensor):
+        try:
+            array = np.asarray(index)
+        except ValueError:  # ragged
+            array = np.asarray([], dtype=object)
+        if array.dtype.kind not in "iu":
+            raise ValueError(f"`{name}` must hold integer dataset indices, got {_describe_values(array)}.")
+        index = torch.from_numpy(np.ascontiguousarray(native_byte_order(array)).astype(np.int64))
+    index = check_dense(index, name).detach().cpu()
     if index.is_floating_point() or index.dtype == torch.bool or index.is_complex():
         raise ValueError(f"`{name}` must hold integer dataset indices, got dtype {index.dtype}.")
     index = index.long().flatten()
@@ -115,6 +145,12 @@ def check_index(index: Tensor, rows: int, name: str) -> Tensor:
     if torch.unique(index).numel() != rows:
         raise ValueError(f"`{name}` holds repeated dataset indices; each sample must appear once.")
     return index
+
+
+def _describe_values(array: np.ndarray) -> str:
+    if array.dtype.kind in "US":
+        return f"strings such as {array.flatten()[:3].tolist()}"
+    return "objects or ragged rows" if array.dtype == object else f"dtype {array.dtype}"
 
 
 _SAFETENSORS_FLOATS = {"F16": torch.float16, "BF16": torch.bfloat16, "F32": torch.float32, "F64": torch.float64}
@@ -161,10 +197,10 @@ class EmbeddingFile:
         probe, index, self._read = opener()
         self.memmap: Optional[np.memmap] = probe if isinstance(probe, np.memmap) else None  # .npy: the mapped table
         try:
-            check_table(probe, "features")
+            check_table(probe, "features", header_only=suffix == ".safetensors")
             if index is not None:
-                self.index = check_index(torch.as_tensor(np.asarray(index)), int(probe.shape[0]), "index")
-        except ValueError as error:
+                self.index = check_index(index, int(probe.shape[0]), "index")
+        except (ValueError, TypeError) as error:  # a sparse table, bad indices: named with the file
             raise ValueError(f"`{name}` ({self.where}): {error}") from None
         self.n, self.d = int(probe.shape[0]), int(probe.shape[1])
         self.dtype = probe.dtype
@@ -181,8 +217,21 @@ class EmbeddingFile:
             data = np.load(self.path, mmap_mode="r", allow_pickle=False)
         except (ValueError, OSError, EOFError) as error:
             raise ValueError(f"`{self.name}`: {self.where} is not a plain numeric .npy array ({error}).") from None
+        if not isinstance(data, np.ndarray):  # numpy opens any zip archive as an .npz: a torch.save file, say
+            raise ValueError(
+                f"`{self.name}`: {self.where} is a zip archive (a `torch.save` file or an .npz), not a .npy array; "
+                "rename a torch file to .pt, or write the array with `numpy.save`."
+            )
         index_file = index_path(self.path)
-        index = native_byte_order(np.load(index_file, allow_pickle=False)) if index_file.is_file() else None
+        index = None
+        if index_file.is_file():
+            try:
+                index = native_byte_order(np.load(index_file, allow_pickle=False))
+            except (ValueError, OSError, EOFError, AttributeError) as error:
+                raise ValueError(
+                    f"`{self.name}`: the dataset index {str(index_file)!r} beside {self.where} is not a readable .npy "
+                    f"array of integers ({error}); write it again (`save_features(..., index=...)`) or delete it."
+                ) from None
 
         def read(start: int, stop: int) -> Tensor:
             rows = data[start:stop]
@@ -269,8 +318,7 @@ class EmbeddingFile:
             desc: the bar's label.
         """
         rows = range(self.n) if rows is None else rows
-        if batch_size < 1:
-            raise ValueError(f"`--batch-size` must be an integer >= 1, got {batch_size}.")
+        batch_size = check_positive_int(batch_size, "--batch-size")
         starts = range(rows.start, rows.stop, batch_size)
         if progress:
             from tqdm.auto import tqdm

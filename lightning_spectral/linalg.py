@@ -14,7 +14,7 @@ from typing import Callable, Iterator, Optional, Sequence, Union
 import torch
 from torch import Tensor
 
-from lightning_spectral._checks import all_finite, check_order, check_positive, check_positive_int
+from lightning_spectral._checks import all_finite, check_dense, check_order, check_positive, check_positive_int
 
 #: Rows per chunk: bounds the transient feature matrix at ``chunk_size x width`` floats.
 DEFAULT_CHUNK_SIZE = 4096
@@ -461,7 +461,9 @@ def renyi_entropy(eigenvalues: Tensor, alpha: Alpha = 1.0) -> Tensor:
         True
     """
     alpha = parse_alpha(alpha)
-    values = eigenvalues.double().flatten()
+    if not isinstance(eigenvalues, Tensor):
+        raise TypeError(f"renyi_entropy: `eigenvalues` must be a 1-D tensor, got {type(eigenvalues).__name__}.")
+    values = check_dense(eigenvalues, "eigenvalues", "renyi_entropy").double().flatten()
     if values.numel() == 0 or not all_finite(values) or bool((values < 0).any()):
         raise ValueError("renyi_entropy: eigenvalues must be a non-empty, finite, non-negative 1-D tensor.")
     total = values.sum()

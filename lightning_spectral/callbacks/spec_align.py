@@ -23,7 +23,15 @@ import torch
 from torch import Tensor, nn
 from typing_extensions import override
 
-from lightning_spectral._checks import check_bool, check_memory, check_positive, check_positive_int, check_seed
+from lightning_spectral._checks import (
+    check_bool,
+    check_embedding_source,
+    check_memory,
+    check_positive,
+    check_positive_int,
+    check_seed,
+    check_selector,
+)
 from lightning_spectral.callbacks.base import EmbeddingCallback
 from lightning_spectral.callbacks.embeddings import BatchSelector, EmbeddingFn, ReferenceEmbedding
 from lightning_spectral.distributed import all_gather_rows
@@ -95,6 +103,8 @@ class SPECAlign(EmbeddingCallback):
         gather: bool = True,
         log_prefix: str = "spec_align/",
     ) -> None:
+        check_embedding_source(student, "student", "SPECAlign")
+        check_selector(student_input, "student_input", "SPECAlign")
         if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not math.isfinite(weight) or weight < 0:
             raise ValueError(f"SPECAlign: `weight` must be a finite number >= 0, got {weight!r}.")
         if kernel not in KERNELS:

@@ -11,11 +11,12 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from lightning_spectral._checks import all_finite
+from lightning_spectral._checks import all_finite, as_tensor, check_dense
 from lightning_spectral.files import (
     FEATURE_SUFFIXES,
     EmbeddingFile,
     PathLike,
+    as_path,
     check_index,
     check_table,
     index_path,
@@ -23,11 +24,26 @@ from lightning_spectral.files import (
 )
 
 
-def _as_tensor(values: Any) -> Tensor:
-    """A tensor of ``values`` (a tensor, an array of either byte order, a sequence), on the CPU."""
-    if isinstance(values, Tensor):
-        return values.detach().cpu()
-    return torch.as_tensor(native_byte_order(np.asarray(values)))
+def _lookup_ids(ids: Any) -> Tensor:
+    """Dataset indices to look up (an int, a sequence, an array or a tensor of integers) as a 1-D long tensor.
+
+    Raises:
+        ValueError: anything but integers (floats, bools, strings).
+    """
+    if isinstance(ids, Tensor):
+        check_dense(ids, "ids", "PrecomputedFeatures")
+        kind = "i" if not (ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool) else "f"
+        shown = f"dtype {ids.dtype}"
+    else:
+        try:
+            array = np.asarray(ids)
+        except ValueError:  # ragged
+            array = np.asarray([], dtype=object)
+        kind, shown = array.dtype.kind, f"{ids!r}"[:80]
+        ids = None if kind not in "iu" else torch.from_numpy(np.ascontiguousarray(native_byte_order(array)))
+    if kind not in "iu":
+        raise ValueError(f"PrecomputedFeatures: dataset indices (`ids`) must be integers, got {shown}.")
+    return ids.detach().cpu().long().flatten()  # type: ignore[union-attr]
 
 
 def save_features(path: PathLike, features: Union[Tensor, np.ndarray], index: Union[Tensor, np.ndarray, None] = None):
@@ -49,14 +65,19 @@ def save_features(path: PathLike, features: Union[Tensor, np.ndarray], index: Un
         tensor([[0., 0., 1.],
                 [1., 0., 0.]])
     """
-    path = Path(os.fspath(path)).expanduser()
+    path = as_path(path, "path")
     if path.suffix.lower() not in FEATURE_SUFFIXES:
         raise ValueError(f"`path`: suffix {path.suffix!r} is not supported; use one of {', '.join(FEATURE_SUFFIXES)}.")
-    feats = _as_tensor(features)
+    if isinstance(features, Tensor):
+        check_dense(features, "features")
+    feats = as_tensor(features, "features")
+    if not isinstance(feats, Tensor):
+        raise TypeError(f"`features` must be a (N, d) tensor or array, got {type(features).__name__}.")
+    feats = feats.detach().cpu()
     check_table(feats, "features")
     if not all_finite(feats):
         raise ValueError("`features` contains NaN or Inf; clean them before saving.")
-    idx = None if index is None else check_index(_as_tensor(index), feats.shape[0], "index")
+    idx = None if index is None else check_index(index, feats.shape[0], "index")
     path.parent.mkdir(parents=True, exist_ok=True)
     suffix = path.suffix.lower()
     if suffix == ".npy":
@@ -112,7 +133,7 @@ class PrecomputedFeatures:
             self.path, stored_index = file.path, file.index
             data = file.memmap if file.memmap is not None else file.read(0, file.n, check_finite=False)
         elif isinstance(source, (Tensor, np.ndarray)):
-            data = source.detach().cpu() if isinstance(source, Tensor) else source
+            data = check_dense(source, "source").detach().cpu() if isinstance(source, Tensor) else source
         else:
             raise ValueError(
                 f"`source` must be a features file path (.npy / .pt / .safetensors), a tensor or an array, got "
@@ -134,7 +155,7 @@ class PrecomputedFeatures:
         index = stored_index if index is None else index
         self.index: Optional[Tensor] = None
         if index is not None:
-            self.index = check_index(_as_tensor(index), rows, "index")
+            self.index = check_index(index, rows, "index")
             self._sorted, self._order = torch.sort(self.index)
 
     @property
@@ -156,10 +177,7 @@ class PrecomputedFeatures:
         Raises:
             KeyError: an index with no stored row.
         """
-        ids_t = _as_tensor(ids)
-        if ids_t.is_floating_point() or ids_t.dtype == torch.bool:
-            raise ValueError(f"dataset indices must be integers, got dtype {ids_t.dtype}.")
-        ids_t = ids_t.long().flatten()
+        ids_t = _lookup_ids(ids)
         if self.index is None:
             rows = ids_t
             bad = (rows < 0) | (rows >= len(self))

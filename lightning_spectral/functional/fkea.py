@@ -8,7 +8,6 @@ non-zero eigenvalues approximate those of the normalised kernel matrix ``K/n`` (
 from __future__ import annotations
 
 from collections.abc import Sequence
-from numbers import Real
 from typing import Union
 
 import torch
@@ -24,11 +23,8 @@ VendiResult = Union[Tensor, dict]
 
 def check_orders(alpha: Orders) -> tuple[list[Alpha], bool]:
     """The orders as a list, and whether a single order was given. Raises ``ValueError`` on bad orders (bools too)."""
-    single = isinstance(alpha, (Real, str))
-    try:
-        orders = [alpha] if single else list(alpha)  # type: ignore[arg-type]
-    except TypeError:
-        raise ValueError(f"`alpha` must be an order in (0, inf] or a sequence of orders, got {alpha!r}.") from None
+    single = not isinstance(alpha, Sequence) or isinstance(alpha, (str, bytes))  # a tensor is one (bad) order
+    orders = [alpha] if single else list(alpha)  # type: ignore[arg-type]
     if not orders:
         raise ValueError("`alpha` must be an order in (0, inf] or a non-empty sequence of orders.")
     for order in orders:

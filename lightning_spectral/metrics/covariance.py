@@ -9,7 +9,7 @@ import torch
 from torch import Tensor, nn
 
 from lightning_spectral._checks import check_positive_int, check_state_memory
-from lightning_spectral.functional.modes import Ids, Modes, mode_scores, top_samples
+from lightning_spectral.functional.modes import Ids, Modes, check_candidates_memory, mode_scores, top_samples
 from lightning_spectral.linalg import DEFAULT_CHUNK_SIZE
 from lightning_spectral.metrics.base import ModeGallery, RFFMetric
 
@@ -103,7 +103,8 @@ class RFFCovariance(RFFMetric):
             A list of ``k`` pairs ``(ids, scores)``, scores descending. Memory ``O(k * per_mode)``; under DDP
             each rank streams its shard and only the candidates are gathered.
         """
-        check_positive_int(per_mode, "per_mode")
+        per_mode = check_positive_int(per_mode, "per_mode")
+        check_candidates_memory(type(self).__name__, check_positive_int(k, "k"), per_mode)
         modes = self.modes(k)
         feature_map, vectors = self.feature_map, modes.eigenvectors
         return top_samples(

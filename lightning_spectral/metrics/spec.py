@@ -6,11 +6,17 @@ from collections.abc import Iterable
 from typing import Any, Optional
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
-from lightning_spectral._checks import check_positive, check_positive_int, check_seed, check_state_memory
+from lightning_spectral._checks import (
+    check_positive,
+    check_positive_int,
+    check_seed,
+    check_state_memory,
+    check_width_memory,
+)
 from lightning_spectral.features import KERNELS, PairedFeatureMap
-from lightning_spectral.functional.modes import Ids, Modes, orient, top_samples
+from lightning_spectral.functional.modes import Ids, Modes, check_candidates_memory, orient, top_samples
 from lightning_spectral.functional.spec import check_pair, nonzero
 from lightning_spectral.linalg import DEFAULT_CHUNK_SIZE, differential_eigh
 from lightning_spectral.metrics.base import ModeGallery, SpectralMetric
@@ -85,6 +91,14 @@ class SPECDivergence(SpectralMetric):
         if in_features is not None:
             self.set_feature_map(tuple(in_features))
 
+    def set_feature_map(self, in_features: Any) -> nn.Module:
+        """As the base class; with the cosine kernel the sums' width is ``d_a + d_b``: refused before allocating when
+        they cannot fit in memory."""
+        if self.kernel == "cosine" and isinstance(in_features, (tuple, list)) and len(in_features) == 2:
+            widths = tuple(check_positive_int(width, "in_features") for width in in_features)
+            check_width_memory("SPECDivergence", widths, sum(widths))
+        return super().set_feature_map(in_features)
+
     def build_feature_map(self, in_features: tuple[int, int]) -> PairedFeatureMap:
         return PairedFeatureMap(self.kernel, in_features, self.sigmas, self.n_frequencies, self.seed, persistent=False)
 
@@ -110,6 +124,17 @@ class SPECDivergence(SpectralMetric):
 
     def frequency_signature(self) -> Optional[Tensor]:
         return None if self.feature_map is None else self.feature_map.frequencies()
+
+    def forward(self, emb_a: Tensor, emb_b: Tensor) -> Tensor:
+        """torchmetrics' ``forward``: add the batch and return SPEC-diff of this batch alone.
+
+        With the cosine kernel the sums are sized by the first batch's widths: they are sized here, before
+        torchmetrics copies the (still empty) global state, so that it merges with the batch's.
+        """
+        if self.feature_map is None:
+            a, b = check_pair(emb_a, emb_b, "SPECDivergence")
+            self.set_feature_map((a.shape[1], b.shape[1]))
+        return super().forward(emb_a, emb_b)
 
     def _spectrum(self) -> tuple[Tensor, Tensor]:
         width_a = self.require_feature_map().out_features[0]  # type: ignore[index]
@@ -161,6 +186,7 @@ class SPECDivergence(SpectralMetric):
             rank streams its shard and only the candidates are gathered.
         """
         check_positive_int(per_cluster, "per_cluster")
+        check_candidates_memory("SPECDivergence", check_positive_int(k, "k"), per_cluster, "per_cluster")
         clusters = self.clusters(k, sign)
         feature_map, vectors = self.feature_map, clusters.eigenvectors
 
