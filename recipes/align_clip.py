@@ -30,6 +30,7 @@ from torchmetrics.functional.classification import multiclass_accuracy
 
 from lightning_spectral.callbacks import EmbeddingMetrics, KPCAOODMonitor, SPECAlign
 from lightning_spectral.clip import CLIPFineTune
+from lightning_spectral.files import check_writable, written
 from lightning_spectral.functional import spec
 from lightning_spectral.metrics import FKEAVendi
 from lightning_spectral.ood import KernelPCAOOD, detection_metrics
@@ -244,6 +245,8 @@ def main(args: Optional[list[str]] = None) -> dict[str, Any]:
         )
     prepare(cli)
     config = cli.config
+    if config["summary_json"]:
+        check_writable(config["summary_json"], "--summary_json")  # before training, not after it
     align = next((c for c in cli.trainer.callbacks if isinstance(c, SPECAlign)), None)
     settings = summary_settings(cli.trainer.callbacks)
     before = None
@@ -260,8 +263,8 @@ def main(args: Optional[list[str]] = None) -> dict[str, Any]:
         if config["evaluate"]:
             print(summary_text(before, after, logged, log_dir, settings), flush=True)
         for path in {config["summary_json"], log_dir and str(Path(log_dir) / "summary.json")} - {None}:
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
-            Path(path).write_text(json.dumps(result, indent=2))
+            with written(path, "--summary_json" if path == config["summary_json"] else "log_dir") as temporary:
+                temporary.write_text(json.dumps(result, indent=2))
     return result
 
 

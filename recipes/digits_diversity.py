@@ -23,6 +23,7 @@ from sklearn.datasets import load_digits
 from torchvision.utils import save_image
 
 from lightning_spectral.features import median_bandwidth
+from lightning_spectral.files import written
 from lightning_spectral.functional import vendi_exact
 from lightning_spectral.metrics import FINCNovelty, FKEAVendi
 from lightning_spectral.viz import mode_gallery, plot_spectrum
@@ -94,9 +95,11 @@ def novelty_demo(images: torch.Tensor, labels: torch.Tensor, sigma: float, args:
     print(f"  the top novel mode's 24 best samples: {nines} are nines")
     args.output.mkdir(parents=True, exist_ok=True)
     enlarged = lambda i: images[i].view(1, 8, 8).repeat_interleave(4, 1).repeat_interleave(4, 2)  # noqa: E731
-    save_image(mode_gallery([(ids, scores)], enlarged), args.output / "finc_novel_mode.png")
+    with written(args.output / "finc_novel_mode.png", "--output") as temporary:
+        save_image(mode_gallery([(ids, scores)], enlarged), temporary, format="png")
     figure = plot_spectrum(modes.eigenvalues, threshold=metric.threshold(), title="FINC: C_gen - rho C_ref")
-    figure.savefig(args.output / "finc_spectrum.png")
+    with written(args.output / "finc_spectrum.png", "--output") as temporary:
+        figure.savefig(temporary, format="png")
     print(f"  pictures: {args.output / 'finc_novel_mode.png'}, {args.output / 'finc_spectrum.png'}")
 
 

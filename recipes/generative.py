@@ -35,6 +35,7 @@ from torchmetrics.image.kid import KernelInceptionDistance
 
 from lightning_spectral.callbacks import GeneratedSamples, draw_samples
 from lightning_spectral.callbacks.base import outside_inference_mode
+from lightning_spectral.files import check_writable, written
 from lightning_spectral.generative import DigitsImages, DigitsVAE
 from lightning_spectral.metrics import FastMMD, FINCNovelty, FKEAVendi
 
@@ -185,6 +186,8 @@ def main(args: Optional[list[str]] = None) -> dict[str, Any]:
     cli = GenerativeCLI(DigitsVAE, DigitsImages, run=False, args=args, seed_everything_default=0,
                         save_config_kwargs={"overwrite": True})
     config, trainer = cli.config, cli.trainer
+    if config["summary_json"]:
+        check_writable(config["summary_json"], "--summary_json")  # before training, not after it
     generated = next((c for c in trainer.callbacks if isinstance(c, GeneratedSamples)), None)
     if generated is None:
         raise ValueError("the config has no lightning_spectral.callbacks.GeneratedSamples callback; see "
@@ -201,8 +204,8 @@ def main(args: Optional[list[str]] = None) -> dict[str, Any]:
         print(summary_text(result, cli.datamodule, generated, result["log_dir"]), flush=True)
         in_log_dir = result["log_dir"] and str(Path(result["log_dir"]) / "summary.json")
         for path in {config["summary_json"], in_log_dir} - {None, ""}:
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
-            Path(path).write_text(json.dumps(result, indent=2))
+            with written(path, "--summary_json" if path == config["summary_json"] else "log_dir") as temporary:
+                temporary.write_text(json.dumps(result, indent=2))
     return result
 
 
