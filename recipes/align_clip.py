@@ -30,7 +30,7 @@ from torchmetrics.functional.classification import multiclass_accuracy
 
 from lightning_spectral.callbacks import EmbeddingMetrics, KPCAOODMonitor, SPECAlign
 from lightning_spectral.clip import CLIPFineTune
-from lightning_spectral.files import check_writable, written
+from lightning_spectral.files import CheckpointError, WriteError, check_checkpoint, check_writable, written
 from lightning_spectral.functional import spec
 from lightning_spectral.metrics import FKEAVendi
 from lightning_spectral.ood import KernelPCAOOD, detection_metrics
@@ -247,6 +247,8 @@ def main(args: Optional[list[str]] = None) -> dict[str, Any]:
     config = cli.config
     if config["summary_json"]:
         check_writable(config["summary_json"], "--summary_json")  # before training, not after it
+    if config["ckpt_path"] is not None:
+        check_checkpoint(config["ckpt_path"])  # a cut-off file: one clear line, not torch's zip reader traceback
     align = next((c for c in cli.trainer.callbacks if isinstance(c, SPECAlign)), None)
     settings = summary_settings(cli.trainer.callbacks)
     before = None
@@ -269,4 +271,8 @@ def main(args: Optional[list[str]] = None) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()  # LightningCLI reads sys.argv
+    except (CheckpointError, WriteError) as error:  # a bad --ckpt_path / output path: one line, exit code 2
+        print(f"{Path(__file__).name}: error: {error}", file=sys.stderr)
+        sys.exit(2)

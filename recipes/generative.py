@@ -22,6 +22,7 @@ training image's label, in the extractor's space, for the generated images of no
 from __future__ import annotations
 
 import json
+import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any, Optional
@@ -35,7 +36,7 @@ from torchmetrics.image.kid import KernelInceptionDistance
 
 from lightning_spectral.callbacks import GeneratedSamples, draw_samples
 from lightning_spectral.callbacks.base import outside_inference_mode
-from lightning_spectral.files import check_writable, written
+from lightning_spectral.files import CheckpointError, WriteError, check_checkpoint, check_writable, written
 from lightning_spectral.generative import DigitsImages, DigitsVAE
 from lightning_spectral.metrics import FastMMD, FINCNovelty, FKEAVendi
 
@@ -188,6 +189,8 @@ def main(args: Optional[list[str]] = None) -> dict[str, Any]:
     config, trainer = cli.config, cli.trainer
     if config["summary_json"]:
         check_writable(config["summary_json"], "--summary_json")  # before training, not after it
+    if config["ckpt_path"] is not None:
+        check_checkpoint(config["ckpt_path"])  # a cut-off file: one clear line, not torch's zip reader traceback
     generated = next((c for c in trainer.callbacks if isinstance(c, GeneratedSamples)), None)
     if generated is None:
         raise ValueError("the config has no lightning_spectral.callbacks.GeneratedSamples callback; see "
@@ -210,4 +213,8 @@ def main(args: Optional[list[str]] = None) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    main()  # LightningCLI reads sys.argv
+    try:
+        main()  # LightningCLI reads sys.argv
+    except (CheckpointError, WriteError) as error:  # a bad --ckpt_path / output path: one line, exit code 2
+        print(f"{Path(__file__).name}: error: {error}", file=sys.stderr)
+        sys.exit(2)

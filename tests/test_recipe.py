@@ -4,6 +4,7 @@ import importlib
 import inspect
 import json
 import math
+import os
 import sys
 from pathlib import Path
 
@@ -219,3 +220,39 @@ def test_digits_diversity_recipe_runs(tmp_path):
     assert run_.returncode == 0, run_.stderr[-2000:]
     assert "24 are nines" in run_.stdout
     assert (tmp_path / "finc_novel_mode.png").is_file()
+
+
+def cut_checkpoint(path):
+    torch.save({"state_dict": {"w": torch.zeros(10_000)}}, path)
+    path.write_bytes(path.read_bytes()[:20_000])  # the end of the archive is missing
+    return path
+
+
+def test_a_cut_off_checkpoint_is_one_clear_line_before_any_work(tmp_path):
+    import subprocess
+
+    ckpt = cut_checkpoint(tmp_path / "last.ckpt")
+    run_ = subprocess.run(
+        [sys.executable, str(ROOT / "recipes" / "align_clip.py"), "--config", str(CONFIGS / "tiny.yaml"),
+         f"--trainer.logger.init_args.save_dir={tmp_path}", f"--ckpt_path={ckpt}"],
+        capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert run_.returncode == 2, run_.stderr[-3000:]
+    last = run_.stderr.strip().splitlines()[-1]
+    assert last.startswith("align_clip.py: error: `--ckpt_path`:") and str(ckpt) in last, run_.stderr[-3000:]
+    assert "20000 bytes" in last and "cut off" in last and "another checkpoint" in last
+    assert "Traceback" not in run_.stderr and "PytorchStreamReader" not in run_.stderr
+    assert "Evaluating the initial model" not in run_.stderr  # refused before any work
+
+
+def test_the_generative_recipe_refuses_a_cut_off_or_missing_checkpoint(tmp_path):
+    from lightning_spectral.files import CheckpointError
+
+    sys.path.insert(0, str(ROOT / "recipes"))
+    from generative import main as generative_main
+
+    config = ["--config", str(CONFIGS / "generative_normal.yaml"), f"--trainer.logger.init_args.save_dir={tmp_path}"]
+    with pytest.raises(CheckpointError, match="is not a complete checkpoint"):
+        generative_main([*config, f"--ckpt_path={cut_checkpoint(tmp_path / 'last.ckpt')}"])
+    with pytest.raises(CheckpointError, match="no checkpoint file at"):
+        generative_main([*config, f"--ckpt_path={tmp_path / 'none.ckpt'}"])
