@@ -255,7 +255,7 @@ def main(args: Optional[list[str]] = None) -> dict[str, Any]:
     if config["evaluate"] and config["ckpt_path"] is None:
         rank_zero_info("Evaluating the initial model (kNN, zero-shot, SPEC-diff, Vendi, OOD AUROC) ...")
         before = evaluate(cli.model, cli.datamodule, align, settings)
-    rank_zero_info("Training (progress bar below; metrics are logged every validation epoch) ...")
+    rank_zero_info("Training (progress on stderr; metrics are logged every validation epoch) ...")
     cli.trainer.fit(cli.model, datamodule=cli.datamodule, ckpt_path=config["ckpt_path"])
     after = evaluate(cli.model, cli.datamodule, align, settings) if config["evaluate"] else {}
     logged = {k: float(v) for k, v in cli.trainer.callback_metrics.items() if v.numel() == 1}

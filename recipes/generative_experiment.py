@@ -41,6 +41,7 @@ from torch import Tensor
 from torch.utils.data import DataLoader
 from torchmetrics.image.kid import KernelInceptionDistance
 
+from lightning_spectral.callbacks import StderrProgressBar
 from lightning_spectral.encoders import PixelEncoder
 from lightning_spectral.features import median_bandwidth
 from lightning_spectral.generative import DigitsImages, DigitsVAE
@@ -58,7 +59,7 @@ def train(args: argparse.Namespace, seed: int, drop: Sequence[int]) -> tuple[Dig
         deterministic=True,
         logger=False,
         enable_checkpointing=False,
-        enable_progress_bar=False,
+        callbacks=[StderrProgressBar()],  # progress on stderr; stdout keeps the table
         enable_model_summary=False,
         num_sanity_val_steps=0,
     )

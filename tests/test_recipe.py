@@ -20,7 +20,7 @@ sys.path.insert(0, str(ROOT / "recipes"))
 from align_clip import accuracy, agreement, knn_accuracy, main, summary_text  # noqa: E402
 
 # Whole epochs, as `make demo` runs them: 1,155 training digits in batches of 64, the last of 3 rows.
-QUIET = ["--trainer.enable_progress_bar=false"]
+QUIET: list[str] = []  # the config's StderrProgressBar writes a few lines to (captured) stderr
 FAST = ["--evaluate=false"]
 
 
@@ -82,8 +82,9 @@ def test_tiny_recipe_runs_and_reports_every_number(tmp_path, capsys, recwarn):
     for key in ("ood/flagged_rate", "ood/held_out/auroc", "val/vendi", "val/novelty", "val/mmd", "val/mmd_p_value"):
         assert key in logged and math.isfinite(logged[key]), key
     assert "spec_align/spec_diff_epoch" in logged and logged["spec_align/weight"] == 1.0
-    # a person can read the summary, and find the logs, galleries and summary file
-    out = capsys.readouterr().out
+    # a person can read the summary, and find the logs, galleries and summary file; progress went to stderr
+    out, err = capsys.readouterr()
+    assert "\r" not in out and "\r" not in err and "epoch 1/1 done" in err and "epoch 1/1" not in out
     assert "SPEC-diff to the reference" in out and "kNN accuracy" in out and result["log_dir"] in out
     # each number says where it comes from; the whole validation set: the logged values repeat the table's
     assert "Recomputed from scratch on the whole validation set" in out and "Logged by the callbacks" in out
@@ -205,7 +206,7 @@ def test_configs_name_real_classes_and_arguments(name):
 
     assert set(config["model"]) <= set(inspect.signature(CLIPFineTune.__init__).parameters)
     callbacks = [c["class_path"].rsplit(".", 1)[1] for c in config["trainer"]["callbacks"]]
-    assert callbacks == ["SPECAlign", "KPCAOODMonitor", "EmbeddingMetrics"]
+    assert callbacks == ["SPECAlign", "KPCAOODMonitor", "EmbeddingMetrics", "StderrProgressBar"]
 
 
 def test_digits_diversity_recipe_runs(tmp_path):
