@@ -59,7 +59,8 @@ def test_skipped_batches_are_not_loaded():
 
 
 @pytest.mark.parametrize(
-    "state", [{"batches": 3}, {"epoch": "1", "batches": 3}, {"epoch": 1, "batches": -1}, [1, 3], {"epoch": 1, "batches": 1.5}]
+    "state",
+    [{"batches": 3}, {"epoch": "1", "batches": 3}, {"epoch": 1, "batches": -1}, [1, 3], {"epoch": 1, "batches": 1.5}],
 )
 def test_a_foreign_loader_state_is_a_clear_error(state):
     with pytest.raises(ValueError, match="loader state must be"):

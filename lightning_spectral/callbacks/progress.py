@@ -139,8 +139,8 @@ class StderrProgressBar(TQDMProgressBar):
         if self._lines:
             epochs = trainer.max_epochs if trainer.max_epochs is not None and trainer.max_epochs > 0 else "?"
             plural = "" if epochs == 1 else "s"
-            self._say(trainer, f"training: {epochs} epoch{plural} of {self.total_train_batches} batches (a line at most "
-                               f"every {self.every_s:g} s; stderr is not a terminal)")
+            self._say(trainer, f"training: {epochs} epoch{plural} of {self.total_train_batches} batches (a line at "
+                               f"most every {self.every_s:g} s; stderr is not a terminal)")
 
     @override
     def on_train_epoch_start(self, trainer: L.Trainer, *_: Any) -> None:

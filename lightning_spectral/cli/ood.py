@@ -11,9 +11,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from lightning_spectral.distributed import all_gather_rows
 from lightning_spectral.cli.reader import EmbeddingFile, shard_rows
 from lightning_spectral.cli.runtime import Session, UsageError, positive_ints, same_width
+from lightning_spectral.distributed import all_gather_rows
 from lightning_spectral.files import written
 
 #: Defaults of the flags, equal to KernelPCAOOD's own (a test keeps them in sync).

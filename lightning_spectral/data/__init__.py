@@ -13,7 +13,8 @@ out-of-distribution loader when ``ood_in_val=True``, as ``KPCAOODMonitor(ood_val
 zero-shot classification.
 
 Modules: ``datasets`` (the items), ``transforms`` (image files to tensors), ``sampling`` (seeded splits and
-shuffles), ``resumable`` (a training loader resumed mid-epoch where it stopped), ``datamodule`` (what the datamodules share), ``digits``, ``csv_captions``, ``image_folder``.
+shuffles), ``resumable`` (training loaders that a run resumed mid-epoch continues where it stopped),
+``datamodule`` (what the datamodules share), ``digits``, ``csv_captions``, ``image_folder``.
 """
 
 from lightning_spectral.data.csv_captions import CsvImageText
