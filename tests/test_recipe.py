@@ -216,7 +216,7 @@ def test_digits_diversity_recipe_runs(tmp_path):
     script = ROOT / "recipes" / "digits_diversity.py"
     run_ = subprocess.run(
         [sys.executable, str(script), "--n-frequencies", "256", "--output", str(tmp_path)],
-        capture_output=True, text=True, timeout=300,
+        capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)},  # this checkout
     )
     assert run_.returncode == 0, run_.stderr[-2000:]
     assert "24 are nines" in run_.stdout
