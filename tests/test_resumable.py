@@ -42,6 +42,28 @@ def test_a_loader_resumes_inside_the_saved_epoch_only():
     assert len(ids(other)) == 6
 
 
+def test_each_ddp_rank_resumes_its_own_shard():
+    """Under DDP Lightning rebuilds the loader with a DistributedSampler (sharing the `position`); every rank
+    resumes its own shard of the epoch at the saved batch."""
+    from torch.utils.data import DistributedSampler
+
+    for rank in (0, 1):
+        def loader(position=None):
+            sampler = DistributedSampler(list(range(N)), num_replicas=2, rank=rank, shuffle=True, seed=3)
+            sampler.set_epoch(5)
+            return ResumableDataLoader(list(range(N)), batch_size=BATCH, sampler=sampler, position=position)
+
+        whole = ids(loader())
+        first = loader()
+        batches = iter(first)
+        _ = next(batches), next(batches)
+        position = LoaderPosition()
+        position.load_state_dict(first.state_dict())
+        assert first.state_dict() == {"epoch": 5, "batches": 2}
+        rebuilt = loader(position)  # what Lightning's re-instantiation passes along
+        assert ids(rebuilt) == whole[2:] and len(whole) == 3
+
+
 def test_skipped_batches_are_not_loaded():
     loaded = []
 
