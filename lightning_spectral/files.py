@@ -144,7 +144,7 @@ def _remove(path: Path) -> None:
 
 def _write_failure(path: Path, argument: str, error: OSError) -> str:
     reason = error.strerror or str(error) or type(error).__name__
-    if error.errno in (errno.ENOSPC, errno.EDQUOT):
+    if error.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)):  # EDQUOT: not on Windows
         fix = "free some space on that disk or write to another one"
     elif error.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
         fix = "choose a folder you can write to"
