@@ -1,4 +1,4 @@
-"""Reading embedding and weight files safely: never unpickling arbitrary objects.
+"""Reading embedding and weight files safely (never unpickling arbitrary objects), and writing files whole.
 
 :class:`EmbeddingFile` opens a (N, d) floating table in a ``.npy`` (``numpy.load(mmap_mode="r",
 allow_pickle=False)``), ``.pt`` (``torch.load(mmap=True, weights_only=True)``) or ``.safetensors``
@@ -7,13 +7,22 @@ are those of :func:`~lightning_spectral.encoders.save_features`: in a ``.pt`` ei
 ``"features"`` tensor, in a ``.safetensors`` the key ``"features"`` (or the only key), and an optional dataset
 index (``"index"``, or ``<stem>.index.npy`` beside a ``.npy``): row ``i`` is sample ``index[i]``. Both
 :class:`~lightning_spectral.encoders.PrecomputedFeatures` and the command line read files through it.
+
+:func:`written` is how the library writes every file (the command line's JSON, scores and pictures,
+:func:`~lightning_spectral.encoders.save_features`, the recipes' summaries): into a temporary file beside the
+target, renamed over it only once complete, so a full disk or a crash leaves the old file or none, never a
+truncated one, and the error names the file.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import pickle
+import secrets
+import zipfile
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Optional, Union
 
@@ -90,6 +99,153 @@ def torch_load_safe(path: Path, argument: str, mmap: bool = False) -> Any:
             f"`{argument}`: {str(path)!r} is not a readable, {how}PyTorch file ({error}); re-save it with "
             "`torch.save` (zip format)."
         ) from None
+
+
+class WriteError(OSError):
+    """A file could not be written; nothing partial is left behind. The message names the file and the fix."""
+
+
+@contextmanager
+def written(path: PathLike, argument: str = "path") -> Iterator[Path]:
+    """Write a file whole: yields a temporary path beside ``path`` (same folder, same suffix) to write to, then
+    flushes it to disk and renames it over ``path`` (atomic on POSIX and Windows). If the block or the flush fails
+    the temporary file is removed and ``path`` is left as it was.
+
+    Args:
+        path: the file to write; missing parent folders are created.
+        argument: how ``path`` is named in error messages (e.g. ``"--output"``).
+
+    Raises:
+        WriteError: an ``OSError`` while writing (a full disk, a read-only folder, a quota), naming ``argument``,
+            the file and the fix; other errors of the block are re-raised as they are.
+
+    Examples:
+        >>> import tempfile
+        >>> target = Path(tempfile.mkdtemp()) / "out.txt"
+        >>> with written(target) as temporary:
+        ...     _ = temporary.write_text("hello")
+        >>> target.read_text(), sorted(p.name for p in target.parent.iterdir())
+        ('hello', ['out.txt'])
+    """
+    path = Path(os.fspath(path)).expanduser()
+    temporary = path.with_name(f".{path.stem}.{secrets.token_hex(4)}.partial{path.suffix}")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        yield temporary
+        with open(temporary, "rb+") as handle:  # on the disk before the rename: a crash cannot leave it empty
+            os.fsync(handle.fileno())
+        os.replace(temporary, path)
+    except WriteError:  # a nested write (e.g. an index beside its features) already named its file
+        _remove(temporary)
+        raise
+    except OSError as error:
+        _remove(temporary)
+        raise WriteError(_write_failure(path, argument, error)) from error
+    except BaseException:
+        _remove(temporary)
+        raise
+
+
+def _remove(path: Path) -> None:
+    try:
+        os.unlink(path)
+    except OSError:  # never created (no folder, a file in the way): nothing to remove
+        pass
+
+
+def _write_failure(path: Path, argument: str, error: OSError) -> str:
+    reason = error.strerror or str(error) or type(error).__name__
+    if error.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)):  # EDQUOT: not on Windows
+        fix = "free some space on that disk or write to another one"
+    elif error.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        fix = "choose a folder you can write to"
+    elif error.errno in (errno.EISDIR, errno.ENOTDIR):
+        fix = "give the path of a file, not of a folder"
+    else:
+        fix = "check the path and the disk"
+    return f"`{argument}`: could not write {str(path)!r} ({reason}); nothing was written there; {fix}."
+
+
+def check_writable(path: PathLike, argument: str, folder: bool = False) -> Path:
+    """``path`` if a file (``folder=False``) or the files of a folder (``folder=True``) can be created there: its
+    nearest existing ancestor is a writable folder. Called before any work, so that a typo fails at once.
+
+    Raises:
+        WriteError: naming ``argument``, the path and the fix.
+
+    Examples:
+        >>> import tempfile
+        >>> check_writable(Path(tempfile.mkdtemp()) / "new" / "out.json", "--output").name
+        'out.json'
+    """
+    path = Path(os.fspath(path)).expanduser()
+    if not folder and path.is_dir():
+        raise WriteError(f"`{argument}`: {str(path)!r} is a folder; give the path of a file.")
+    if folder and path.exists() and not path.is_dir():
+        raise WriteError(f"`{argument}`: {str(path)!r} is a file; give the path of a folder.")
+    ancestor = path if folder else path.parent
+    while not ancestor.exists() and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise WriteError(f"`{argument}`: cannot create {str(path)!r}: {str(ancestor)!r} is not a folder.")
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise WriteError(
+            f"`{argument}`: cannot write {str(path)!r}: the folder {str(ancestor)!r} is not writable; choose a "
+            "folder you can write to."
+        )
+    return path
+
+
+class CheckpointError(ValueError):
+    """A checkpoint to resume from is missing or incomplete. The message names the file and the fix."""
+
+
+#: ``ckpt_path`` values Lightning resolves itself (not file names).
+LIGHTNING_CKPT_ALIASES = ("last", "best", "hpc", "registry")
+
+
+def check_checkpoint(path: PathLike, argument: str = "--ckpt_path") -> None:
+    """Check that ``path`` is a whole checkpoint file, without loading it: a zip archive whose central directory,
+    written last, is there (or a legacy pickle). Lightning's aliases (``"last"``, ``"best"``, ...) and URLs pass
+    unchecked.
+
+    A checkpoint cut off while it was written or copied (a full disk, a killed job, an interrupted transfer)
+    otherwise fails deep inside ``Trainer.fit`` with torch's ``PytorchStreamReader failed reading zip archive``.
+
+    Raises:
+        CheckpointError: no file at ``path``, or an incomplete one; the message names ``argument``, the file, its
+            size and the fix.
+
+    Examples:
+        >>> import tempfile, torch
+        >>> path = Path(tempfile.mkdtemp()) / "last.ckpt"
+        >>> torch.save({"state_dict": {}}, path)
+        >>> check_checkpoint(path)
+        >>> _ = path.write_bytes(path.read_bytes()[:100])   # cut off
+        >>> check_checkpoint(path)
+        Traceback (most recent call last):
+        ...
+        lightning_spectral.files.CheckpointError: `--ckpt_path`: ... is not a complete checkpoint (100 bytes: ...
+    """
+    if str(path) in LIGHTNING_CKPT_ALIASES or "://" in str(path):
+        return
+    path = Path(os.fspath(path)).expanduser()
+    if not path.is_file():
+        raise CheckpointError(
+            f"`{argument}`: no checkpoint file at {str(path)!r}; pass a checkpoint the run wrote (its "
+            "`checkpoints/` folder, e.g. `.../version_0/checkpoints/last.ckpt`)."
+        )
+    if zipfile.is_zipfile(path):
+        return
+    with open(path, "rb") as handle:
+        head = handle.read(2)
+    if len(head) == 2 and head[0] == 0x80 and 2 <= head[1] <= 5:  # a pickle: torch.save's legacy format
+        return
+    raise CheckpointError(
+        f"`{argument}`: {str(path)!r} is not a complete checkpoint ({path.stat().st_size} bytes: the end of the "
+        "archive is missing, so it was cut off while being written or copied); resume from another checkpoint of "
+        "the run (e.g. the previous epoch's) or copy the file again."
+    )
 
 
 def native_byte_order(array: np.ndarray) -> np.ndarray:

@@ -1,5 +1,6 @@
 """Lightning callbacks: SPECAlign (adds the SPEC-align loss), KPCAOODMonitor (kernel PCA OOD monitoring),
-EmbeddingMetrics (metrics of validation embeddings) and GeneratedSamples (metrics of a generative model's samples).
+EmbeddingMetrics (metrics of validation embeddings) and GeneratedSamples (metrics of a generative model's samples);
+StderrProgressBar (progress on stderr: bars on a terminal, quiet lines in a log).
 
 All are built on :class:`~lightning_spectral.callbacks.base.EmbeddingCallback` (the capture lifecycle, loader
 sharding, gathering, logging), and obtain embeddings through
@@ -11,6 +12,7 @@ from lightning_spectral.callbacks.embedding_metrics import EmbeddingMetrics
 from lightning_spectral.callbacks.embeddings import EmbeddingSource, ReferenceEmbedding
 from lightning_spectral.callbacks.generated import GeneratedSamples, ModeImages, draw_samples, sample_chunks
 from lightning_spectral.callbacks.kpca_monitor import KPCAOODMonitor, OODDriftWarning
+from lightning_spectral.callbacks.progress import StderrProgressBar
 from lightning_spectral.callbacks.spec_align import SPECAlign
 
 __all__ = [
@@ -23,6 +25,7 @@ __all__ = [
     "OODDriftWarning",
     "ReferenceEmbedding",
     "SPECAlign",
+    "StderrProgressBar",
     "draw_samples",
     "sample_chunks",
     "shard_loader",

@@ -21,6 +21,7 @@ from lightning_spectral.files import (
     check_table,
     index_path,
     native_byte_order,
+    written,
 )
 
 
@@ -52,10 +53,13 @@ def save_features(path: PathLike, features: Union[Tensor, np.ndarray], index: Un
     ``.npy``: the array itself (read memory-mapped), the index in a sibling ``<stem>.index.npy``; ``.pt``:
     ``{"features": tensor, "index": tensor}`` via ``torch.save``; ``.safetensors``: keys ``features`` and
     ``index``. Row ``i`` holds the features of dataset sample ``index[i]`` (``i`` itself without an index).
+    Each file is written whole or not at all (:func:`~lightning_spectral.files.written`).
 
     Raises:
         ValueError: unsupported suffix, features not a finite floating (N, d) array, or an index that is not
             N distinct integers >= 0.
+        lightning_spectral.files.WriteError: the file could not be written (a full disk, a read-only folder);
+            the message names it, and no partial file is left.
 
     Examples:
         >>> import tempfile, torch
@@ -78,20 +82,24 @@ def save_features(path: PathLike, features: Union[Tensor, np.ndarray], index: Un
     if not all_finite(feats):
         raise ValueError("`features` contains NaN or Inf; clean them before saving.")
     idx = None if index is None else check_index(index, feats.shape[0], "index")
-    path.parent.mkdir(parents=True, exist_ok=True)
     suffix = path.suffix.lower()
+    table = {"features": feats.contiguous(), **({} if idx is None else {"index": idx})}
     if suffix == ".npy":
-        np.save(path, feats.contiguous().numpy(), allow_pickle=False)
-        if idx is not None:
-            np.save(index_path(path), idx.numpy(), allow_pickle=False)
-        elif index_path(path).exists():
+        with written(path, "path") as temporary, open(temporary, "wb") as handle:
+            np.save(handle, table["features"].numpy(), allow_pickle=False)
+            if idx is not None:  # the index renamed into place before the features, both whole
+                with written(index_path(path), "path") as index_file, open(index_file, "wb") as index_handle:
+                    np.save(index_handle, idx.numpy(), allow_pickle=False)
+        if idx is None and index_path(path).exists():
             index_path(path).unlink()  # a stale index of an earlier file would silently remap rows
     elif suffix == ".pt":
-        torch.save({"features": feats.contiguous(), **({} if idx is None else {"index": idx})}, path)
+        with written(path, "path") as temporary:
+            torch.save(table, temporary)
     else:
         from safetensors.torch import save_file
 
-        save_file({"features": feats.contiguous(), **({} if idx is None else {"index": idx})}, str(path))
+        with written(path, "path") as temporary:
+            save_file(table, str(temporary))
 
 
 class PrecomputedFeatures:
