@@ -28,7 +28,7 @@ def saved_bytes(obj: object) -> int:
 
 def previous_format(metric: torch.nn.Module) -> dict[str, torch.Tensor]:
     """What the previous code wrote: every tensor state at full size (zeros too) and the frequency buffers."""
-    state = {name: getattr(metric, name) for side in metric.sides.values() for name in side.states}  # type: ignore
+    state = {acc.state_name: acc.state for acc in metric.accumulators.values()}  # type: ignore[union-attr]
     state.update({f"feature_map.{k}": v for k, v in metric.feature_map.named_buffers()})  # type: ignore[union-attr]
     return state
 

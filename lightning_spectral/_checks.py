@@ -2,26 +2,75 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 from collections.abc import Sequence
+from numbers import Integral, Real
 from typing import Optional
 
+import numpy as np
 import torch
 from torch import Tensor
 
 
+def plain_number(value: object, name: str, integer: bool = False, what: str = "") -> float:
+    """``value`` as a Python number when it is one: an ``int`` / ``float`` or a NumPy scalar, never a bool, a
+    string or a tensor (a numeric string or a 0-d tensor would otherwise pass ``float()`` silently).
+
+    With ``integer=True`` the value must be integral (``2`` or ``np.int64(2)``, not ``2.0``).
+
+    Raises:
+        ValueError: naming ``name``, what was given and what to pass instead (``what`` describes the number,
+            e.g. "a positive number").
+    """
+    kind = what or ("an integer" if integer else "a number")
+    convert = "int" if integer else "float"
+    if isinstance(value, (str, bytes)):
+        try:
+            number = float(value)
+            shown = int(number) if integer and number.is_integer() else number
+            hint = "" if integer and isinstance(shown, float) else f"; pass the number itself, `{name}={shown!r}`"
+        except (ValueError, OverflowError):
+            hint = ""
+        raise ValueError(f"`{name}` must be {kind}, got the string {value!r}{hint}.")
+    if isinstance(value, (Tensor, np.ndarray)):
+        what_it_is = "a tensor" if isinstance(value, Tensor) else "a NumPy array"
+        size = value.numel() if isinstance(value, Tensor) else value.size
+        shown = f"{value!r}" if size == 1 else f"of shape {tuple(value.shape)}"
+        raise ValueError(
+            f"`{name}` must be {kind}, got {what_it_is} {shown}; pass a Python number instead, e.g. "
+            f"`{name}={convert}(value)` for a one-element `value`."
+        )
+    allowed = Integral if integer else Real
+    if isinstance(value, bool) or not isinstance(value, allowed):
+        raise ValueError(f"`{name}` must be {kind}, got {value!r}.")
+    return value  # type: ignore[return-value]
+
+
 def check_positive(value: float, name: str) -> float:
-    """Return ``float(value)`` or raise ``ValueError`` unless it is a finite number > 0 (not a bool)."""
-    try:
-        if isinstance(value, bool):
-            raise TypeError
-        value = float(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"`{name}` must be a positive number, got {value!r}.") from None
+    """Return ``float(value)`` or raise ``ValueError`` unless it is a finite number > 0 (a Python or NumPy number:
+    not a bool, a string or a tensor)."""
+    value = float(plain_number(value, name, what="a positive number"))
     if not math.isfinite(value) or value <= 0:
         raise ValueError(f"`{name}` must be a finite number > 0, got {value}.")
     return value
+
+
+def check_bandwidths(sigma: object, name: str = "sigma") -> tuple[tuple[float, ...], bool]:
+    """One bandwidth or several: ``((sigma,), True)`` for a number, ``(tuple, False)`` for a non-empty list / tuple
+    or a 1-D tensor / array of them; each a finite number > 0.
+
+    Raises:
+        ValueError: naming ``name``: an empty sequence, a string, a bad bandwidth.
+    """
+    if isinstance(sigma, (Tensor, np.ndarray)) and sigma.ndim == 1:
+        sigma = sigma.tolist()
+    if isinstance(sigma, (list, tuple)):
+        if not sigma:
+            raise ValueError(f"`{name}` must be a positive number or a non-empty sequence of them, got {sigma!r}.")
+        return tuple(check_positive(value, name) for value in sigma), False
+    return (check_positive(sigma, name),), True
 
 
 #: Fraction of the machine's memory a metric's sums may take before construction refuses (they must also fit
@@ -29,6 +78,7 @@ def check_positive(value: float, name: str) -> float:
 MEMORY_FRACTION = 0.5
 
 
+@functools.lru_cache(maxsize=1)
 def total_memory_bytes() -> int:
     """Physical memory of this machine in bytes (0 when unknown)."""
     try:
@@ -37,18 +87,35 @@ def total_memory_bytes() -> int:
         return 0
 
 
-def check_memory(owner: str, argument: str, value: object, needed: int, what: str) -> None:
+def check_memory(owner: str, argument: str, value: object, needed: int, what: str, fix: str = "") -> None:
     """Raise before allocating ``needed`` bytes (``what``) when they exceed half of this machine's memory.
+
+    ``fix`` replaces the default advice (a smaller ``n_frequencies``-like argument).
 
     Raises:
         ValueError: naming ``argument`` (whose ``value`` asks for the memory) and the amount.
     """
     available = total_memory_bytes()
     if available and needed > MEMORY_FRACTION * available:
+        advice = fix or f"use a smaller `{argument}` (2r = 4096 to 16384 is typical)"
         raise ValueError(
-            f"{owner}: `{argument}`={value} needs {needed / 2**30:.1f} GiB ({what}), more than half of this "
-            f"machine's {available / 2**30:.1f} GiB; use a smaller `{argument}` (2r = 4096 to 16384 is typical)."
+            f"{owner}: `{argument}`={value} needs {needed / 2**30:.1f} GiB ({needed:,} bytes: {what}), more than half "
+            f"of this machine's {available / 2**30:.1f} GiB; {advice}."
         )
+
+
+def check_frequency_memory(owner: str, in_features: int, n_frequencies: int) -> None:
+    """Raise before drawing a float64 (in_features, n_frequencies) frequency matrix that cannot fit in memory.
+
+    Raises:
+        ValueError: naming ``in_features`` or ``n_frequencies`` (the larger one) and the bytes.
+    """
+    needed = 8 * in_features * n_frequencies
+    what = f"1 float64 frequency matrix of {in_features} x {n_frequencies}"
+    if in_features > n_frequencies:
+        fix = "reduce the embedding width `in_features` first (e.g. a PCA or a linear projection) or `n_frequencies`"
+        check_memory(owner, "in_features", in_features, needed, what, fix)
+    check_memory(owner, "n_frequencies", n_frequencies, needed, what)
 
 
 def check_state_memory(owner: str, n_frequencies: int, matrices: int, vectors: int = 0) -> None:
@@ -58,18 +125,33 @@ def check_state_memory(owner: str, n_frequencies: int, matrices: int, vectors: i
     check_memory(owner, "n_frequencies", n_frequencies, needed, f"{matrices} float64 matrices of {width} x {width}")
 
 
+def check_width_memory(owner: str, in_features: object, width: int, matrices: int = 1, vectors: int = 1) -> None:
+    """Raise before allocating float64 sums whose size follows the input width (cosine and linear maps):
+    ``matrices`` of ``width x width`` and ``vectors`` of ``width``.
+
+    Raises:
+        ValueError: naming ``in_features`` (the input width) and the bytes.
+    """
+    needed = 8 * (matrices * width * width + vectors * width)
+    check_memory(
+        owner, "in_features", in_features, needed, f"{matrices} float64 matrices of {width} x {width}",
+        "reduce the embedding width first (e.g. a PCA or a linear projection), or use the Gaussian kernel, whose "
+        "sums have the width 2 * n_frequencies",
+    )
+
+
 def check_positive_int(value: int, name: str) -> int:
-    """Return ``int(value)`` or raise ``ValueError`` unless it is an integer >= 1 (NumPy integers are fine)."""
-    if isinstance(value, bool) or not hasattr(value, "__index__") or value.__index__() < 1:
+    """Return ``int(value)`` or raise ``ValueError`` unless it is an integer >= 1 (Python or NumPy; not a bool, a
+    float, a string or a tensor)."""
+    value = int(plain_number(value, name, integer=True, what="an integer >= 1"))
+    if value < 1:
         raise ValueError(f"`{name}` must be an integer >= 1, got {value!r}.")
-    return int(value.__index__())
+    return value
 
 
 def check_int_range(value: int, name: str, low: int, high: int, what: str = "") -> int:
     """Return ``int(value)`` or raise ``ValueError`` unless it is an integer (not a bool, not a float) in
     ``[low, high]``; ``what`` says what the argument is for."""
-    from numbers import Integral
-
     if isinstance(value, bool) or not isinstance(value, Integral) or not low <= int(value) <= high:
         extra = f" ({what})" if what else ""
         raise ValueError(f"`{name}` must be an integer in [{low}, {high}]{extra}, got {value!r}.")
@@ -83,6 +165,60 @@ def compute_dtype(x: Tensor) -> torch.dtype:
     too much in 16 bits (the unit-norm identity would fail at ~1e-3).
     """
     return torch.float64 if x.dtype == torch.float64 else torch.float32
+
+
+def check_dense(x: Tensor, name: str, owner: str = "") -> Tensor:
+    """Return ``x`` or raise ``TypeError`` when it is sparse or a meta tensor: the maths here needs dense values.
+
+    Raises:
+        TypeError: a sparse layout (the fix: ``x.to_dense()``) or the ``meta`` device (a tensor without data).
+    """
+    where = f"{owner}: " if owner else ""
+    if x.layout != torch.strided:
+        raise TypeError(
+            f"{where}`{name}` is a sparse tensor (layout {x.layout}); pass a dense one, e.g. `{name}.to_dense()`."
+        )
+    if x.device.type == "meta":
+        raise TypeError(
+            f"{where}`{name}` is a 'meta' tensor, which has a shape but no values; pass a tensor holding data "
+            "(created or loaded on 'cpu' or 'cuda')."
+        )
+    return x
+
+
+def as_tensor(value: object, name: str, owner: str = "") -> object:
+    """A NumPy array or a (nested) list / tuple of numbers as a CPU tensor (float64 stays float64, Python floats
+    become float64); a tensor, or anything else, is returned as it is for the caller's own checks.
+
+    Raises:
+        TypeError: an array or list that holds something other than numbers (strings, objects, ragged rows).
+    """
+    if isinstance(value, Tensor) or not isinstance(value, (np.ndarray, list, tuple)):
+        return value
+    where = f"{owner}: " if owner else ""
+    try:
+        array = np.asarray(value)
+    except ValueError:  # ragged nested lists
+        array = np.asarray([], dtype=object)
+    if array.dtype.kind not in "biuf":
+        raise TypeError(
+            f"{where}`{name}` must hold numbers (rows of equal length), got a {type(value).__name__} with "
+            f"{'ragged rows or objects' if array.dtype == object else f'dtype {array.dtype}'}."
+        )
+    return torch.from_numpy(np.ascontiguousarray(array.astype(array.dtype.newbyteorder("="), copy=False)))
+
+
+def is_table(value: object) -> bool:
+    """Whether ``value`` is one table of samples (a tensor, an array, a list of rows of numbers) rather than an
+    iterable of batches (a list of tensors, a DataLoader)."""
+    if isinstance(value, (Tensor, np.ndarray)):
+        return True
+    if isinstance(value, (list, tuple)) and value:
+        first = value[0]
+        return isinstance(first, Real) or (isinstance(first, (list, tuple)) and not any(
+            isinstance(item, (Tensor, np.ndarray)) for item in first
+        ))
+    return False
 
 
 def all_finite(x: Tensor) -> bool:
@@ -100,12 +236,13 @@ def check_features(x: Tensor, name: str = "features", width: Optional[int] = Non
     """Validate an embedding batch of shape (N, d) and return it in its compute dtype.
 
     Raises:
-        TypeError: if ``x`` is not a floating-point tensor.
-        ValueError: wrong rank, wrong width, or NaN / Inf entries.
+        TypeError: if ``x`` is not a dense floating-point tensor (sparse and meta tensors are refused).
+        ValueError: wrong rank, no columns, wrong width, or NaN / Inf entries.
     """
     where = f"{owner}: " if owner else ""
     if not isinstance(x, Tensor):
         raise TypeError(f"{where}`{name}` must be a torch.Tensor of shape (N, d), got {type(x).__name__}.")
+    check_dense(x, name, owner)
     if not x.is_floating_point():
         raise TypeError(
             f"{where}`{name}` must be floating point, got {x.dtype}; convert it first, e.g. `{name}.float()`."
@@ -115,6 +252,8 @@ def check_features(x: Tensor, name: str = "features", width: Optional[int] = Non
             f"{where}`{name}` must have shape (N, d), got {tuple(x.shape)}; "
             "flatten per-sample dimensions with `x.flatten(1)` (or `x[None]` for one sample)."
         )
+    if x.shape[1] == 0:
+        raise ValueError(f"{where}`{name}` has no columns (shape {tuple(x.shape)}); each sample needs d >= 1 values.")
     if width is not None and x.shape[1] != width:
         raise ValueError(
             f"{where}`{name}` has width {x.shape[1]} but {width} was expected "
@@ -139,12 +278,7 @@ def check_fraction(value: float, name: str, low_open: bool = True, high_closed: 
     ``low_open=False`` admits 0 and ``high_closed=False`` excludes 1: e.g. a validation share in [0, 1).
     """
     interval = ("(" if low_open else "[") + "0, 1" + ("]" if high_closed else ")")
-    try:
-        if isinstance(value, bool):
-            raise TypeError
-        value = float(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"`{name}` must be a number in {interval}, got {value!r}.") from None
+    value = float(plain_number(value, name, what=f"a number in {interval}"))
     above = value > 0 if low_open else value >= 0
     below = value <= 1 if high_closed else value < 1
     if not (above and below):  # NaN fails both
@@ -168,10 +302,7 @@ def check_order(value: object, name: str = "alpha") -> float:
         return math.inf
     if isinstance(value, bool):
         raise ValueError(f"`{name}` must be an order in (0, inf], not a bool (got {value}); e.g. {name}=1 or 2.")
-    try:
-        order = float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        raise ValueError(f"`{name}` must be a number in (0, inf] or 'inf', got {value!r}.") from None
+    order = float(plain_number(value, name, what="a number in (0, inf] or 'inf'"))
     if not order > 0:  # NaN fails too
         raise ValueError(f"`{name}` must be in (0, inf], got {order}.")
     return order
@@ -187,8 +318,6 @@ def check_bool(value: bool, name: str) -> bool:
 def check_seed(value: int, name: str = "seed") -> int:
     """Return ``int(value)`` or raise ``ValueError`` unless it is an integer (Python or NumPy) in the range a
     ``torch.Generator`` accepts."""
-    from numbers import Integral
-
     if isinstance(value, bool) or not isinstance(value, Integral):
         raise ValueError(f"`{name}` must be an integer, got {value!r}.")
     value = int(value)
@@ -199,8 +328,6 @@ def check_seed(value: int, name: str = "seed") -> int:
 
 def check_nonnegative_int(value: int, name: str) -> int:
     """Return ``int(value)`` or raise ``ValueError`` unless it is an integer >= 0 (e.g. ``num_workers``)."""
-    from numbers import Integral
-
     if isinstance(value, bool) or not isinstance(value, Integral) or value < 0:
         raise ValueError(f"`{name}` must be an integer >= 0, got {value!r}.")
     return int(value)
@@ -248,6 +375,7 @@ def check_image_batch(
     where = f"{owner}: " if owner else ""
     if not isinstance(images, Tensor):
         raise TypeError(f"{where}`{name}` must be a tensor of images (N, C, H, W), got {type(images).__name__}.")
+    check_dense(images, name, owner)
     if images.ndim == 3:
         raise ValueError(
             f"{where}`{name}` has shape {tuple(images.shape)}: one image without a batch dimension? Pass a batch "
@@ -279,3 +407,33 @@ def check_image_batch(
             "[0, 1]: map [-1, 1] outputs with `(x + 1) / 2` and divide 0-255 values by 255."
         )
     return images.float()
+
+
+def check_embedding_source(value: object, name: str, owner: str) -> None:
+    """A callback's embedding source: a non-empty submodule name or a function (``None`` leaves nothing to measure).
+
+    Raises:
+        ValueError: naming ``name`` and what to pass.
+    """
+    if not ((isinstance(value, str) and value) or callable(value)):
+        raise ValueError(
+            f"{owner}: `{name}` must be a submodule name (e.g. 'encoder': its output is the embedding) or a function "
+            f"`fn(pl_module, batch) -> Tensor`, got {value!r}."
+        )
+
+
+def check_selector(value: object, name: str, owner: str = "") -> None:
+    """Where a batch holds something: ``None``, a key (str), a position (int) or a function ``fn(batch)``.
+
+    Raises:
+        ValueError: anything else (a float, a bool, a list), naming ``name``.
+    """
+    if value is None or callable(value) or isinstance(value, str) or (
+        isinstance(value, Integral) and not isinstance(value, bool)
+    ):
+        return
+    where = f"{owner}: " if owner else ""
+    raise ValueError(
+        f"{where}`{name}` must be a key (str), a position (int) or a function `fn(batch)` selecting part of a "
+        f"batch, got {value!r}."
+    )

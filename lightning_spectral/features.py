@@ -11,11 +11,21 @@ from __future__ import annotations
 import math
 from typing import Optional
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 from torch.autograd.function import once_differentiable
 
-from lightning_spectral._checks import all_finite, check_features, check_positive, check_positive_int, check_seed
+from lightning_spectral._checks import (
+    all_finite,
+    check_bandwidths,
+    check_features,
+    check_frequency_memory,
+    check_memory,
+    check_positive,
+    check_positive_int,
+    check_seed,
+)
 
 
 def standard_normal_draws(in_features: int, n_frequencies: int, seed: int) -> Tensor:
@@ -123,6 +133,7 @@ class GaussianRFF(FeatureMap):
         return 2 * self.n_frequencies
 
     def _build(self) -> None:
+        check_frequency_memory(type(self).__name__, self.in_features, self.n_frequencies)
         self.omega = self._draw().to(self.omega.device)
 
     def _draw(self) -> Tensor:
@@ -151,6 +162,7 @@ class GaussianRFF(FeatureMap):
         """
         x = check_features(x, "x", width=self.in_features, owner=type(self).__name__)
         self.build(x.shape[1])
+        check_batch_memory(type(self).__name__, x, self.n_frequencies)
         omega = self.omega.to(device=x.device, dtype=x.dtype)
         return check_phases(x @ omega, type(self).__name__, x, self.omega)
 
@@ -169,6 +181,19 @@ class GaussianRFF(FeatureMap):
             f"in_features={self.in_features}, n_frequencies={self.n_frequencies}, "
             f"sigma={self.sigma:g}, seed={self.seed}"
         )
+
+
+def check_batch_memory(owner: str, x: Tensor, n_frequencies: int) -> None:
+    """Raise before mapping a batch whose phases and (N, 2r) features cannot fit in memory (about 5 N r values).
+
+    Raises:
+        ValueError: naming ``n_frequencies``, the batch size and the bytes.
+    """
+    needed = 5 * x.shape[0] * n_frequencies * x.element_size()
+    check_memory(
+        owner, "n_frequencies", n_frequencies, needed, f"the features of a batch of {x.shape[0]} rows",
+        "use a smaller `n_frequencies`, or smaller batches (`chunk_size`)",
+    )
 
 
 def check_phases(phases: Tensor, owner: str, x: Optional[Tensor] = None, frequencies: Optional[Tensor] = None) -> Tensor:
@@ -215,9 +240,10 @@ class MultiBandwidthRFF(FeatureMap):
     ) -> None:
         super().__init__()
         self.n_frequencies = check_positive_int(n_frequencies, "n_frequencies")
-        if isinstance(sigmas, (str, bytes)) or not hasattr(sigmas, "__iter__") or not len(tuple(sigmas)):
+        empty = isinstance(sigmas, (list, tuple)) and not sigmas
+        if empty or not isinstance(sigmas, (list, tuple, Tensor, np.ndarray)):
             raise ValueError(f"`sigmas` must be a non-empty sequence of bandwidths > 0, got {sigmas!r}.")
-        self.sigmas = tuple(check_positive(s, "sigma") for s in sigmas)
+        self.sigmas = check_bandwidths(sigmas, "sigma")[0]
         self.seed = check_seed(seed)
         self.in_features = None
         self.register_buffer("standard", torch.zeros(0, self.n_frequencies, dtype=torch.float64), persistent=False)
@@ -235,6 +261,7 @@ class MultiBandwidthRFF(FeatureMap):
         return len(self.sigmas)
 
     def _build(self) -> None:
+        check_frequency_memory(type(self).__name__, self.in_features, self.n_frequencies)
         self.standard = self._draw().to(self.standard.device)
 
     def _draw(self) -> Tensor:
@@ -270,6 +297,7 @@ class MultiBandwidthRFF(FeatureMap):
         """``x Z`` (N, r), checked for overflow."""
         x = check_features(x, "x", width=self.in_features, owner=type(self).__name__)
         self.build(x.shape[1])
+        check_batch_memory(type(self).__name__, x, self.n_frequencies * (1 + len(self.sigmas)))
         projected = x @ self.standard.to(device=x.device, dtype=x.dtype)
         return check_phases(projected, type(self).__name__, x / min(self.sigmas), self.standard)
 
@@ -397,9 +425,27 @@ def gaussian_kernel(x: Tensor, y: Optional[Tensor] = None, sigma: float = 1.0) -
     """
     sigma = check_positive(sigma, "sigma")
     x = check_features(x, "x").double()
-    y = x if y is None else check_features(y, "y", width=x.shape[1]).double()
-    sq_dist = torch.cdist(x, y).square()
-    return torch.exp(-sq_dist / (2.0 * sigma**2))
+    if y is None:
+        distances = scaled_distances(x, x, sigma).fill_diagonal_(0.0)  # k(x, x) = 1 exactly (not cdist's round-off)
+    else:
+        distances = scaled_distances(x, check_features(y, "y", width=x.shape[1]).double(), sigma)
+    return torch.exp(-0.5 * distances.square())
+
+
+def scaled_distances(x: Tensor, y: Tensor, sigma: float = 1.0) -> Tensor:
+    """``||x_i - y_j|| / sigma`` (N, M) for finite float64 rows, without overflow or underflow at any magnitude.
+
+    ``torch.cdist`` squares the entries (and, for many rows, expands ``||x||^2 + ||y||^2 - 2 x.y``): rows near
+    1e155 give ``inf - inf = NaN`` and rows below 1e-155 give 0. Both sets are divided by their largest
+    magnitude ``s`` first, and ``s / sigma`` is applied after: the kernel depends on ``x / sigma`` only. As with
+    ``cdist`` itself, distances below ~1e-8 of the rows' magnitude are round-off (the expanded form).
+    """
+    scale = float(torch.cat([x.abs().flatten(), y.abs().flatten()]).max()) if x.numel() and y.numel() else 0.0
+    if scale == 0.0:
+        return torch.zeros(x.shape[0], y.shape[0], dtype=x.dtype, device=x.device)
+    distances = torch.cdist(x / scale, y / scale)
+    ratio = scale / sigma  # may overflow to inf for huge inputs and a tiny sigma: those distances are infinite
+    return torch.where(distances > 0, distances * ratio, 0.0)
 
 
 def median_bandwidth(x: Tensor, max_samples: int = 2000, seed: int = 0) -> float:
@@ -423,14 +469,19 @@ def median_bandwidth(x: Tensor, max_samples: int = 2000, seed: int = 0) -> float
         2.0
     """
     x = check_features(x, "x").double()
-    check_positive_int(max_samples, "max_samples")
+    max_samples = check_positive_int(max_samples, "max_samples")
+    seed = check_seed(seed)
     if x.shape[0] < 2:
         raise ValueError(f"median_bandwidth needs at least 2 samples, got {x.shape[0]}.")
     if x.shape[0] > max_samples:
-        generator = torch.Generator(device="cpu").manual_seed(int(seed))
+        generator = torch.Generator(device="cpu").manual_seed(seed)
         x = x[torch.randperm(x.shape[0], generator=generator)[:max_samples].to(x.device)]
-    dist = torch.pdist(x)
-    median = float(dist.median())
+    scale = float(x.abs().max())  # distances of x / scale neither overflow nor underflow (inputs near 1e300)
+    median = float(torch.pdist(x / scale).median()) * scale if scale > 0 else 0.0
+    if not math.isfinite(median):
+        raise ValueError(
+            f"median_bandwidth: the median pairwise distance {median} exceeds float64's range; rescale the inputs."
+        )
     if median <= 0:
         raise ValueError("median_bandwidth: the median pairwise distance is 0 (most samples are identical).")
     return median

@@ -1,4 +1,4 @@
-"""Reading embedding and weight files safely: never unpickling arbitrary objects.
+"""Reading embedding and weight files safely (never unpickling arbitrary objects), and writing files whole.
 
 :class:`EmbeddingFile` opens a (N, d) floating table in a ``.npy`` (``numpy.load(mmap_mode="r",
 allow_pickle=False)``), ``.pt`` (``torch.load(mmap=True, weights_only=True)``) or ``.safetensors``
@@ -7,13 +7,22 @@ are those of :func:`~lightning_spectral.encoders.save_features`: in a ``.pt`` ei
 ``"features"`` tensor, in a ``.safetensors`` the key ``"features"`` (or the only key), and an optional dataset
 index (``"index"``, or ``<stem>.index.npy`` beside a ``.npy``): row ``i`` is sample ``index[i]``. Both
 :class:`~lightning_spectral.encoders.PrecomputedFeatures` and the command line read files through it.
+
+:func:`written` is how the library writes every file (the command line's JSON, scores and pictures,
+:func:`~lightning_spectral.encoders.save_features`, the recipes' summaries): into a temporary file beside the
+target, renamed over it only once complete, so a full disk or a crash leaves the old file or none, never a
+truncated one, and the error names the file.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import pickle
+import secrets
+import zipfile
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Optional, Union
 
@@ -21,12 +30,23 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from lightning_spectral._checks import check_dense, check_positive_int
+
 PathLike = Union[str, "os.PathLike[str]"]
 FEATURE_SUFFIXES = (".npy", ".pt", ".safetensors")
 
 
+def as_path(path: Any, argument: str) -> Path:
+    """``path`` as a ``Path``, or a ``TypeError`` naming ``argument`` when it is no path at all (None, a number)."""
+    if not isinstance(path, (str, os.PathLike)) or isinstance(os.fspath(path), bytes):
+        raise TypeError(
+            f"`{argument}` must be a file path (a str or pathlib.Path), got {type(path).__name__} {path!r}."
+        )
+    return Path(os.fspath(path)).expanduser()
+
+
 def existing_file(path: PathLike, argument: str, suffixes: Sequence[str]) -> Path:
-    path = Path(os.fspath(path)).expanduser()
+    path = as_path(path, argument)
     if not path.is_file():
         raise FileNotFoundError(f"`{argument}`: no file at {str(path)!r}; pass the path of an existing local file.")
     if path.suffix.lower() not in suffixes:
@@ -81,6 +101,153 @@ def torch_load_safe(path: Path, argument: str, mmap: bool = False) -> Any:
         ) from None
 
 
+class WriteError(OSError):
+    """A file could not be written; nothing partial is left behind. The message names the file and the fix."""
+
+
+@contextmanager
+def written(path: PathLike, argument: str = "path") -> Iterator[Path]:
+    """Write a file whole: yields a temporary path beside ``path`` (same folder, same suffix) to write to, then
+    flushes it to disk and renames it over ``path`` (atomic on POSIX and Windows). If the block or the flush fails
+    the temporary file is removed and ``path`` is left as it was.
+
+    Args:
+        path: the file to write; missing parent folders are created.
+        argument: how ``path`` is named in error messages (e.g. ``"--output"``).
+
+    Raises:
+        WriteError: an ``OSError`` while writing (a full disk, a read-only folder, a quota), naming ``argument``,
+            the file and the fix; other errors of the block are re-raised as they are.
+
+    Examples:
+        >>> import tempfile
+        >>> target = Path(tempfile.mkdtemp()) / "out.txt"
+        >>> with written(target) as temporary:
+        ...     _ = temporary.write_text("hello")
+        >>> target.read_text(), sorted(p.name for p in target.parent.iterdir())
+        ('hello', ['out.txt'])
+    """
+    path = Path(os.fspath(path)).expanduser()
+    temporary = path.with_name(f".{path.stem}.{secrets.token_hex(4)}.partial{path.suffix}")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        yield temporary
+        with open(temporary, "rb+") as handle:  # on the disk before the rename: a crash cannot leave it empty
+            os.fsync(handle.fileno())
+        os.replace(temporary, path)
+    except WriteError:  # a nested write (e.g. an index beside its features) already named its file
+        _remove(temporary)
+        raise
+    except OSError as error:
+        _remove(temporary)
+        raise WriteError(_write_failure(path, argument, error)) from error
+    except BaseException:
+        _remove(temporary)
+        raise
+
+
+def _remove(path: Path) -> None:
+    try:
+        os.unlink(path)
+    except OSError:  # never created (no folder, a file in the way): nothing to remove
+        pass
+
+
+def _write_failure(path: Path, argument: str, error: OSError) -> str:
+    reason = error.strerror or str(error) or type(error).__name__
+    if error.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)):  # EDQUOT: not on Windows
+        fix = "free some space on that disk or write to another one"
+    elif error.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        fix = "choose a folder you can write to"
+    elif error.errno in (errno.EISDIR, errno.ENOTDIR):
+        fix = "give the path of a file, not of a folder"
+    else:
+        fix = "check the path and the disk"
+    return f"`{argument}`: could not write {str(path)!r} ({reason}); nothing was written there; {fix}."
+
+
+def check_writable(path: PathLike, argument: str, folder: bool = False) -> Path:
+    """``path`` if a file (``folder=False``) or the files of a folder (``folder=True``) can be created there: its
+    nearest existing ancestor is a writable folder. Called before any work, so that a typo fails at once.
+
+    Raises:
+        WriteError: naming ``argument``, the path and the fix.
+
+    Examples:
+        >>> import tempfile
+        >>> check_writable(Path(tempfile.mkdtemp()) / "new" / "out.json", "--output").name
+        'out.json'
+    """
+    path = Path(os.fspath(path)).expanduser()
+    if not folder and path.is_dir():
+        raise WriteError(f"`{argument}`: {str(path)!r} is a folder; give the path of a file.")
+    if folder and path.exists() and not path.is_dir():
+        raise WriteError(f"`{argument}`: {str(path)!r} is a file; give the path of a folder.")
+    ancestor = path if folder else path.parent
+    while not ancestor.exists() and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise WriteError(f"`{argument}`: cannot create {str(path)!r}: {str(ancestor)!r} is not a folder.")
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise WriteError(
+            f"`{argument}`: cannot write {str(path)!r}: the folder {str(ancestor)!r} is not writable; choose a "
+            "folder you can write to."
+        )
+    return path
+
+
+class CheckpointError(ValueError):
+    """A checkpoint to resume from is missing or incomplete. The message names the file and the fix."""
+
+
+#: ``ckpt_path`` values Lightning resolves itself (not file names).
+LIGHTNING_CKPT_ALIASES = ("last", "best", "hpc", "registry")
+
+
+def check_checkpoint(path: PathLike, argument: str = "--ckpt_path") -> None:
+    """Check that ``path`` is a whole checkpoint file, without loading it: a zip archive whose central directory,
+    written last, is there (or a legacy pickle). Lightning's aliases (``"last"``, ``"best"``, ...) and URLs pass
+    unchecked.
+
+    A checkpoint cut off while it was written or copied (a full disk, a killed job, an interrupted transfer)
+    otherwise fails deep inside ``Trainer.fit`` with torch's ``PytorchStreamReader failed reading zip archive``.
+
+    Raises:
+        CheckpointError: no file at ``path``, or an incomplete one; the message names ``argument``, the file, its
+            size and the fix.
+
+    Examples:
+        >>> import tempfile, torch
+        >>> path = Path(tempfile.mkdtemp()) / "last.ckpt"
+        >>> torch.save({"state_dict": {}}, path)
+        >>> check_checkpoint(path)
+        >>> _ = path.write_bytes(path.read_bytes()[:100])   # cut off
+        >>> check_checkpoint(path)
+        Traceback (most recent call last):
+        ...
+        lightning_spectral.files.CheckpointError: `--ckpt_path`: ... is not a complete checkpoint (100 bytes: ...
+    """
+    if str(path) in LIGHTNING_CKPT_ALIASES or "://" in str(path):
+        return
+    path = Path(os.fspath(path)).expanduser()
+    if not path.is_file():
+        raise CheckpointError(
+            f"`{argument}`: no checkpoint file at {str(path)!r}; pass a checkpoint the run wrote (its "
+            "`checkpoints/` folder, e.g. `.../version_0/checkpoints/last.ckpt`)."
+        )
+    if zipfile.is_zipfile(path):
+        return
+    with open(path, "rb") as handle:
+        head = handle.read(2)
+    if len(head) == 2 and head[0] == 0x80 and 2 <= head[1] <= 5:  # a pickle: torch.save's legacy format
+        return
+    raise CheckpointError(
+        f"`{argument}`: {str(path)!r} is not a complete checkpoint ({path.stat().st_size} bytes: the end of the "
+        "archive is missing, so it was cut off while being written or copied); resume from another checkpoint of "
+        "the run (e.g. the previous epoch's) or copy the file again."
+    )
+
+
 def native_byte_order(array: np.ndarray) -> np.ndarray:
     """``array`` in the machine's byte order: itself if it is already, else a converted copy (torch reads native
     byte order only, and ``numpy.save`` keeps a big-endian array big-endian)."""
@@ -91,12 +258,17 @@ def index_path(path: Path) -> Path:
     return path.with_name(path.stem + ".index.npy")
 
 
-def check_table(features: Any, name: str) -> None:
+def check_table(features: Any, name: str, header_only: bool = False) -> None:
+    """A 2-D (N, d >= 1) floating table, dense; ``header_only``: a meta tensor standing for a file's header."""
+    if isinstance(features, Tensor) and not (header_only and features.device.type == "meta"):
+        check_dense(features, name)
     if len(features.shape) != 2:
         raise ValueError(
             f"`{name}` must be a 2-D (N, d) table of features, got shape {tuple(features.shape)}; "
             "flatten per-sample dimensions first."
         )
+    if features.shape[1] == 0:
+        raise ValueError(f"`{name}` has no columns (shape {tuple(features.shape)}); each row needs d >= 1 features.")
     floating = (
         features.is_floating_point() if isinstance(features, Tensor) else np.issubdtype(features.dtype, np.floating)
     )
@@ -104,7 +276,21 @@ def check_table(features: Any, name: str) -> None:
         raise ValueError(f"`{name}` must hold floating-point features, got dtype {features.dtype}.")
 
 
-def check_index(index: Tensor, rows: int, name: str) -> Tensor:
+def check_index(index: Any, rows: int, name: str) -> Tensor:
+    """``index`` (a tensor, an array or a list) as ``rows`` distinct integer dataset indices >= 0, a long tensor.
+
+    Raises:
+        ValueError: not integers (floats, strings, objects), not one per row, negative or repeated entries.
+    """
+    if not isinstance(index, Tensor):
+        try:
+            array = np.asarray(index)
+        except ValueError:  # ragged
+            array = np.asarray([], dtype=object)
+        if array.dtype.kind not in "iu":
+            raise ValueError(f"`{name}` must hold integer dataset indices, got {_describe_values(array)}.")
+        index = torch.from_numpy(np.ascontiguousarray(native_byte_order(array)).astype(np.int64))
+    index = check_dense(index, name).detach().cpu()
     if index.is_floating_point() or index.dtype == torch.bool or index.is_complex():
         raise ValueError(f"`{name}` must hold integer dataset indices, got dtype {index.dtype}.")
     index = index.long().flatten()
@@ -115,6 +301,12 @@ def check_index(index: Tensor, rows: int, name: str) -> Tensor:
     if torch.unique(index).numel() != rows:
         raise ValueError(f"`{name}` holds repeated dataset indices; each sample must appear once.")
     return index
+
+
+def _describe_values(array: np.ndarray) -> str:
+    if array.dtype.kind in "US":
+        return f"strings such as {array.flatten()[:3].tolist()}"
+    return "objects or ragged rows" if array.dtype == object else f"dtype {array.dtype}"
 
 
 _SAFETENSORS_FLOATS = {"F16": torch.float16, "BF16": torch.bfloat16, "F32": torch.float32, "F64": torch.float64}
@@ -161,10 +353,10 @@ class EmbeddingFile:
         probe, index, self._read = opener()
         self.memmap: Optional[np.memmap] = probe if isinstance(probe, np.memmap) else None  # .npy: the mapped table
         try:
-            check_table(probe, "features")
+            check_table(probe, "features", header_only=suffix == ".safetensors")
             if index is not None:
-                self.index = check_index(torch.as_tensor(np.asarray(index)), int(probe.shape[0]), "index")
-        except ValueError as error:
+                self.index = check_index(index, int(probe.shape[0]), "index")
+        except (ValueError, TypeError) as error:  # a sparse table, bad indices: named with the file
             raise ValueError(f"`{name}` ({self.where}): {error}") from None
         self.n, self.d = int(probe.shape[0]), int(probe.shape[1])
         self.dtype = probe.dtype
@@ -181,8 +373,21 @@ class EmbeddingFile:
             data = np.load(self.path, mmap_mode="r", allow_pickle=False)
         except (ValueError, OSError, EOFError) as error:
             raise ValueError(f"`{self.name}`: {self.where} is not a plain numeric .npy array ({error}).") from None
+        if not isinstance(data, np.ndarray):  # numpy opens any zip archive as an .npz: a torch.save file, say
+            raise ValueError(
+                f"`{self.name}`: {self.where} is a zip archive (a `torch.save` file or an .npz), not a .npy array; "
+                "rename a torch file to .pt, or write the array with `numpy.save`."
+            )
         index_file = index_path(self.path)
-        index = native_byte_order(np.load(index_file, allow_pickle=False)) if index_file.is_file() else None
+        index = None
+        if index_file.is_file():
+            try:
+                index = native_byte_order(np.load(index_file, allow_pickle=False))
+            except (ValueError, OSError, EOFError, AttributeError) as error:
+                raise ValueError(
+                    f"`{self.name}`: the dataset index {str(index_file)!r} beside {self.where} is not a readable .npy "
+                    f"array of integers ({error}); write it again (`save_features(..., index=...)`) or delete it."
+                ) from None
 
         def read(start: int, stop: int) -> Tensor:
             rows = data[start:stop]
@@ -269,8 +474,7 @@ class EmbeddingFile:
             desc: the bar's label.
         """
         rows = range(self.n) if rows is None else rows
-        if batch_size < 1:
-            raise ValueError(f"`--batch-size` must be an integer >= 1, got {batch_size}.")
+        batch_size = check_positive_int(batch_size, "--batch-size")
         starts = range(rows.start, rows.stop, batch_size)
         if progress:
             from tqdm.auto import tqdm

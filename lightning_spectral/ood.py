@@ -18,20 +18,25 @@ size). Higher = more out-of-distribution (the paper's score is ``-e``).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any, Optional, Union
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 from torchmetrics.functional.classification import binary_auroc
 
 from lightning_spectral._checks import (
+    as_tensor,
+    check_dense,
     check_features,
     check_fraction,
     check_positive,
     check_positive_int,
     check_seed,
     check_state_memory,
+    check_width_memory,
+    is_table,
 )
 from lightning_spectral.distributed import all_gather_rows
 from lightning_spectral.features import CosineMap, FeatureMap, GaussianRFF, LinearMap
@@ -126,8 +131,24 @@ class KernelPCAOOD(nn.Module):
         """``Phi(z)``: (N, d) -> (N, M)."""
         return self.sums.feature_map(self._inputs(self._validated(features)))
 
-    def _validated(self, features: Tensor, name: str = "features") -> Tensor:
-        return check_features(features, name, width=self.in_features, owner="KernelPCAOOD")
+    def _validated(self, features: Any, name: str = "features") -> Tensor:
+        """``features`` as a checked (N, d) float tensor; NumPy arrays and nested lists of numbers are converted
+        (scikit-learn's habit), tensors are taken as they are."""
+        features = as_tensor(features, name, "KernelPCAOOD")
+        features = check_features(features, name, width=self.in_features, owner="KernelPCAOOD")  # type: ignore[arg-type]
+        if self.mapping == "linear" and features.numel():
+            # The linear map's sums are products of raw features in their dtype: refuse what would overflow them
+            # (a bound that does not depend on the batch, so every batching and sharding agrees).
+            limit = math.sqrt(torch.finfo(features.dtype).max / (16.0 * self.sums.chunk_size * features.shape[1]))
+            largest = float(features.detach().abs().max())
+            if largest > limit:
+                raise ValueError(
+                    f"KernelPCAOOD(mapping='linear'): `{name}` reach magnitude {largest:.3g}, beyond {limit:.3g} where "
+                    f"the sums of products of {features.dtype} features overflow; divide the features by a constant "
+                    "(their standard deviation, say: linear PCA's scores scale with them)"
+                    + (" or pass float64 features." if features.dtype != torch.float64 else ".")
+                )
+        return features
 
     # ---- fitting -------------------------------------------------------------------------------------------
     def reset(self) -> None:
@@ -138,9 +159,16 @@ class KernelPCAOOD(nn.Module):
         self.n_fitted = torch.zeros_like(self.n_fitted)
 
     def partial_fit(self, features: Tensor) -> KernelPCAOOD:
-        """Add in-distribution features (N, d) to the sums (detached). Call :meth:`finalize` when the stream ends."""
-        features = self._validated(features.detach())
+        """Add in-distribution features (N, d) to the sums (detached). Call :meth:`finalize` when the stream ends.
+
+        Raises:
+            TypeError / ValueError: features that are not a finite (N, d) float table (see :meth:`fit`); the
+                ``"cop"`` / ``"linear"`` sums (the input's width) refused before allocating when they cannot fit.
+        """
+        features = self._validated(features).detach()
         if self.in_features is None:
+            if self.mapping != "corp":  # the sums, then the eigenvectors, have the input's width
+                check_width_memory("KernelPCAOOD", features.shape[1], features.shape[1], matrices=2, vectors=2)
             self.sums.build(features.shape[1])
         self.sums.update(self._inputs(features))
         return self
@@ -172,15 +200,29 @@ class KernelPCAOOD(nn.Module):
         ratios = eigenvalues.cumsum(0) / eigenvalues.sum().clamp_min(1e-300)
         return min(int((ratios < self.explained_variance - 1e-12).sum()) + 1, eigenvalues.numel())
 
-    def fit(self, batches: Union[Tensor, Iterable[Tensor]]) -> KernelPCAOOD:
+    def fit(self, batches: Union[Tensor, np.ndarray, Sequence[Sequence[float]], Iterable[Tensor]]) -> KernelPCAOOD:
         """Reset, stream in-distribution features and finalize. Returns ``self``.
 
         Args:
-            batches: one (N, d) tensor (scikit-learn's habit) or an iterable of (N_i, d) batches.
+            batches: one (N, d) table (scikit-learn's habit): a tensor, a NumPy array or a list of rows of numbers;
+                or an iterable of (N_i, d) batches (tensors or arrays).
+
+        Raises:
+            TypeError: ``batches`` is neither a table nor an iterable of batches.
+            ValueError: a batch that is not a finite (N, d) float table; fewer than 2 samples in all.
         """
-        self.reset()
-        if isinstance(batches, Tensor):
-            batches = self._validated(batches, "batches").split(self.sums.chunk_size)
+        if is_table(batches):
+            table = self._validated(batches, "batches")
+            self.reset()
+            batches = table.split(self.sums.chunk_size)
+        elif isinstance(batches, (str, bytes)) or not isinstance(batches, Iterable):
+            raise TypeError(
+                "KernelPCAOOD.fit: `batches` must be an (N, d) table (a tensor, a NumPy array, a list of rows) or an "
+                "iterable of (N_i, d) batches (e.g. `features.split(4096)` or a DataLoader), got "
+                f"{type(batches).__name__}."
+            )
+        else:
+            self.reset()
         for batch in batches:
             self.partial_fit(batch)
         return self.finalize()
@@ -242,8 +284,14 @@ def threshold_at_tpr(in_scores: Tensor, tpr: float = 0.95) -> Tensor:
     return ordered[max(math.ceil(tpr * ordered.numel()) - 1, 0)]
 
 
-def detection_metrics(in_scores: Tensor, out_scores: Tensor, tpr: float = 0.95) -> dict[str, Tensor]:
+def detection_metrics(
+    in_scores: Union[Tensor, np.ndarray, Sequence[float]],
+    out_scores: Union[Tensor, np.ndarray, Sequence[float]],
+    tpr: float = 0.95,
+) -> dict[str, Tensor]:
     """AUROC and FPR at ``tpr`` TPR for scores where higher = more out-of-distribution.
+
+    Scores are 1-D: tensors, NumPy arrays or lists of numbers (``+-inf`` allowed, NaN refused).
 
     - ``auroc``: torchmetrics' binary AUROC with OOD as the positive class (equal to the paper's AUROC with
       in-distribution positive and score ``-e``).
@@ -256,14 +304,47 @@ def detection_metrics(in_scores: Tensor, out_scores: Tensor, tpr: float = 0.95) 
         >>> metrics = detection_metrics(torch.tensor([0.1, 0.2, 0.3]), torch.tensor([0.5, 0.9]))
         >>> float(metrics["auroc"]), float(metrics["fpr"])
         (1.0, 0.0)
+
+    Raises:
+        TypeError: scores that are not numbers.
+        ValueError: ``tpr`` outside (0, 1]; scores that are not 1-D, hold NaN, or an empty side.
     """
+    tpr = check_fraction(tpr, "tpr")
+    in_scores, out_scores = check_scores(in_scores, "in_scores"), check_scores(out_scores, "out_scores")
     if in_scores.numel() == 0 or out_scores.numel() == 0:
         raise ValueError("detection_metrics: both in- and out-of-distribution scores are needed.")
-    preds = torch.cat([in_scores, out_scores]).double()
-    target = torch.cat([torch.zeros(in_scores.numel()), torch.ones(out_scores.numel())]).long()
+    preds = torch.cat([in_scores, out_scores.to(in_scores.device)])
+    target = torch.cat([torch.zeros(in_scores.numel()), torch.ones(out_scores.numel())]).long().to(preds.device)
     threshold = threshold_at_tpr(in_scores, tpr)
     return {
         "auroc": binary_auroc(preds, target),
-        "fpr": (out_scores.double() <= threshold).double().mean(),
+        "fpr": (out_scores.to(preds.device) <= threshold).double().mean(),
         "threshold": threshold,
     }
+
+
+def check_scores(scores: Any, name: str) -> Tensor:
+    """Scores as a 1-D float64 tensor without NaN (a tensor, a NumPy array or a list of numbers; +-inf allowed).
+
+    Raises:
+        TypeError: not numbers, or a sparse / meta tensor.
+        ValueError: not one score per sample (1-D), or NaN scores.
+    """
+    scores = as_tensor(scores, name, "detection_metrics")
+    if not isinstance(scores, Tensor):
+        raise TypeError(
+            f"detection_metrics: `{name}` must be a 1-D tensor (or array, list) of scores, got {type(scores).__name__}."
+        )
+    check_dense(scores, name, "detection_metrics")
+    if scores.ndim != 1 or scores.is_complex():
+        raise ValueError(
+            f"detection_metrics: `{name}` must be a 1-D tensor of real scores, one per sample, got shape "
+            f"{tuple(scores.shape)} ({scores.dtype}); flatten it or pass the score column."
+        )
+    scores = scores.double()
+    if bool(scores.isnan().any()):
+        raise ValueError(
+            f"detection_metrics: `{name}` holds {int(scores.isnan().sum())} NaN scores of {scores.numel()}; a NaN "
+            "has no rank, so AUROC and FPR would be meaningless. Drop those samples or fix what produced them."
+        )
+    return scores

@@ -27,10 +27,18 @@ from safetensors.torch import save_file
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from lightning_spectral.callbacks import EmbeddingMetrics, KPCAOODMonitor, SPECAlign
+from lightning_spectral.callbacks import EmbeddingMetrics, GeneratedSamples, KPCAOODMonitor, SPECAlign
 from lightning_spectral.cli import main
 from lightning_spectral.data import DigitsImageText
-from lightning_spectral.encoders import InputAdapter, PixelEncoder, PrecomputedFeatures, load_weights, save_features
+from lightning_spectral.encoders import (
+    InputAdapter,
+    PixelEncoder,
+    PrecomputedFeatures,
+    create_clip,
+    create_timm_encoder,
+    load_weights,
+    save_features,
+)
 from lightning_spectral.features import (
     CosineMap,
     GaussianRFF,
@@ -56,6 +64,8 @@ from lightning_spectral.functional import (
     spec_diff_exact,
     vendi_exact,
 )
+from lightning_spectral.functional.finc import reference_halves
+from lightning_spectral.callbacks import SpecAlignSolver
 from lightning_spectral.linalg import one_thread as linalg_one_thread
 from lightning_spectral.functional.fkea import renyi_entropy, vendi_score
 from lightning_spectral.metrics import FastMMD, FINCNovelty, FKEAVendi, RFFCovariance, SPECDivergence
@@ -75,6 +85,34 @@ class Case(NamedTuple):
 
 def x(n: int = 8, d: int = 3, seed: int = 0) -> torch.Tensor:
     return torch.randn(n, d, generator=torch.Generator().manual_seed(seed))
+
+
+def x64(n: int = 8, d: int = 3, seed: int = 0) -> torch.Tensor:
+    return x(n, d, seed).double()
+
+
+def meta(n: int = 8, d: int = 3) -> torch.Tensor:
+    """A tensor with a shape and no values."""
+    return torch.empty(n, d, device="meta")
+
+
+TINY_CLIP = dict(embed_dim=16, vision_cfg=dict(image_size=32, layers=1, width=32, head_width=16, patch_size=16),
+                 text_cfg=dict(context_length=8, width=32, heads=2, layers=1))
+TINY_DINO = dict(img_size=28, depth=1, embed_dim=48, num_heads=2)
+
+
+def tiny_clip(**kwargs: Any) -> Any:
+    return create_clip("ViT-B-32", **{**TINY_CLIP, **kwargs})
+
+
+def tiny_timm(**kwargs: Any) -> Any:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # "no weights: randomly initialised"
+        return create_timm_encoder("vit_small_patch14_dinov2", **{**TINY_DINO, **kwargs})
+
+
+def generated(**kwargs: Any) -> GeneratedSamples:
+    return GeneratedSamples({"v": FKEAVendi(**small())}, nn.Flatten(), **kwargs)
 
 
 def updated(metric: Any, *batches: Any, **kwargs: Any) -> Any:
@@ -287,7 +325,7 @@ CASES = [
              r"no samples|empty")),
     case_row(Case("spec_diff_exact sigma_a=-1", lambda f: spec_diff_exact(x(), x(seed=1), sigma_a=-1.0, sigma_b=1.0),
              ValueError, r"`sigma_a`")),
-    row("spec_align_loss one sample", lambda f: spec_align_loss(x(1), x(1)), ValueError, r"at least 2 samples"),
+    row("spec_align_loss empty batch", lambda f: spec_align_loss(x(0), x(0)), ValueError, r"batch is empty"),
     row("match_bandwidth sigma_reference=0", lambda f: match_bandwidth(x(), x(seed=1), 0.0), ValueError,
         r"`sigma_reference`"),
     case_row(Case("renyi_entropy alpha=True", lambda f: renyi_entropy(torch.tensor([0.5, 0.5]), True), ValueError,
@@ -497,6 +535,367 @@ CASES = [
     row("cli ood --n-components 0", lambda f: cli("ood", f.ok, f.ok, "--n-components", "0"), CLIError,
         r"`--n-components`"),
     row("cli ood TEST width", lambda f: cli("ood", f.ok, f.wide), CLIError, r"width|TEST"),
+    # ==== issue 19, part 3: the hostile tester's cases ==========================================================
+    # ---- sparse and meta tensors: refused by the shared validators, naming the argument and `x.to_dense()` -------
+    row("FKEAVendi.update sparse", lambda f: FKEAVendi(**small()).update(x().to_sparse()), TypeError,
+        r"`features` is a sparse tensor.*`features.to_dense\(\)`"),
+    row("FKEAVendi(...)(x) sparse CSR", lambda f: quietly(lambda: FKEAVendi(**small())(x().to_sparse_csr())), TypeError,
+        r"`features` is a sparse tensor \(layout torch.sparse_csr\)"),
+    row("RFFCovariance.update meta", lambda f: RFFCovariance(**small()).update(meta()), TypeError,
+        r"`features` is a 'meta' tensor.*no values"),
+    row("FINCNovelty.update sparse CSR (was silent)", lambda f: FINCNovelty(**small()).update(x().to_sparse_csr(),
+                                                                                          real=False),
+        TypeError, r"`features` is a sparse tensor"),
+    row("FastMMD.update meta", lambda f: FastMMD(**small()).update(meta(), real=True), TypeError,
+        r"`features` is a 'meta' tensor"),
+    row("SPECDivergence.update sparse", lambda f: SPECDivergence("cosine").update(x(), x().to_sparse()), TypeError,
+        r"`emb_b` is a sparse tensor.*to_dense"),
+    row("FKEAVendi.top_samples sparse batch",
+        lambda f: updated(FKEAVendi(**small()), x()).top_samples([(x().to_sparse(), torch.arange(8))], 2, 3),
+        TypeError, r"`x` is a sparse tensor"),
+    row("FKEAVendi(feature=...).update sparse images",
+        lambda f: FKEAVendi(**small(), feature=nn.Flatten(), normalize=True).update(torch.rand(2, 1, 4, 4).to_sparse()),
+        TypeError, r"`features` is a sparse tensor"),
+    row("fkea_vendi sparse", lambda f: fkea_vendi(x().to_sparse(), 1.0, n_frequencies=8), TypeError,
+        r"fkea_vendi: `features` is a sparse tensor"),
+    row("vendi_exact meta", lambda f: vendi_exact(meta(), 1.0), TypeError, r"vendi_exact: `features` is a 'meta'"),
+    row("finc sparse reference", lambda f: finc(x(), x(20).to_sparse(), 1.0, n_frequencies=8), TypeError,
+        r"finc: `reference` is a sparse tensor"),
+    row("finc_exact sparse CSR", lambda f: finc_exact(x().to_sparse_csr(), x(), 1.0), TypeError,
+        r"`generated` is a sparse tensor"),
+    row("reference_halves sparse", lambda f: reference_halves(x().to_sparse()), TypeError,
+        r"reference_halves: `x` is a sparse tensor"),
+    row("fast_mmd_test meta", lambda f: fast_mmd_test(meta(), x(), 1.0, n_frequencies=8), TypeError,
+        r"`x` is a 'meta' tensor"),
+    row("mmd_exact_test sparse", lambda f: mmd_exact_test(x(), x().to_sparse(), 1.0), TypeError,
+        r"`y` is a sparse tensor"),
+    row("spec sparse", lambda f: spec(x().to_sparse(), x(), kernel="cosine"), TypeError, r"spec: `emb_a` is a sparse"),
+    row("spec_diff_exact meta", lambda f: spec_diff_exact(x(), meta(), kernel="cosine"), TypeError,
+        r"`emb_b` is a 'meta' tensor"),
+    row("spec_align_loss sparse", lambda f: spec_align_loss(x().to_sparse(), x()), TypeError, r"`emb_a` is a sparse"),
+    row("SpecAlignSolver meta", lambda f: SpecAlignSolver()(meta(), x()), TypeError, r"`emb_a` is a 'meta' tensor"),
+    row("match_bandwidth sparse", lambda f: match_bandwidth(x().to_sparse(), x(), 1.0), TypeError,
+        r"`emb_a` is a sparse tensor"),
+    row("GaussianRFF sparse", lambda f: GaussianRFF(3, 4, 1.0)(x().to_sparse()), TypeError, r"`x` is a sparse tensor"),
+    row("MultiBandwidthRFF meta", lambda f: MultiBandwidthRFF(3, 4, (1.0,))(meta()), TypeError, r"`x` is a 'meta'"),
+    row("CosineMap sparse CSR", lambda f: CosineMap()(x().to_sparse_csr()), TypeError, r"`x` is a sparse tensor"),
+    row("gaussian_kernel sparse", lambda f: gaussian_kernel(x().to_sparse()), TypeError, r"`x` is a sparse tensor"),
+    row("median_bandwidth meta", lambda f: median_bandwidth(meta()), TypeError, r"`x` is a 'meta' tensor"),
+    row("KernelPCAOOD.fit sparse", lambda f: KernelPCAOOD(n_frequencies=8).fit(x().to_sparse()), TypeError,
+        r"KernelPCAOOD: `batches` is a sparse tensor"),
+    row("KernelPCAOOD.partial_fit sparse (was silent)", lambda f: KernelPCAOOD(n_frequencies=8).partial_fit(
+        x().to_sparse()), TypeError, r"`features` is a sparse tensor"),
+    row("KernelPCAOOD.score meta", lambda f: KernelPCAOOD(n_frequencies=8, n_components=1).fit(x(20)).score(meta()),
+        TypeError, r"`features` is a 'meta' tensor"),
+    row("detection_metrics sparse", lambda f: detection_metrics(torch.rand(4).to_sparse(), torch.rand(4)), TypeError,
+        r"detection_metrics: `in_scores` is a sparse tensor"),
+    row("renyi_entropy sparse", lambda f: renyi_entropy(torch.tensor([0.5, 0.5]).to_sparse(), 2), TypeError,
+        r"`eigenvalues` is a sparse tensor"),
+    row("EmbeddingMetrics reference_features sparse (was silent)",
+        lambda f: EmbeddingMetrics({"m": FastMMD(**small())}, reference_features=x().to_sparse()), TypeError,
+        r"`reference_features` is a sparse tensor"),
+    row("SPECAlign reference table meta (was silent)", lambda f: SPECAlign(meta(), index=1), TypeError,
+        r"SPECAlign\(reference\): `reference` is a 'meta' tensor"),
+    row("PrecomputedFeatures sparse (was silent)", lambda f: PrecomputedFeatures(x().to_sparse()), TypeError,
+        r"`source` is a sparse tensor"),
+    row("save_features meta", lambda f: save_features(f.dir / "meta.npy", meta()), TypeError,
+        r"`features` is a 'meta' tensor"),
+    row("EmbeddingFile sparse .pt", lambda f: quietly(lambda: EmbeddingFile(f.sparse_pt)), ValueError,
+        r"`FILE`.*`features` is a sparse tensor.*to_dense"),
+    # ---- numbers: a 0-d tensor for an integer, numeric strings and tensors for numbers ---------------------------
+    row("FKEAVendi n_frequencies=tensor(2.)", lambda f: FKEAVendi(1.0, n_frequencies=torch.tensor(2.0)), ValueError,
+        r"`n_frequencies` must be an integer >= 1, got a tensor.*`n_frequencies=int\(value\)`"),
+    row("FKEAVendi n_frequencies=tensor(2) (was silent)", lambda f: FKEAVendi(1.0, n_frequencies=torch.tensor(2)),
+        ValueError, r"`n_frequencies`.*got a tensor"),
+    row("FKEAVendi chunk_size=np.array([2])", lambda f: FKEAVendi(1.0, chunk_size=np.array([2])), ValueError,
+        r"`chunk_size`.*NumPy array"),
+    row("FINCNovelty in_features=tensor(3.)", lambda f: FINCNovelty(1.0, 8, in_features=torch.tensor(3.0)), ValueError,
+        r"`in_features`.*got a tensor"),
+    row("FastMMD n_frequencies=tensor(2.)", lambda f: FastMMD(1.0, n_frequencies=torch.tensor(2.0)), ValueError,
+        r"`n_frequencies`.*got a tensor"),
+    row("SPECDivergence in_features=(tensor(3.), 3)",
+        lambda f: SPECDivergence("cosine", in_features=(torch.tensor(3.0), 3)), ValueError, r"`in_features`.*tensor"),
+    row("RFFCovariance.modes k=tensor(2.)", lambda f: updated(RFFCovariance(**small()), x()).modes(torch.tensor(2.0)),
+        ValueError, r"`k` must be an integer"),
+    row("FKEAVendi.top_samples per_mode=tensor(2.)",
+        lambda f: updated(FKEAVendi(**small()), x()).top_samples([(x(), torch.arange(8))], 2, torch.tensor(2.0)),
+        ValueError, r"`per_mode`.*tensor"),
+    row("fkea_vendi n_frequencies=tensor(2.)", lambda f: fkea_vendi(x(), 1.0, n_frequencies=torch.tensor(2.0)),
+        ValueError, r"`n_frequencies`.*tensor"),
+    row("finc n_frequencies=tensor(8.)", lambda f: finc(x(), x(20), 1.0, n_frequencies=torch.tensor(8.0)), ValueError,
+        r"`n_frequencies`"),
+    row("fast_mmd_test n_permutations=tensor(9.)",
+        lambda f: fast_mmd_test(x(), x(), 1.0, n_frequencies=8, n_permutations=torch.tensor(9.0)), ValueError,
+        r"`n_permutations`.*tensor"),
+    row("mmd_exact chunk_size=tensor(4.)", lambda f: mmd_exact(x(), x(), 1.0, chunk_size=torch.tensor(4.0)),
+        ValueError, r"`chunk_size`"),
+    row("spec k=tensor(2.)", lambda f: spec(x(), x(seed=1), kernel="cosine", k=torch.tensor(2.0)), ValueError, r"`k`"),
+    row("GaussianRFF in_features=tensor(3.)", lambda f: GaussianRFF(torch.tensor(3.0), 4, 1.0), ValueError,
+        r"`in_features`.*tensor"),
+    row("MultiBandwidthRFF n_frequencies=tensor(4.)", lambda f: MultiBandwidthRFF(3, torch.tensor(4.0), (1.0,)),
+        ValueError, r"`n_frequencies`"),
+    row("median_bandwidth max_samples=tensor(4.)", lambda f: median_bandwidth(x(), max_samples=torch.tensor(4.0)),
+        ValueError, r"`max_samples`"),
+    row("median_bandwidth seed='2' (was silent)", lambda f: median_bandwidth(x(), max_samples=4, seed="2"), ValueError,
+        r"`seed` must be an integer"),
+    row("match_bandwidth max_samples=2.0", lambda f: match_bandwidth(x(), x(), 1.0, max_samples=2.0), ValueError,
+        r"`max_samples` must be an integer"),
+    row("match_bandwidth seed=tensor(2.) (was silent)", lambda f: match_bandwidth(x(), x(), 1.0,
+                                                                                 seed=torch.tensor(2.0)),
+        ValueError, r"`seed` must be an integer"),
+    row("KernelPCAOOD n_components=tensor(2.)", lambda f: KernelPCAOOD(n_components=torch.tensor(2.0)), ValueError,
+        r"`n_components`"),
+    row("EmbeddingMetrics gallery_modes=tensor(2.)", lambda f: EmbeddingMetrics({"v": FKEAVendi(1.0)},
+                                                                               gallery_modes=torch.tensor(2.0)),
+        ValueError, r"`gallery_modes`"),
+    row("KPCAOODMonitor ood_val_dataloader_idx=tensor(1)", lambda f: KPCAOODMonitor(
+        ood_val_dataloader_idx=torch.tensor(1)), ValueError, r"`ood_val_dataloader_idx`"),
+    row("SPECAlign every_n_steps=tensor(2.)", lambda f: SPECAlign(nn.Identity(), every_n_steps=torch.tensor(2.0)),
+        ValueError, r"`every_n_steps`"),
+    row("GeneratedSamples n_samples=tensor(8.)", lambda f: generated(n_samples=torch.tensor(8.0)), ValueError,
+        r"`n_samples`"),
+    row("PixelEncoder size=tensor(4.)", lambda f: PixelEncoder(size=torch.tensor(4.0)), ValueError, r"`size`"),
+    row("DigitsImageText batch_size=tensor(8.)", lambda f: DigitsImageText(batch_size=torch.tensor(8.0)), ValueError,
+        r"`batch_size`"),
+    row("EmbeddingFile.chunks batch_size='2'", lambda f: list(EmbeddingFile(f.ok).chunks(batch_size="2")), ValueError,
+        r"`--batch-size`.*string '2'"),
+    row("FKEAVendi sigma='2' (was silent)", lambda f: FKEAVendi(sigma="2"), ValueError,
+        r"`sigma` must be a positive number, got the string '2'; pass the number itself, `sigma=2.0`"),
+    row("FKEAVendi sigma=b'2' (was silent)", lambda f: FKEAVendi(sigma=b"2"), ValueError, r"`sigma`.*string b'2'"),
+    row("FKEAVendi sigma=tensor(1.) (was silent)", lambda f: FKEAVendi(sigma=torch.tensor(1.0)), ValueError,
+        r"`sigma`.*tensor.*`sigma=float\(value\)`"),
+    row("FINCNovelty rho='2' (was silent)", lambda f: FINCNovelty(1.0, rho="2"), ValueError, r"`rho`.*string '2'"),
+    row("FINCNovelty significance=tensor([2.]) (was silent)", lambda f: FINCNovelty(1.0, significance=torch.tensor(
+        [2.0])), ValueError, r"`significance`.*tensor"),
+    row("FastMMD sigma=tensor(1.)", lambda f: FastMMD(sigma=torch.tensor(1.0)), ValueError, r"`sigma`.*tensor"),
+    row("FastMMD.test alpha='0.05' (was silent)",
+        lambda f: updated(FastMMD(**small()), (x(), True), (x(seed=1), False)).test(alpha="0.05"), ValueError,
+        r"`alpha` must be a number in \(0, 1\), got the string '0.05'"),
+    row("fkea_vendi alpha=b'2' (was orders 50)", lambda f: fkea_vendi(x(), 1.0, n_frequencies=8, alpha=b"2"),
+        ValueError, r"`alpha`.*string b'2'"),
+    row("fkea_vendi alpha=tensor([2.]) (was silent)", lambda f: fkea_vendi(x(), 1.0, n_frequencies=8,
+                                                                          alpha=torch.tensor([2.0])),
+        ValueError, r"`alpha`.*tensor"),
+    row("finc_exact sigma='1' (was silent)", lambda f: finc_exact(x(), x(), "1"), ValueError, r"`sigma`.*string"),
+    row("mmd_exact_test alpha='0.05' (was silent)", lambda f: mmd_exact_test(x(), x(seed=1), 1.0, alpha="0.05"),
+        ValueError, r"`alpha`.*string"),
+    row("SpecAlignSolver tol='1e-7' (was silent)", lambda f: SpecAlignSolver(tol="1e-7"), ValueError,
+        r"`tol`.*string '1e-7'"),
+    row("match_bandwidth rtol=-1 (was a hang)", lambda f: match_bandwidth(x(), x(seed=1), 1.0, rtol=-1.0),
+        ValueError, r"`rtol` must be a finite number > 0"),
+    row("match_bandwidth rtol=1e-300 (was a hang)", lambda f: match_bandwidth(x(), x(seed=1), 1.0, rtol=1e-300),
+        ValueError, r"`rtol` must be at least 1e-12"),
+    row("KernelPCAOOD explained_variance='0.9' (was silent)", lambda f: KernelPCAOOD(explained_variance="0.9"),
+        ValueError, r"`explained_variance`.*string"),
+    row("KernelPCAOOD.calibrate tpr=tensor(0.9) (was silent)",
+        lambda f: KernelPCAOOD(n_frequencies=8, n_components=1).fit(x(20)).calibrate(x(), tpr=torch.tensor(0.9)),
+        ValueError, r"`tpr`.*tensor"),
+    row("KPCAOODMonitor tpr='0.9' (was silent)", lambda f: KPCAOODMonitor(tpr="0.9"), ValueError, r"`tpr`.*string"),
+    row("SPECAlign sigma_student='1' (was silent)",
+        lambda f: SPECAlign(nn.Identity(), kernel="gaussian", sigma_student="1", sigma_reference=1.0), ValueError,
+        r"`sigma_student`.*string"),
+    row("DigitsVAE lr='1e-3'", lambda f: DigitsVAE(lr="1e-3"), ValueError, r"`lr`.*string '1e-3'"),
+    row("DropClassesSampler keep_fraction='0.5' (was silent)",
+        lambda f: DropClassesSampler([0, 1, 2], keep_fraction="0.5"), ValueError, r"`keep_fraction`.*string"),
+    row("DigitsImageText val_fraction=tensor(0.1) (was silent)",
+        lambda f: DigitsImageText(val_fraction=torch.tensor(0.1)), ValueError, r"`val_fraction`.*tensor"),
+    # ---- allocations: refused before allocating, naming the argument and the bytes ---------------------------------
+    row("FKEAVendi in_features=10**9", lambda f: FKEAVendi(1.0, 8, in_features=10**9), ValueError,
+        r"GaussianRFF: `in_features`=1000000000 needs .* GiB \([\d,]+ bytes: 1 float64 frequency matrix.*PCA"),
+    row("RFFCovariance in_features=10**9", lambda f: RFFCovariance(1.0, 8, in_features=10**9), ValueError,
+        r"`in_features`=1000000000 needs .* bytes"),
+    row("FINCNovelty in_features=10**9", lambda f: FINCNovelty(1.0, 8, in_features=10**9), ValueError,
+        r"`in_features`=1000000000 needs"),
+    row("FastMMD in_features=10**9", lambda f: FastMMD(1.0, 8, in_features=10**9), ValueError,
+        r"MultiBandwidthRFF: `in_features`=1000000000 needs"),
+    row("SPECDivergence cosine in_features=(10**9, 3) (was a hang)",
+        lambda f: SPECDivergence("cosine", in_features=(10**9, 3)), ValueError,
+        r"SPECDivergence: `in_features`=\(1000000000, 3\) needs .* bytes: 1 float64 matrices of 1000000003"),
+    row("SPECDivergence gaussian in_features=(10**9, 3)",
+        lambda f: SPECDivergence("gaussian", 1.0, 1.0, n_frequencies=8, in_features=(10**9, 3)), ValueError,
+        r"`in_features`=1000000000 needs"),
+    row("SPECDivergence cosine update of width 10**6",
+        lambda f: SPECDivergence("cosine").update(torch.zeros(1, 10**6), x(1)), ValueError,
+        r"`in_features`=\(1000000, 3\) needs"),
+    row("GaussianRFF in_features=10**9", lambda f: GaussianRFF(10**9, 8, 1.0), ValueError,
+        r"GaussianRFF: `in_features`=1000000000 needs"),
+    row("GaussianRFF n_frequencies=10**9", lambda f: GaussianRFF(3, 10**9, 1.0), ValueError,
+        r"GaussianRFF: `n_frequencies`=1000000000 needs .* bytes"),
+    row("MultiBandwidthRFF in_features=10**9", lambda f: MultiBandwidthRFF(10**9, 8, (1.0,)), ValueError,
+        r"`in_features`=1000000000 needs"),
+    row("MultiBandwidthRFF n_frequencies=10**9", lambda f: MultiBandwidthRFF(3, 10**9, (1.0,)), ValueError,
+        r"`n_frequencies`=1000000000 needs"),
+    row("GaussianRFF a batch whose features cannot fit", lambda f: GaussianRFF(1, 10**7, 1.0)(torch.zeros(1000, 1)),
+        ValueError, r"`n_frequencies`=10000000 needs .* bytes: the features of a batch of 1000 rows.*smaller batches"),
+    row("kernel_feature_map n_frequencies=10**9", lambda f: kernel_feature_map("gaussian", 3, 1.0, 10**9, 0),
+        ValueError, r"`n_frequencies`=1000000000 needs"),
+    row("SpecAlignSolver gaussian n_frequencies=10**9",
+        lambda f: SpecAlignSolver("gaussian", 1.0, 1.0, n_frequencies=10**9), ValueError,
+        r"SpecAlignSolver: `n_frequencies`=1000000000 needs"),
+    row("fkea_vendi n_frequencies=10**9", lambda f: fkea_vendi(x(), 1.0, n_frequencies=10**9), ValueError,
+        r"`n_frequencies`=1000000000 needs"),
+    row("spec n_frequencies=10**9", lambda f: spec(x(), x(), sigma_a=1.0, sigma_b=1.0, n_frequencies=10**9),
+        ValueError, r"`n_frequencies`=1000000000 needs"),
+    row("KernelPCAOOD linear fit of width 10**6", lambda f: KernelPCAOOD("linear").fit(torch.zeros(2, 10**6)),
+        ValueError, r"KernelPCAOOD: `in_features`=1000000 needs .* bytes.*projection"),
+    row("FKEAVendi.top_samples per_mode=10**9",
+        lambda f: updated(FKEAVendi(**small()), x()).top_samples([(x(), torch.arange(8))], 2, 10**9), ValueError,
+        r"FKEAVendi: `per_mode`=1000000000 needs .* bytes: scores and ids"),
+    row("FINCNovelty.top_samples per_mode=10**9",
+        lambda f: updated(FINCNovelty(**small()), (x(20), True), (x(), False)).top_samples([(x(), torch.arange(8))], 2,
+                                                                                          10**9),
+        ValueError, r"`per_mode`=1000000000 needs"),
+    row("SPECDivergence.top_samples per_cluster=10**9",
+        lambda f: updated(SPECDivergence("cosine"), (x(), x(seed=1))).top_samples([((x(), x()), torch.arange(8))], 1,
+                                                                                 1, 10**9),
+        ValueError, r"`per_cluster`=1000000000 needs"),
+    row("EmbeddingMetrics gallery_per_mode=10**9 (was silent)",
+        lambda f: EmbeddingMetrics({"v": FKEAVendi(1.0)}, gallery_per_mode=10**9), ValueError,
+        r"`gallery_per_mode`=1000000000 needs"),
+    row("GeneratedSamples gallery_per_mode=10**9 (was silent)", lambda f: generated(gallery_per_mode=10**9),
+        ValueError, r"`gallery_per_mode`=1000000000 needs"),
+    # ---- SpecAlignSolver (fixed in 6b3c1ef): a step budget, seeds, the warm start of a checkpoint ----------------
+    row("SpecAlignSolver steps=10**9 (was a hang)", lambda f: SpecAlignSolver(steps=10**9), ValueError,
+        r"`steps` must be an integer in \[1, 100\]"),
+    row("SpecAlignSolver seed=None", lambda f: SpecAlignSolver(seed=None), ValueError, r"`seed` must be an integer"),
+    row("SpecAlignSolver seed='abc'", lambda f: SpecAlignSolver(seed="abc"), ValueError, r"`seed` must be an integer"),
+    row("SpecAlignSolver seed=nan", lambda f: SpecAlignSolver(seed=float("nan")), ValueError, r"`seed`"),
+    row("SpecAlignSolver seed=True (was truncated)", lambda f: SpecAlignSolver(seed=True), ValueError, r"`seed`"),
+    row("SpecAlignSolver seed=1.5 (was truncated)", lambda f: SpecAlignSolver(seed=1.5), ValueError, r"`seed`"),
+    row("SpecAlignSolver.load_state_dict NaN warm start",
+        lambda f: SpecAlignSolver().load_state_dict({"warm_start": torch.full((4, 2), float("nan"))}), ValueError,
+        r"`warm_start` must be None or a finite.*damaged"),
+    # ---- KernelPCAOOD and detection_metrics: what scikit-learn users pass; tpr and scores -------------------------
+    row("KernelPCAOOD.fit list of strings", lambda f: KernelPCAOOD(n_frequencies=8).fit([["a", "b"]]), TypeError,
+        r"`batches` must hold numbers.*dtype <U1"),
+    row("KernelPCAOOD.fit ragged rows", lambda f: KernelPCAOOD(n_frequencies=8).fit([[1.0, 2.0], [1.0]]), TypeError,
+        r"`batches` must hold numbers.*ragged"),
+    row("KernelPCAOOD.fit None", lambda f: KernelPCAOOD(n_frequencies=8).fit(None), TypeError,
+        r"`batches` must be an \(N, d\) table.*or an iterable of"),
+    row("KernelPCAOOD.fit integer array", lambda f: KernelPCAOOD(n_frequencies=8).fit(np.ones((4, 3), dtype=np.int64)),
+        TypeError, r"`batches` must be floating point.*\.float\(\)"),
+    row("detection_metrics tpr=1.5", lambda f: detection_metrics(torch.rand(5), torch.rand(5), tpr=1.5), ValueError,
+        r"`tpr` must be in \(0, 1\]"),
+    row("detection_metrics tpr=nan", lambda f: detection_metrics(torch.rand(5), torch.rand(5), tpr=float("nan")),
+        ValueError, r"`tpr`"),
+    row("detection_metrics tpr=0 (was silent)", lambda f: detection_metrics(torch.rand(5), torch.rand(5), tpr=0),
+        ValueError, r"`tpr` must be in \(0, 1\]"),
+    row("detection_metrics tpr=-1 (was silent)", lambda f: detection_metrics(torch.rand(5), torch.rand(5), tpr=-1),
+        ValueError, r"`tpr`"),
+    row("detection_metrics NaN in_scores (was silent)",
+        lambda f: detection_metrics(torch.tensor([0.1, float("nan")]), torch.rand(3)), ValueError,
+        r"`in_scores` holds 1 NaN scores of 2"),
+    row("detection_metrics NaN out_scores (was silent)",
+        lambda f: detection_metrics(torch.rand(3), torch.tensor([float("nan")])), ValueError,
+        r"`out_scores` holds 1 NaN"),
+    row("detection_metrics 2-D scores", lambda f: detection_metrics(torch.rand(3, 2), torch.rand(3)), ValueError,
+        r"`in_scores` must be a 1-D tensor.*shape \(3, 2\)"),
+    row("detection_metrics strings", lambda f: detection_metrics(["a"], torch.rand(3)), TypeError,
+        r"`in_scores` must hold numbers"),
+    row("detection_metrics None", lambda f: detection_metrics(torch.rand(3), None), TypeError,
+        r"`out_scores` must be a 1-D tensor"),
+    # ---- extreme finite values: rescaled where the maths allows (tests of each module), refused otherwise ---------
+    row("KernelPCAOOD linear fit of +-1e300 (was LinAlgError)",
+        lambda f: KernelPCAOOD("linear").fit(x64(20) * 1e300), ValueError,
+        r"mapping='linear'\): `batches` reach magnitude .*e\+300.*divide the features by a constant"),
+    row("KernelPCAOOD linear fit of float32 +-1e38 (was LinAlgError)",
+        lambda f: KernelPCAOOD("linear").fit(x(20) * 1e38), ValueError,
+        r"`batches` reach magnitude.*float32.*or pass float64 features"),
+    row("KernelPCAOOD linear score of +-1e300 (was a NaN score)",
+        lambda f: KernelPCAOOD("linear", n_components=1).fit(x(20)).score(x64() * 1e300), ValueError,
+        r"`features` reach magnitude"),
+    row("median_bandwidth distances beyond float64",
+        lambda f: median_bandwidth(torch.tensor([[-1.7e308], [1.7e308], [1.6e308]], dtype=torch.float64)), ValueError,
+        r"median_bandwidth: the median pairwise distance inf exceeds float64's range; rescale the inputs"),
+    # ---- files: paths that are no paths, misnamed or damaged files, string ids, tables without columns, weights ------
+    row("EmbeddingFile(None)", lambda f: EmbeddingFile(None), TypeError,
+        r"`FILE` must be a file path \(a str or pathlib.Path\), got NoneType"),
+    row("EmbeddingFile(123)", lambda f: EmbeddingFile(123), TypeError, r"`FILE` must be a file path.*int 123"),
+    row("load_weights(None)", lambda f: load_weights(None), TypeError, r"`weights` must be a file path"),
+    row("save_features(123, ...)", lambda f: save_features(123, x()), TypeError, r"`path` must be a file path"),
+    row("create_clip(pretrained=123)", lambda f: tiny_clip(pretrained=123), TypeError, r"`pretrained` must be a file"),
+    row("create_timm_encoder(weights=123)", lambda f: tiny_timm(weights=123), TypeError, r"`weights` must be a file"),
+    row("EmbeddingFile .pt named .npy", lambda f: EmbeddingFile(f.pt_as_npy), ValueError,
+        r"`FILE`: .* is a zip archive \(a `torch.save` file or an .npz\).*rename a torch file to .pt"),
+    row("PrecomputedFeatures truncated .index.npy", lambda f: PrecomputedFeatures(f.broken_index), ValueError,
+        r"`source`: the dataset index .*index.npy.* is not a readable .npy array"),
+    row("EmbeddingFile string ids in .index.npy", lambda f: EmbeddingFile(f.string_index), ValueError,
+        r"`FILE` .*`index` must hold integer dataset indices, got strings such as \['a', 'b', 'c'\]"),
+    row("EmbeddingFile string ids in a .pt", lambda f: EmbeddingFile(f.string_index_pt), ValueError,
+        r"`index` must hold integer dataset indices, got strings"),
+    row("PrecomputedFeatures index=strings", lambda f: PrecomputedFeatures(x(3), index=["a", "b", "c"]), ValueError,
+        r"`index` must hold integer dataset indices, got strings"),
+    row("PrecomputedFeatures lookup by strings", lambda f: PrecomputedFeatures(x(3))[["a"]], ValueError,
+        r"dataset indices \(`ids`\) must be integers, got \['a'\]"),
+    row("save_features index=strings", lambda f: save_features(f.dir / "s.npy", x(3), index=["a", "b", "c"]),
+        ValueError, r"`index` must hold integer"),
+    row("EmbeddingFile (n, 0) .npy (was silent)", lambda f: EmbeddingFile(f.no_columns), ValueError,
+        r"`FILE`.*`features` has no columns \(shape \(5, 0\)\)"),
+    row("EmbeddingFile (n, 0) .safetensors (was silent)", lambda f: EmbeddingFile(f.no_columns_safetensors),
+        ValueError, r"`features` has no columns"),
+    row("PrecomputedFeatures (n, 0) tensor (was silent)", lambda f: PrecomputedFeatures(torch.ones(3, 0)), ValueError,
+        r"`source` has no columns"),
+    row("save_features (n, 0) (was silent)", lambda f: save_features(f.dir / "z.npy", torch.ones(3, 0)), ValueError,
+        r"`features` has no columns"),
+    row("FKEAVendi.update (n, 0)", lambda f: FKEAVendi(**small()).update(torch.ones(3, 0)), ValueError,
+        r"`features` has no columns \(shape \(3, 0\)\)"),
+    row("cli evaluate a .pt named .npy", lambda f: cli("evaluate", str(f.pt_as_npy), "--sigma", "1"), CLIError,
+        r"`FILE`.*zip archive"),
+    row("cli evaluate an (n, 0) file", lambda f: cli("evaluate", str(f.no_columns), "--sigma", "1"), CLIError,
+        r"`FILE`.*no columns"),
+    row("load_weights NaN weights (was silent)", lambda f: load_weights(f.nan_weights), ValueError,
+        r"`weights`: .* holds NaN weights in 1 tensors \(e.g. \['weight'\]\).*earlier checkpoint"),
+    row("create_clip NaN weights (was silent)", lambda f: tiny_clip(pretrained=str(f.nan_clip)), ValueError,
+        r"`pretrained`: .* holds NaN weights"),
+    row("create_timm_encoder NaN weights (was silent)", lambda f: tiny_timm(weights=f.nan_timm), ValueError,
+        r"`weights`: .* holds NaN weights"),
+    row("create_clip precision='fp7' (was silent fp32)", lambda f: tiny_clip(precision="fp7"), ValueError,
+        r"`precision` must be one of \('fp32', 'fp16'"),
+    row("create_timm_encoder 0-d pos_embed (IndexError in timm)", lambda f: tiny_timm(weights=f.timm_scalar_pos_embed),
+        ValueError, r"`weights`: .* does not fit timm 'vit_small_patch14_dinov2' \(IndexError"),
+    row("create_timm_encoder 5-D patch weights (AssertionError in timm)",
+        lambda f: tiny_timm(weights=f.timm_5d_patch), ValueError, r"`weights`: .* does not fit timm.*AssertionError"),
+    row("create_clip 3-D text positional_embedding (AssertionError in open_clip)",
+        lambda f: tiny_clip(pretrained=str(f.clip_3d_positional)), ValueError,
+        r"`pretrained`: .* does not fit a CLIP model \(AssertionError"),
+    # ---- constructors that accepted what fails at fit --------------------------------------------------------------
+    row("EmbeddingMetrics embedding=None (was an AssertionError at fit)",
+        lambda f: EmbeddingMetrics({"v": FKEAVendi(1.0)}, embedding=None), ValueError,
+        r"EmbeddingMetrics: `embedding` must be a submodule name.*or a function"),
+    row("SPECAlign student=None (was an AssertionError at fit)", lambda f: SPECAlign(nn.Identity(), student=None),
+        ValueError, r"SPECAlign: `student` must be a submodule name"),
+    row("KPCAOODMonitor embedding=None", lambda f: KPCAOODMonitor(embedding=None), ValueError,
+        r"KPCAOODMonitor: `embedding` must be a submodule name"),
+    row("EmbeddingMetrics reference_features with NaN",
+        lambda f: EmbeddingMetrics({"m": FastMMD(1.0)}, reference_features=torch.tensor([[0.0, float("nan")]])),
+        ValueError, r"`reference_features` contains NaN or Inf in 1 of 1 rows"),
+    row("EmbeddingMetrics integer reference_features",
+        lambda f: EmbeddingMetrics({"m": FastMMD(1.0)}, reference_features=np.ones((3, 2), dtype=np.int64)),
+        TypeError, r"`reference_features` must be floating point.*\.float\(\)"),
+    row("EmbeddingMetrics empty reference_features", lambda f: EmbeddingMetrics(
+        {"m": FastMMD(1.0)}, reference_features=torch.ones(0, 3)), ValueError, r"`reference_features` has no rows"),
+    row("SPECAlign reference table with NaN", lambda f: SPECAlign(torch.tensor([[0.0, float("nan")]]), index=1),
+        ValueError, r"SPECAlign\(reference\): `reference` contains NaN"),
+    row("SPECAlign integer reference table", lambda f: SPECAlign(torch.ones(4, 2, dtype=torch.long), index=1),
+        TypeError, r"SPECAlign\(reference\): `reference` must be floating point"),
+    row("SPECAlign index=1.5", lambda f: SPECAlign(torch.ones(3, 2), index=1.5), ValueError,
+        r"`index` must be a key \(str\), a position \(int\) or a function"),
+    row("SPECAlign student_input=1.5", lambda f: SPECAlign(nn.Identity(), student_input=1.5), ValueError,
+        r"SPECAlign: `student_input` must be a key"),
+    row("KPCAOODMonitor ood_val_dataloader_idx=1.5", lambda f: KPCAOODMonitor(ood_val_dataloader_idx=1.5), ValueError,
+        r"`ood_val_dataloader_idx` must be the index \(an integer >= 0\).*got 1.5"),
+    row("KPCAOODMonitor ood_val_dataloader_idx=None", lambda f: KPCAOODMonitor(ood_val_dataloader_idx=None),
+        ValueError, r"`ood_val_dataloader_idx`"),
+    row("GeneratedSamples references=42", lambda f: generated(references=42), ValueError,
+        r"GeneratedSamples: `references` must map each two-sample metric's name to a loader"),
+    row("GeneratedSamples references={'finc': 42}", lambda f: GeneratedSamples(
+        {"finc": FINCNovelty(**small())}, nn.Flatten(), references={"finc": 42}), ValueError,
+        r"`references\['finc'\]` must be a loader"),
+    row("GeneratedSamples image_key=1.5", lambda f: generated(image_key=1.5), ValueError, r"`image_key` must be a key"),
+    row("EmbeddingMetrics reference_dataloader=3", lambda f: EmbeddingMetrics(
+        {"m": FastMMD(1.0)}, reference_dataloader=3), ValueError, r"`reference_dataloader` must be a DataLoader"),
+    row("EmbeddingMetrics images=3", lambda f: EmbeddingMetrics({"v": FKEAVendi(1.0)}, images=3, index=0), ValueError,
+        r"`images` must be `fn\(dataset_index\) -> image`"),
 ]
 
 
@@ -535,6 +934,39 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> SimpleNamespace:
     save_file({"features": torch.ones(3, 2, dtype=torch.int32)}, str(f.int_safetensors))
     f.garbage_safetensors = root / "garbage.safetensors"
     f.garbage_safetensors.write_bytes(b"\xff" * 64)
+    # issue 19: misnamed, damaged and odd files
+    f.sparse_pt = root / "sparse.pt"
+    torch.save(torch.ones(4, 3).to_sparse(), f.sparse_pt)
+    f.pt_as_npy = root / "torch_file.npy"
+    torch.save(torch.ones(4, 3), f.pt_as_npy)
+    f.broken_index = root / "broken.npy"
+    np.save(f.broken_index, np.ones((4, 3), dtype=np.float32))
+    np.save(root / "broken.index.npy", np.arange(4))
+    (root / "broken.index.npy").write_bytes((root / "broken.index.npy").read_bytes()[:100])
+    f.string_index = root / "strings.npy"
+    np.save(f.string_index, np.ones((3, 2), dtype=np.float32))
+    np.save(root / "strings.index.npy", np.array(["a", "b", "c"]))
+    f.string_index_pt = root / "strings.pt"
+    torch.save({"features": torch.ones(3, 2), "index": ["a", "b", "c"]}, f.string_index_pt)
+    f.no_columns = root / "no_columns.npy"
+    np.save(f.no_columns, np.ones((5, 0), dtype=np.float32))
+    f.no_columns_safetensors = root / "no_columns.safetensors"
+    save_file({"features": torch.ones(5, 0)}, str(f.no_columns_safetensors))
+    f.nan_weights = root / "nan_weights.pt"
+    linear = nn.Linear(2, 2).state_dict()
+    linear["weight"][0, 0] = float("nan")
+    torch.save(linear, f.nan_weights)
+    clip_state = {key: value.clone() for key, value in tiny_clip().model.state_dict().items()}
+    f.nan_clip, f.clip_3d_positional = root / "nan_clip.pt", root / "clip_3d_positional.pt"
+    torch.save({**clip_state, "logit_scale": torch.tensor(float("nan"))}, f.nan_clip)
+    torch.save({**clip_state, "positional_embedding": torch.zeros(3, 5, 7)}, f.clip_3d_positional)
+    dino_state = dict(tiny_timm().model.state_dict())
+    f.nan_timm, f.timm_scalar_pos_embed, f.timm_5d_patch = (
+        root / name for name in ("nan_timm.pt", "timm_scalar_pos_embed.pt", "timm_5d_patch.pt")
+    )
+    torch.save({**dino_state, "cls_token": torch.full_like(dino_state["cls_token"], float("nan"))}, f.nan_timm)
+    torch.save({**dino_state, "pos_embed": torch.tensor(0.0)}, f.timm_scalar_pos_embed)
+    torch.save({**dino_state, "patch_embed.proj.weight": torch.zeros(2, 3, 4, 5, 6)}, f.timm_5d_patch)
     return f
 
 
@@ -554,8 +986,9 @@ def test_bad_input_raises_a_clear_error(case: Case, files: SimpleNamespace) -> N
 
 def test_the_table_is_large_and_names_every_kind_of_entry_point() -> None:
     entries = [param.values[0].entry for param in CASES]
-    assert len(entries) == len(set(entries)) >= 100
+    assert len(entries) == len(set(entries)) >= 396
     for prefix in ("FKEAVendi", "FINCNovelty", "FastMMD", "SPECDivergence", "fkea_vendi", "finc", "fast_mmd",
                    "GaussianRFF", "KernelPCAOOD", "EmbeddingMetrics", "KPCAOODMonitor", "SPECAlign", "load_weights",
-                   "PrecomputedFeatures", "EmbeddingFile", "cli"):
+                   "PrecomputedFeatures", "EmbeddingFile", "cli", "SpecAlignSolver", "GeneratedSamples",
+                   "detection_metrics", "reference_halves", "save_features", "create_clip", "create_timm_encoder"):
         assert any(entry.startswith(prefix) for entry in entries), prefix

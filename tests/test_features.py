@@ -193,3 +193,23 @@ def test_cosine_map_rows_beyond_the_squares_range_take_the_scaled_path():
         torch.testing.assert_close(rows, CosineMap()(x), rtol=1e-5, atol=1e-6)
     mixed = torch.cat([x[:3], x[3:] * 1e25])  # one scaled pass for all rows
     torch.testing.assert_close(CosineMap()(mixed), CosineMap()(x), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("scale", [1e-300, 1e-150, 1e38, 1e155, 1e300])
+def test_exact_kernel_and_median_bandwidth_are_scale_equivariant_at_any_magnitude(scale):
+    # torch.cdist squares the entries (inf - inf = NaN near 1e155, 0 below 1e-155): the distances are taken on
+    # rows divided by their largest magnitude, so the kernel only sees x / sigma
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randn(40, 3, generator=g, dtype=torch.float64), torch.randn(30, 3, generator=g, dtype=torch.float64)
+    oracle = gaussian_kernel(x, y, sigma=1.3)
+    torch.testing.assert_close(gaussian_kernel(x * scale, y * scale, sigma=1.3 * scale), oracle, rtol=1e-12, atol=1e-14)
+    assert median_bandwidth(x * scale) == pytest.approx(median_bandwidth(x) * scale, rel=1e-12)
+    far = gaussian_kernel(x * scale, sigma=1.0)  # no NaN either way: 0 off the diagonal for huge scales, 1 on it
+    assert all_finite(far) and torch.equal(far.diagonal(), torch.ones(40, dtype=torch.float64))
+
+
+def test_frequency_draws_that_cannot_fit_are_refused_before_allocating():
+    with pytest.raises(ValueError, match=r"`in_features`=1000000000 needs .* GiB .*bytes.*projection"):
+        GaussianRFF(10**9, 8, 1.0)
+    with pytest.raises(ValueError, match=r"`n_frequencies`=1000000000 needs .* GiB"):
+        GaussianRFF(3, 10**9, 1.0)

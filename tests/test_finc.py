@@ -250,3 +250,44 @@ def test_bad_input_errors_name_the_metric_and_the_fix():
         finc(torch.randn(5, 3), torch.randn(1, 3), sigma=1.0)
     with pytest.raises(ValueError, match="width 4 but 3"):
         finc(torch.randn(5, 3), torch.randn(5, 4), sigma=1.0)
+
+
+def test_float32_and_float64_copies_of_a_reference_give_the_same_halves_threshold_and_score():
+    """Issue 19: the half-split hashed the dtype's bytes, so float64 copies moved the threshold by 6 %."""
+    means = mixture_means(4, d=5, spread=6.0)
+    ref, _ = sample_mixture(means, 900, std=0.5, seed=5)
+    gen, _ = sample_mixture(means, 600, weights=[0.5, 0.3, 0.2, 0.0], std=0.5, seed=6)
+    ref32 = ref.float()
+    assert torch.equal(reference_halves(ref32), reference_halves(ref32.double()))
+    assert torch.equal(reference_halves(torch.tensor([[-0.0, 1.0]])), reference_halves(torch.tensor([[0.0, 1.0]])))
+    results = []
+    for reference in (ref32, ref32.double()):
+        metric = FINCNovelty(sigma=2.0, n_frequencies=128)
+        metric.update(reference, real=True)
+        metric.update(gen.float(), real=False)
+        results.append((float(metric.ref_a.count), metric.threshold(), float(metric.compute()), metric.missing_score()))
+    (count32, threshold32, score32, missing32), (count64, threshold64, score64, missing64) = results
+    assert count32 == count64
+    assert threshold64 == pytest.approx(threshold32, rel=1e-5)  # float32 features against float64 ones
+    assert score64 == pytest.approx(score32, rel=1e-5, abs=1e-7)
+    assert float(missing64) == pytest.approx(float(missing32), rel=1e-5, abs=1e-7)
+    functional = [finc_spectrum(gen, ref, sigma=2.0, n_frequencies=128).threshold for ref in (ref32, ref32.double())]
+    assert functional[1] == pytest.approx(functional[0], rel=1e-5)
+
+
+def test_values_beyond_float32_range_still_split_in_two():
+    x = torch.randn(400, 3, dtype=torch.float64) * 1e300  # their float32 rounding is inf: the float64 words decide
+    halves = reference_halves(x)
+    assert 120 < int(halves.sum()) < 280
+
+
+@pytest.mark.parametrize("scale", [1e-300, 1e38, 1e300])
+def test_exact_oracle_is_finite_and_scale_equivariant_at_extreme_magnitudes(scale):
+    # finc_exact raised LinAlgError on +-1e38..1e300 (NaN kernel matrices): it only depends on x / sigma
+    g = torch.Generator().manual_seed(1)
+    gen = torch.randn(30, 3, generator=g, dtype=torch.float64)
+    ref = torch.randn(40, 3, generator=g, dtype=torch.float64)
+    expected = finc_exact(gen, ref, sigma=1.5, rho=2.0)
+    torch.testing.assert_close(finc_exact(gen * scale, ref * scale, sigma=1.5 * scale, rho=2.0), expected,
+                               rtol=1e-8, atol=1e-10)
+    assert bool(torch.isfinite(finc_exact(gen * scale, ref * scale, sigma=1.0)).all())

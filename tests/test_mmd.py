@@ -388,3 +388,25 @@ def test_statistic_only_keeps_means_only_and_gives_the_same_mmd(sigma):
     assert max(t.numel() for t in sums.values()) <= 1 + 2 * 64 * (1 if isinstance(sigma, float) else 3)  # no (2r)^2
     with pytest.raises(RuntimeError, match="statistic_only=True"):
         light.p_value()
+
+
+@pytest.mark.parametrize("scale", [1e-300, 1e38, 1e300])
+def test_exact_mmd_and_its_test_are_finite_and_scale_equivariant_at_extreme_magnitudes(scale):
+    # At 1e300 the expanded squared distances overflowed (inf - inf): a NaN statistic with reject=True. The exact
+    # oracle only depends on x / sigma, so scaling data and sigma together must give the unit-scale answer.
+    from lightning_spectral.functional import mmd_exact_test
+
+    x, y = pair(40, 30, shift=0.7, seed=3)
+    for unbiased in (True, False):
+        expected = mmd_exact(x, y, 1.0, unbiased=unbiased)
+        got = mmd_exact(x * scale, y * scale, scale, unbiased=unbiased)
+        torch.testing.assert_close(got, expected, rtol=1e-9, atol=1e-12)
+    unit = mmd_exact_test(x, y, 1.0, n_permutations=99, seed=1)
+    scaled = mmd_exact_test(x * scale, y * scale, scale, n_permutations=99, seed=1)
+    torch.testing.assert_close(scaled.statistic, unit.statistic, rtol=1e-9, atol=1e-12)
+    assert float(scaled.p_value) == float(unit.p_value) and bool(scaled.reject) == bool(unit.reject)
+    # sigma far below the spread: every cross kernel value is 0, the statistic is finite (1/m + 1/n, biased)
+    far = mmd_exact_test(x * scale, y * scale, 1.0, n_permutations=99) if scale > 1 else None
+    if far is not None:
+        assert math.isfinite(float(far.statistic))
+        assert float(far.statistic) == pytest.approx(1 / 40 + 1 / 30, rel=1e-12)

@@ -208,3 +208,35 @@ def test_partial_fit_keeps_no_autograd_graph(mapping):
     detector.finalize()
     fitted = [detector.mean, detector.components, detector.eigenvalues]
     assert all(t.grad_fn is None and not t.requires_grad for t in fitted)
+
+
+def test_fit_and_score_take_numpy_arrays_and_lists_as_scikit_learn_users_pass_them():
+    inside, outside = circle_data(seed=2, n_in=600, n_out=100)
+    reference = KernelPCAOOD("corp", sigma=0.5, n_frequencies=64).fit(inside)
+    expected = reference.score(outside)
+    for table in (inside.numpy(), inside.tolist(), [inside[:250].numpy(), inside[250:].numpy()]):
+        detector = KernelPCAOOD("corp", sigma=0.5, n_frequencies=64).fit(table)
+        torch.testing.assert_close(detector.score(outside.numpy()), expected, rtol=1e-9, atol=1e-12)
+        torch.testing.assert_close(detector.score(outside.tolist()), expected, rtol=1e-9, atol=1e-12)
+    detector.calibrate(inside.numpy(), tpr=0.9)
+    assert torch.equal(detector.predict(outside.numpy()), detector.predict(outside))
+
+
+def test_a_refused_table_leaves_the_fitted_detector_as_it_was():
+    inside, outside = circle_data(seed=4, n_in=300, n_out=50)
+    detector = KernelPCAOOD("cop").fit(inside)
+    before = detector.score(outside)
+    with pytest.raises(ValueError, match="NaN"):
+        detector.fit(torch.full((5, inside.shape[1]), float("nan")))
+    torch.testing.assert_close(detector.score(outside), before)
+
+
+def test_detection_metrics_take_arrays_and_lists_like_tensors():
+    g = torch.Generator().manual_seed(1)
+    scores_in, scores_out = torch.randn(50, generator=g, dtype=torch.float64), torch.randn(40, generator=g) + 1.0
+    expected = detection_metrics(scores_in, scores_out, tpr=0.9)
+    for pair in ((scores_in.numpy(), scores_out.numpy()), (scores_in.tolist(), scores_out.tolist())):
+        got = detection_metrics(*pair, tpr=0.9)
+        assert all(float(got[key]) == pytest.approx(float(expected[key]), abs=1e-7) for key in expected)
+    infinite = detection_metrics(scores_in, torch.full((3,), float("inf")))  # +inf is the most OOD score, not NaN
+    assert float(infinite["auroc"]) == pytest.approx(1.0) and float(infinite["fpr"]) == 0.0

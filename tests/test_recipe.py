@@ -4,12 +4,14 @@ import importlib
 import inspect
 import json
 import math
+import os
 import sys
 from pathlib import Path
 
 import pytest
 import torch
 import yaml
+from lightning.pytorch.callbacks import Callback
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "recipes" / "configs"
@@ -17,12 +19,42 @@ sys.path.insert(0, str(ROOT / "recipes"))
 
 from align_clip import accuracy, agreement, knn_accuracy, main, summary_text  # noqa: E402
 
-SHORT = ["--trainer.limit_train_batches=4", "--trainer.limit_val_batches=3", "--trainer.enable_progress_bar=false"]
+# Whole epochs, as `make demo` runs them: 1,155 training digits in batches of 64, the last of 3 rows.
+QUIET: list[str] = []  # the config's StderrProgressBar writes a few lines to (captured) stderr
+FAST = ["--evaluate=false"]
 
 
 def run(tmp_path, *extra):
-    args = ["--config", str(CONFIGS / "tiny.yaml"), f"--trainer.logger.init_args.save_dir={tmp_path}", *SHORT]
+    args = ["--config", str(CONFIGS / "tiny.yaml"), f"--trainer.logger.init_args.save_dir={tmp_path}", *QUIET]
     return main([*args, *extra])
+
+
+def steps_of(checkpoint):
+    return torch.load(checkpoint, weights_only=False)["global_step"]
+
+
+def batches_per_epoch():
+    from lightning_spectral.data import DigitsImageText
+
+    data = DigitsImageText(image_size=32, batch_size=64, held_out=[8, 9])
+    data.setup()
+    assert len(data.train_set) % 64 == 3  # the epoch ends with a batch of 3 rows
+    return math.ceil(len(data.train_set) / 64)
+
+
+class Crash(RuntimeError):
+    """The interruption of a run (a pre-empted job)."""
+
+
+class CrashAt(Callback):
+    """Raises :class:`Crash` before the training step that follows optimizer step ``step``."""
+
+    def __init__(self, step: int = 1) -> None:
+        self.step = step
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        if trainer.global_step == self.step:
+            raise Crash(f"interrupted after step {self.step}")
 
 
 def images_logged(log_dir):
@@ -35,6 +67,8 @@ def images_logged(log_dir):
 
 def test_tiny_recipe_runs_and_reports_every_number(tmp_path, capsys, recwarn):
     result = run(tmp_path, "--trainer.max_epochs=1", f"--summary_json={tmp_path / 'summary.json'}")
+    (checkpoint,) = (Path(result["log_dir"]) / "checkpoints").glob("*.ckpt")
+    assert steps_of(checkpoint) == batches_per_epoch()  # the whole epoch ran, its last batch of 3 rows included
     # called from Python with args under pytest's own command line: LightningCLI must not warn about both
     assert not [w for w in recwarn if "not recommended to provide both" in str(w.message)]
     expected = {"spec_diff_to_reference", "knn_accuracy", "reference_knn_accuracy", "zero_shot_accuracy", "vendi"}
@@ -48,12 +82,13 @@ def test_tiny_recipe_runs_and_reports_every_number(tmp_path, capsys, recwarn):
     for key in ("ood/flagged_rate", "ood/held_out/auroc", "val/vendi", "val/novelty", "val/mmd", "val/mmd_p_value"):
         assert key in logged and math.isfinite(logged[key]), key
     assert "spec_align/spec_diff_epoch" in logged and logged["spec_align/weight"] == 1.0
-    # a person can read the summary, and find the logs, galleries and summary file
-    out = capsys.readouterr().out
+    # a person can read the summary, and find the logs, galleries and summary file; progress went to stderr
+    out, err = capsys.readouterr()
+    assert "\r" not in out and "\r" not in err and "epoch 1/1 done" in err and "epoch 1/1" not in out
     assert "SPEC-diff to the reference" in out and "kNN accuracy" in out and result["log_dir"] in out
-    # each number says where it comes from; limit_val_batches=3: the logged Vendi saw fewer samples, and says so
+    # each number says where it comes from; the whole validation set: the logged values repeat the table's
     assert "Recomputed from scratch on the whole validation set" in out and "Logged by the callbacks" in out
-    assert "docs/concepts.md" in out and "limit_val_batches" in out
+    assert "docs/concepts.md" in out and "equal, the same weights, samples and settings" in out
     assert json.loads((tmp_path / "summary.json").read_text())["after"] == result["after"]
     assert (Path(result["log_dir"]) / "summary.json").is_file()
     images = set(images_logged(result["log_dir"]))
@@ -61,18 +96,37 @@ def test_tiny_recipe_runs_and_reports_every_number(tmp_path, capsys, recwarn):
     assert ("val/novelty/novel" in images) == (logged["val/novelty_novel_modes"] > 0)  # only significant modes
 
 
-def test_resumed_recipe_ends_with_the_metrics_of_an_uninterrupted_run(tmp_path):
-    fast = ["--evaluate=false"]
-    whole = run(tmp_path / "whole", "--trainer.max_epochs=2", *fast)
-    first = run(tmp_path / "first", "--trainer.max_epochs=1", *fast)
-    checkpoints = sorted((Path(first["log_dir"]) / "checkpoints").glob("*.ckpt"))
-    assert len(checkpoints) == 1
-    state = torch.load(checkpoints[0], weights_only=False)["callbacks"]
-    assert {key.split("{")[0] for key in state} >= {"SPECAlign", "KPCAOODMonitor", "EmbeddingMetrics"}
-    resumed = run(tmp_path / "resumed", "--trainer.max_epochs=2", f"--ckpt_path={checkpoints[0]}", *fast)
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    """Two whole epochs of the tiny recipe, uninterrupted: what every resumed run must log."""
+    return run(tmp_path_factory.mktemp("whole"), "--trainer.max_epochs=2", *FAST)
+
+
+def assert_same_logged(resumed, whole):
     assert set(resumed["logged"]) == set(whole["logged"])
     for key, value in whole["logged"].items():
         assert resumed["logged"][key] == pytest.approx(value, rel=1e-5, abs=1e-7), key
+
+
+@pytest.mark.parametrize("where", ["end of epoch 0", "inside epoch 1"])
+def test_a_resumed_recipe_logs_what_the_uninterrupted_run_logs(tmp_path, uninterrupted, where):
+    """Interrupted after epoch 0 (its checkpoint) or inside epoch 1 (a checkpoint every n steps), with the same
+    config (the learning-rate schedule spans both epochs): the resumed run trains on the rest of the batches (not
+    the first ones of an epoch again) and SPECAlign's epoch means count the whole epoch, so every value logged at
+    the end equals the uninterrupted run's (KPCA, Vendi, FINC, FastMMD, SPEC-diff included)."""
+    step = batches_per_epoch() + (0 if where == "end of epoch 0" else 6)
+    every = [] if step == batches_per_epoch() else [
+        "--trainer.callbacks+=lightning.pytorch.callbacks.ModelCheckpoint",
+        f"--trainer.callbacks.init_args.every_n_train_steps={step}",
+    ]
+    with pytest.raises(Crash):
+        run(tmp_path / "first", "--trainer.max_epochs=2", *FAST, *every, f"--trainer.callbacks+={__name__}.CrashAt",
+            f"--trainer.callbacks.init_args.step={step}")
+    (checkpoint,) = (tmp_path / "first").rglob(f"*step={step}.ckpt")
+    state = torch.load(checkpoint, weights_only=False)["callbacks"]
+    assert {key.split("{")[0] for key in state} >= {"SPECAlign", "KPCAOODMonitor", "EmbeddingMetrics"}
+    resumed = run(tmp_path / "resumed", "--trainer.max_epochs=2", f"--ckpt_path={checkpoint}", *FAST)
+    assert_same_logged(resumed, uninterrupted)
 
 
 def test_summary_labels_both_sources_and_says_when_they_agree():
@@ -152,7 +206,7 @@ def test_configs_name_real_classes_and_arguments(name):
 
     assert set(config["model"]) <= set(inspect.signature(CLIPFineTune.__init__).parameters)
     callbacks = [c["class_path"].rsplit(".", 1)[1] for c in config["trainer"]["callbacks"]]
-    assert callbacks == ["SPECAlign", "KPCAOODMonitor", "EmbeddingMetrics"]
+    assert callbacks == ["SPECAlign", "KPCAOODMonitor", "EmbeddingMetrics", "StderrProgressBar"]
 
 
 def test_digits_diversity_recipe_runs(tmp_path):
@@ -162,8 +216,44 @@ def test_digits_diversity_recipe_runs(tmp_path):
     script = ROOT / "recipes" / "digits_diversity.py"
     run_ = subprocess.run(
         [sys.executable, str(script), "--n-frequencies", "256", "--output", str(tmp_path)],
-        capture_output=True, text=True, timeout=300,
+        capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)},  # this checkout
     )
     assert run_.returncode == 0, run_.stderr[-2000:]
     assert "24 are nines" in run_.stdout
     assert (tmp_path / "finc_novel_mode.png").is_file()
+
+
+def cut_checkpoint(path):
+    torch.save({"state_dict": {"w": torch.zeros(10_000)}}, path)
+    path.write_bytes(path.read_bytes()[:20_000])  # the end of the archive is missing
+    return path
+
+
+def test_a_cut_off_checkpoint_is_one_clear_line_before_any_work(tmp_path):
+    import subprocess
+
+    ckpt = cut_checkpoint(tmp_path / "last.ckpt")
+    run_ = subprocess.run(
+        [sys.executable, str(ROOT / "recipes" / "align_clip.py"), "--config", str(CONFIGS / "tiny.yaml"),
+         f"--trainer.logger.init_args.save_dir={tmp_path}", f"--ckpt_path={ckpt}"],
+        capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert run_.returncode == 2, run_.stderr[-3000:]
+    last = run_.stderr.strip().splitlines()[-1]
+    assert last.startswith("align_clip.py: error: `--ckpt_path`:") and str(ckpt) in last, run_.stderr[-3000:]
+    assert "20000 bytes" in last and "cut off" in last and "another checkpoint" in last
+    assert "Traceback" not in run_.stderr and "PytorchStreamReader" not in run_.stderr
+    assert "Evaluating the initial model" not in run_.stderr  # refused before any work
+
+
+def test_the_generative_recipe_refuses_a_cut_off_or_missing_checkpoint(tmp_path):
+    from lightning_spectral.files import CheckpointError
+
+    sys.path.insert(0, str(ROOT / "recipes"))
+    from generative import main as generative_main
+
+    config = ["--config", str(CONFIGS / "generative_normal.yaml"), f"--trainer.logger.init_args.save_dir={tmp_path}"]
+    with pytest.raises(CheckpointError, match="is not a complete checkpoint"):
+        generative_main([*config, f"--ckpt_path={cut_checkpoint(tmp_path / 'last.ckpt')}"])
+    with pytest.raises(CheckpointError, match="no checkpoint file at"):
+        generative_main([*config, f"--ckpt_path={tmp_path / 'none.ckpt'}"])

@@ -398,3 +398,32 @@ def test_toy_alignment_lowers_spec_diff_and_raises_knn_accuracy():
     print("toy alignment (spec_diff, knn) before", before, "after", after)
     assert after[0] <= 0.5 * before[0], (before, after)
     assert after[1] > before[1] + 0.1, (before, after)
+
+
+@pytest.mark.parametrize("scale", [1e-300, 1e38, 1e300])
+def test_exact_spec_and_match_bandwidth_are_scale_equivariant_at_extreme_magnitudes(scale):
+    # spec_diff_exact returned NaN on +-1e300 (overflowing squared distances); it only depends on x / sigma
+    g = torch.Generator().manual_seed(0)
+    a, b = torch.randn(40, 3, generator=g, dtype=torch.float64), torch.randn(40, 2, generator=g, dtype=torch.float64)
+    expected = spec_diff_exact(a, b, sigma_a=1.0, sigma_b=0.8)
+    got = spec_diff_exact(a * scale, b * scale, sigma_a=scale, sigma_b=0.8 * scale)
+    assert float(got) == pytest.approx(float(expected), rel=1e-8)
+    assert match_bandwidth(a * scale, b * scale, sigma_reference=scale) == pytest.approx(
+        match_bandwidth(a, b, sigma_reference=1.0) * scale, rel=1e-9
+    )
+
+
+def test_metric_called_like_a_function_without_in_features_returns_the_batch_value():
+    """torchmetrics' forward copied the empty state before the first batch sized it (a size mismatch)."""
+    g = torch.Generator().manual_seed(0)
+    first, second = [(torch.randn(30, 4, generator=g), torch.randn(30, 3, generator=g)) for _ in range(2)]
+    metric = SPECDivergence("cosine")
+    batch_values = [metric(*first), metric(*second)]
+    for value, pair in zip(batch_values, (first, second), strict=True):
+        alone = SPECDivergence("cosine", in_features=(4, 3))
+        alone.update(*pair)
+        torch.testing.assert_close(value, alone.compute())
+    both = SPECDivergence("cosine")
+    both.update(*first)
+    both.update(*second)
+    torch.testing.assert_close(metric.compute(), both.compute())

@@ -1,5 +1,6 @@
 """Lightning callbacks: SPECAlign (adds the SPEC-align loss), KPCAOODMonitor (kernel PCA OOD monitoring),
-EmbeddingMetrics (metrics of validation embeddings) and GeneratedSamples (metrics of a generative model's samples).
+EmbeddingMetrics (metrics of validation embeddings) and GeneratedSamples (metrics of a generative model's samples);
+StderrProgressBar (progress on stderr: bars on a terminal, quiet lines in a log).
 
 All are built on :class:`~lightning_spectral.callbacks.base.EmbeddingCallback` (the capture lifecycle, loader
 sharding, gathering, logging), and obtain embeddings through
@@ -13,6 +14,7 @@ from lightning_spectral.callbacks.galleries import ModeImages
 from lightning_spectral.callbacks.generated import GeneratedSamples
 from lightning_spectral.callbacks.kpca_monitor import KPCAOODMonitor, OODDriftWarning
 from lightning_spectral.callbacks.sampling import draw_samples, sample_chunks
+from lightning_spectral.callbacks.progress import StderrProgressBar
 from lightning_spectral.callbacks.spec_align import SPECAlign
 from lightning_spectral.callbacks.spec_align_solver import SpecAlignSolver
 
@@ -27,6 +29,7 @@ __all__ = [
     "ReferenceEmbedding",
     "SPECAlign",
     "SpecAlignSolver",
+    "StderrProgressBar",
     "draw_samples",
     "sample_chunks",
     "shard_loader",

@@ -18,10 +18,11 @@ from torch import Tensor
 from torchmetrics import Metric
 from typing_extensions import override
 
-from lightning_spectral._checks import check_positive_int
+from lightning_spectral._checks import check_embedding_source, check_features, check_positive_int, check_selector
 from lightning_spectral.callbacks.base import EmbeddingCallback, outside_inference_mode
 from lightning_spectral.callbacks.embeddings import BatchSelector, EmbeddingFn, ReferenceEmbedding, select
 from lightning_spectral.callbacks.galleries import IndexedImages
+from lightning_spectral.functional.modes import check_candidates_memory
 
 
 def metric_inputs(metric: Metric) -> str:
@@ -92,9 +93,23 @@ class EmbeddingMetrics(EmbeddingCallback):
         dataloader_idx: int = 0,
         log_prefix: str = "val/",
     ) -> None:
+        check_embedding_source(embedding, "embedding", "EmbeddingMetrics")
         super().__init__(embedding, batch_input, owner="EmbeddingMetrics")
         if not isinstance(metrics, Mapping) or not metrics or not all(isinstance(m, Metric) for m in metrics.values()):
             raise ValueError("EmbeddingMetrics: `metrics` must be a non-empty {name: torchmetrics.Metric} mapping.")
+        if reference_dataloader is not None and (
+            isinstance(reference_dataloader, bytes) or not isinstance(reference_dataloader, (str, Iterable))
+        ):
+            raise ValueError(
+                "EmbeddingMetrics: `reference_dataloader` must be a DataLoader (an iterable of batches) or the name of "
+                f"a datamodule method returning one, got {type(reference_dataloader).__name__}."
+            )
+        if images is not None and not (isinstance(images, str) or callable(images) or hasattr(images, "__getitem__")):
+            raise ValueError(
+                "EmbeddingMetrics: `images` must be `fn(dataset_index) -> image`, an indexable dataset or the name of "
+                f"a datamodule attribute, got {type(images).__name__}."
+            )
+        check_selector(index, "index", "EmbeddingMetrics")
         self.metrics = dict(metrics)
         two_sample = [n for n, m in self.metrics.items() if metric_inputs(m) == "two"]
         if two_sample and reference_dataloader is None and reference_features is None:
@@ -109,6 +124,10 @@ class EmbeddingMetrics(EmbeddingCallback):
                 "EmbeddingMetrics: `reference_features` must be an (N, d) tensor or array of embeddings, got "
                 f"{type(reference_features).__name__} {tuple(getattr(reference_features, 'shape', ()))}."
             )
+        if reference_features is not None:  # dense, floating, finite, at least one row: refused now, not at fit
+            check_features(reference_features, "reference_features", owner="EmbeddingMetrics")
+            if reference_features.shape[0] == 0:
+                raise ValueError("EmbeddingMetrics: `reference_features` has no rows; pass the reference embeddings.")
         paired = [n for n, m in self.metrics.items() if metric_inputs(m) == "paired"]
         if paired and spec_reference is None:
             raise ValueError(
@@ -137,6 +156,7 @@ class EmbeddingMetrics(EmbeddingCallback):
         self.images = images
         self.gallery_modes = check_positive_int(gallery_modes, "gallery_modes")
         self.gallery_per_mode = check_positive_int(gallery_per_mode, "gallery_per_mode")
+        check_candidates_memory("EmbeddingMetrics", self.gallery_modes, self.gallery_per_mode, "gallery_per_mode")
         self.max_gallery_samples = check_positive_int(max_gallery_samples, "max_gallery_samples")
         self.dataloader_idx = dataloader_idx
         self.log_prefix = log_prefix

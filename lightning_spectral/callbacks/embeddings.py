@@ -26,6 +26,8 @@ from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor, nn
 from torch.utils.hooks import RemovableHandle
 
+from lightning_spectral._checks import check_features, check_selector
+
 EmbeddingFn = Callable[["L.LightningModule", Any], Tensor]
 BatchSelector = Union[str, int, Callable[[Any], Any], None]
 
@@ -108,6 +110,7 @@ class EmbeddingSource:
                 f"{owner or 'EmbeddingSource'}: the embedding source (`embedding`; SPECAlign's `student`) must be a "
                 f"submodule name such as 'encoder' or a function `fn(pl_module, batch) -> Tensor`, got {source!r}."
             )
+        check_selector(batch_input, "batch_input", owner or "EmbeddingSource")
         self.source = source
         self.batch_input = batch_input
         self.owner = owner or "EmbeddingSource"
@@ -199,6 +202,8 @@ class ReferenceEmbedding:
 
     def __init__(self, reference: Any, batch_input: BatchSelector = None, index: BatchSelector = None, owner: str = ""):
         self.owner = owner or "ReferenceEmbedding"
+        check_selector(batch_input, "reference_input", self.owner)
+        check_selector(index, "index", self.owner)
         self.batch_input = batch_input
         self.index = index
         if isinstance(reference, (str, os.PathLike)):  # a features file (.npy / .pt / .safetensors)
@@ -228,6 +233,10 @@ class ReferenceEmbedding:
                 raise ValueError(
                     f"{self.owner}: reference features must be (N_dataset, d), got {tuple(reference.shape)}."
                 )
+            if isinstance(reference, Tensor):  # dense, floating, finite, with rows: refused now, not in the first step
+                check_features(reference, "reference", owner=self.owner)
+                if reference.shape[0] == 0:
+                    raise ValueError(f"{self.owner}: the reference features have no rows.")
         elif not callable(reference):
             raise ValueError(
                 f"{self.owner}: the reference must be a frozen nn.Module, a (N_dataset, d) tensor / array of "

@@ -35,12 +35,19 @@ from torch import Tensor, nn
 from torchmetrics import Metric
 from typing_extensions import override
 
-from lightning_spectral._checks import check_bool, check_nonnegative_int, check_positive_int, check_seed
+from lightning_spectral._checks import (
+    check_bool,
+    check_nonnegative_int,
+    check_positive_int,
+    check_seed,
+    check_selector,
+)
 from lightning_spectral.callbacks.base import EmbeddingCallback, outside_inference_mode, shard_loader
 from lightning_spectral.callbacks.embedding_metrics import metric_inputs
 from lightning_spectral.callbacks.embeddings import BatchSelector, select, to_device
 from lightning_spectral.callbacks.galleries import KeptImages
 from lightning_spectral.callbacks.sampling import SampleFn, draw_samples
+from lightning_spectral.functional.modes import check_candidates_memory
 from lightning_spectral.metrics.feature import FrozenFeature
 
 
@@ -129,7 +136,18 @@ class GeneratedSamples(EmbeddingCallback):
                     f"GeneratedSamples: metric {name!r} takes {metric_inputs(metric)!r} inputs; generated samples feed "
                     "one-sample metrics (update(x)) and two-sample metrics (update(x, real=...)) only."
                 )
+        if references is not None and not isinstance(references, Mapping):
+            raise ValueError(
+                "GeneratedSamples: `references` must map each two-sample metric's name to a loader of real images (or "
+                f"the name of a datamodule method), e.g. {{'finc': 'reference_dataloader'}}, got {references!r}."
+            )
         references = dict(references or {})
+        for name, loader in references.items():
+            if isinstance(loader, bytes) or not isinstance(loader, (str, Iterable)):
+                raise ValueError(
+                    f"GeneratedSamples: `references[{name!r}]` must be a loader of real images (an iterable of "
+                    f"batches) or the name of a datamodule method returning one, got {type(loader).__name__}."
+                )
         two_sample = sorted(n for n, m in self.metrics.items() if metric_inputs(m) == "two")
         missing = [name for name in two_sample if name not in references]
         unknown = sorted(set(references) - set(two_sample))
@@ -155,6 +173,8 @@ class GeneratedSamples(EmbeddingCallback):
         self.n_samples = check_positive_int(n_samples, "n_samples")
         self.sample_batch_size = check_positive_int(sample_batch_size, "sample_batch_size")
         self.seed = check_seed(seed)
+        check_selector(image_key, "image_key", "GeneratedSamples")
+        check_selector(label_key, "label_key", "GeneratedSamples")
         self.image_key, self.label_key = image_key, label_key
         self.every_n_epochs = check_positive_int(every_n_epochs, "every_n_epochs")
         if isinstance(galleries, bool):
@@ -168,6 +188,7 @@ class GeneratedSamples(EmbeddingCallback):
             )
         self.gallery_modes = check_positive_int(gallery_modes, "gallery_modes")
         self.gallery_per_mode = check_positive_int(gallery_per_mode, "gallery_per_mode")
+        check_candidates_memory("GeneratedSamples", self.gallery_modes, self.gallery_per_mode, "gallery_per_mode")
         self.max_gallery_images = check_nonnegative_int(max_gallery_images, "max_gallery_images")
         self.log_prefix = log_prefix
         self.history: dict[int, dict[str, float]] = {}

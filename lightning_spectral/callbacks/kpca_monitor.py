@@ -28,7 +28,7 @@ from torch import Tensor
 from torch.utils.data import DataLoader
 from typing_extensions import override
 
-from lightning_spectral._checks import check_bool, check_fraction
+from lightning_spectral._checks import check_bool, check_embedding_source, check_fraction
 from lightning_spectral.callbacks.base import EmbeddingCallback, outside_inference_mode
 from lightning_spectral.callbacks.embeddings import BatchSelector, EmbeddingFn
 from lightning_spectral.ood import KernelPCAOOD, detection_metrics, threshold_at_tpr
@@ -143,6 +143,7 @@ class KPCAOODMonitor(EmbeddingCallback):
         stop_on_drift: bool = False,
         log_prefix: str = "ood/",
     ) -> None:
+        check_embedding_source(embedding, "embedding", "KPCAOODMonitor")
         super().__init__(embedding, batch_input, owner="KPCAOODMonitor")
         if refit not in REFIT_POLICIES:
             raise ValueError(f"KPCAOODMonitor: `refit` must be one of {REFIT_POLICIES}, got {refit!r}.")
@@ -422,6 +423,11 @@ def _named_loaders(loaders: Union[DataLoader, Mapping[str, DataLoader], None]) -
 def _named_indices(indices: Union[int, Sequence[int], Mapping[int, str]]) -> dict[int, str]:
     if isinstance(indices, int):
         indices = [indices]
+    if not isinstance(indices, (Sequence, Mapping)) or isinstance(indices, (str, bytes)):
+        raise ValueError(
+            "KPCAOODMonitor: `ood_val_dataloader_idx` must be the index (an integer >= 0) of an OOD validation "
+            f"dataloader, a sequence of them, or {{index: name}}, got {indices!r}."
+        )
     if not isinstance(indices, Mapping):
         indices = {index: f"val_dataloader_{index}" for index in indices}
     for index, name in indices.items():

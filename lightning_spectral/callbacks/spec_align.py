@@ -21,9 +21,18 @@ from typing import Any, Callable, Optional, Union
 import lightning as L
 import torch
 from torch import Tensor, nn
+from torchmetrics import MeanMetric
 from typing_extensions import override
 
-from lightning_spectral._checks import check_bool, check_memory, check_positive, check_positive_int, check_seed
+from lightning_spectral._checks import (
+    check_bool,
+    check_embedding_source,
+    check_memory,
+    check_positive,
+    check_positive_int,
+    check_seed,
+    check_selector,
+)
 from lightning_spectral.callbacks.base import EmbeddingCallback, gather_rows
 from lightning_spectral.callbacks.embeddings import BatchSelector, EmbeddingFn, ReferenceEmbedding
 from lightning_spectral.callbacks.spec_align_solver import SpecAlignSolver
@@ -32,6 +41,10 @@ from lightning_spectral.features import KERNELS
 # str: a features file; nn.Module: a frozen encoder (a `class_path` in LightningCLI configs); Any: a tensor,
 # an array, a features table or a function of the batch.
 Reference = Union[str, nn.Module, Any]
+
+
+#: The values SPECAlign logs per step and as epoch means, under its ``log_prefix``.
+LOGGED = ("spec_diff", "penalty", "task_loss", "weight")
 
 
 class SPECAlign(EmbeddingCallback):
@@ -94,6 +107,8 @@ class SPECAlign(EmbeddingCallback):
         gather: bool = True,
         log_prefix: str = "spec_align/",
     ) -> None:
+        check_embedding_source(student, "student", "SPECAlign")
+        check_selector(student_input, "student_input", "SPECAlign")
         if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not math.isfinite(weight) or weight < 0:
             raise ValueError(f"SPECAlign: `weight` must be a finite number >= 0, got {weight!r}.")
         if kernel not in KERNELS:
@@ -136,6 +151,11 @@ class SPECAlign(EmbeddingCallback):
         # exact route answers when it does not converge).
         self.solver = SpecAlignSolver(kernel, sigma_student, sigma_reference, self.n_frequencies, self.seed)
         self._trainer: Optional[L.Trainer] = None
+        # The epoch means of the logged values, kept here (and in checkpoints) rather than in Lightning's logger
+        # state, which checkpoints do not hold: a run resumed mid-epoch logs the means of the whole epoch.
+        self.epoch_means = {name: MeanMetric() for name in LOGGED}
+        for metric in self.epoch_means.values():
+            metric.persistent(True)
 
     @property
     def student(self) -> Any:
@@ -168,8 +188,16 @@ class SPECAlign(EmbeddingCallback):
                 "in your step instead."
             )
         self.reference.to(pl_module.device)
+        for metric in self.epoch_means.values():
+            metric.to(pl_module.device)
         self._trainer = trainer
         _register_penalty(pl_module, self)
+
+    @override
+    def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        # not called when a run resumes mid-epoch: the restored sums of the epoch's first batches stay
+        for metric in self.epoch_means.values():
+            metric.reset()
 
     @override
     def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
@@ -199,14 +227,15 @@ class SPECAlign(EmbeddingCallback):
         self.last_spec_diff = float(spec_diff.detach())
         self.penalised_steps += 1
         batch_size = student.shape[0]
-        for name, value in (
-            ("spec_diff", spec_diff.detach()),
-            ("penalty", penalty.detach()),
-            ("task_loss", loss.detach()),
-            ("weight", torch.tensor(weight)),
-        ):
-            # Already global under DDP (computed on the gathered batch): no further sync.
-            pl_module.log(self.log_prefix + name, value.float(), on_step=True, on_epoch=True, batch_size=batch_size)
+        values = {"spec_diff": spec_diff, "penalty": penalty, "task_loss": loss, "weight": torch.tensor(weight)}
+        for name in LOGGED:
+            # the step's value (global under DDP with `gather`) and the epoch's batch-size-weighted mean
+            mean = self.epoch_means[name]
+            mean(values[name].detach().float().to(mean.device), batch_size)
+            pl_module.log(
+                self.log_prefix + name, mean, on_step=True, on_epoch=True, batch_size=batch_size,
+                metric_attribute=f"{self.log_prefix}{name}",
+            )
         if isinstance(output, Mapping):
             return {**output, "loss": total}
         return total
@@ -219,6 +248,7 @@ class SPECAlign(EmbeddingCallback):
             "last_spec_diff": self.last_spec_diff,
             "penalised_steps": self.penalised_steps,
             "solver": self.solver.state_dict(),  # the warm start: a resumed run repeats the same iterates
+            "epoch_means": {name: metric.state_dict() for name, metric in self.epoch_means.items()},
         }
 
     @override
@@ -227,6 +257,9 @@ class SPECAlign(EmbeddingCallback):
         self.penalised_steps = int(state_dict["penalised_steps"])
         if "solver" in state_dict:
             self.solver.load_state_dict(state_dict["solver"])
+        for name, state in state_dict.get("epoch_means", {}).items():
+            if name in self.epoch_means:
+                self.epoch_means[name].load_state_dict(state)
 
 
 _PENALTIES = "_lightning_spectral_penalties"

@@ -90,6 +90,18 @@ def one_line(error: BaseException) -> str:
     return text if plain else f"{type(error).__name__}: {text}"
 
 
+def writable_outputs(args: argparse.Namespace) -> None:
+    """Refuse, before any work, an ``--output``, ``--plot-dir`` or ``--scores-out`` that cannot be created."""
+    from lightning_spectral.files import check_writable
+
+    if args.output not in (None, "-"):
+        check_writable(args.output, "--output")
+    if args.plot_dir is not None:
+        check_writable(args.plot_dir, "--plot-dir", folder=True)
+    if getattr(args, "scores_out", None) is not None:
+        check_writable(args.scores_out, "--scores-out")
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Run the command line; returns the exit code (0, or 2 on any error).
 
@@ -118,6 +130,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             raise ValueError("`--images` needs `--plot-dir` (the folder the galleries are written to).")
         if args.thumb_size < 1:
             raise ValueError(f"`--thumb-size` must be an integer >= 1, got {args.thumb_size}.")
+        writable_outputs(args)
         started = time.perf_counter()
         session = Session(args.device, progress=not args.no_progress)
         result = args.handler(args, session)

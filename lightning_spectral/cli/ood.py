@@ -14,6 +14,7 @@ from torch import Tensor
 from lightning_spectral.cli.reader import EmbeddingFile, shard_rows
 from lightning_spectral.cli.runtime import Session, UsageError, positive_ints, same_width
 from lightning_spectral.distributed import all_gather_rows
+from lightning_spectral.files import written
 
 #: Defaults of the flags, equal to KernelPCAOOD's own (a test keeps them in sync).
 DEFAULTS = {"mapping": "corp", "sigma": 0.5, "n_frequencies": 1024, "explained_variance": 0.9}
@@ -135,17 +136,22 @@ def run(args: argparse.Namespace, session: Session) -> dict[str, Any]:
     return result
 
 
+def save_array(path: Path, array: np.ndarray) -> None:
+    """``numpy.save`` to exactly ``path``, whole or not at all (:func:`~lightning_spectral.files.written`)."""
+    with written(path, "--scores-out") as temporary, open(temporary, "wb") as handle:
+        np.save(handle, array, allow_pickle=False)
+
+
 def _write(args, test_scores, ood_scores, eigenvalues, kept, most_ood) -> dict[str, Any]:
-    written: dict[str, Any] = {}
+    paths: dict[str, Any] = {}
     if args.scores_out is not None:
         path = Path(args.scores_out).expanduser()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        np.save(path, test_scores.numpy(), allow_pickle=False)
-        written["scores_out"] = {"test": str(path)}
+        save_array(path, test_scores.numpy())
+        paths["scores_out"] = {"test": str(path)}
         if ood_scores is not None:
             ood_path = path.with_name(path.stem + ".ood.npy")
-            np.save(ood_path, ood_scores.numpy(), allow_pickle=False)
-            written["scores_out"]["ood"] = str(ood_path)
+            save_array(ood_path, ood_scores.numpy())
+            paths["scores_out"]["ood"] = str(ood_path)
     if args.plot_dir is not None:
         from lightning_spectral.cli.pictures import save_gallery, save_spectrum
 
@@ -155,5 +161,5 @@ def _write(args, test_scores, ood_scores, eigenvalues, kept, most_ood) -> dict[s
         if args.images is not None:
             pictures["most_ood"] = save_gallery(plot_dir, "ood_most_ood", [most_ood], Path(args.images),
                                                 args.thumb_size)
-        written["pictures"] = pictures
-    return written
+        paths["pictures"] = pictures
+    return paths

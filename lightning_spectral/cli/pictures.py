@@ -9,17 +9,19 @@ from typing import Optional
 
 from torch import Tensor
 
+from lightning_spectral.files import written
+
 
 def save_spectrum(
     plot_dir: Path, name: str, eigenvalues: Tensor, title: str, threshold: Optional[float] = None
 ) -> str:
-    """Save a bar plot of ``eigenvalues`` as ``plot_dir/name.png``; returns the path."""
+    """Save a bar plot of ``eigenvalues`` as ``plot_dir/name.png`` (whole or not at all); returns the path."""
     from lightning_spectral.viz import plot_spectrum
 
-    plot_dir.mkdir(parents=True, exist_ok=True)
     path = plot_dir / f"{name}.png"
     figure = plot_spectrum(eigenvalues, threshold=threshold, title=title)
-    figure.savefig(path, dpi=100)
+    with written(path, "--plot-dir") as temporary:
+        figure.savefig(temporary, dpi=100, format="png")
     return str(path)
 
 
@@ -76,7 +78,8 @@ def load_image(path: Path, size: int) -> Tensor:
 def save_gallery(
     plot_dir: Path, name: str, samples: Sequence[tuple[Tensor, Tensor]], list_file: Path, size: int = 96
 ) -> str:
-    """Save a gallery (one row per mode, best sample first) of ``top_samples`` output; returns the path."""
+    """Save a gallery (one row per mode, best sample first) of ``top_samples`` output as ``plot_dir/name.png``
+    (whole or not at all); returns the path."""
     from torchvision.utils import save_image
 
     from lightning_spectral.viz import mode_gallery
@@ -87,9 +90,9 @@ def save_gallery(
     paths = image_paths(list_file, ids)
     images = {i: load_image(path, size) for i, path in paths.items()}
     grid = mode_gallery(samples, lambda i: images[int(i)], normalize=False)
-    plot_dir.mkdir(parents=True, exist_ok=True)
     path = plot_dir / f"{name}.png"
-    save_image(grid, path)
+    with written(path, "--plot-dir") as temporary:
+        save_image(grid, temporary, format="png")
     return str(path)
 
 

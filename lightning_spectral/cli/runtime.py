@@ -22,6 +22,7 @@ import torch
 import torch.distributed as dist
 
 from lightning_spectral.distributed import all_reduce_max
+from lightning_spectral.files import written
 
 
 class UsageError(ValueError):
@@ -130,15 +131,15 @@ def to_builtin(value: Any) -> Any:
 
 
 def write_json(result: dict[str, Any], output: Optional[str]) -> None:
-    """Write ``result`` as indented JSON to ``output`` (parents created) or to stdout."""
+    """Write ``result`` as indented JSON to ``output`` (parents created; whole or not at all, see
+    :func:`~lightning_spectral.files.written`) or to stdout."""
     text = json.dumps(to_builtin(result), indent=2) + "\n"
     if output is None or output == "-":
         sys.stdout.write(text)
         sys.stdout.flush()
         return
-    path = Path(output).expanduser()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
+    with written(output, "--output") as temporary:
+        temporary.write_text(text, encoding="utf-8")
 
 
 def same_width(files: list[Any]) -> None:

@@ -13,13 +13,15 @@ out-of-distribution loader when ``ood_in_val=True``, as ``KPCAOODMonitor(ood_val
 zero-shot classification.
 
 Modules: ``datasets`` (the items), ``transforms`` (image files to tensors), ``sampling`` (seeded splits and
-shuffles), ``datamodule`` (what the datamodules share), ``digits``, ``csv_captions``, ``image_folder``.
+shuffles), ``resumable`` (training loaders that a run resumed mid-epoch continues where it stopped),
+``datamodule`` (what the datamodules share), ``digits``, ``csv_captions``, ``image_folder``.
 """
 
 from lightning_spectral.data.csv_captions import CsvImageText
 from lightning_spectral.data.datasets import ImageTextDataset, Tokenizer, resolve_tokenizer
 from lightning_spectral.data.digits import DigitsImageText, RenderDigit
 from lightning_spectral.data.image_folder import IMAGE_EXTENSIONS, ImageFolderText
+from lightning_spectral.data.resumable import LoaderPosition, ResumableDataLoader, ResumesMidEpoch
 from lightning_spectral.data.sampling import EpochShuffle, stratified_split
 from lightning_spectral.data.transforms import OPENAI_DATASET_MEAN, OPENAI_DATASET_STD, LoadImage, default_transform
 
@@ -33,7 +35,10 @@ __all__ = [
     "ImageFolderText",
     "ImageTextDataset",
     "LoadImage",
+    "LoaderPosition",
     "RenderDigit",
+    "ResumableDataLoader",
+    "ResumesMidEpoch",
     "Tokenizer",
     "default_transform",
     "resolve_tokenizer",

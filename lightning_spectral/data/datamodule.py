@@ -17,11 +17,12 @@ from lightning_spectral._checks import (
     check_seed,
 )
 from lightning_spectral.data.datasets import ImageTextDataset, Tokenizer, resolve_tokenizer
+from lightning_spectral.data.resumable import ResumableDataLoader, ResumesMidEpoch
 from lightning_spectral.data.sampling import EpochShuffle
 from lightning_spectral.data.transforms import LoadImage, default_transform
 
 
-class _ImageTextDataModule(L.LightningDataModule):
+class _ImageTextDataModule(ResumesMidEpoch, L.LightningDataModule):
     """Loaders, prompts and split bookkeeping shared by the datamodules; subclasses build the datasets."""
 
     def __init__(
@@ -80,16 +81,15 @@ class _ImageTextDataModule(L.LightningDataModule):
         dataset = getattr(self, f"{split}_set")
         if dataset is None:
             raise ValueError(f"{type(self).__name__}: the {split} split is empty; see its arguments.")
-        return DataLoader(
-            dataset,
-            batch_size=self.batch_size,
-            sampler=EpochShuffle(len(dataset), self.seed) if shuffle else None,
-            num_workers=self.num_workers,
-            persistent_workers=self.num_workers > 0,
-        )
+        common = dict(batch_size=self.batch_size, num_workers=self.num_workers, persistent_workers=self.num_workers > 0)
+        if shuffle:  # training: a run resumed from a mid-epoch checkpoint continues where it stopped
+            sampler = EpochShuffle(len(dataset), self.seed)
+            return ResumableDataLoader(dataset, sampler=sampler, position=self.train_position, **common)
+        return DataLoader(dataset, **common)
 
     def train_dataloader(self) -> DataLoader:
-        """The training split, reshuffled every epoch from ``seed + epoch`` (:class:`EpochShuffle`)."""
+        """The training split, reshuffled every epoch from ``seed + epoch`` (:class:`EpochShuffle`); a
+        :class:`ResumableDataLoader`, so a run resumed from a mid-epoch checkpoint trains on the same batches."""
         return self._loader("train", shuffle=True)
 
     def val_dataloader(self) -> Union[DataLoader, list[DataLoader]]:

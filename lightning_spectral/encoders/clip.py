@@ -12,6 +12,9 @@ from torch import Tensor, nn
 from lightning_spectral.encoders.weights import WEIGHT_SUFFIXES, load_error, read_checkpoint, strip_prefixes
 from lightning_spectral.files import PathLike, existing_file
 
+#: The precisions open_clip's ``create_model`` knows (its training script's choices).
+CLIP_PRECISIONS = ("fp32", "fp16", "bf16", "amp", "amp_bf16", "amp_bfloat16", "pure_fp16", "pure_bf16")
+
 
 class ClipBundle(NamedTuple):
     """What :func:`create_clip` returns; unpacks as ``model, preprocess_train, preprocess_val, tokenizer``."""
@@ -84,7 +87,7 @@ def load_clip_checkpoint(model: nn.Module, path: PathLike, prefix: str = "", arg
             resize_pos_embed(state, model)
             resize_text_pos_embed(state, model)
             model.load_state_dict(state, strict=True)
-    except (RuntimeError, ValueError, KeyError) as error:
+    except (RuntimeError, ValueError, KeyError, IndexError, AssertionError) as error:  # open_clip asserts shapes
         raise ValueError(load_error(argument, path, f"a {type(model).__name__} model", error)) from None
 
 
@@ -105,7 +108,7 @@ def create_clip(
             loaded strictly and safely (see :func:`load_clip_checkpoint`); or an open_clip tag such as
             ``"laion2b_s34b_b79k"`` (``open_clip.list_pretrained()``), which open_clip downloads or finds in its
             cache (loaded with ``weights_only=True``).
-        precision: ``"fp32"``, ``"fp16"``, ``"bf16"``, ``"amp"``, ... as in open_clip.
+        precision: one of :data:`CLIP_PRECISIONS` (``"fp32"``, ``"fp16"``, ``"bf16"``, ``"amp"``, ...), as in open_clip.
         device: where the model is created.
         checkpoint_prefix: for a local file, keep only keys with this prefix (e.g. ``"model."`` for a Lightning
             checkpoint of :class:`~lightning_spectral.clip.CLIPFineTune`).
@@ -118,7 +121,8 @@ def create_clip(
 
     Raises:
         FileNotFoundError: ``pretrained`` looks like a path but no file is there.
-        ValueError: an unknown tag, or a checkpoint that is refused or does not fit the architecture.
+        ValueError: an unknown tag or ``precision``, or a checkpoint that is refused (NaN weights too) or does not fit
+            the architecture.
         RuntimeError: a known tag whose weights cannot be downloaded (no hub access): download the checkpoint
             elsewhere and pass its path.
 
@@ -136,6 +140,8 @@ def create_clip(
     import open_clip
     from lightning.pytorch.utilities import rank_zero_info
 
+    if precision not in CLIP_PRECISIONS:  # open_clip would silently build an fp32 model for any other string
+        raise ValueError(f"`precision` must be one of {CLIP_PRECISIONS} (open_clip's), got {precision!r}.")
     common = dict(precision=precision, device=device, **kwargs)
     local = pretrained is not None and (not isinstance(pretrained, str) or _looks_like_path(pretrained))
     if local:

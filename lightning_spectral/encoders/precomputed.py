@@ -11,23 +11,40 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from lightning_spectral._checks import all_finite
+from lightning_spectral._checks import all_finite, as_tensor, check_dense
 from lightning_spectral.files import (
     FEATURE_SUFFIXES,
     EmbeddingFile,
     PathLike,
+    as_path,
     check_index,
     check_table,
     index_path,
     native_byte_order,
+    written,
 )
 
 
-def _as_tensor(values: Any) -> Tensor:
-    """A tensor of ``values`` (a tensor, an array of either byte order, a sequence), on the CPU."""
-    if isinstance(values, Tensor):
-        return values.detach().cpu()
-    return torch.as_tensor(native_byte_order(np.asarray(values)))
+def _lookup_ids(ids: Any) -> Tensor:
+    """Dataset indices to look up (an int, a sequence, an array or a tensor of integers) as a 1-D long tensor.
+
+    Raises:
+        ValueError: anything but integers (floats, bools, strings).
+    """
+    if isinstance(ids, Tensor):
+        check_dense(ids, "ids", "PrecomputedFeatures")
+        kind = "i" if not (ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool) else "f"
+        shown = f"dtype {ids.dtype}"
+    else:
+        try:
+            array = np.asarray(ids)
+        except ValueError:  # ragged
+            array = np.asarray([], dtype=object)
+        kind, shown = array.dtype.kind, f"{ids!r}"[:80]
+        ids = None if kind not in "iu" else torch.from_numpy(np.ascontiguousarray(native_byte_order(array)))
+    if kind not in "iu":
+        raise ValueError(f"PrecomputedFeatures: dataset indices (`ids`) must be integers, got {shown}.")
+    return ids.detach().cpu().long().flatten()  # type: ignore[union-attr]
 
 
 def save_features(path: PathLike, features: Union[Tensor, np.ndarray], index: Union[Tensor, np.ndarray, None] = None):
@@ -36,10 +53,13 @@ def save_features(path: PathLike, features: Union[Tensor, np.ndarray], index: Un
     ``.npy``: the array itself (read memory-mapped), the index in a sibling ``<stem>.index.npy``; ``.pt``:
     ``{"features": tensor, "index": tensor}`` via ``torch.save``; ``.safetensors``: keys ``features`` and
     ``index``. Row ``i`` holds the features of dataset sample ``index[i]`` (``i`` itself without an index).
+    Each file is written whole or not at all (:func:`~lightning_spectral.files.written`).
 
     Raises:
         ValueError: unsupported suffix, features not a finite floating (N, d) array, or an index that is not
             N distinct integers >= 0.
+        lightning_spectral.files.WriteError: the file could not be written (a full disk, a read-only folder);
+            the message names it, and no partial file is left.
 
     Examples:
         >>> import tempfile, torch
@@ -49,28 +69,37 @@ def save_features(path: PathLike, features: Union[Tensor, np.ndarray], index: Un
         tensor([[0., 0., 1.],
                 [1., 0., 0.]])
     """
-    path = Path(os.fspath(path)).expanduser()
+    path = as_path(path, "path")
     if path.suffix.lower() not in FEATURE_SUFFIXES:
         raise ValueError(f"`path`: suffix {path.suffix!r} is not supported; use one of {', '.join(FEATURE_SUFFIXES)}.")
-    feats = _as_tensor(features)
+    if isinstance(features, Tensor):
+        check_dense(features, "features")
+    feats = as_tensor(features, "features")
+    if not isinstance(feats, Tensor):
+        raise TypeError(f"`features` must be a (N, d) tensor or array, got {type(features).__name__}.")
+    feats = feats.detach().cpu()
     check_table(feats, "features")
     if not all_finite(feats):
         raise ValueError("`features` contains NaN or Inf; clean them before saving.")
-    idx = None if index is None else check_index(_as_tensor(index), feats.shape[0], "index")
-    path.parent.mkdir(parents=True, exist_ok=True)
+    idx = None if index is None else check_index(index, feats.shape[0], "index")
     suffix = path.suffix.lower()
+    table = {"features": feats.contiguous(), **({} if idx is None else {"index": idx})}
     if suffix == ".npy":
-        np.save(path, feats.contiguous().numpy(), allow_pickle=False)
-        if idx is not None:
-            np.save(index_path(path), idx.numpy(), allow_pickle=False)
-        elif index_path(path).exists():
+        with written(path, "path") as temporary, open(temporary, "wb") as handle:
+            np.save(handle, table["features"].numpy(), allow_pickle=False)
+            if idx is not None:  # the index renamed into place before the features, both whole
+                with written(index_path(path), "path") as index_file, open(index_file, "wb") as index_handle:
+                    np.save(index_handle, idx.numpy(), allow_pickle=False)
+        if idx is None and index_path(path).exists():
             index_path(path).unlink()  # a stale index of an earlier file would silently remap rows
     elif suffix == ".pt":
-        torch.save({"features": feats.contiguous(), **({} if idx is None else {"index": idx})}, path)
+        with written(path, "path") as temporary:
+            torch.save(table, temporary)
     else:
         from safetensors.torch import save_file
 
-        save_file({"features": feats.contiguous(), **({} if idx is None else {"index": idx})}, str(path))
+        with written(path, "path") as temporary:
+            save_file(table, str(temporary))
 
 
 class PrecomputedFeatures:
@@ -112,7 +141,7 @@ class PrecomputedFeatures:
             self.path, stored_index = file.path, file.index
             data = file.memmap if file.memmap is not None else file.read(0, file.n, check_finite=False)
         elif isinstance(source, (Tensor, np.ndarray)):
-            data = source.detach().cpu() if isinstance(source, Tensor) else source
+            data = check_dense(source, "source").detach().cpu() if isinstance(source, Tensor) else source
         else:
             raise ValueError(
                 f"`source` must be a features file path (.npy / .pt / .safetensors), a tensor or an array, got "
@@ -134,7 +163,7 @@ class PrecomputedFeatures:
         index = stored_index if index is None else index
         self.index: Optional[Tensor] = None
         if index is not None:
-            self.index = check_index(_as_tensor(index), rows, "index")
+            self.index = check_index(index, rows, "index")
             self._sorted, self._order = torch.sort(self.index)
 
     @property
@@ -156,10 +185,7 @@ class PrecomputedFeatures:
         Raises:
             KeyError: an index with no stored row.
         """
-        ids_t = _as_tensor(ids)
-        if ids_t.is_floating_point() or ids_t.dtype == torch.bool:
-            raise ValueError(f"dataset indices must be integers, got dtype {ids_t.dtype}.")
-        ids_t = ids_t.long().flatten()
+        ids_t = _lookup_ids(ids)
         if self.index is None:
             rows = ids_t
             bad = (rows < 0) | (rows >= len(self))

@@ -100,7 +100,7 @@ def create_timm_encoder(
             model = timm.create_model(
                 name, pretrained=True, num_classes=num_classes, pretrained_cfg_overlay=overlay, **kwargs
             )
-        except RuntimeError as error:
+        except (RuntimeError, IndexError, AssertionError) as error:  # timm's filters index shapes they assume
             raise ValueError(load_error("weights", path, f"timm {name!r}", error)) from None
     model.eval().requires_grad_(False)
     data_config = resolve_model_data_config(model)

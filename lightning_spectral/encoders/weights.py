@@ -49,6 +49,12 @@ def read_checkpoint(path: Path, argument: str) -> tuple[dict[str, Tensor], Optio
     state = {str(key): value for key, value in checkpoint.items() if isinstance(value, Tensor)}
     if not state:
         raise ValueError(f"`{argument}`: {str(path)!r} holds no tensors; save `model.state_dict()`.")
+    broken = [key for key, value in state.items() if value.is_floating_point() and bool(value.isnan().any())]
+    if broken:  # a diverged run's weights: every embedding would be NaN
+        raise ValueError(
+            f"`{argument}`: {str(path)!r} holds NaN weights in {len(broken)} tensors (e.g. {broken[:3]}); the run "
+            "that wrote it diverged or the file is damaged. Load an earlier checkpoint."
+        )
     return state, container
 
 

@@ -8,9 +8,9 @@ often as the reference; its mirror ``C_ref - rho C_gen`` finds the under-represe
 Finite samples give ``L`` many small positive eigenvalues from noise alone, so the novelty score counts only
 eigenvalues above a noise floor estimated from the data: the reference is split into two disjoint halves
 A and B and the largest eigenvalue of ``C_A - rho C_B`` (or its mirror) is what noise alone produces between
-two samples of one distribution. Each reference sample joins a half by a hash of its own bits
-(:func:`reference_halves`), so the halves, the floor and every score are the same for any order, batch size
-or sharding of the same samples. The floor's size is rescaled from the halves' sample sizes to the test's:
+two samples of one distribution. Each reference sample joins a half by a hash of its own values
+(:func:`reference_halves`), so the halves, the floor and every score are the same for any order, batch size,
+sharding or float dtype of the same samples. The floor's size is rescaled from the halves' sample sizes to the test's:
 the noise of ``C_x - rho C_y`` has standard deviation ~ ``sqrt(1/n_x + rho^2/n_y)``::
 
     floor = max(0, lambda_max(split)) * sqrt((1/n_gen + rho^2/n_ref) / (1/n_A + rho^2/n_B))
@@ -33,7 +33,7 @@ from typing import Callable, NamedTuple, Optional
 import torch
 from torch import Tensor
 
-from lightning_spectral._checks import check_features, check_positive
+from lightning_spectral._checks import check_dense, check_features, check_positive
 from lightning_spectral.features import GaussianRFF, gaussian_kernel
 from lightning_spectral.linalg import (
     DEFAULT_CHUNK_SIZE,
@@ -116,12 +116,14 @@ _hash_weights: dict[tuple[int, str], Tensor] = {}
 
 
 def reference_halves(x: Tensor) -> Tensor:
-    """(N,) bool: which half of the reference (A = True) each row of ``x`` (N, d) joins, from its bits alone.
+    """(N,) bool: which half of the reference (A = True) each row of ``x`` (N, d) joins, from its values alone.
 
-    ``h(x) = sum_j w_j b_j(x) mod p`` over the 32-bit words ``b_j`` of the row (``p = 2^31 - 1``, fixed random
-    weights ``w``), and the row joins A when ``h`` is even. Integer sums modulo ``p`` do not depend on the order
-    of anything, so any order, batching or sharding of the same rows gives the same halves. Equal rows join
-    the same half; ``-0.0`` counts as ``0.0``.
+    ``h(x) = sum_j w_j b_j(x) mod p`` over the 32-bit words ``b_j`` of the row's float32 rounding (``p = 2^31 - 1``,
+    fixed random weights ``w``), and the row joins A when ``h`` is even. Integer sums modulo ``p`` do not depend on
+    the order of anything, so any order, batching or sharding of the same rows gives the same halves. The words
+    are those of the float32 rounding whatever the dtype, so a float32 and a float64 copy of the same samples
+    split alike (float64 values beyond float32's range fold their two words into one). Equal rows join the same
+    half; ``-0.0`` counts as ``0.0``.
 
     Examples:
         >>> import torch
@@ -129,15 +131,18 @@ def reference_halves(x: Tensor) -> Tensor:
         >>> halves = reference_halves(x)
         >>> torch.equal(halves[torch.arange(999, -1, -1)], reference_halves(x.flip(0)))   # order-free
         True
+        >>> torch.equal(halves, reference_halves(x.double()))                              # dtype-free
+        True
         >>> 400 < int(halves.sum()) < 600
         True
     """
-    x = x.contiguous() + 0.0
-    if x.dtype == torch.float64:
-        bits = x.view(torch.int64)
-        words = torch.stack([bits & 0xFFFFFFFF, (bits >> 32) & 0xFFFFFFFF], dim=2).flatten(1)
-    else:
-        words = x.float().view(torch.int32).to(torch.int64) & 0xFFFFFFFF
+    check_dense(x, "x", "reference_halves")
+    rounded = x.float().contiguous() + 0.0  # + 0.0 turns -0.0 into 0.0
+    words = rounded.view(torch.int32).to(torch.int64) & 0xFFFFFFFF
+    beyond = torch.isinf(rounded) & torch.isfinite(x)
+    if bool(beyond.any()):  # float64 values outside float32's range: fold both words of the float64 value
+        bits = (x.double().contiguous() + 0.0).view(torch.int64)
+        words = torch.where(beyond, (bits ^ (bits >> 32)) & 0xFFFFFFFF, words)
     key = (words.shape[1], str(words.device))
     if key not in _hash_weights:
         generator = torch.Generator().manual_seed(20_240_917)

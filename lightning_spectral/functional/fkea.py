@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from numbers import Real
 from typing import Union
 
 import torch
 from torch import Tensor
 
-from lightning_spectral._checks import all_finite, check_features, check_order
+from lightning_spectral._checks import all_finite, check_dense, check_features, check_order
 from lightning_spectral.features import GaussianRFF, gaussian_kernel
 from lightning_spectral.linalg import DEFAULT_CHUNK_SIZE, covariance, psd_eigenvalues
 
@@ -59,7 +58,9 @@ def renyi_entropy(eigenvalues: Tensor, alpha: Alpha = 1.0) -> Tensor:
         True
     """
     alpha = parse_alpha(alpha)
-    values = eigenvalues.double().flatten()
+    if not isinstance(eigenvalues, Tensor):
+        raise TypeError(f"renyi_entropy: `eigenvalues` must be a 1-D tensor, got {type(eigenvalues).__name__}.")
+    values = check_dense(eigenvalues, "eigenvalues", "renyi_entropy").double().flatten()
     if values.numel() == 0 or not all_finite(values) or bool((values < 0).any()):
         raise ValueError("renyi_entropy: eigenvalues must be a non-empty, finite, non-negative 1-D tensor.")
     total = values.sum()
@@ -104,11 +105,8 @@ def rke_from_covariance(covariance: Tensor) -> Tensor:
 
 def check_orders(alpha: Orders) -> tuple[list[Alpha], bool]:
     """The orders as a list, and whether a single order was given. Raises ``ValueError`` on bad orders (bools too)."""
-    single = isinstance(alpha, (Real, str))
-    try:
-        orders = [alpha] if single else list(alpha)  # type: ignore[arg-type]
-    except TypeError:
-        raise ValueError(f"`alpha` must be an order in (0, inf] or a sequence of orders, got {alpha!r}.") from None
+    single = not isinstance(alpha, Sequence) or isinstance(alpha, (str, bytes))  # a tensor is one (bad) order
+    orders = [alpha] if single else list(alpha)  # type: ignore[arg-type]
     if not orders:
         raise ValueError("`alpha` must be an order in (0, inf] or a non-empty sequence of orders.")
     for order in orders:

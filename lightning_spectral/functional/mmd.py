@@ -20,6 +20,7 @@ taken from a shifted, scaled chi-square with the same first three cumulants (``t
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import NamedTuple, Union
 
@@ -27,10 +28,10 @@ import torch
 from torch import Tensor
 
 from lightning_spectral._checks import (
+    check_bandwidths,
     check_bool,
     check_features,
     check_fraction,
-    check_positive,
     check_positive_int,
     check_seed,
 )
@@ -283,10 +284,11 @@ def _side_features(
     y = check_features(y, "y", width=x.shape[1], owner="fast_mmd")
     if x.shape[0] == 0 or y.shape[0] == 0:
         raise ValueError("fast_mmd: both samples must be non-empty.")
-    if isinstance(sigma, (Sequence, Tensor)) and not isinstance(sigma, str):
-        rff: torch.nn.Module = MultiBandwidthRFF(x.shape[1], n_frequencies, tuple(sigma), seed)
+    sigmas, single = check_bandwidths(sigma)
+    if single:
+        rff: torch.nn.Module = GaussianRFF(x.shape[1], n_frequencies, sigmas[0], seed)
     else:
-        rff = GaussianRFF(x.shape[1], n_frequencies, sigma, seed)
+        rff = MultiBandwidthRFF(x.shape[1], n_frequencies, sigmas, seed)
     rff = rff.to(x.device)
     return rff(x).double(), rff(y).double()
 
@@ -326,6 +328,10 @@ def _permutation_test(
     """Permute the pooled labels; the statistic is ``a^T G a`` (Gram form) or ``||Z^T a||^2`` (feature form)
     with weights ``a = 1/m`` on the first side and ``-1/n`` on the second."""
     check_positive_int(n_permutations, "n_permutations")
+    if not bool(torch.isfinite(statistic).all()):  # a NaN would compare False everywhere: p-value 1/(B+1), reject
+        raise ValueError(
+            f"the MMD statistic is {float(statistic)}: the kernel matrix did not stay finite; rescale the inputs."
+        )
     total = pooled_features.shape[0]
     n = total - m
     generator = torch.Generator().manual_seed(int(seed))
@@ -398,6 +404,8 @@ def mmd_exact(x: Tensor, y: Tensor, sigma: float, unbiased: bool = True, chunk_s
         value = (k_xx - m) / (m * (m - 1)) + (k_yy - n) / (n * (n - 1)) - 2 * k_xy / (m * n)
     else:
         value = k_xx / m**2 + k_yy / n**2 - 2 * k_xy / (m * n)
+    if not math.isfinite(value):  # kernel values lie in [0, 1]: only a broken kernel matrix gets here
+        raise ValueError(f"mmd_exact: the statistic is {value}; the kernel matrix did not stay finite.")
     return torch.tensor(value, dtype=torch.float64)
 
 
@@ -420,7 +428,7 @@ def mmd_exact_test(
     pooled = torch.cat([x, y])
     gram = gaussian_kernel(pooled, sigma=sigma)
     m, n = x.shape[0], y.shape[0]
-    weights = torch.cat([torch.full((m,), 1.0 / m), torch.full((n,), -1.0 / n)]).double()
+    weights = torch.cat([gram.new_full((m,), 1.0 / m), gram.new_full((n,), -1.0 / n)])  # float64, gram's device
     statistic = weights @ gram @ weights
     return _permutation_test(gram, m, statistic, n_permutations, alpha, seed, gram=True)
 

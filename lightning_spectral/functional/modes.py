@@ -18,6 +18,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
+from lightning_spectral._checks import check_memory, check_positive_int
 from lightning_spectral.distributed import collective_device, distributed_available
 from lightning_spectral.features import GaussianRFF
 
@@ -57,6 +58,22 @@ def _as_ids(ids: Ids, n: int, device: torch.device) -> Tensor:
     return ids.long()
 
 
+def check_candidates_memory(owner: str, k: int, per_mode: int, argument: str = "per_mode") -> None:
+    """Raise before the top-sample search allocates its ``k x per_mode`` candidates when they cannot fit.
+
+    The search holds float64 scores and int64 ids of ``k * per_mode`` candidates, twice while merging a batch
+    (and once more per rank under DDP).
+
+    Raises:
+        ValueError: naming ``argument`` and the bytes.
+    """
+    needed = 2 * 16 * k * per_mode
+    check_memory(
+        owner, argument, per_mode, needed, f"scores and ids of {k} x {per_mode} candidates",
+        f"ask for fewer samples per mode (`{argument}`; a gallery row shows 8 to 16)",
+    )
+
+
 def top_samples(
     batches: Iterable[tuple[Any, Ids]],
     score: Callable[[Any], Tensor],
@@ -81,7 +98,12 @@ def top_samples(
 
     Returns:
         A list of k ``(ids, scores)`` pairs, scores descending, at most ``per_mode`` each.
+
+    Raises:
+        ValueError: ``per_mode`` not an integer >= 1, or candidates that would not fit in memory.
     """
+    per_mode = check_positive_int(per_mode, "per_mode")
+    check_candidates_memory("top_samples", k, per_mode)
     best_scores: Optional[Tensor] = None
     best_ids: Optional[Tensor] = None
     for features, ids in batches:

@@ -25,11 +25,7 @@ from typing import NamedTuple, Optional
 import torch
 from torch import Tensor
 
-from lightning_spectral._checks import (
-    check_features,
-    check_positive,
-    check_positive_int,
-)
+from lightning_spectral._checks import check_features, check_positive, check_positive_int, check_seed
 from lightning_spectral.features import (
     KERNELS,
     CosineMap,
@@ -387,26 +383,31 @@ def match_bandwidth(
         10.0
     """
     sigma_reference = check_positive(sigma_reference, "sigma_reference")
+    max_samples = check_positive_int(max_samples, "max_samples")
+    seed = check_seed(seed)
+    rtol = check_positive(rtol, "rtol")
+    if rtol < 1e-12:  # 1 + rtol must differ from 1 in float64, or the bisection never ends
+        raise ValueError(f"`rtol` must be at least 1e-12 (float64 cannot bisect finer), got {rtol:g}.")
     reference, embedding = check_pair(reference, embedding, "match_bandwidth")
     if reference.shape[0] < 2:
         raise ValueError("match_bandwidth needs at least 2 samples.")
     if reference.shape[0] > max_samples:
-        generator = torch.Generator(device="cpu").manual_seed(int(seed))
+        generator = torch.Generator(device="cpu").manual_seed(seed)
         keep = torch.randperm(reference.shape[0], generator=generator)[:max_samples].to(reference.device)
         reference, embedding = reference[keep], embedding[keep]
     target = top_eigenvalue(reference, sigma_reference)
-    low = high = median_bandwidth(embedding, max_samples=max_samples, seed=seed)
-    while top_eigenvalue(embedding, low) > target and low > 1e-12:
+    start = low = high = median_bandwidth(embedding, max_samples=max_samples, seed=seed)
+    while top_eigenvalue(embedding, low) > target and low > 1e-12 * start:
         low /= 2
-    while top_eigenvalue(embedding, high) < target and high < 1e12:
+    while top_eigenvalue(embedding, high) < target and high < 1e12 * start and math.isfinite(2 * high):
         high *= 2
     while high / low > 1 + rtol:
-        middle = math.sqrt(low * high)
+        middle = low * math.sqrt(high / low)
         if top_eigenvalue(embedding, middle) < target:
             low = middle
         else:
             high = middle
-    return math.sqrt(low * high)
+    return low * math.sqrt(high / low)
 
 
 def spec_align_loss(

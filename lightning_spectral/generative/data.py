@@ -18,7 +18,7 @@ from torch import Tensor
 from torch.utils.data import DataLoader, Dataset, Sampler
 
 from lightning_spectral._checks import check_fraction, check_nonnegative_int, check_positive_int, check_seed
-from lightning_spectral.data import stratified_split
+from lightning_spectral.data import ResumableDataLoader, ResumesMidEpoch, stratified_split
 
 __all__ = ["DigitsImages", "DropClassesSampler", "ImageDataset", "load_digit_images"]
 
@@ -129,7 +129,7 @@ class DropClassesSampler(Sampler[int]):
         return len(self.labels)
 
 
-class DigitsImages(L.LightningDataModule):
+class DigitsImages(ResumesMidEpoch, L.LightningDataModule):
     """scikit-learn's 1,797 handwritten digits as (1, 8, 8) images in [0, 1], for training generative models.
 
     ``val_fraction`` of every class goes to a held-out split (stratified, seeded). The training stream
@@ -191,13 +191,10 @@ class DigitsImages(L.LightningDataModule):
         self.val_set = ImageDataset(images, labels, val_rows)
 
     def _loader(self, dataset: Optional[ImageDataset], sampler: Optional[Sampler] = None) -> DataLoader:
-        return DataLoader(
-            dataset,
-            batch_size=self.batch_size,
-            sampler=sampler,
-            num_workers=self.num_workers,
-            persistent_workers=self.num_workers > 0,
-        )
+        common = dict(batch_size=self.batch_size, num_workers=self.num_workers, persistent_workers=self.num_workers > 0)
+        if sampler is not None:  # training: a run resumed from a mid-epoch checkpoint continues where it stopped
+            return ResumableDataLoader(dataset, sampler=sampler, position=self.train_position, **common)
+        return DataLoader(dataset, **common)
 
     def train_dataloader(self) -> DataLoader:
         """The training stream: reshuffled every epoch, without ``drop_classes`` from ``drop_after_epoch`` on."""

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from lightning_spectral._checks import check_seed
+from lightning_spectral._checks import check_positive, check_seed
 
 __all__ = ["DigitsVAE"]
 
@@ -68,8 +68,8 @@ class DigitsVAE(L.LightningModule):
         for name, value in sizes + (("n_components", n_components),):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"DigitsVAE: `{name}` must be an integer >= 1, got {value!r}.")
-        if not beta > 0 or not lr > 0:
-            raise ValueError(f"DigitsVAE: `beta` and `lr` must be > 0, got beta={beta!r} and lr={lr!r}.")
+        check_positive(beta, "beta")
+        check_positive(lr, "lr")
         if noise_seed is not None:
             check_seed(noise_seed, "noise_seed")
         self.save_hyperparameters()

@@ -10,7 +10,7 @@ from torch import Tensor
 
 from lightning_spectral._checks import check_positive_int, check_state_memory
 from lightning_spectral.features import FeatureMap, GaussianRFF
-from lightning_spectral.functional.modes import Ids, Modes, mode_scores, top_samples
+from lightning_spectral.functional.modes import Ids, Modes, check_candidates_memory, mode_scores, top_samples
 from lightning_spectral.metrics.base import ModeGallery, SpectralMetric
 
 
@@ -80,7 +80,8 @@ class Covariance(SpectralMetric):
             A list of ``k`` pairs ``(ids, scores)``, scores descending. Memory ``O(k * per_mode)``; under DDP
             each rank streams its shard and only the candidates are gathered.
         """
-        check_positive_int(per_mode, "per_mode")
+        per_mode = check_positive_int(per_mode, "per_mode")
+        check_candidates_memory(type(self).__name__, check_positive_int(k, "k"), per_mode)
         modes = self.modes(k)
         feature_map, vectors = self.feature_map, modes.eigenvectors
         return top_samples(

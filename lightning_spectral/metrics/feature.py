@@ -7,7 +7,7 @@ from typing import Any, Callable
 import torch
 from torch import Tensor, nn
 
-from lightning_spectral._checks import all_finite, check_bool
+from lightning_spectral._checks import all_finite, check_bool, check_dense
 
 
 class FrozenFeature(nn.Module):
@@ -75,6 +75,7 @@ class FrozenFeature(nn.Module):
         """
         if not isinstance(images, Tensor):
             raise TypeError(f"`{name}` must be a tensor of images (N, C, H, W), got {type(images).__name__}.")
+        check_dense(images, name)
         if images.ndim < 2:
             raise ValueError(f"`{name}` must be a batch of images (N, C, H, W), got shape {tuple(images.shape)}.")
         if not self.normalize:

@@ -19,7 +19,7 @@ from lightning_spectral.functional.finc import (
     differential_spectrum,
     reference_halves,
 )
-from lightning_spectral.functional.modes import Ids, Modes, mode_scores, orient, top_samples
+from lightning_spectral.functional.modes import Ids, Modes, check_candidates_memory, mode_scores, orient, top_samples
 from lightning_spectral.metrics.base import ModeGallery, SpectralMetric
 
 
@@ -174,7 +174,8 @@ class FINCNovelty(SpectralMetric):
         ``(ids, scores)`` pairs, scores descending; check ``novel_modes(k).significant`` for which modes
         pass the noise threshold. Memory ``O(k * per_mode)``; under DDP only candidates are gathered.
         """
-        check_positive_int(per_mode, "per_mode")
+        per_mode = check_positive_int(per_mode, "per_mode")
+        check_candidates_memory("FINCNovelty", check_positive_int(k, "k"), per_mode)
         modes = self._modes(k, missing)
         feature_map, vectors = self.feature_map, modes.eigenvectors
         return top_samples(

@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from numbers import Real
 from typing import Any, Optional, Union
 
 from torch import Tensor
 
 from lightning_spectral._checks import (
+    check_bandwidths,
     check_bool,
     check_fraction,
-    check_positive,
     check_positive_int,
     check_side,
     check_state_memory,
@@ -88,11 +87,7 @@ class FastMMD(SpectralMetric):
         in_features: Optional[int] = None,
         **kwargs: Any,
     ) -> None:
-        single = isinstance(sigma, Real) or (isinstance(sigma, Tensor) and sigma.ndim == 0)
-        sigmas = (sigma,) if single else tuple(sigma) if isinstance(sigma, (Sequence, Tensor)) else None
-        if not sigmas:
-            raise ValueError(f"`sigma` must be a positive number or a non-empty sequence of them, got {sigma!r}.")
-        sigmas = tuple(check_positive(s, "sigma") for s in sigmas)
+        sigmas, single = check_bandwidths(sigma)
         statistic_only = check_bool(statistic_only, "statistic_only")
         matrices = 0 if statistic_only else 2 * len(sigmas)
         check_state_memory("FastMMD", check_positive_int(n_frequencies, "n_frequencies"), matrices, 2 * len(sigmas))

@@ -8,9 +8,15 @@ from typing import Any, Optional
 import torch
 from torch import Tensor
 
-from lightning_spectral._checks import check_positive, check_positive_int, check_seed, check_state_memory
+from lightning_spectral._checks import (
+    check_positive,
+    check_positive_int,
+    check_seed,
+    check_state_memory,
+    check_width_memory,
+)
 from lightning_spectral.features import KERNELS, PairedFeatureMap
-from lightning_spectral.functional.modes import Ids, Modes, orient, top_samples
+from lightning_spectral.functional.modes import Ids, Modes, check_candidates_memory, orient, top_samples
 from lightning_spectral.functional.spec import check_pair, differential_eigh, nonzero
 from lightning_spectral.metrics.base import ModeGallery, SpectralMetric
 
@@ -85,6 +91,14 @@ class SPECDivergence(SpectralMetric):
         if in_features is not None:
             self.build(tuple(in_features))
 
+    def build(self, in_features: Any) -> None:
+        """As the base class; with the cosine kernel the sums' width is ``d_a + d_b``: refused before allocating when
+        they cannot fit in memory."""
+        if self.kernel == "cosine" and isinstance(in_features, (tuple, list)) and len(in_features) == 2:
+            widths = tuple(check_positive_int(width, "in_features") for width in in_features)
+            check_width_memory("SPECDivergence", widths, sum(widths))
+        super().build(in_features)
+
     def update(self, emb_a: Tensor, emb_b: Tensor) -> None:
         """Add a batch: ``emb_a`` (N, d_a) and ``emb_b`` (N, d_b), row i of both the same sample.
 
@@ -100,6 +114,17 @@ class SPECDivergence(SpectralMetric):
                 f"SPECDivergence.update: widths {widths} differ from the earlier batches' {self.in_features}."
             )
         self.joint.add(torch.cat([emb_a, emb_b.to(emb_a.dtype)], dim=1))
+
+    def forward(self, emb_a: Tensor, emb_b: Tensor) -> Tensor:
+        """torchmetrics' ``forward``: add the batch and return SPEC-diff of this batch alone.
+
+        With the cosine kernel the sums are sized by the first batch's widths: they are sized here, before
+        torchmetrics copies the (still empty) global state, so that it merges with the batch's.
+        """
+        if self.in_features is None:
+            a, b = check_pair(emb_a, emb_b, "SPECDivergence")
+            self.build((a.shape[1], b.shape[1]))
+        return super().forward(emb_a, emb_b)
 
     def _spectrum(self) -> tuple[Tensor, Tensor]:
         width_a = self.feature_map.widths[0]
@@ -151,6 +176,7 @@ class SPECDivergence(SpectralMetric):
             rank streams its shard and only the candidates are gathered.
         """
         check_positive_int(per_cluster, "per_cluster")
+        check_candidates_memory("SPECDivergence", check_positive_int(k, "k"), per_cluster, "per_cluster")
         clusters = self.clusters(k, sign)
         feature_map, vectors = self.feature_map, clusters.eigenvectors
 
