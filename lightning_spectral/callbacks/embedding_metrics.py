@@ -79,6 +79,7 @@ class EmbeddingMetrics(EmbeddingCallback):
     def __init__(
         self,
         metrics: Mapping[str, Metric],
+        *,
         embedding: Union[str, EmbeddingFn] = "encoder",
         batch_input: BatchSelector = None,
         reference_dataloader: Union[str, Iterable, None] = None,

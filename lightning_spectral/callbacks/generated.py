@@ -106,6 +106,7 @@ class GeneratedSamples(EmbeddingCallback):
         self,
         metrics: Mapping[str, Metric],
         feature: nn.Module,
+        *,
         references: Optional[Mapping[str, Union[str, Iterable]]] = None,
         sample: Union[str, SampleFn] = "sample",
         n_samples: int = 1500,

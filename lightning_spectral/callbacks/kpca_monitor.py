@@ -127,6 +127,7 @@ class KPCAOODMonitor(EmbeddingCallback):
     def __init__(
         self,
         embedding: Union[str, EmbeddingFn] = "encoder",
+        *,
         batch_input: BatchSelector = None,
         ood_dataloaders: Union[DataLoader, Mapping[str, DataLoader], None] = None,
         ood_val_dataloader_idx: Union[int, Sequence[int], Mapping[int, str]] = (),

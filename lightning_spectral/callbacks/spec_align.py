@@ -84,13 +84,14 @@ class SPECAlign(EmbeddingCallback):
     Examples:
         >>> import torch
         >>> align = SPECAlign(reference=torch.randn(100, 8), weight=0.1, student="encoder", index=2)
-        >>> align.weight_at(0), SPECAlign(torch.randn(4, 2), 0.5, index=2, warmup_steps=10).weight_at(5)
+        >>> align.weight_at(0), SPECAlign(torch.randn(4, 2), weight=0.5, index=2, warmup_steps=10).weight_at(5)
         (0.1, 0.25)
     """
 
     def __init__(
         self,
         reference: Reference,
+        *,
         weight: float = 0.1,
         student: Union[str, EmbeddingFn] = "encoder",
         student_input: BatchSelector = None,
