@@ -31,8 +31,10 @@ class CLIPFineTune(L.LightningModule):
         model_name: open_clip architecture name.
         pretrained: ``None`` (random init), an open_clip tag (needs the hub) or a local checkpoint path.
         model_kwargs: overrides of the architecture config (e.g. a tiny ``vision_cfg`` / ``text_cfg``).
-        lr, weight_decay: AdamW settings; warmup_steps: linear warm-up, then cosine decay to ``max_steps``
-            (the trainer's estimated total when ``None``).
+        lr: AdamW learning rate.
+        weight_decay: AdamW weight decay.
+        warmup_steps: linear warm-up steps, then cosine decay to ``max_steps``.
+        max_steps: the end of the cosine decay (the trainer's estimated total when ``None``).
         class_prompts: one caption per class for zero-shot accuracy.
     """
 
