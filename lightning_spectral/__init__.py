@@ -1,8 +1,8 @@
 """lightning-spectral: kernel spectral methods (FKEA, FINC, FastMMD, SPEC, kernel PCA) for Lightning.
 
-Layers: :mod:`~lightning_spectral.features` (random Fourier features), :mod:`~lightning_spectral.linalg`
-(covariance accumulation, spectra), :mod:`~lightning_spectral.distributed` (all-reduce sync) and
-:mod:`~lightning_spectral.metrics` (torchmetrics metrics).
+Layers: [`features`][lightning_spectral.features] (random Fourier features), [`linalg`][lightning_spectral.linalg]
+(covariance accumulation, spectra), [`distributed`][lightning_spectral.distributed] (all-reduce sync) and
+[`metrics`][lightning_spectral.metrics] (torchmetrics metrics).
 """
 
 from lightning_spectral.features import CosineMap, GaussianRFF, gaussian_kernel, median_bandwidth

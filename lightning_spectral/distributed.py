@@ -110,7 +110,8 @@ def fingerprint(tensor: Tensor) -> Tensor:
 
 
 def disagreeing_ranks(tensor: Optional[Tensor], group: Optional[Any] = None, rtol: float = 1e-9) -> list[int]:
-    """The ranks whose ``tensor`` differs from the first voting rank's (compared by :func:`fingerprint`), that rank
+    """The ranks whose ``tensor`` differs from the first voting rank's (compared by
+    [`fingerprint`][lightning_spectral.distributed.fingerprint]), that rank
     first: ``[first, bad...]``, or ``[]`` when all agree (and outside a process group). Every rank gets the same list,
     so all take the same branch. A rank passing ``None`` (for instance a lazily built feature map on a rank that saw
     no samples) takes part without a vote."""

@@ -40,8 +40,10 @@ def standard_normal_draws(in_features: int, n_frequencies: int, seed: int) -> Te
 class FeatureMap(nn.Module):
     """A kernel's feature map ``phi`` whose input width may be fixed late: what an accumulator needs of a map.
 
-    ``in_features`` is ``None`` until :meth:`build` (or the first call) fixes it; ``out_features`` is the width ``D``
-    of ``phi(x)`` (``None`` while it depends on an unknown input width); :meth:`frequencies` is what every rank must
+    ``in_features`` is ``None`` until [`build`][lightning_spectral.features.FeatureMap.build] (or the first call) fixes
+    it; ``out_features`` is the width ``D``
+    of ``phi(x)`` (``None`` while it depends on an unknown input width);
+    [`frequencies`][lightning_spectral.features.FeatureMap.frequencies] is what every rank must
     hold identically (``None`` for a map without randomness). A metric builds its map at construction and fixes the
     input width at the first batch, or from the other ranks' widths when its own rank saw no sample.
     """
@@ -89,7 +91,8 @@ class GaussianRFF(FeatureMap):
     ``k(x, y) = exp(-||x - y||^2 / (2 sigma^2))`` with error ~ 1/sqrt(r), and ``||phi(x)|| = 1`` exactly.
 
     Args:
-        in_features: width ``d`` of the inputs, or ``None`` to take it from the first batch (:meth:`build`).
+        in_features: width ``d`` of the inputs, or ``None`` to take it from the first batch
+            ([`build`][lightning_spectral.features.FeatureMap.build]).
         n_frequencies: number of frequencies ``r``; the output has ``2r`` features (cos block, then sin block).
         sigma: Gaussian bandwidth (> 0), in the units of the inputs.
         seed: seed of the CPU generator that draws the frequencies. The frequencies ``omega`` (d, r) are a
@@ -218,12 +221,13 @@ def check_phases(phases: Tensor, owner: str, x: Optional[Tensor] = None, frequen
 class MultiBandwidthRFF(FeatureMap):
     """Random Fourier features at several bandwidths from one projection: ``phi_b(x) = [cos(xZ/s_b), sin(xZ/s_b)]/sqrt(r)``.
 
-    The standard-normal draws ``Z`` (d, r) are shared by every bandwidth (as :class:`GaussianRFF` with the same
+    The standard-normal draws ``Z`` (d, r) are shared by every bandwidth (as
+    [`GaussianRFF`][lightning_spectral.features.GaussianRFF] with the same
     seed would draw them), so ``x Z`` is computed once and rescaled per bandwidth (FastMMD, Zhao & Meng 2015,
     section 3.3, evaluates all kernels of a family from one set of frequencies the same way).
 
     Shapes: input (N, d); output (B, N, 2r) for B bandwidths. ``in_features=None`` takes the width from the first
-    batch (:meth:`~FeatureMap.build`).
+    batch ([`build`][lightning_spectral.features.FeatureMap.build]).
 
     Examples:
         >>> import torch
@@ -393,7 +397,7 @@ def _check_directions(lengths: Tensor, eps: float) -> None:
 
 
 class _UnitRows(torch.autograd.Function):
-    """``y = x / ||x||`` row by row (:func:`unit_rows`), with the closed-form backward ``dx = (g - y (y . g)) / ||x||``.
+    """``y = x / ||x||`` row by row (`unit_rows`), with the closed-form backward ``dx = (g - y (y . g)) / ||x||``.
 
     Four passes over (N, d) in the backward instead of autograd's ~10 through the overflow-safe scaling
     (docs/benchmarks.md, issue 14).
@@ -498,7 +502,8 @@ def kernel_feature_map(
     seed: int,
     persistent: bool = True,
 ) -> FeatureMap:
-    """A normalised kernel's feature map: :class:`GaussianRFF` (``"gaussian"``) or :class:`CosineMap` (``"cosine"``).
+    """A normalised kernel's feature map: [`GaussianRFF`][lightning_spectral.features.GaussianRFF] (``"gaussian"``) or
+    [`CosineMap`][lightning_spectral.features.CosineMap] (``"cosine"``).
 
     Raises:
         ValueError: unknown ``kernel``, or ``sigma`` missing / not > 0 for the Gaussian kernel.
@@ -525,7 +530,8 @@ class PairedFeatureMap(FeatureMap):
 
     Args:
         kernel: ``"gaussian"`` (random Fourier features, ``D = 2 r`` per embedding) or ``"cosine"`` (``D = d``).
-        in_features: widths ``(d_a, d_b)``, or ``None`` to fix them later (:meth:`build`).
+        in_features: widths ``(d_a, d_b)``, or ``None`` to fix them later
+            ([`build`][lightning_spectral.features.PairedFeatureMap.build]).
         sigma: bandwidths ``(sigma_a, sigma_b)`` for the Gaussian kernel (ignored for cosine).
         n_frequencies: ``r`` per embedding for the Gaussian kernel.
         seed: frequency seed.

@@ -1,15 +1,17 @@
 """Reading embedding and weight files safely (never unpickling arbitrary objects), and writing files whole.
 
-:class:`EmbeddingFile` opens a (N, d) floating table in a ``.npy`` (``numpy.load(mmap_mode="r",
+[`EmbeddingFile`][lightning_spectral.files.EmbeddingFile] opens a (N, d) floating table in a ``.npy``
+(``numpy.load(mmap_mode="r",
 allow_pickle=False)``), ``.pt`` (``torch.load(mmap=True, weights_only=True)``) or ``.safetensors``
 (``safetensors.safe_open``, row ranges read with ``get_slice``) file and reads it in row chunks. The conventions
-are those of :func:`~lightning_spectral.encoders.save_features`: in a ``.pt`` either a tensor or a dict with a
+are those of [`save_features`][lightning_spectral.encoders.save_features]: in a ``.pt`` either a tensor or a dict with a
 ``"features"`` tensor, in a ``.safetensors`` the key ``"features"`` (or the only key), and an optional dataset
 index (``"index"``, or ``<stem>.index.npy`` beside a ``.npy``): row ``i`` is sample ``index[i]``. Both
-:class:`~lightning_spectral.encoders.PrecomputedFeatures` and the command line read files through it.
+[`PrecomputedFeatures`][lightning_spectral.encoders.PrecomputedFeatures] and the command line read files through it.
 
-:func:`written` is how the library writes every file (the command line's JSON, scores and pictures,
-:func:`~lightning_spectral.encoders.save_features`, the recipes' summaries): into a temporary file beside the
+[`written`][lightning_spectral.files.written] is how the library writes every file (the command line's JSON, scores and
+pictures,
+[`save_features`][lightning_spectral.encoders.save_features], the recipes' summaries): into a temporary file beside the
 target, renamed over it only once complete, so a full disk or a crash leaves the old file or none, never a
 truncated one, and the error names the file.
 """
@@ -316,7 +318,8 @@ class EmbeddingFile:
     """A (N, d) floating table in a ``.npy`` / ``.pt`` / ``.safetensors`` file, read chunk by chunk.
 
     Opening checks the suffix, the shape (2-D, N >= 1) and the dtype (floating) without reading the rows;
-    :meth:`chunks` reads row ranges and refuses NaN / Inf naming the file and the rows.
+    [`chunks`][lightning_spectral.files.EmbeddingFile.chunks] reads row ranges and refuses NaN / Inf naming the file and
+    the rows.
 
     Args:
         path: the file.
@@ -469,7 +472,7 @@ class EmbeddingFile:
 
         Args:
             batch_size: rows per chunk (memory is one chunk).
-            rows: a contiguous range of rows, e.g. this rank's :func:`shard_rows`.
+            rows: a contiguous range of rows, e.g. this rank's [`shard_rows`][lightning_spectral.cli.reader.shard_rows].
             progress: show a tqdm bar on stderr.
             desc: the bar's label.
         """

@@ -64,7 +64,7 @@ def add_covariance_(
     Args:
         total: (D, D) float64 running sum, updated in place.
         x: samples (N, d).
-        feature_map: maps (n, d) to (n, D), e.g. :class:`~lightning_spectral.features.GaussianRFF`.
+        feature_map: maps (n, d) to (n, D), e.g. [`GaussianRFF`][lightning_spectral.features.GaussianRFF].
         chunk_size: rows per chunk.
         feature_sum: optional (D,) float64 running sum of the features, updated in place.
 
@@ -90,7 +90,8 @@ def add_covariance_(
 
 
 def covariance(x: Tensor, feature_map: Callable[[Tensor], Tensor], chunk_size: int = DEFAULT_CHUNK_SIZE) -> Tensor:
-    """One-shot normalised covariance ``(1/N) sum_i phi(x_i) phi(x_i)^T`` (D, D), float64, via :func:`add_covariance_`.
+    """One-shot normalised covariance ``(1/N) sum_i phi(x_i) phi(x_i)^T`` (D, D), float64, via
+    [`add_covariance_`][lightning_spectral.linalg.add_covariance_].
 
     Raises:
         ValueError: ``x`` is empty.
@@ -157,7 +158,8 @@ def one_thread() -> Iterator[None]:
 
 
 def default_lanczos_steps(size: int) -> int:
-    """Krylov steps :func:`extreme_eigenvalues` tries before it gives up: ``max(64, size // 16)``, at most ``size``.
+    """Krylov steps [`extreme_eigenvalues`][lightning_spectral.linalg.extreme_eigenvalues] tries before it gives up:
+    ``max(64, size // 16)``, at most ``size``.
 
     A step costs one matrix-vector product; at ``size`` 4096 a dense ``eigvalsh`` costs a few hundred of them
     (measured, docs/benchmarks.md), so a failed attempt wastes less than the fallback it precedes.
@@ -194,7 +196,8 @@ def extreme_eigenvalues(
     Args:
         matrix: (n, n) symmetric; used as ``(A + A^T) / 2``, in float64.
         rtol: accepted residual, relative to ``||A||_2`` (estimated by the largest ``|theta|``).
-        max_steps: Krylov steps before falling back; default :func:`default_lanczos_steps`.
+        max_steps: Krylov steps before falling back; default
+            [`default_lanczos_steps`][lightning_spectral.linalg.default_lanczos_steps].
         seed: seed of the start vector.
         which: ``"both"``, ``"largest"`` or ``"smallest"``: the ends that must converge (the other is
             returned as found, a bound from inside).
@@ -229,7 +232,8 @@ def extreme_eigenvalues(
 def top_eigenvalue(
     matrix: Tensor, rtol: float = 1e-10, max_steps: Optional[int] = None, seed: int = 0, symmetric: bool = False
 ) -> Tensor:
-    """Largest eigenvalue of a symmetric (indefinite) matrix: :func:`extreme_eigenvalues` with ``which="largest"``.
+    """Largest eigenvalue of a symmetric (indefinite) matrix:
+    [`extreme_eigenvalues`][lightning_spectral.linalg.extreme_eigenvalues] with ``which="largest"``.
 
     Examples:
         >>> import torch
@@ -249,7 +253,8 @@ def extreme_eigenpairs(
 ) -> tuple[Tensor, Tensor]:
     """The ``n_smallest`` lowest and ``n_largest`` highest eigen-pairs of a symmetric matrix, by Lanczos.
 
-    As :func:`extreme_eigenvalues`, with every wanted Ritz pair held to the residual test; the vectors are the
+    As [`extreme_eigenvalues`][lightning_spectral.linalg.extreme_eigenvalues], with every wanted Ritz pair held to the
+    residual test; the vectors are the
     unit Ritz vectors ``Q_k s``. Not converged: the dense ``eigh`` answers. A float32 matrix is iterated in
     float32 (half the memory traffic per product; residuals down to ~1e-6 ``||A||``, so ``rtol`` >= 1e-5).
 
@@ -258,7 +263,8 @@ def extreme_eigenpairs(
         n_smallest: pairs wanted at the bottom of the spectrum (may be 0).
         n_largest: pairs wanted at the top (may be 0).
         rtol: accepted residual, relative to ``||A||_2``.
-        max_steps: Krylov steps before falling back; default :func:`default_lanczos_steps`.
+        max_steps: Krylov steps before falling back; default
+            [`default_lanczos_steps`][lightning_spectral.linalg.default_lanczos_steps].
         seed: seed of the start vector.
 
     Returns:
@@ -266,7 +272,7 @@ def extreme_eigenpairs(
         lowest, then the ``n_largest`` highest (``m = n_smallest + n_largest``, at most ``n``).
 
     Raises:
-        ValueError: as :func:`extreme_eigenvalues`; negative counts.
+        ValueError: as [`extreme_eigenvalues`][lightning_spectral.linalg.extreme_eigenvalues]; negative counts.
 
     Examples:
         >>> import torch
@@ -358,7 +364,7 @@ def _ritz_check(
 
 def eigen_dtype(precision: str, size: int) -> torch.dtype:
     """The dtype of a symmetric eigenvalue problem: ``"float64"``, ``"float32"``, or ``"auto"`` (float32 from
-    :data:`FLOAT32_MIN_SIZE` rows).
+    [`FLOAT32_MIN_SIZE`][lightning_spectral.linalg.FLOAT32_MIN_SIZE] rows).
 
     Raises:
         ValueError: an unknown ``precision``.
@@ -391,7 +397,8 @@ def psd_eigenvalues(
     2r = 8192 (its tridiagonalisation is memory-bound), eigenvalues within ~1e-7 of ``lambda_max``, the
     Vendi-1 / RKE / FINC scores of RFF covariances within 0.001 % of float64's at 2r = 8192 (measured on a
     mixture and on scikit-learn's digits, docs/benchmarks.md); its round-off negatives were ~1e-7 * lambda_max
-    at 2r = 4096, so ``rtol`` is at least 1e-4 there. ``"auto"``: float32 from :data:`FLOAT32_MIN_SIZE` rows,
+    at 2r = 4096, so ``rtol`` is at least 1e-4 there. ``"auto"``: float32 from
+    [`FLOAT32_MIN_SIZE`][lightning_spectral.linalg.FLOAT32_MIN_SIZE] rows,
     float64 below.
 
     Raises:

@@ -58,7 +58,7 @@ class KernelPCAOOD(nn.Module):
         seed: frequency seed (identical on every rank).
         chunk_size: rows per chunk when accumulating.
 
-    State: the fit's sums (``sums``, a :class:`~lightning_spectral.metrics.covariance.Covariance` accumulated around a
+    State: the fit's sums (``sums``, a [`Covariance`][lightning_spectral.metrics.Covariance] accumulated around a
     shift near the mean, emptied once the fit is final) and the fitted subspace: ``mean`` (M,), ``components``
     (M, q), ``eigenvalues`` (M,), ``threshold`` and ``n_fitted`` (samples of the last fit, all ranks).
 
@@ -101,7 +101,7 @@ class KernelPCAOOD(nn.Module):
             phi: FeatureMap = GaussianRFF(None, self.n_frequencies, self.sigma, self.seed, persistent=False)
         else:
             phi = LinearMap()
-        # CoRP and CoP map L2-normalised inputs (:meth:`feature_map`); the sums are kept around a shift near their
+        # CoRP and CoP map L2-normalised inputs (`feature_map`); the sums are kept around a shift near their
         # mean, so that a large offset of the features (linear PCA of raw embeddings) does not cancel.
         self.sums = Covariance(phi, centre=True, chunk_size=chunk_size)
         for name in ("mean", "components", "eigenvalues"):
@@ -159,10 +159,12 @@ class KernelPCAOOD(nn.Module):
         self.n_fitted = torch.zeros_like(self.n_fitted)
 
     def partial_fit(self, features: Tensor) -> KernelPCAOOD:
-        """Add in-distribution features (N, d) to the sums (detached). Call :meth:`finalize` when the stream ends.
+        """Add in-distribution features (N, d) to the sums (detached). Call
+        [`finalize`][lightning_spectral.ood.KernelPCAOOD.finalize] when the stream ends.
 
         Raises:
-            TypeError / ValueError: features that are not a finite (N, d) float table (see :meth:`fit`); the
+            TypeError / ValueError: features that are not a finite (N, d) float table (see
+            [`fit`][lightning_spectral.ood.KernelPCAOOD.fit]); the
                 ``"cop"`` / ``"linear"`` sums (the input's width) refused before allocating when they cannot fit.
         """
         features = self._validated(features).detach()
@@ -296,7 +298,8 @@ def detection_metrics(
     - ``auroc``: torchmetrics' binary AUROC with OOD as the positive class (equal to the paper's AUROC with
       in-distribution positive and score ``-e``).
     - ``fpr``: the fraction of OOD samples accepted (``score <= threshold``) at the threshold
-      :func:`threshold_at_tpr` that keeps ``tpr`` of in-distribution samples. One convention: the first
+      [`threshold_at_tpr`][lightning_spectral.ood.threshold_at_tpr] that keeps ``tpr`` of in-distribution samples. One
+      convention: the first
       threshold with TPR >= tpr; ties count as accepted.
 
     Examples:

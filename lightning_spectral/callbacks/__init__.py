@@ -2,9 +2,9 @@
 EmbeddingMetrics (metrics of validation embeddings) and GeneratedSamples (metrics of a generative model's samples);
 StderrProgressBar (progress on stderr: bars on a terminal, quiet lines in a log).
 
-All are built on :class:`~lightning_spectral.callbacks.base.EmbeddingCallback` (the capture lifecycle, loader
+All are built on [`EmbeddingCallback`][lightning_spectral.callbacks.EmbeddingCallback] (the capture lifecycle, loader
 sharding, gathering, logging), and obtain embeddings through
-:class:`~lightning_spectral.callbacks.embeddings.EmbeddingSource`.
+[`EmbeddingSource`][lightning_spectral.callbacks.EmbeddingSource].
 """
 
 from lightning_spectral.callbacks.base import EmbeddingCallback, shard_loader

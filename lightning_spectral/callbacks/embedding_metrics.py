@@ -1,7 +1,7 @@
 """EmbeddingMetrics: feed validation embeddings into this library's metrics and log them, no validation_step edits.
 
 Embeddings come from the module's own validation forward (a hook on a named submodule, see
-:class:`~lightning_spectral.callbacks.base.EmbeddingCallback`); the metrics are torchmetrics ``Metric`` objects
+[`EmbeddingCallback`][lightning_spectral.callbacks.EmbeddingCallback]); the metrics are torchmetrics ``Metric`` objects
 fed according to their ``inputs`` protocol; each validation epoch ends with ``summary()`` (all-reduced under
 DDP), ``log``, optional mode galleries to TensorBoard, and ``reset()``.
 """

@@ -1,6 +1,6 @@
 """How callbacks obtain embeddings of a batch: the one mechanism every callback of this library uses.
 
-An :class:`EmbeddingSource` is either
+An [`EmbeddingSource`][lightning_spectral.callbacks.EmbeddingSource] is either
 
 - the dotted name of a submodule of the LightningModule (``"encoder"``, ``"model.visual"``): a forward hook
   records its output while the module's own ``training_step`` / ``validation_step`` runs, so no extra
@@ -8,7 +8,8 @@ An :class:`EmbeddingSource` is either
   submodule on ``batch_input(batch)``; or
 - a function ``fn(pl_module, batch) -> Tensor (N, d)``, called on demand.
 
-The hook keeps the output of the last call since :meth:`EmbeddingSource.clear` (with its autograd graph
+The hook keeps the output of the last call since
+[`EmbeddingSource.clear`][lightning_spectral.callbacks.EmbeddingSource.clear] (with its autograd graph
 when gradients are on, which SPECAlign needs); a submodule called several times in one step is reported
 once with a warning, because only one call can line up with the batch's samples.
 """
@@ -86,7 +87,7 @@ class EmbeddingSource:
     Args:
         source: dotted submodule name, or ``fn(pl_module, batch) -> Tensor (N, d)``.
         batch_input: for a submodule, what to feed it when the callback embeds a batch itself
-            (see :func:`select`); ignored for a function.
+            (see `select`); ignored for a function.
         owner: name used in error messages.
 
     Examples:
@@ -153,7 +154,8 @@ class EmbeddingSource:
         self._output, self._calls = None, 0
 
     def captured(self) -> Optional[Tensor]:
-        """The submodule's output of the last call since :meth:`clear`, or ``None``."""
+        """The submodule's output of the last call since [`clear`][lightning_spectral.callbacks.EmbeddingSource.clear],
+        or ``None``."""
         if self._calls > 1 and not self._warned:
             self._warned = True
             rank_zero_warn(
@@ -186,9 +188,9 @@ class ReferenceEmbedding:
         reference: a frozen ``nn.Module`` (an open_clip / timm encoder), run in eval mode under ``no_grad`` on
             ``batch_input(batch)``; a (N_dataset, d) tensor / array, a features file path (.npy / .pt /
             .safetensors, loaded without unpickling), or any table with ``__getitem__(ids)`` and ``shape`` (e.g.
-            :class:`~lightning_spectral.encoders.PrecomputedFeatures`), looked up by the dataset indices
+            [`PrecomputedFeatures`][lightning_spectral.encoders.PrecomputedFeatures]), looked up by the dataset indices
             ``index(batch)``; or a function ``fn(batch) -> Tensor``.
-        batch_input: what a reference module is fed (see :func:`select`).
+        batch_input: what a reference module is fed (see `select`).
         index: where a batch holds its dataset indices (required for a table).
         owner: name used in error messages.
 

@@ -1,12 +1,12 @@
 """The images behind a gallery's sample ids: where a callback's second pass finds its samples and their pictures.
 
-A metric's ``galleries`` name the top samples of its modes by id; a :class:`GalleryImages` gives the batches of that
+A metric's ``galleries`` name the top samples of its modes by id; a `GalleryImages` gives the batches of that
 second pass (per stream: the measured ``"samples"`` and, for FINC's missing modes, the ``"reference"``) and turns
 ids into images:
 
-- :class:`IndexedImages` (``EmbeddingMetrics``): the ids are dataset indices, the images come from a lookup
+- `IndexedImages` (``EmbeddingMetrics``): the ids are dataset indices, the images come from a lookup
   (``fn(index)``, a dataset, a datamodule's ``image_of``) that every rank can call;
-- :class:`KeptImages` (``GeneratedSamples``): the callback keeps the images it drew (and a share of each reference's)
+- `KeptImages` (``GeneratedSamples``): the callback keeps the images it drew (and a share of each reference's)
   with global ids, each rank its own; the rows a gallery needs are gathered from the ranks that keep them.
 """
 
@@ -118,8 +118,8 @@ class KeptImages(GalleryImages):
     """Images a callback keeps per stream, each rank its share, under global ids (unique across ranks).
 
     The measured stream is ``"samples"``; a reference stream is named by its loader and filled on first use from a
-    registered loader (:meth:`load_with`), so a gallery that never needs reference images never streams them.
-    :meth:`view` picks the reference stream a metric's ``"reference"`` galleries read.
+    registered loader (`load_with`), so a gallery that never needs reference images never streams them.
+    `view` picks the reference stream a metric's ``"reference"`` galleries read.
 
     Args:
         modes: modes per gallery.

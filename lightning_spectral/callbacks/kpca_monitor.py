@@ -1,6 +1,6 @@
 """KPCAOODMonitor: kernel PCA out-of-distribution monitoring of a model's embeddings during training.
 
-The callback fits a :class:`~lightning_spectral.ood.KernelPCAOOD` detector on in-distribution embeddings (the
+The callback fits a [`KernelPCAOOD`][lightning_spectral.ood.KernelPCAOOD] detector on in-distribution embeddings (the
 training batches, or a dataloader it iterates itself), calibrates a threshold on the in-distribution
 validation data, and every validation epoch scores the validation data and any out-of-distribution sets:
 
@@ -8,9 +8,9 @@ validation data, and every validation epoch scores the validation data and any o
   ``1 - tpr`` (up to rounding) on the epoch the threshold was calibrated; later it measures how far the
   embedding has drifted from the one the detector was fitted on.
 - per out-of-distribution set: the flagged rate (the detection rate at the fixed threshold), the AUROC and
-  the FPR at ``tpr`` TPR of this epoch's scores (:func:`~lightning_spectral.ood.detection_metrics`).
+  the FPR at ``tpr`` TPR of this epoch's scores ([`detection_metrics`][lightning_spectral.ood.detection_metrics]).
 
-Embeddings come from :class:`~lightning_spectral.callbacks.base.EmbeddingCallback` (the lifecycle every
+Embeddings come from [`EmbeddingCallback`][lightning_spectral.callbacks.EmbeddingCallback] (the lifecycle every
 callback here shares). Under DDP every decision rests on all-reduced sums and all-gathered scores, so all
 ranks log the same values and take the same branch.
 """
@@ -59,7 +59,8 @@ class KPCAOODMonitor(EmbeddingCallback):
     4. Every validation epoch logs ``{log_prefix}flagged_rate``, ``score_mean``, ``score_std``, ``threshold``,
        ``n_components`` and, per OOD set ``name``, ``{name}/flagged_rate``, ``{name}/score_mean``,
        ``{name}/auroc`` and ``{name}/fpr95`` (``fpr`` + ``100 * tpr``). On later epochs an in-distribution
-       flagged rate above ``max_flagged_rate`` raises an :class:`OODDriftWarning` (and stops training with
+       flagged rate above ``max_flagged_rate`` raises an
+       [`OODDriftWarning`][lightning_spectral.callbacks.OODDriftWarning] (and stops training with
        ``stop_on_drift``).
 
     Validation dataloaders not listed in ``ood_val_dataloader_idx`` are in-distribution. The per-sample scores
@@ -78,7 +79,7 @@ class KPCAOODMonitor(EmbeddingCallback):
         fit_on: ``"train"`` (the training batches), a ``DataLoader`` of in-distribution data, or the name of a
             datamodule method returning one (e.g. ``"train_dataloader_for_eval"``), resolved at ``setup``.
         refit: ``"once"`` (fit on the first epoch, then monitor drift) or ``"epoch"`` (refit every epoch).
-        mapping: detector feature map, see :class:`~lightning_spectral.ood.KernelPCAOOD`.
+        mapping: detector feature map, see [`KernelPCAOOD`][lightning_spectral.ood.KernelPCAOOD].
         sigma: Gaussian bandwidth on the unit sphere for ``"corp"``.
         n_frequencies: random frequencies r for ``"corp"`` (2r features).
         explained_variance: keep the fewest components reaching this explained-variance ratio.
@@ -91,7 +92,7 @@ class KPCAOODMonitor(EmbeddingCallback):
         log_prefix: prefix of every logged name.
 
     Attributes:
-        detector: the :class:`~lightning_spectral.ood.KernelPCAOOD`; after training, ``detector.score`` and
+        detector: the [`KernelPCAOOD`][lightning_spectral.ood.KernelPCAOOD]; after training, ``detector.score`` and
             ``detector.predict`` (with the calibrated ``detector.threshold``) work on any embeddings.
         n_fits: how many times the detector was (re)fitted.
 

@@ -53,9 +53,9 @@ class SPECAlign(EmbeddingCallback):
     SPEC-align (Jalali et al., ICML 2025, eq. 6): ``min_theta L(psi_theta) + beta * SPEC-diff(psi_theta, psi_ref)``.
     On each penalised step the student and reference embeddings of the batch (gathered over DDP ranks, the
     student's with its gradient) give the top ``|eigenvalue|`` of ``(K_student - K_reference)/n`` with its
-    eigenvector held fixed (Proposition 2): :class:`~lightning_spectral.callbacks.spec_align_solver.SpecAlignSolver`, a
+    eigenvector held fixed (Proposition 2): [`SpecAlignSolver`][lightning_spectral.callbacks.SpecAlignSolver], a
     warm-started block Krylov solver with the value and gradient of
-    :func:`~lightning_spectral.functional.spec_align_loss` (no full eigendecomposition per step).
+    [`spec_align_loss`][lightning_spectral.functional.spec_align_loss] (no full eigendecomposition per step).
 
     Args:
         reference: where the reference embedding comes from: a frozen ``nn.Module`` (an open_clip or timm
@@ -160,7 +160,7 @@ class SPECAlign(EmbeddingCallback):
 
     @property
     def student(self) -> Any:
-        """The student's :class:`~lightning_spectral.callbacks.embeddings.EmbeddingSource`."""
+        """The student's [`EmbeddingSource`][lightning_spectral.callbacks.EmbeddingSource]."""
         return self.source
 
     @property

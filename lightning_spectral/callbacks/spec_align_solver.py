@@ -1,7 +1,8 @@
 """SpecAlignSolver: the SPEC-align penalty of one training batch by a warm-started block Krylov method.
 
-The value and gradient of :func:`~lightning_spectral.functional.spec_align_loss` (SPEC, Jalali et al., ICML 2025,
-Proposition 2) without a full eigendecomposition per step; :class:`~lightning_spectral.callbacks.SPECAlign` holds
+The value and gradient of [`spec_align_loss`][lightning_spectral.functional.spec_align_loss] (SPEC, Jalali et al., ICML
+2025,
+Proposition 2) without a full eigendecomposition per step; [`SPECAlign`][lightning_spectral.callbacks.SPECAlign] holds
 one and keeps its warm start in the callback's state.
 """
 
@@ -26,14 +27,16 @@ from lightning_spectral.features import KERNELS, CosineMap, PairedFeatureMap, un
 from lightning_spectral.functional.spec import check_pair, spec_align_loss
 from lightning_spectral.linalg import one_thread
 
-#: Bounds of :class:`SpecAlignSolver`'s Krylov settings (the defaults are block 2, 4 steps, 4 cycles).
+#: Bounds of `SpecAlignSolver`'s Krylov settings (the defaults are block 2, 4 steps, 4 cycles).
 MAX_KRYLOV_BLOCK, MAX_KRYLOV_STEPS = 64, 100
 
 
 class SpecAlignSolver:
-    r"""SPEC-align penalty with a warm-started block Krylov solver: :func:`spec_align_loss` without a full eigh.
+    r"""SPEC-align penalty with a warm-started block Krylov solver:
+    [`spec_align_loss`][lightning_spectral.functional.spec_align_loss] without a full eigh.
 
-    Same value and gradient as :func:`spec_align_loss` (the exact route, to ``tol``), at ``O(n D b)`` per
+    Same value and gradient as [`spec_align_loss`][lightning_spectral.functional.spec_align_loss] (the exact route, to
+    ``tol``), at ``O(n D b)`` per
     Krylov block instead of an ``n x n`` eigendecomposition per step. With ``A = [Phi_s, Phi_r]`` (n, D) and
     ``S = diag(I, -I)``, ``Lambda = A S A^T / n`` is applied as ``A (S (A^T U)) / n``, never formed:
 
@@ -51,8 +54,10 @@ class SpecAlignSolver:
        the eigenvalue and its gradient (Proposition 2), differentiable through the student's features (for the
        cosine kernel the gradient is written in closed form, one product and two passes over the batch);
     4. not converged after ``max_cycles`` cycles (a near tie between ``lambda_+`` and ``-lambda_-``, a
-       winner inside a tight cluster, identical embeddings): :func:`spec_align_loss` answers. It also answers
-       batches of at most :attr:`krylov_size` rows (an epoch's last, smaller batch; one row gives 0), where its
+       winner inside a tight cluster, identical embeddings):
+       [`spec_align_loss`][lightning_spectral.functional.spec_align_loss] answers. It also answers
+       batches of at most [`krylov_size`][lightning_spectral.callbacks.SpecAlignSolver.krylov_size] rows (an epoch's
+       last, smaller batch; one row gives 0), where its
        ``n x n`` eigendecomposition is the cheaper route.
 
     The forward pass runs on one thread, the Krylov iteration detached in float64 (small LAPACK calls and
@@ -62,12 +67,13 @@ class SpecAlignSolver:
     run repeats the same iterates.
 
     Args:
-        kernel: ``"cosine"`` or ``"gaussian"``, as :func:`spec_align_loss`.
+        kernel: ``"cosine"`` or ``"gaussian"``, as [`spec_align_loss`][lightning_spectral.functional.spec_align_loss].
         sigma_student: Gaussian bandwidth of the student.
         sigma_reference: Gaussian bandwidth of the reference.
         n_frequencies: random frequencies per embedding for the Gaussian kernel.
         seed: frequency seed, also the seed of the first call's start block.
-        feature_map: a prebuilt :class:`~lightning_spectral.features.PairedFeatureMap` (else built on the first
+        feature_map: a prebuilt [`PairedFeatureMap`][lightning_spectral.features.PairedFeatureMap] (else built on the
+            first
             call from the embeddings' widths).
         tol: accepted bound on the winning eigenvector's error (the gradient's relative error is ~2 tol).
         block: Krylov block width ``b`` (Ritz vectors carried to the next cycle and call: both ends' ``b / 2``);
@@ -76,7 +82,8 @@ class SpecAlignSolver:
         max_cycles: cycles before falling back to the exact route.
 
     Raises:
-        ValueError: as :func:`spec_align_loss`; an unknown ``kernel``; ``tol`` not > 0; ``block`` outside
+        ValueError: as [`spec_align_loss`][lightning_spectral.functional.spec_align_loss]; an unknown ``kernel``;
+            ``tol`` not > 0; ``block`` outside
             [2, 64]; ``steps`` or ``max_cycles`` outside [1, 100]; ``seed`` not an integer; ``n_frequencies`` whose
             frequencies would not fit in memory.
 
@@ -231,7 +238,7 @@ class SpecAlignSolver:
         return {"warm_start": warm, "fallbacks": self.fallbacks}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict`'s output.
+        """Restore [`state_dict`][lightning_spectral.callbacks.SpecAlignSolver.state_dict]'s output.
 
         Raises:
             ValueError: a ``warm_start`` that is not ``None`` or a finite (D, block) float tensor.

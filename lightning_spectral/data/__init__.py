@@ -3,7 +3,7 @@
 Every item is a dict ``{"image": float (3, H, W), "caption": str, "index": int, "label": int}`` plus
 ``"text"``: the caption's token ids (context_length,) when a tokenizer is given. ``"index"`` is the sample's
 position in the whole source (all digits / all CSV rows / all image files), the same in every split, so
-precomputed reference features (:class:`~lightning_spectral.encoders.PrecomputedFeatures`) of the whole
+precomputed reference features ([`PrecomputedFeatures`][lightning_spectral.encoders.PrecomputedFeatures]) of the whole
 source are looked up by it; ``"label"`` is the class (-1 when unknown).
 
 Datamodules share: ``train_dataloader`` (shuffled from ``seed + epoch``), ``val_dataloader`` (also the

@@ -82,7 +82,7 @@ class CsvImageText(_FileImageText):
         batch_size: loader batch size.
         seed: the split and the training shuffle.
         tokenizer: an open_clip model name, a callable ``tokenizer(list[str])`` or ``None`` (as in
-            :class:`~lightning_spectral.data.DigitsImageText`).
+            [`DigitsImageText`][lightning_spectral.data.DigitsImageText]).
         context_length: with a model-name tokenizer, its context length.
         num_workers: DataLoader workers.
         ood_in_val: ``val_dataloader`` returns ``[val, ood]``.

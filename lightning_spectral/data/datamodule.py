@@ -88,8 +88,10 @@ class _ImageTextDataModule(ResumesMidEpoch, L.LightningDataModule):
         return DataLoader(dataset, **common)
 
     def train_dataloader(self) -> DataLoader:
-        """The training split, reshuffled every epoch from ``seed + epoch`` (:class:`EpochShuffle`); a
-        :class:`ResumableDataLoader`, so a run resumed from a mid-epoch checkpoint trains on the same batches."""
+        """The training split, reshuffled every epoch from ``seed + epoch``
+        ([`EpochShuffle`][lightning_spectral.data.EpochShuffle]); a
+        [`ResumableDataLoader`][lightning_spectral.data.ResumableDataLoader], so a run resumed from a mid-epoch
+        checkpoint trains on the same batches."""
         return self._loader("train", shuffle=True)
 
     def val_dataloader(self) -> Union[DataLoader, list[DataLoader]]:

@@ -33,7 +33,7 @@ class ImageFolderText(_FileImageText):
         held_out: class folder names held out as out-of-distribution.
         val_fraction: share of each in-distribution class used for validation.
         image_size: without a ``transform``: resize the shorter side and centre crop to this size.
-        transform: ``PIL image -> tensor`` (as in :class:`~lightning_spectral.data.CsvImageText`).
+        transform: ``PIL image -> tensor`` (as in [`CsvImageText`][lightning_spectral.data.CsvImageText]).
         train_transform: the same for the training split (default ``transform``).
         mean: without a ``transform``: per-channel mean of the normalisation.
         std: without a ``transform``: per-channel standard deviation of the normalisation.

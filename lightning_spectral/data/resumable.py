@@ -6,12 +6,15 @@ batches as were left, so a resumed run trains on the first batches twice and nev
 warns "your dataloader is not resumable"): its weights, and every value logged after, differ from the
 uninterrupted run's.
 
-:class:`ResumableDataLoader` is such a loader. Lightning hands a loader its saved state only when the loader is
+[`ResumableDataLoader`][lightning_spectral.data.ResumableDataLoader] is such a loader. Lightning hands a loader its
+saved state only when the loader is
 created after the checkpoint's loop state is restored; a ``configure_optimizers`` that reads
 ``trainer.estimated_stepping_batches`` (a warm-up / cosine schedule) creates the training loader before that, and
-the state is silently not applied. :class:`ResumesMidEpoch` makes a datamodule carry its training loader's
+the state is silently not applied. [`ResumesMidEpoch`][lightning_spectral.data.ResumesMidEpoch] makes a datamodule carry
+its training loader's
 position itself (the datamodule's ``state_dict`` / ``load_state_dict`` hooks, restored before any loader is
-created). The position is a :class:`LoaderPosition` the loader shares with the loader Lightning rebuilds from its
+created). The position is a [`LoaderPosition`][lightning_spectral.data.LoaderPosition] the loader shares with the loader
+Lightning rebuilds from its
 arguments under DDP (with a ``DistributedSampler``).
 """
 
@@ -27,7 +30,8 @@ __all__ = ["LoaderPosition", "ResumableDataLoader", "ResumesMidEpoch"]
 
 class LoaderPosition:
     """Where a training loader is: the sampler epoch of its current pass and the batches it handed out, plus the
-    position to resume at (set by :meth:`load_state_dict`, used by the next pass over the same epoch).
+    position to resume at (set by [`load_state_dict`][lightning_spectral.data.LoaderPosition.load_state_dict], used by
+    the next pass over the same epoch).
 
     Examples:
         >>> position = LoaderPosition()
@@ -91,12 +95,13 @@ class ResumableDataLoader(DataLoader):
     written at the end of an epoch) starts at the first batch.
 
     The sampler must give the same order for the same epoch (``DistributedSampler``,
-    :class:`~lightning_spectral.data.EpochShuffle`, a seeded sampler with ``set_epoch`` and ``epoch``); with a
+    [`EpochShuffle`][lightning_spectral.data.EpochShuffle], a seeded sampler with ``set_epoch`` and ``epoch``); with a
     sampler that has no ``epoch`` attribute (a fixed order) a saved position inside the epoch is always resumed.
 
     Args:
         *args: ``DataLoader``'s arguments.
-        position: the :class:`LoaderPosition` to report to (a datamodule's, see :class:`ResumesMidEpoch`);
+        position: the [`LoaderPosition`][lightning_spectral.data.LoaderPosition] to report to (a datamodule's, see
+            [`ResumesMidEpoch`][lightning_spectral.data.ResumesMidEpoch]);
             default: a new one.
         **kwargs: ``DataLoader``'s arguments.
 
@@ -151,13 +156,15 @@ class ResumableDataLoader(DataLoader):
         return self.position.state_dict()
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Start the next pass over the saved epoch at the saved batch (see :meth:`LoaderPosition.load_state_dict`).
+        """Start the next pass over the saved epoch at the saved batch (see
+        [`LoaderPosition.load_state_dict`][lightning_spectral.data.LoaderPosition.load_state_dict]).
         """
         self.position.load_state_dict(state_dict)
 
 
 class ResumesMidEpoch:
-    """Mixin for a ``LightningDataModule``: the position of its training loader (a :class:`ResumableDataLoader`
+    """Mixin for a ``LightningDataModule``: the position of its training loader (a
+    [`ResumableDataLoader`][lightning_spectral.data.ResumableDataLoader]
     built with ``position=self.train_position``) is saved with the datamodule's state in checkpoints, and a
     resumed run's training loader starts where the checkpointed one stopped.
 

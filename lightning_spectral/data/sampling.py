@@ -9,7 +9,7 @@ from torch.utils.data import Sampler
 
 
 class EpochShuffle(Sampler[int]):
-    """A random permutation of ``range(n)`` drawn from ``seed + epoch``: Lightning calls :meth:`set_epoch` at
+    """A random permutation of ``range(n)`` drawn from ``seed + epoch``: Lightning calls `set_epoch` at
     every training epoch, so a run resumed from a checkpoint sees the same batches as an uninterrupted one.
 
     Examples:

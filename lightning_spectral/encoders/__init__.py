@@ -1,19 +1,27 @@
 """Encoders and reference features, loaded offline and without unpickling arbitrary objects.
 
-- :func:`create_clip` (``encoders.clip``): an open_clip model with its transforms and tokenizer; ``pretrained``
+- [`create_clip`][lightning_spectral.encoders.create_clip] (``encoders.clip``): an open_clip model with its transforms
+  and tokenizer; ``pretrained``
   is an open_clip tag (needs the hub, or its cache) or a local checkpoint file.
-- :class:`ImageTower` / :class:`TextTower` (``encoders.towers``): one tower of an open_clip model as a module
+- [`ImageTower`][lightning_spectral.encoders.ImageTower] / [`TextTower`][lightning_spectral.encoders.TextTower]
+  (``encoders.towers``): one tower of an open_clip model as a module
   ``x -> (N, d)``.
-- :func:`create_timm_encoder` / :class:`TimmReference` (``encoders.timm_encoder``): a frozen timm feature
+- [`create_timm_encoder`][lightning_spectral.encoders.create_timm_encoder] /
+  [`TimmReference`][lightning_spectral.encoders.TimmReference] (``encoders.timm_encoder``): a frozen timm feature
   extractor (e.g. DINOv2, the SPEC paper's reference) with weights from a local file, and its evaluation
-  transform; :class:`InputAdapter` (``encoders.input_adapter``) converts the normalisation of its input.
-- :class:`PixelEncoder` (``encoders.pixels``): a weight-free reference for the offline recipe.
-- :class:`ClipImageFeature` / :class:`TimmImageFeature` / :class:`PixelImageFeature` (``encoders.extractors``):
+  transform; [`InputAdapter`][lightning_spectral.encoders.InputAdapter] (``encoders.input_adapter``) converts the
+  normalisation of its input.
+- [`PixelEncoder`][lightning_spectral.encoders.PixelEncoder] (``encoders.pixels``): a weight-free reference for the
+  offline recipe.
+- [`ClipImageFeature`][lightning_spectral.encoders.ClipImageFeature] /
+  [`TimmImageFeature`][lightning_spectral.encoders.TimmImageFeature] /
+  [`PixelImageFeature`][lightning_spectral.encoders.PixelImageFeature] (``encoders.extractors``):
   frozen image feature extractors for the metrics' ``feature=``: float images in [0, 1] in, the model's own
   preprocessing (resize, grey -> RGB, mean / std), (N, d) out.
-- :class:`PrecomputedFeatures` / :func:`save_features` (``encoders.precomputed``): a table of reference features
+- [`PrecomputedFeatures`][lightning_spectral.encoders.PrecomputedFeatures] /
+  [`save_features`][lightning_spectral.encoders.save_features] (``encoders.precomputed``): a table of reference features
   keyed by dataset index (.npy memory-mapped, .pt, .safetensors).
-- :func:`load_weights` (``encoders.weights``): a state_dict from a local file.
+- [`load_weights`][lightning_spectral.encoders.load_weights] (``encoders.weights``): a state_dict from a local file.
 
 Every file is read with ``safetensors``, ``torch.load(..., weights_only=True)`` or ``numpy.load(...,
 allow_pickle=False)``: a file that needs arbitrary pickled objects is refused with an error saying how to

@@ -17,7 +17,8 @@ CLIP_PRECISIONS = ("fp32", "fp16", "bf16", "amp", "amp_bf16", "amp_bfloat16", "p
 
 
 class ClipBundle(NamedTuple):
-    """What :func:`create_clip` returns; unpacks as ``model, preprocess_train, preprocess_val, tokenizer``."""
+    """What [`create_clip`][lightning_spectral.encoders.create_clip] returns; unpacks as ``model, preprocess_train,
+    preprocess_val, tokenizer``."""
 
     model: nn.Module
     preprocess_train: Callable[[Any], Tensor]
@@ -56,7 +57,7 @@ def load_clip_checkpoint(model: nn.Module, path: PathLike, prefix: str = "", arg
 
     Raises:
         FileNotFoundError: no file at ``path``.
-        ValueError: the file is refused (see :func:`~lightning_spectral.encoders.load_weights`) or its keys /
+        ValueError: the file is refused (see [`load_weights`][lightning_spectral.encoders.load_weights]) or its keys /
             shapes do not fit ``model`` (the model may then be partly loaded).
 
     Examples:
@@ -105,18 +106,20 @@ def create_clip(
         model_name: an open_clip architecture (``open_clip.list_models()``), or ``"local-dir:/path"`` /
             ``"hf-hub:org/repo"`` (then open_clip reads the config and weights there; ``pretrained`` is ignored).
         pretrained: ``None`` (random init); a local checkpoint file (.safetensors / .pt / .pth / .bin / .ckpt),
-            loaded strictly and safely (see :func:`load_clip_checkpoint`); or an open_clip tag such as
+            loaded strictly and safely (see [`load_clip_checkpoint`][lightning_spectral.encoders.load_clip_checkpoint]);
+            or an open_clip tag such as
             ``"laion2b_s34b_b79k"`` (``open_clip.list_pretrained()``), which open_clip downloads or finds in its
             cache (loaded with ``weights_only=True``).
-        precision: one of :data:`CLIP_PRECISIONS` (``"fp32"``, ``"fp16"``, ``"bf16"``, ``"amp"``, ...), as in open_clip.
+        precision: one of `CLIP_PRECISIONS` (``"fp32"``, ``"fp16"``, ``"bf16"``, ``"amp"``, ...), as in open_clip.
         device: where the model is created.
         checkpoint_prefix: for a local file, keep only keys with this prefix (e.g. ``"model."`` for a Lightning
-            checkpoint of :class:`~lightning_spectral.clip.CLIPFineTune`).
+            checkpoint of [`CLIPFineTune`][lightning_spectral.clip.CLIPFineTune]).
         **kwargs: passed to ``open_clip.create_model_and_transforms``: e.g. ``force_image_size=64``, or
             architecture overrides ``embed_dim=..., vision_cfg={...}, text_cfg={...}`` (tiny test models).
 
     Returns:
-        :class:`ClipBundle` ``(model, preprocess_train, preprocess_val, tokenizer)``; the tokenizer produces
+        [`ClipBundle`][lightning_spectral.encoders.ClipBundle] ``(model, preprocess_train, preprocess_val, tokenizer)``;
+        the tokenizer produces
         ``model.context_length`` tokens. The model is in train mode, as open_clip returns it.
 
     Raises:

@@ -4,12 +4,16 @@ Each takes float images in [0, 1] of shape (N, C, H, W), does its model's own pr
 to the input size, 1 -> 3 channels where the model needs 3, the model's mean / std) and returns float32 embeddings
 (N, d). They are frozen: eval mode (also under ``train()``), no gradients.
 
-- :class:`ClipImageFeature`: the image tower of an open_clip model (a local checkpoint or an open_clip tag);
-- :class:`TimmImageFeature`: a timm encoder, e.g. DINOv2, from a local weights file;
-- :class:`PixelImageFeature`: pooled grey pixels (:class:`~lightning_spectral.encoders.PixelEncoder`), weight-free,
+- [`ClipImageFeature`][lightning_spectral.encoders.ClipImageFeature]: the image tower of an open_clip model (a local
+  checkpoint or an open_clip tag);
+- [`TimmImageFeature`][lightning_spectral.encoders.TimmImageFeature]: a timm encoder, e.g. DINOv2, from a local weights
+  file;
+- [`PixelImageFeature`][lightning_spectral.encoders.PixelImageFeature]: pooled grey pixels
+  ([`PixelEncoder`][lightning_spectral.encoders.PixelEncoder]), weight-free,
   for offline use (e.g. 8x8 digits).
 
-A metric wraps them in :class:`~lightning_spectral.metrics.FrozenFeature`, which checks the input convention first
+A metric wraps them in [`FrozenFeature`][lightning_spectral.metrics.FrozenFeature], which checks the input convention
+first
 (``normalize=True``: floats in [0, 1]; ``normalize=False``: uint8 in [0, 255]).
 """
 
@@ -169,14 +173,15 @@ class ClipImageFeature(ImageFeature):
     Only the image tower is kept (the text tower is dropped).
 
     Args:
-        model_name: an open_clip architecture (see :func:`~lightning_spectral.encoders.create_clip`).
+        model_name: an open_clip architecture (see [`create_clip`][lightning_spectral.encoders.create_clip]).
         pretrained: a local checkpoint file or an open_clip tag; ``None`` = random init.
         normalize_embeddings: L2-normalise the embeddings (CLIP's cosine geometry).
-        model_kwargs: passed to :func:`~lightning_spectral.encoders.create_clip` (e.g. tiny architectures).
+        model_kwargs: passed to [`create_clip`][lightning_spectral.encoders.create_clip] (e.g. tiny architectures).
         model: an open_clip model already built (then ``model_name`` / ``pretrained`` are ignored).
 
     Raises:
-        FileNotFoundError, ValueError, RuntimeError: as :func:`~lightning_spectral.encoders.create_clip`; ``model``
+        FileNotFoundError, ValueError, RuntimeError: as [`create_clip`][lightning_spectral.encoders.create_clip];
+        ``model``
             without an image tower.
 
     Examples:
@@ -234,12 +239,13 @@ class TimmImageFeature(ImageFeature):
 
     Args:
         name: a timm architecture, e.g. ``"vit_base_patch14_dinov2"``.
-        weights: a local weights file (see :func:`~lightning_spectral.encoders.create_timm_encoder`); ``None`` =
+        weights: a local weights file (see [`create_timm_encoder`][lightning_spectral.encoders.create_timm_encoder]);
+            ``None`` =
             random init, with a warning.
         model_kwargs: passed to ``timm.create_model`` (e.g. ``{"img_size": 224}``; DINOv2 defaults to 518).
 
     Raises:
-        FileNotFoundError, ValueError: as :func:`~lightning_spectral.encoders.create_timm_encoder`.
+        FileNotFoundError, ValueError: as [`create_timm_encoder`][lightning_spectral.encoders.create_timm_encoder].
 
     Examples:
         >>> import torch, warnings
@@ -269,7 +275,7 @@ class TimmImageFeature(ImageFeature):
 
 
 class PixelImageFeature(ImageFeature):
-    """Pooled grey pixels, centred per image (:class:`~lightning_spectral.encoders.PixelEncoder`): weight-free,
+    """Pooled grey pixels, centred per image ([`PixelEncoder`][lightning_spectral.encoders.PixelEncoder]): weight-free,
     offline. ``size=8`` on scikit-learn's 8x8 digits gives their 64 pixels.
 
     Args:

@@ -48,12 +48,13 @@ def _lookup_ids(ids: Any) -> Tensor:
 
 
 def save_features(path: PathLike, features: Union[Tensor, np.ndarray], index: Union[Tensor, np.ndarray, None] = None):
-    """Write reference features (N, d) for :class:`PrecomputedFeatures`, with optional dataset indices.
+    """Write reference features (N, d) for [`PrecomputedFeatures`][lightning_spectral.encoders.PrecomputedFeatures],
+    with optional dataset indices.
 
     ``.npy``: the array itself (read memory-mapped), the index in a sibling ``<stem>.index.npy``; ``.pt``:
     ``{"features": tensor, "index": tensor}`` via ``torch.save``; ``.safetensors``: keys ``features`` and
     ``index``. Row ``i`` holds the features of dataset sample ``index[i]`` (``i`` itself without an index).
-    Each file is written whole or not at all (:func:`~lightning_spectral.files.written`).
+    Each file is written whole or not at all ([`written`][lightning_spectral.files.written]).
 
     Raises:
         ValueError: unsupported suffix, features not a finite floating (N, d) array, or an index that is not

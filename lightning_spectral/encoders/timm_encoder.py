@@ -15,7 +15,8 @@ from lightning_spectral.files import PathLike, existing_file
 
 
 class TimmEncoder(NamedTuple):
-    """What :func:`create_timm_encoder` returns; unpacks as ``model, transform, data_config``."""
+    """What [`create_timm_encoder`][lightning_spectral.encoders.create_timm_encoder] returns; unpacks as ``model,
+    transform, data_config``."""
 
     model: nn.Module
     transform: Callable[[Any], Tensor]
@@ -43,7 +44,8 @@ def create_timm_encoder(
     Args:
         name: a timm architecture, e.g. ``"vit_base_patch14_dinov2"`` (``timm.list_models("*dinov2*")``).
         weights: a local .safetensors / .pt / .pth / .bin file (see
-            :func:`~lightning_spectral.encoders.load_weights`); ``None`` = random init, with a warning (a random
+            [`load_weights`][lightning_spectral.encoders.load_weights]); ``None`` = random init, with a warning (a
+            random
             reference is rarely what you want).
         num_classes: 0 for pooled features.
         checkpoint_prefix: keep only keys with this prefix (removed).
@@ -55,7 +57,8 @@ def create_timm_encoder(
         **kwargs: passed to ``timm.create_model``, e.g. ``img_size=224`` (DINOv2 defaults to 518).
 
     Returns:
-        :class:`TimmEncoder` ``(model, transform, data_config)``: ``transform`` maps a PIL image to the tensor
+        [`TimmEncoder`][lightning_spectral.encoders.TimmEncoder] ``(model, transform, data_config)``: ``transform`` maps
+        a PIL image to the tensor
         the model expects, ``data_config`` holds its input size, mean, std, interpolation and crop.
 
     Raises:
@@ -124,14 +127,15 @@ class TimmReference(nn.Module):
 
     Args:
         name: a timm architecture, e.g. ``"vit_base_patch14_dinov2"``.
-        weights: a local weights file (see :func:`create_timm_encoder`); ``None`` = random init, with a warning.
+        weights: a local weights file (see [`create_timm_encoder`][lightning_spectral.encoders.create_timm_encoder]);
+            ``None`` = random init, with a warning.
         input_mean: the per-channel mean of the tensors it is fed (their normalisation).
         input_std: the per-channel standard deviation of the tensors it is fed.
         input_size: the size of the tensors it is fed.
         model_kwargs: passed to ``timm.create_model`` (e.g. ``{"img_size": 224}``).
 
     Raises:
-        FileNotFoundError, ValueError: as :func:`create_timm_encoder`.
+        FileNotFoundError, ValueError: as [`create_timm_encoder`][lightning_spectral.encoders.create_timm_encoder].
 
     Examples:
         >>> import torch, warnings

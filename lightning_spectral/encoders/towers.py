@@ -41,7 +41,7 @@ class ImageTower(_Tower):
         model: an open_clip model (``CLIP`` / ``CustomTextCLIP``).
         normalize: L2-normalise the embeddings.
         owns_model: register ``model`` as a submodule (default). ``False`` keeps a plain reference, for a
-            module that registers the model itself (e.g. :class:`~lightning_spectral.clip.CLIPFineTune`).
+            module that registers the model itself (e.g. [`CLIPFineTune`][lightning_spectral.clip.CLIPFineTune]).
 
     Raises:
         ValueError: ``model`` has no ``encode_image``.
@@ -66,7 +66,7 @@ class TextTower(_Tower):
     Args:
         model: an open_clip model.
         normalize: L2-normalise the embeddings.
-        owns_model: register ``model`` as a submodule (see :class:`ImageTower`).
+        owns_model: register ``model`` as a submodule (see [`ImageTower`][lightning_spectral.encoders.ImageTower]).
 
     Raises:
         ValueError: ``model`` has no ``encode_text``.

@@ -94,7 +94,7 @@ def load_weights(path: PathLike, prefix: str = "", argument: str = "weights") ->
     Args:
         path: the weights file.
         prefix: keep only keys starting with this prefix, with the prefix removed (e.g. ``"model."`` for the
-            open_clip model inside a Lightning checkpoint of :class:`~lightning_spectral.clip.CLIPFineTune`).
+            open_clip model inside a Lightning checkpoint of [`CLIPFineTune`][lightning_spectral.clip.CLIPFineTune]).
         argument: the argument name used in error messages.
 
     Returns:

@@ -24,7 +24,7 @@ VendiResult = Union[Tensor, dict]
 
 
 def parse_alpha(alpha: Alpha) -> float:
-    """An order ``alpha`` as a float in (0, inf] (``"inf"`` allowed; :func:`~lightning_spectral._checks.check_order`).
+    """An order ``alpha`` as a float in (0, inf] (``"inf"`` allowed; `check_order`).
 
     Raises:
         ValueError: not an order (bools included), naming ``alpha``.
@@ -39,7 +39,8 @@ def renyi_entropy(eigenvalues: Tensor, alpha: Alpha = 1.0) -> Tensor:
     Zero eigenvalues contribute nothing (``0^a = 0``, ``0 log 0 = 0``), so the entropy of a spectrum padded
     with zeros is unchanged. Orders ``alpha < 1`` weigh tiny eigenvalues up (``p^alpha``), so round-off
     eigenvalues (~1e-16 in float64) shift them slightly; orders >= 1, the ones the papers report, are robust.
-    The eigenvalues must be >= 0 (use :func:`psd_eigenvalues`). For a normalised kernel they already sum to 1
+    The eigenvalues must be >= 0 (use [`psd_eigenvalues`][lightning_spectral.linalg.psd_eigenvalues]). For a normalised
+    kernel they already sum to 1
     (trace of the covariance); normalising makes the helper safe for any PSD input.
 
     Args:

@@ -14,8 +14,10 @@ cannot permute (it keeps no samples), so it uses the asymptotic null of ``T = MM
 centred feature covariance ``S`` (eigenvalues ``l_k``), under H0 ``T ~ (1/m + 1/n) sum_k l_k chi2_1``
 (the feature map is finite-dimensional, so this is the central limit theorem for ``z1 - z2``). The tail is
 taken from a shifted, scaled chi-square with the same first three cumulants (``tr S``, ``2 tr S^2``,
-``8 tr S^3``; :func:`pearson3_p_value`), the traces estimated from the pooled sums (:func:`null_moments`,
-:func:`null_trace_cube`); :func:`streaming_p_value` does all of it.
+``8 tr S^3``; [`pearson3_p_value`][lightning_spectral.functional.mmd.pearson3_p_value]), the traces estimated from the
+pooled sums ([`null_moments`][lightning_spectral.functional.mmd.null_moments],
+[`null_trace_cube`][lightning_spectral.functional.mmd.null_trace_cube]);
+[`streaming_p_value`][lightning_spectral.functional.mmd.streaming_p_value] does all of it.
 """
 
 from __future__ import annotations
@@ -98,8 +100,10 @@ def asymptotic_p_value(biased: Tensor, trace: Tensor, trace_sq: Tensor, m: float
     (``tr S``) and variance (``2 tr S^2``) by a scaled chi-square ``g chi2_h``, ``g = tr S^2 / tr S``,
     ``h = (tr S)^2 / tr S^2`` (Gretton et al.'s two-moment Gamma approximation).
 
-    The two-moment rule :class:`~lightning_spectral.metrics.FastMMD` used before :func:`streaming_p_value`; it is
-    liberal at small alpha (kept for comparison, see :func:`pearson3_p_value`)."""
+    The two-moment rule [`FastMMD`][lightning_spectral.metrics.FastMMD] used before
+    [`streaming_p_value`][lightning_spectral.functional.mmd.streaming_p_value]; it is
+    liberal at small alpha (kept for comparison, see
+    [`pearson3_p_value`][lightning_spectral.functional.mmd.pearson3_p_value])."""
     scale = 1.0 / m + 1.0 / n
     trace, trace_sq = trace.clamp_min(0), trace_sq.clamp_min(0)
     degenerate = (trace <= 1e-15) | (trace_sq <= 1e-30)  # all features identical: T is 0 under H0
@@ -146,7 +150,7 @@ def null_trace_cube(feature_sum: Tensor, cov_sum: Tensor, count: float) -> Tenso
     """Low-bias ``tr(S^3)`` of the feature covariance ``S`` from pooled sums of unit-norm features.
 
     ``feature_sum`` (..., D) is ``s = sum_i z_i``, ``cov_sum`` (..., D, D) is ``Q = sum_i z_i z_i^T``; returns (...).
-    The U-statistic of ``tr S^3`` (:func:`_trace_cube_u_statistic`) needs ``Q_c = Q - s s^T / N``
+    The U-statistic of ``tr S^3`` (`_trace_cube_u_statistic`) needs ``Q_c = Q - s s^T / N``
     (``= sum_i y_i y_i^T``, ``y_i = z_i - z_bar``) and sums over samples. Because ``||z_i|| = 1``,
     ``d_i = ||y_i||^2 = t_bar - 2 y_i . z_bar`` with ``t_bar = tr Q_c / N``, so ``V2 = N t_bar^2 + 4 z_bar^T Q_c z_bar``
     and ``X = 4 ||Q_c z_bar||^2`` are exact, while
@@ -191,7 +195,7 @@ def pearson3_p_value(value: Tensor, trace: Tensor, trace_sq: Tensor, trace_cube:
 
         b = tr S^3 / tr S^2,   nu = (tr S^2)^3 / (tr S^3)^2,   a = tr S - (tr S^2)^2 / tr S^3.
 
-    Matching two moments only (``a = 0``, :func:`asymptotic_p_value`) gives a lighter right tail than ``X``
+    Matching two moments only (``a = 0``, `asymptotic_p_value`) gives a lighter right tail than ``X``
     whenever the eigenvalues differ (``(tr S^2)^2 < tr S tr S^3``), so a liberal test at small alpha; the
     third cumulant restores the skewness (the three-moment Pearson curve fit of Gretton, Borgwardt et al.,
     JMLR 2012, that FastMMD Sec. 2.5 names, here in closed form). ``tr S^3`` is clipped to
@@ -218,8 +222,10 @@ def streaming_p_value(
     """Asymptotic p-value of ``T = MMD_b^2`` (biased) from the pooled streaming sums of unit-norm features.
 
     Under H0, ``T ~ (1/m + 1/n) sum_k l_k chi2_1`` with ``l`` the eigenvalues of the pooled feature covariance
-    ``S``. The p-value is the Pearson type III tail (:func:`pearson3_p_value`) of ``T / (1/m + 1/n)`` with
-    ``tr S``, ``tr S^2`` unbiased (:func:`null_moments`) and ``tr S^3`` low-bias (:func:`null_trace_cube`);
+    ``S``. The p-value is the Pearson type III tail
+    ([`pearson3_p_value`][lightning_spectral.functional.mmd.pearson3_p_value]) of ``T / (1/m + 1/n)`` with
+    ``tr S``, ``tr S^2`` unbiased ([`null_moments`][lightning_spectral.functional.mmd.null_moments]) and ``tr S^3``
+    low-bias ([`null_trace_cube`][lightning_spectral.functional.mmd.null_trace_cube]);
     no eigendecomposition. When all features are equal (``S = 0``), ``T`` is 0 under H0: p is 1 for
     ``T = 0`` and 0 otherwise.
 

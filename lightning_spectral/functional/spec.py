@@ -13,7 +13,8 @@ eigenvector's large entries are the members); a negative one the reverse. SPEC-d
 - ``"covariance"``: the joint covariance ``C = (1/n) A^T A`` of ``A = [Phi_a, Phi_b]`` (random Fourier
   features for the Gaussian kernel, the normalised embeddings for the cosine kernel) and the non-symmetric
   ``Gamma = D C``, ``D = diag(I, -I)`` (Proposition 1), solved through its symmetric similar form
-  ``L^T D L`` (one Cholesky ``C = L L^T``, :func:`differential_theta`): one ``eigvalsh``
+  ``L^T D L`` (one Cholesky ``C = L L^T``,
+  [`differential_theta`][lightning_spectral.functional.spec.differential_theta]): one ``eigvalsh``
   for the spectrum and Lanczos for the few eigenvectors the clusters need. Cost O(n D^2 + D^3), linear in n.
 """
 
@@ -64,7 +65,7 @@ class SPECClusters(NamedTuple):
 
 
 class SPECResult(NamedTuple):
-    """Output of :func:`spec`.
+    """Output of [`spec`][lightning_spectral.functional.spec].
 
     Attributes:
         eigenvalues: non-zero spectrum of ``Lambda`` (descending, both signs), float64.
@@ -153,7 +154,8 @@ def differential_theta(
     but with ``C = L L^T``, ``L^T (S L L^T) L^{-T} = L^T S L``: ``Theta w = lambda w`` gives ``Gamma v = lambda v``
     with ``v = S L w``. One Cholesky replaces the eigendecomposition of ``C`` that an exact square root needs.
 
-    The shift ``eps`` (:func:`jittered_cholesky`, ``~D 2.2e-16 trace(C)``) lets a singular ``C`` (fewer samples
+    The shift ``eps`` ([`jittered_cholesky`][lightning_spectral.linalg.jittered_cholesky], ``~D 2.2e-16 trace(C)``) lets
+    a singular ``C`` (fewer samples
     than features, near-dependent random features) factorise; ``Theta``'s eigenvalues are those of
     ``S (C + eps I)``, within ``~2 eps`` of ``Gamma``'s (measured) except where ``Gamma`` has Jordan blocks:
     identical or rotated embeddings give ``S C`` blocks ``[[p, p], [-p, -p]]`` whose zero eigenvalues move to
@@ -162,7 +164,7 @@ def differential_theta(
 
     Cost: ``L``'s first ``width_a`` rows vanish right of column ``width_a``, so
     ``Theta = [[L_11^T L_11, 0], [0, 0]] - L_b^T L_b`` (``L_b``: the other rows) costs about 5/8 of one
-    ``D^3`` product (:func:`add_gram_`).
+    ``D^3`` product ([`add_gram_`][lightning_spectral.linalg.add_gram_]).
 
     Returns:
         ``(Theta (D, D) in dtype, L (D, D) float64, s (D,) float64, floor)``, ``s`` the diagonal of ``S``; the
@@ -183,7 +185,8 @@ def differential_theta(
 def differential_eigh(joint_covariance: Tensor, width_a: int) -> tuple[Tensor, Tensor]:
     r"""Eigen-pairs of the SPEC differential covariance ``Gamma = S C`` through its symmetric form.
 
-    One Cholesky and one symmetric ``eigh`` (:func:`differential_theta`): ``Theta w = lambda w`` and
+    One Cholesky and one symmetric ``eigh``
+    ([`differential_theta`][lightning_spectral.functional.spec.differential_theta]): ``Theta w = lambda w`` and
     ``v = S L w``.
 
     Args:
@@ -223,7 +226,8 @@ def _covariance_route(
     """Eigenvalues (descending), the column of each in the sample vectors (-1: not mapped), the unit sample
     vectors (n, m) of the ``k`` top clusters per side, and the relative round-off level of the eigenvalues.
 
-    One Cholesky, one ``eigvalsh`` of ``Theta = L^T S L`` (:func:`differential_theta`)
+    One Cholesky, one ``eigvalsh`` of ``Theta = L^T S L``
+    ([`differential_theta`][lightning_spectral.functional.spec.differential_theta])
     and Lanczos for the few eigenvectors the clusters need; ``Theta``, its spectrum and the Lanczos products in
     float32 where ``precision`` says so (the Cholesky factor and the map back stay float64).
     """
@@ -273,7 +277,8 @@ def spec(
         emb_a: (n, d_a) first embedding.
         emb_b: (n, d_b) second embedding of the same samples (row i = sample i in both).
         kernel: ``"gaussian"`` or ``"cosine"``.
-        sigma_a: Gaussian bandwidth of ``emb_a`` (required for ``"gaussian"``; see :func:`match_bandwidth`).
+        sigma_a: Gaussian bandwidth of ``emb_a`` (required for ``"gaussian"``; see
+            [`match_bandwidth`][lightning_spectral.functional.match_bandwidth]).
         sigma_b: Gaussian bandwidth of ``emb_b``.
         n_frequencies: random frequencies ``r`` per embedding on the Gaussian covariance route (features 2r each).
         seed: frequency seed (shared by both maps, so ``spec(x, x)`` is exactly 0 on every route).
@@ -286,10 +291,10 @@ def spec(
         precision: the covariance route's spectrum: ``"float64"``, ``"float32"`` (``eigvalsh`` of ``Theta`` rounded
             to float32: faster at D = 4096, eigenvalues within ~1e-7 max ``|eigenvalue|``, those below 1e-5 max
             ``|eigenvalue|`` count as zero; cluster eigenvectors to ~1e-5) or ``"auto"``: float32 from
-            D = :data:`~lightning_spectral.linalg.FLOAT32_MIN_SIZE`.
+            D = [`FLOAT32_MIN_SIZE`][lightning_spectral.linalg.FLOAT32_MIN_SIZE].
 
     Returns:
-        :class:`SPECResult`.
+        [`SPECResult`][lightning_spectral.functional.SPECResult].
 
     Raises:
         ValueError: different n, NaN, zero-norm rows under the cosine kernel, ``sigma <= 0`` or missing, unknown
@@ -341,7 +346,7 @@ def spec_diff_exact(
 
     Raises:
         ValueError: an unknown ``kernel``, no samples, ``sigma_a`` / ``sigma_b`` missing or not > 0 for the
-            Gaussian kernel, or the input problems of :func:`spec`.
+            Gaussian kernel, or the input problems of [`spec`][lightning_spectral.functional.spec].
     """
     if kernel not in KERNELS:
         raise ValueError(f"`kernel` must be one of {KERNELS}, got {kernel!r}.")
@@ -444,7 +449,8 @@ def spec_align_loss(
         sigma_reference: Gaussian bandwidth of the reference.
         n_frequencies: random frequencies per embedding for the Gaussian kernel.
         seed: frequency seed.
-        feature_map: a prebuilt :class:`~lightning_spectral.features.PairedFeatureMap` (saves redrawing frequencies).
+        feature_map: a prebuilt [`PairedFeatureMap`][lightning_spectral.features.PairedFeatureMap] (saves redrawing
+            frequencies).
 
     Returns:
         Scalar tensor in the student's dtype (float32 for half-precision input).

@@ -1,7 +1,8 @@
 """Offline training data for small generative models: scikit-learn's 8x8 digits, with classes dropped mid-run.
 
 Items are dicts ``{"image": float (1, 8, 8) in [0, 1], "label": int, "index": int}``; ``"index"`` is the
-position in ``sklearn.datasets.load_digits()``, the same in every split. :class:`DropClassesSampler` removes
+position in ``sklearn.datasets.load_digits()``, the same in every split.
+[`DropClassesSampler`][lightning_spectral.generative.DropClassesSampler] removes
 (or starves) some classes from the training stream from a given epoch on, so that a model trained on it
 forgets them: the mode collapse the spectral metrics have to catch.
 """
@@ -68,11 +69,11 @@ class DropClassesSampler(Sampler[int]):
     """An epoch-seeded shuffle that stops serving some classes from epoch ``drop_after_epoch`` on.
 
     Before that epoch: a permutation of all positions, drawn from ``seed + epoch`` (as
-    :class:`~lightning_spectral.data.EpochShuffle`). From that epoch on, the positions of ``drop_classes``
+    [`EpochShuffle`][lightning_spectral.data.EpochShuffle]). From that epoch on, the positions of ``drop_classes``
     are left out, except a fixed, seeded ``keep_fraction`` of them (``0`` removes the classes, ``> 0``
     starves them); the epoch is filled up to its usual length with further permutations of what remains, so
     every epoch has the same number of batches (Lightning counts them once) and both runs of a comparison
-    take the same number of optimiser steps. Lightning calls :meth:`set_epoch` every training epoch (also
+    take the same number of optimiser steps. Lightning calls `set_epoch` every training epoch (also
     through its DDP wrapper), so a resumed run sees the same stream as an uninterrupted one.
 
     Args:
@@ -134,7 +135,8 @@ class DigitsImages(ResumesMidEpoch, L.LightningDataModule):
 
     ``val_fraction`` of every class goes to a held-out split (stratified, seeded). The training stream
     (``train_dataloader``) is shuffled every epoch from ``seed + epoch`` and, with ``drop_classes``, loses those
-    classes from epoch ``drop_after_epoch`` on (:class:`DropClassesSampler`): a model trained on it forgets
+    classes from epoch ``drop_after_epoch`` on
+    ([`DropClassesSampler`][lightning_spectral.generative.DropClassesSampler]): a model trained on it forgets
     them. ``reference_dataloader()`` is the whole training split in a fixed order, dropped classes included:
     the data distribution a model's samples are compared with.
 

@@ -30,7 +30,8 @@ class DigitsVAE(L.LightningModule):
     ``q(z|x)`` by the reparameterisation trick (a one-sample estimate of the KL). The prior ``p(z)`` is a
     learned mixture of ``n_components`` diagonal Gaussians: with a small ``beta`` the codes of different digits
     sit apart, and a single ``N(0, I)`` prior would put much of its mass between them, where the decoder
-    draws blurred, ambiguous digits (a mode the data lacks). Samples (:meth:`sample`) decode ``z ~ p(z)`` and
+    draws blurred, ambiguous digits (a mode the data lacks). Samples
+    ([`sample`][lightning_spectral.generative.DigitsVAE.sample]) decode ``z ~ p(z)`` and
     return the Bernoulli means (grey levels), not binary draws.
 
     Args:

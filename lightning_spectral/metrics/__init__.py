@@ -1,7 +1,9 @@
 """torchmetrics-compatible metrics whose state is a fixed-size random-Fourier-feature sum.
 
-Every metric is a :class:`SpectralMetric` whose states are the sums of its :class:`Accumulator` s (one accumulated
-stream each, under one feature map); :class:`FrozenFeature` lets them take images through a frozen extractor.
+Every metric is a [`SpectralMetric`][lightning_spectral.metrics.SpectralMetric] whose states are the sums of its
+[`Accumulator`][lightning_spectral.metrics.Accumulator]s (one accumulated
+stream each, under one feature map); [`FrozenFeature`][lightning_spectral.metrics.FrozenFeature] lets them take images
+through a frozen extractor.
 """
 
 from lightning_spectral.metrics.accumulator import Accumulator

@@ -10,7 +10,8 @@ uncentred second moment ``C = Q / n`` (``c = 0``) and the centred covariance ``Q
 near the mean keeps the last one exact when the features have a large offset (a float32 product of un-shifted
 features cancels catastrophically).
 
-An :class:`Accumulator` keeps the three sums as ONE flat float64 state of the ``torchmetrics.Metric`` that holds it
+An [`Accumulator`][lightning_spectral.metrics.Accumulator] keeps the three sums as ONE flat float64 state of the
+``torchmetrics.Metric`` that holds it
 (``[n, s, Q]``, declared with the public ``add_state``), so torchmetrics resets, checkpoints and all-reduces them
 with the metric: one all-reduce per accumulator. Incoming rows wait in a bounded buffer (a list state) until
 ``chunk_size`` of them are pending (one large product instead of many small ones), and the buffer is flushed
@@ -36,12 +37,13 @@ class Accumulator:
     Args:
         metric: the metric whose states hold the sums (``{name}_sums``) and the pending rows (``{name}_pending``).
         name: the state's name (``"gen"``, ``"ref"``...).
-        feature_map: ``phi``; its output width fixes the size of the sums once known (:meth:`allocate`). A map with
+        feature_map: ``phi``; its output width fixes the size of the sums once known
+            ([`allocate`][lightning_spectral.metrics.Accumulator.allocate]). A map with
             a leading bandwidth dimension (``MultiBandwidthRFF``, output (B, N, D)) gives sums with that dimension.
         covariance: keep ``Q``; ``False`` keeps the count and the feature sum only (summed by the map's
             ``feature_sum`` when it has one, without building the features).
         centre: accumulate around a shift ``c`` (the mean of the first flushed chunk, agreed across ranks before
-            the sums are all-reduced, see :meth:`rebase`).
+            the sums are all-reduced, see [`rebase`][lightning_spectral.metrics.Accumulator.rebase]).
         chunk_size: rows mapped and summed at once.
 
     Examples:
@@ -220,7 +222,7 @@ class Accumulator:
 
     def eigenvalues(self, precision: str = "float64") -> Tensor:
         """Eigenvalues of ``C`` (descending, float64, round-off negatives zeroed; see
-        :func:`~lightning_spectral.linalg.psd_eigenvalues`)."""
+        [`psd_eigenvalues`][lightning_spectral.linalg.psd_eigenvalues])."""
         return psd_eigenvalues(self.second_moment(), precision=precision)
 
     def modes(self) -> tuple[Tensor, Tensor]:
@@ -242,7 +244,7 @@ class Accumulator:
         return torch.cat(parts)
 
     def unpack(self, packed: Tensor) -> Tensor:
-        """The flat state of :meth:`pack`'s output.
+        """The flat state of [`pack`][lightning_spectral.metrics.Accumulator.pack]'s output.
 
         Raises:
             ValueError: the packed size does not belong to this accumulator's settings.

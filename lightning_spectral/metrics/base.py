@@ -1,28 +1,35 @@
 """The contract every metric here keeps: accumulators under one feature map, one sync, reference sides, a protocol.
 
-A :class:`SpectralMetric` is a ``torchmetrics.Metric`` whose states are the sums of its
-:class:`~lightning_spectral.metrics.accumulator.Accumulator` s, all under one
-:class:`~lightning_spectral.features.FeatureMap` whose input width is fixed by the first batch. It does, once
+A [`SpectralMetric`][lightning_spectral.metrics.SpectralMetric] is a ``torchmetrics.Metric`` whose states are the sums
+of its
+[`Accumulator`][lightning_spectral.metrics.Accumulator]s, all under one
+[`FeatureMap`][lightning_spectral.features.FeatureMap] whose input width is fixed by the first batch. It does, once
 for all metrics:
 
-- **input**: embeddings (N, d), or images through a frozen ``feature`` extractor (:class:`FrozenFeature`);
+- **input**: embeddings (N, d), or images through a frozen ``feature`` extractor
+  ([`FrozenFeature`][lightning_spectral.metrics.FrozenFeature]);
 - **sync**: pending rows are flushed and the ranks agree on widths, sizes, frequencies and shifts
-  (:func:`~lightning_spectral.metrics.sync.agree_across_ranks`), then torchmetrics all-reduces each accumulator's
-  one state (``dist_sync_fn`` = :func:`~lightning_spectral.distributed.all_reduce_sum`);
-- **one sync for many reads**: inside :meth:`~SpectralMetric.synced` the sums cover every rank, and every method
-  (:meth:`~SpectralMetric.summary`, modes, galleries, plots) reads them without syncing again;
+  (`agree_across_ranks`), then torchmetrics all-reduces each accumulator's
+  one state (``dist_sync_fn`` = [`all_reduce_sum`][lightning_spectral.distributed.all_reduce_sum]);
+- **one sync for many reads**: inside [`synced`][lightning_spectral.metrics.SpectralMetric.synced] the sums cover every
+  rank, and every method
+  ([`summary`][lightning_spectral.metrics.SpectralMetric.summary], modes, galleries, plots) reads them without syncing
+  again;
 - **reference sides**: accumulators declared with ``reference=True`` survive ``reset()`` when
   ``reset_real_features=False`` (as torchmetrics' FID keeps its real features);
-- **checkpoints** (:mod:`~lightning_spectral.metrics.checkpoint`) and **plots**
-  (:mod:`~lightning_spectral.metrics.plotting`), beside this file;
-- **the protocol callbacks and the command line use**: ``inputs``, :meth:`~SpectralMetric.sample_count`,
-  :meth:`~SpectralMetric.reset_reference`, :meth:`~SpectralMetric.summary`, :meth:`~SpectralMetric.galleries`.
+- **checkpoints** (`metrics.checkpoint`) and **plots**
+  (`metrics.plotting`), beside this file;
+- **the protocol callbacks and the command line use**: ``inputs``,
+  [`sample_count`][lightning_spectral.metrics.SpectralMetric.sample_count],
+  [`reset_reference`][lightning_spectral.metrics.SpectralMetric.reset_reference],
+  [`summary`][lightning_spectral.metrics.SpectralMetric.summary],
+  [`galleries`][lightning_spectral.metrics.SpectralMetric.galleries].
 
 Shared constructor arguments (documented here once; every metric takes them as keywords):
 
 - ``chunk_size``: rows mapped and summed at once; rows wait in a buffer until this many are pending.
 - ``feature``: a frozen ``nn.Module`` mapping a batch of images to (N, d) embeddings: ``update`` then takes images
-  (see :class:`~lightning_spectral.metrics.feature.FrozenFeature`).
+  (see [`FrozenFeature`][lightning_spectral.metrics.FrozenFeature]).
 - ``normalize``: with ``feature``: images are floats in [0, 1] (``True``) or ``uint8`` in [0, 255] (``False``,
   torchmetrics' FID convention).
 - ``save_feature``: with ``feature``: also write its weights into the metric's ``state_dict``.
@@ -62,8 +69,9 @@ class ModeGallery(NamedTuple):
 class SpectralMetric(Metric):
     """A ``torchmetrics.Metric`` whose states are the sums of accumulators under one feature map.
 
-    Subclasses pass their map to ``__init__`` and declare accumulators with :meth:`add_accumulator`; the shared
-    keyword arguments are documented in :mod:`~lightning_spectral.metrics.base`.
+    Subclasses pass their map to ``__init__`` and declare accumulators with
+    [`add_accumulator`][lightning_spectral.metrics.SpectralMetric.add_accumulator]; the shared
+    keyword arguments are documented in [`base`][lightning_spectral.metrics.base].
 
     Args:
         feature_map: ``phi``; its input width is fixed by the first batch (or ``in_features``).
@@ -108,10 +116,11 @@ class SpectralMetric(Metric):
     def add_accumulator(
         self, name: str, covariance: bool = True, centre: bool = False, reference: bool = False
     ) -> Accumulator:
-        """Declare an :class:`~lightning_spectral.metrics.accumulator.Accumulator` of this metric's feature map.
+        """Declare an [`Accumulator`][lightning_spectral.metrics.Accumulator] of this metric's feature map.
 
         ``reference=True`` marks a stream of the reference ("real") data: kept by ``reset()`` when
-        ``reset_real_features=False`` and cleared by :meth:`reset_reference`.
+        ``reset_real_features=False`` and cleared by
+        [`reset_reference`][lightning_spectral.metrics.SpectralMetric.reset_reference].
         """
         accumulator = Accumulator(self, name, self.feature_map, covariance, centre, self.chunk_size)
         self.accumulators[name] = accumulator
@@ -141,7 +150,8 @@ class SpectralMetric(Metric):
         The first batch fixes the input width.
 
         Raises:
-            TypeError / ValueError: wrong type, rank or width, NaN / Inf; image errors (see :class:`FrozenFeature`).
+            TypeError / ValueError: wrong type, rank or width, NaN / Inf; image errors (see
+            [`FrozenFeature`][lightning_spectral.metrics.FrozenFeature]).
         """
         if self.feature is not None:
             x = self.feature(x, name)
@@ -177,7 +187,8 @@ class SpectralMetric(Metric):
         restored on exit) and every method reads them without syncing again: use it to read several values, galleries
         and plots of one epoch. Nested blocks reuse the outer one. A collective under DDP.
 
-        Inside it, read values through :meth:`value` / :meth:`summary` (torchmetrics' ``compute`` would sync again).
+        Inside it, read values through [`value`][lightning_spectral.metrics.SpectralMetric.value] /
+        [`summary`][lightning_spectral.metrics.SpectralMetric.summary] (torchmetrics' ``compute`` would sync again).
         """
         if self._sync_depth:
             self._sync_depth += 1
@@ -196,7 +207,8 @@ class SpectralMetric(Metric):
             self._sync_depth = 0
 
     def value(self) -> Any:
-        """``compute()`` of the sums as they are: all ranks' inside :meth:`synced`, this rank's outside it."""
+        """``compute()`` of the sums as they are: all ranks' inside
+        [`synced`][lightning_spectral.metrics.SpectralMetric.synced], this rank's outside it."""
         return type(self).compute(self)
 
     def cached(self, name: str, fn: Callable[[], Any]) -> Any:
@@ -247,7 +259,8 @@ class SpectralMetric(Metric):
     def sample_count(self, real: bool = False) -> int:
         """Samples accumulated on the measured side (``real=False``) or the reference side, all ranks.
 
-        Inside :meth:`synced` the counts are global already; outside it the counts alone are all-reduced (a
+        Inside [`synced`][lightning_spectral.metrics.SpectralMetric.synced] the counts are global already; outside it
+        the counts alone are all-reduced (a
         collective under DDP: every rank must call it, and all get the same answer).
         """
         names = [n for n in self.accumulators if (n in self.reference_names) == real]
@@ -264,10 +277,12 @@ class SpectralMetric(Metric):
             setattr(self, accumulator.state_name, torch.zeros_like(getattr(self, accumulator.state_name)))
 
     def summary(self) -> dict[str, Tensor]:
-        """Every value the metric reports, by name (``""`` is the metric's own value, :meth:`value`).
+        """Every value the metric reports, by name (``""`` is the metric's own value,
+        [`value`][lightning_spectral.metrics.SpectralMetric.value]).
 
         Callbacks log ``{name}`` and ``{name}_{key}``; subclasses add values (FastMMD its p-value, FINC its
-        missing modes). A collective under DDP (one sync, reused inside :meth:`synced`).
+        missing modes). A collective under DDP (one sync, reused inside
+        [`synced`][lightning_spectral.metrics.SpectralMetric.synced]).
         """
         with self.synced():
             return {"": self.value()}
@@ -285,23 +300,24 @@ class SpectralMetric(Metric):
     # ---- pictures ------------------------------------------------------------------------------------------------
     def plot(self, val: Any = None, ax: Any = None) -> tuple[Any, Any]:
         """torchmetrics' ``plot``: the metric's value, or a list of values over steps; see
-        :func:`~lightning_spectral.metrics.plotting.plot_value`."""
+        `plot_value`."""
         if val is None:
             with self.synced():
                 val = self.value()
         return plotting.plot_value(self, val, ax)
 
     def plot_spectrum(self, ax: Any = None, top: int = 50) -> tuple[Any, Any]:
-        """The picture behind the metric's value (default: one bar panel per value of :meth:`summary`; metrics with
+        """The picture behind the metric's value (default: one bar panel per value of
+        [`summary`][lightning_spectral.metrics.SpectralMetric.summary]; metrics with
         an eigen-spectrum draw it). A collective under DDP; see
-        :func:`~lightning_spectral.metrics.plotting.plot_summary`."""
+        `plot_summary`."""
         return plotting.plot_summary(self, ax, top)
 
     # ---- checkpoints, devices, pickling --------------------------------------------------------------------------
     def persistent(self, mode: bool = False) -> None:
         """Whether ``state_dict`` carries the sums (``True`` by default; ``False``: a resumed run starts them anew).
 
-        The sums travel packed in the extra state (:mod:`~lightning_spectral.metrics.checkpoint`): an empty
+        The sums travel packed in the extra state (`metrics.checkpoint`): an empty
         accumulator writes its count only, a covariance its upper triangle.
         """
         self._persistent_sums = bool(mode)

@@ -17,7 +17,7 @@ from lightning_spectral.metrics.sync import frequency_fingerprint
 
 def extra_state(metric: Any, sums: bool = True) -> dict[str, Any]:
     """What a resume needs: the input width, the frequencies' fingerprint, the shifts and (with ``sums``) the packed
-    sums of every accumulator (:meth:`~lightning_spectral.metrics.accumulator.Accumulator.pack`)."""
+    sums of every accumulator ([`pack`][lightning_spectral.metrics.Accumulator.pack])."""
     metric.flush()  # pending rows join the sums (and fix a centred accumulator's shift) before anything is read
     state: dict[str, Any] = {"in_features": metric.in_features, "frequencies": frequency_fingerprint(metric)}
     state["shifts"] = {
@@ -32,7 +32,7 @@ def extra_state(metric: Any, sums: bool = True) -> dict[str, Any]:
 
 
 def load_extra_state(metric: Any, state: Any) -> None:
-    """Restore :func:`extra_state`'s output: size the sums from the input width, check the frequencies, unpack.
+    """Restore `extra_state`'s output: size the sums from the input width, check the frequencies, unpack.
 
     Raises:
         RuntimeError: the checkpoint's frequencies differ (another ``seed``, ``sigma`` or ``n_frequencies``).

@@ -17,15 +17,16 @@ from lightning_spectral.metrics.base import ModeGallery, SpectralMetric
 class Covariance(SpectralMetric):
     r"""Uncentred kernel covariance ``C = (1/n) sum_i phi(x_i) phi(x_i)^T`` of a stream, for a feature map ``phi``.
 
-    One :class:`~lightning_spectral.metrics.accumulator.Accumulator`, ``samples``: the count, the feature sum (D,)
+    One [`Accumulator`][lightning_spectral.metrics.Accumulator], ``samples``: the count, the feature sum (D,)
     and the outer-product sum (D, D), float64, all-reduced under DDP; memory does not grow with the number of
-    samples. :class:`RFFCovariance` is the Gaussian kernel's (FKEA); kernel PCA uses the cosine and linear maps.
+    samples. [`RFFCovariance`][lightning_spectral.metrics.RFFCovariance] is the Gaussian kernel's (FKEA); kernel PCA
+    uses the cosine and linear maps.
 
     Args:
-        feature_map: ``phi`` (a :class:`~lightning_spectral.features.FeatureMap`).
+        feature_map: ``phi`` (a [`FeatureMap`][lightning_spectral.features.FeatureMap]).
         centre: accumulate around a shift near the mean, so that ``centred_covariance`` stays exact for features
             with a large offset (the values do not change).
-        in_features: see :mod:`~lightning_spectral.metrics.base` (as the other shared keyword arguments).
+        in_features: see [`base`][lightning_spectral.metrics.base] (as the other shared keyword arguments).
         kwargs: ``chunk_size``, ``feature``, ``normalize``, ``save_feature`` and torchmetrics' keyword arguments.
     """
 
@@ -56,7 +57,7 @@ class Covariance(SpectralMetric):
 
         For well-separated modes an eigenvalue is about the mode's frequency times its within-mode kernel
         similarity (FKEA section 3; only approximately a frequency). Eigenvector signs follow the
-        fitting-set rule of :mod:`~lightning_spectral.functional.modes`.
+        fitting-set rule of `functional.modes`.
         """
         check_positive_int(k, "k")
         with self.synced():
@@ -124,16 +125,18 @@ class Covariance(SpectralMetric):
 class RFFCovariance(Covariance):
     r"""The Gaussian kernel's covariance ``C = (1/n) sum_i phi(x_i) phi(x_i)^T`` through random Fourier features.
 
-    ``phi`` is :class:`~lightning_spectral.features.GaussianRFF` (``2r`` features of unit norm), so ``trace(C) = 1``
+    ``phi`` is [`GaussianRFF`][lightning_spectral.features.GaussianRFF] (``2r`` features of unit norm), so ``trace(C) =
+    1``
     and the non-zero eigenvalues of ``C`` equal those of the proxy kernel matrix ``K~/n`` (FKEA eq. 2). State: one
-    accumulator (:class:`Covariance`).
+    accumulator ([`Covariance`][lightning_spectral.metrics.Covariance]).
 
     Args:
         sigma: Gaussian bandwidth (> 0).
         n_frequencies: number of frequencies ``r`` (features ``2r``).
         seed: seed of the frequencies; every rank must use the same one.
         kwargs: ``in_features``, ``chunk_size``, ``feature``, ``normalize``, ``save_feature`` (see
-            :mod:`~lightning_spectral.metrics.base`), ``centre`` (see :class:`Covariance`) and torchmetrics'
+            [`base`][lightning_spectral.metrics.base]), ``centre`` (see
+            [`Covariance`][lightning_spectral.metrics.Covariance]) and torchmetrics'
             keyword arguments.
 
     Examples:

@@ -16,7 +16,7 @@ class FrozenFeature(nn.Module):
     Input: a batch of images (N, ...) as ``uint8`` in [0, 255] (``normalize=False``, torchmetrics' FID default) or
     as floats in [0, 1] (``normalize=True``). The module always receives float32 images in [0, 1] and decides
     which shapes it takes (e.g. ``nn.Sequential(nn.Flatten())`` on 1-channel digits, or the extractors of
-    :mod:`lightning_spectral.encoders` that resize and normalise for a CLIP / DINOv2 tower).
+    [`lightning_spectral.encoders`][lightning_spectral.encoders] that resize and normalise for a CLIP / DINOv2 tower).
 
     Frozen: the module runs in eval mode under ``no_grad``, its parameters do not require gradients, and it is
     kept outside the metric's submodules, so no optimizer of the LightningModule sees it, ``train()`` does not

@@ -30,18 +30,19 @@ class FKEAVendi(RFFCovariance):
     fixed values. At small r FKEA underestimates (Vendi-1 most); 2r = 4096 to 16k is typical.
 
     State: the float64 covariance sum, feature sum and count (``RFFCovariance``), all-reduced under DDP;
-    memory is ``O(r^2)`` whatever the number of samples. Modes: :meth:`modes`, :meth:`top_samples`.
+    memory is ``O(r^2)`` whatever the number of samples. Modes: [`modes`][lightning_spectral.metrics.Covariance.modes],
+    [`top_samples`][lightning_spectral.metrics.Covariance.top_samples].
 
     Args:
         sigma: Gaussian bandwidth (> 0), in embedding units (FKEA: 20-25 for DINOv2, 7 for CLIP).
         n_frequencies: r; the covariance is 2r x 2r.
         alpha: an order in (0, inf] (``"inf"`` allowed) or a sequence of orders.
         seed: frequency seed, identical on every rank.
-        precision: the eigendecomposition's dtype, as :func:`~lightning_spectral.linalg.psd_eigenvalues`:
+        precision: the eigendecomposition's dtype, as [`psd_eigenvalues`][lightning_spectral.linalg.psd_eigenvalues]:
             ``"auto"`` (float32 from 2r = 4096, measured faster with the same scores to 0.002 %, see
             docs/benchmarks.md; float64 below), ``"float32"`` or ``"float64"``. The sums are float64 either way.
         kwargs: ``in_features``, ``chunk_size``, ``feature``, ``normalize``, ``save_feature`` (see
-            :mod:`~lightning_spectral.metrics.base`) and torchmetrics' keyword arguments.
+            [`base`][lightning_spectral.metrics.base]) and torchmetrics' keyword arguments.
 
     Returns (``compute``):
         A scalar tensor for one order (loggable with ``self.log("val/vendi", metric)``), or a dict

@@ -31,19 +31,22 @@ class FastMMD(SpectralMetric):
     - ``unbiased=False``: ``||z_real - z_gen||^2``.
 
     ``sigma`` may be a sequence: one estimate per bandwidth, all from the same standard-normal draws
-    (``W = Z / sigma``; :class:`~lightning_spectral.features.MultiBandwidthRFF` projects once and rescales), so
+    (``W = Z / sigma``; [`MultiBandwidthRFF`][lightning_spectral.features.MultiBandwidthRFF] projects once and
+    rescales), so
     estimates across bandwidths are correlated (as in the authors' code).
 
-    The test (:meth:`p_value`, :meth:`test`) needs no stored samples: the pooled feature covariance is kept as
+    The test ([`p_value`][lightning_spectral.metrics.FastMMD.p_value],
+    [`test`][lightning_spectral.metrics.FastMMD.test]) needs no stored samples: the pooled feature covariance is kept as
     a sum state, and under H0 ``T = ||z_real - z_gen||^2`` is distributed as ``(1/m + 1/n) sum_k l_k chi2_1``
     with ``l`` the eigenvalues of the pooled, centred covariance ``S``; the p-value comes from a shifted, scaled
     chi-square (Pearson type III) matched in three cumulants, ``tr S``, ``tr S^2`` and ``tr S^3`` estimated from
-    the sums with low bias (:func:`~lightning_spectral.functional.mmd.streaming_p_value`; no eigendecomposition).
+    the sums with low bias ([`streaming_p_value`][lightning_spectral.functional.mmd.streaming_p_value]; no
+    eigendecomposition).
     The test uses the biased statistic whatever ``unbiased`` says.
     Pick sigma without looking at the tested data (for example the
     median heuristic on a held-out split): choosing it to maximise the MMD inflates the type-I error.
 
-    State: two :class:`~lightning_spectral.metrics.accumulator.Accumulator` s, ``real`` and ``gen``, each with per
+    State: two [`Accumulator`][lightning_spectral.metrics.Accumulator]s, ``real`` and ``gen``, each with per
     bandwidth the feature sum (D = 2r) and the feature covariance sum (D x D; the sides are kept apart so the
     reference can survive ``reset``), and the count, float64, all-reduced under DDP. Memory:
     ``2 * len(sigma) * (2r)^2 * 8`` bytes (67 MB at r = 1024), whatever the number of samples. With
@@ -59,7 +62,7 @@ class FastMMD(SpectralMetric):
         statistic_only: keep only the feature means (no covariance, no p-value): memory O(r), and each update
             costs O(N d r) instead of O(N r^2).
         kwargs: ``in_features``, ``chunk_size``, ``feature``, ``normalize``, ``save_feature`` (see
-            :mod:`~lightning_spectral.metrics.base`) and torchmetrics' keyword arguments.
+            [`base`][lightning_spectral.metrics.base]) and torchmetrics' keyword arguments.
 
     Examples:
         >>> import torch

@@ -24,22 +24,24 @@ from lightning_spectral.metrics.base import ModeGallery, SpectralMetric
 class SPECDivergence(SpectralMetric):
     r"""SPEC-diff between two embeddings ``a`` and ``b`` of the same samples, accumulated over batches.
 
-    State: one :class:`~lightning_spectral.metrics.accumulator.Accumulator`, ``joint``: the joint outer-product sum
+    State: one [`Accumulator`][lightning_spectral.metrics.Accumulator], ``joint``: the joint outer-product sum
     ``sum_i [phi_a(a_i); phi_b(b_i)] [...]^T`` ((D_a + D_b)^2), the feature sum and the count, float64,
     all-reduced under DDP. ``compute()`` returns ``max |lambda|`` of the differential
     covariance ``Gamma = D C`` (SPEC, Proposition 1), whose non-zero eigenvalues are those of
     ``Lambda = (K_a - K_b)/n``; positive eigenvalues are clusters ``a`` groups and ``b`` does not, negative ones
-    the reverse (:meth:`clusters`, :meth:`top_samples`).
+    the reverse ([`clusters`][lightning_spectral.metrics.SPECDivergence.clusters],
+    [`top_samples`][lightning_spectral.metrics.SPECDivergence.top_samples]).
 
     Args:
         kernel: ``"gaussian"`` (random Fourier features, ``D = 2 r`` per embedding) or ``"cosine"`` (``D = d``).
-        sigma_a: Gaussian bandwidth of ``emb_a`` (see :func:`~lightning_spectral.functional.match_bandwidth`).
+        sigma_a: Gaussian bandwidth of ``emb_a`` (see
+            [`match_bandwidth`][lightning_spectral.functional.match_bandwidth]).
         sigma_b: Gaussian bandwidth of ``emb_b``.
         n_frequencies: ``r`` per embedding for the Gaussian kernel.
         seed: frequency seed, shared by both maps and by every rank.
         in_features: widths ``(d_a, d_b)``, if known (else learnt from the first batch; under DDP a rank that
             saw no sample adopts the others' widths before the sums are all-reduced).
-        kwargs: ``chunk_size`` (see :mod:`~lightning_spectral.metrics.base`) and torchmetrics' keyword arguments.
+        kwargs: ``chunk_size`` (see [`base`][lightning_spectral.metrics.base]) and torchmetrics' keyword arguments.
 
     Examples:
         >>> import torch

@@ -1,15 +1,15 @@
 """What ranks agree on before a metric's sums are all-reduced: input widths, state sizes, frequencies, shifts.
 
-Every state of a :class:`~lightning_spectral.metrics.base.SpectralMetric` is a sum, so torchmetrics can all-reduce
+Every state of a [`SpectralMetric`][lightning_spectral.metrics.SpectralMetric] is a sum, so torchmetrics can all-reduce
 it as it is, provided every rank holds a state of the same size, built from the same random frequencies, around
-the same shift. :func:`agree_across_ranks` makes that so (or raises on every rank, never leaving one waiting in a
+the same shift. `agree_across_ranks` makes that so (or raises on every rank, never leaving one waiting in a
 collective):
 
 1. a rank that saw no sample builds its feature map from the other ranks' input width (it then adds zeros);
 2. the state sizes and the frequencies' fingerprints must match (another ``seed``, ``sigma`` or ``n_frequencies``
    on one rank raises everywhere);
 3. centred accumulators move their sums to one shift, the count-weighted mean of the ranks' shifts
-   (:meth:`~lightning_spectral.metrics.accumulator.Accumulator.rebase`, exact algebra).
+   ([`rebase`][lightning_spectral.metrics.Accumulator.rebase], exact algebra).
 """
 
 from __future__ import annotations
