@@ -1,9 +1,13 @@
-"""Kernel feature maps: the one random-Fourier-feature map every method shares, the cosine map, bandwidths.
+r"""Kernel feature maps: the one random-Fourier-feature map every method shares, the cosine map, bandwidths.
 
-Conventions (see ``DESIGN.md``): the Gaussian kernel is ``k(x, y) = exp(-||x - y||^2 / (2 sigma^2))`` and
-its random Fourier features are ``phi(x) = [cos(x W), sin(x W)] / sqrt(r)`` with ``W = Z / sigma``,
-``Z ~ N(0, I)`` of shape (d, r). Every row of ``phi`` has norm exactly 1, so ``phi(x) . phi(x) = k(x, x) = 1``
-and every RFF covariance has trace 1 (FKEA, Ospanov et al. 2024, eq. 2; FINC, Zhang et al., eq. 4).
+Conventions (see ``DESIGN.md``): the Gaussian kernel and its random Fourier features are
+
+$$k(x, y) = \exp\Big(-\frac{\|x - y\|^2}{2\sigma^2}\Big), \qquad
+\phi(x) = \frac{1}{\sqrt{r}}\big[\cos(xW),\ \sin(xW)\big], \quad W = Z / \sigma,$$
+
+with $Z \sim \mathcal{N}(0, I)$ of shape (d, r). Every row of $\phi$ has norm exactly 1, so
+$\phi(x)^\top \phi(x) = k(x, x) = 1$ and every RFF covariance has trace 1 (FKEA, Ospanov et al. 2024, eq. 2;
+FINC, Zhang et al., eq. 4).
 """
 
 from __future__ import annotations
@@ -85,10 +89,11 @@ class FeatureMap(nn.Module):
 
 
 class GaussianRFF(FeatureMap):
-    r"""Random Fourier features of the Gaussian kernel, ``phi(x) = [cos(xW), sin(xW)] / sqrt(r)``.
+    r"""Random Fourier features of the Gaussian kernel, $\phi(x) = [\cos(xW), \sin(xW)] / \sqrt{r}$.
 
-    ``phi(x) . phi(y) = (1/r) sum_j cos(w_j . (x - y))`` is an unbiased estimate of
-    ``k(x, y) = exp(-||x - y||^2 / (2 sigma^2))`` with error ~ 1/sqrt(r), and ``||phi(x)|| = 1`` exactly.
+    $\phi(x)^\top \phi(y) = \frac{1}{r} \sum_j \cos\big(w_j^\top (x - y)\big)$ is an unbiased estimate of
+    $k(x, y) = \exp\big(-\|x - y\|^2 / (2\sigma^2)\big)$ with error $\sim 1/\sqrt{r}$, and $\|\phi(x)\| = 1$
+    exactly.
 
     Args:
         in_features: width ``d`` of the inputs, or ``None`` to take it from the first batch
@@ -219,7 +224,8 @@ def check_phases(phases: Tensor, owner: str, x: Optional[Tensor] = None, frequen
 
 
 class MultiBandwidthRFF(FeatureMap):
-    """Random Fourier features at several bandwidths from one projection: ``phi_b(x) = [cos(xZ/s_b), sin(xZ/s_b)]/sqrt(r)``.
+    r"""Random Fourier features at several bandwidths from one projection:
+    $\phi_b(x) = [\cos(xZ/s_b), \sin(xZ/s_b)] / \sqrt{r}$.
 
     The standard-normal draws ``Z`` (d, r) are shared by every bandwidth (as
     [`GaussianRFF`][lightning_spectral.features.GaussianRFF] with the same
@@ -340,7 +346,7 @@ class LinearMap(FeatureMap):
 
 
 class CosineMap(LinearMap):
-    """L2 normalisation, the feature map of the cosine kernel ``k(x, y) = x . y / (||x|| ||y||)``.
+    r"""L2 normalisation, the feature map of the cosine kernel $k(x, y) = x^\top y / (\|x\| \|y\|)$.
 
     Rows with norm <= ``eps`` have no direction: they raise instead of silently becoming NaN or zero
     (a zero row would break the trace-1 identity every method relies on).
@@ -418,7 +424,7 @@ class _UnitRows(torch.autograd.Function):
 
 
 def gaussian_kernel(x: Tensor, y: Optional[Tensor] = None, sigma: float = 1.0) -> Tensor:
-    """The exact kernel matrix ``K[i, j] = exp(-||x_i - y_j||^2 / (2 sigma^2))``, shape (N, M), float64.
+    r"""The exact kernel matrix $K_{ij} = \exp\big(-\|x_i - y_j\|^2 / (2\sigma^2)\big)$, shape (N, M), float64.
 
     For small inputs: the oracle the random-feature routes are tested against.
 

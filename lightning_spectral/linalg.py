@@ -27,7 +27,8 @@ PRECISIONS = ("float64", "float32", "auto")
 
 
 def add_gram_(total: Tensor, phi: Tensor, tile: int = DEFAULT_TILE) -> Tensor:
-    """In place ``total += phi^T phi`` for ``phi`` of shape (N, D), ``total`` of shape (D, D).
+    r"""In place $\text{total} \mathrel{+}= \Phi^\top \Phi$ for $\Phi$ (``phi``) of shape (N, D), ``total`` of shape
+    (D, D).
 
     The product runs in ``phi``'s dtype (one BLAS call per row strip of tiles on or above the diagonal)
     and is added to ``total`` in ``total``'s dtype (float64 for every state in this library). The total stays
@@ -54,7 +55,8 @@ def add_covariance_(
     chunk_size: int = DEFAULT_CHUNK_SIZE,
     feature_sum: Optional[Tensor] = None,
 ) -> Tensor:
-    """In place ``total += sum_i phi(x_i) phi(x_i)^T`` (and ``feature_sum += sum_i phi(x_i)`` if given).
+    r"""In place $\text{total} \mathrel{+}= \sum_i \phi(x_i)\, \phi(x_i)^\top$ (and
+    $\text{feature\_sum} \mathrel{+}= \sum_i \phi(x_i)$ if given).
 
     Streams ``x`` in chunks of ``chunk_size`` rows, so memory is ``O(chunk_size * D + D^2)`` whatever N is.
     Chunk products run in the compute dtype of ``x`` (float32, or float64 for float64 input) and are summed
@@ -90,7 +92,7 @@ def add_covariance_(
 
 
 def covariance(x: Tensor, feature_map: Callable[[Tensor], Tensor], chunk_size: int = DEFAULT_CHUNK_SIZE) -> Tensor:
-    """One-shot normalised covariance ``(1/N) sum_i phi(x_i) phi(x_i)^T`` (D, D), float64, via
+    r"""One-shot normalised covariance $\frac{1}{N} \sum_i \phi(x_i)\, \phi(x_i)^\top$ (D, D), float64, via
     [`add_covariance_`][lightning_spectral.linalg.add_covariance_].
 
     Raises:
@@ -109,7 +111,7 @@ def symmetrize(matrix: Tensor) -> Tensor:
 
 
 def weighted_sum(terms: Sequence[tuple[float, Tensor]], dtype: Optional[torch.dtype] = None, rows: int = 64) -> Tensor:
-    """``sum_k w_k M_k`` over ``terms = [(w_k, M_k)]`` of equal shape (n, m), row block by row block, as ``dtype``.
+    r"""$\sum_k w_k M_k$ over ``terms = [(w_k, M_k)]`` of equal shape (n, m), row block by row block, as ``dtype``.
 
     Each block is summed in the inputs' dtype and cast once, so every input is read once and the result written
     once, with no full-size temporary: at 4096 x 4096 float64 about 7x faster than the same expression in
@@ -432,7 +434,8 @@ def psd_eigenvalues(
 
 
 def jittered_cholesky(matrix: Tensor, jitter: Optional[float] = None, tries: int = 6) -> tuple[Tensor, float]:
-    """Lower Cholesky factor of a PSD matrix after the smallest diagonal shift that works: ``M + eps I = L L^T``.
+    r"""Lower Cholesky factor of a PSD matrix after the smallest diagonal shift that works:
+    $M + \epsilon I = L L^\top$.
 
     ``eps = jitter * trace(M) * 100^t`` for the first ``t = 0, 1, ...`` at which the factorisation succeeds. A PSD
     matrix whose numerical rank is below its size (fewer samples than features, duplicated features) cannot be

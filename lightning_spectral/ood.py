@@ -1,15 +1,15 @@
-"""Kernel PCA out-of-distribution detection (CoP / CoRP; Fang et al., "Kernel PCA for Out-of-Distribution
+r"""Kernel PCA out-of-distribution detection (CoP / CoRP; Fang et al., "Kernel PCA for Out-of-Distribution
 Detection") with streaming fit, DDP-summed states and threshold calibration.
 
-Features ``z`` are mapped by ``Phi``: ``"cop"`` L2-normalises (cosine kernel), ``"corp"`` L2-normalises then
+Features $z$ are mapped by $\Phi$: ``"cop"`` L2-normalises (cosine kernel), ``"corp"`` L2-normalises then
 applies the Gaussian random Fourier features of this library (``[cos, sin]`` pairs, ``2r`` features; the
-paper's ``gamma`` is ``1 / (2 sigma^2)``), ``"linear"`` is the identity (linear PCA, the baseline that fails).
-Fitting streams in-distribution features into sums (``sum Phi``, ``sum Phi Phi^T``, count); ``finalize``
-forms the mean ``mu`` and centred covariance, keeps the top ``q`` eigenvectors ``U_q`` (the smallest q whose
+paper's $\gamma$ is $1 / (2\sigma^2)$), ``"linear"`` is the identity (linear PCA, the baseline that fails).
+Fitting streams in-distribution features into sums ($\sum \Phi$, $\sum \Phi \Phi^\top$, count); ``finalize``
+forms the mean $\mu$ and centred covariance, keeps the top $q$ eigenvectors $U_q$ (the smallest q whose
 explained-variance ratio reaches ``explained_variance``, or ``n_components``), and a sample's score is its
 reconstruction error
 
-    e(z) = || (I - U_q U_q^T)(Phi(z) - mu) || = sqrt(||r||^2 - ||U_q^T r||^2),   r = Phi(z) - mu
+$$e(z) = \big\|(I - U_q U_q^\top)(\Phi(z) - \mu)\big\| = \sqrt{\|r\|^2 - \|U_q^\top r\|^2}, \qquad r = \Phi(z) - \mu,$$
 
 computed without forming the M x M projector (cost O(d r + M q) per sample, independent of the training
 size). Higher = more out-of-distribution (the paper's score is ``-e``).

@@ -1,8 +1,10 @@
-"""FKEA: Vendi / RKE diversity through random Fourier features (Ospanov et al., NeurIPS 2024), and the exact oracle.
+r"""FKEA: Vendi / RKE diversity through random Fourier features (Ospanov et al., NeurIPS 2024), and the exact oracle.
 
-``VENDI_a = exp(H_a(C))`` with ``C = (1/n) sum_i phi(x_i) phi(x_i)^T`` the (2r x 2r) RFF covariance, whose
-non-zero eigenvalues approximate those of the normalised kernel matrix ``K/n`` (FKEA eqs. 3-4, Algorithm 1).
-``alpha = 2`` is RKE; ``alpha = 1`` the Shannon limit; ``alpha = inf`` is ``1 / lambda_max``.
+$$\mathrm{VENDI}_\alpha = \exp\big(H_\alpha(C)\big), \qquad C = \frac{1}{n} \sum_i \phi(x_i)\, \phi(x_i)^\top,$$
+
+$C$ the (2r x 2r) RFF covariance, whose non-zero eigenvalues approximate those of the normalised kernel matrix
+$K/n$ (FKEA eqs. 3-4, Algorithm 1). $\alpha = 2$ is RKE; $\alpha = 1$ the Shannon limit; $\alpha = \infty$ is
+$1 / \lambda_{\max}$.
 """
 
 from __future__ import annotations
@@ -33,9 +35,10 @@ def parse_alpha(alpha: Alpha) -> float:
 
 
 def renyi_entropy(eigenvalues: Tensor, alpha: Alpha = 1.0) -> Tensor:
-    """Order-``alpha`` Renyi entropy of a spectrum, ``H_a = log(sum_i p_i^a) / (1 - a)``, ``p = lambda / sum lambda``.
+    r"""Order-``alpha`` Renyi entropy of a spectrum, $H_\alpha = \frac{1}{1 - \alpha} \log \sum_i p_i^\alpha$,
+    $p = \lambda / \sum_j \lambda_j$.
 
-    Special orders: ``alpha = 1`` is the Shannon limit ``-sum p log p``; ``alpha = inf`` is ``-log p_max``.
+    Special orders: $\alpha = 1$ is the Shannon limit $-\sum_i p_i \log p_i$; $\alpha = \infty$ is $-\log p_{\max}$.
     Zero eigenvalues contribute nothing (``0^a = 0``, ``0 log 0 = 0``), so the entropy of a spectrum padded
     with zeros is unchanged. Orders ``alpha < 1`` weigh tiny eigenvalues up (``p^alpha``), so round-off
     eigenvalues (~1e-16 in float64) shift them slightly; orders >= 1, the ones the papers report, are robust.
@@ -76,9 +79,9 @@ def renyi_entropy(eigenvalues: Tensor, alpha: Alpha = 1.0) -> Tensor:
 
 
 def vendi_score(eigenvalues: Tensor, alpha: Alpha = 1.0) -> Tensor:
-    """Vendi score of order ``alpha``: ``exp(H_alpha)``, the effective number of modes (1 <= score <= rank).
+    r"""Vendi score of order ``alpha``: $\exp(H_\alpha)$, the effective number of modes (1 <= score <= rank).
 
-    ``alpha = 2`` is the RKE score ``1 / sum p_i^2``; ``alpha = inf`` is ``1 / p_max``.
+    $\alpha = 2$ is the RKE score $1 / \sum_i p_i^2$; $\alpha = \infty$ is $1 / p_{\max}$.
 
     Examples:
         >>> import torch
@@ -89,7 +92,8 @@ def vendi_score(eigenvalues: Tensor, alpha: Alpha = 1.0) -> Tensor:
 
 
 def rke_from_covariance(covariance: Tensor) -> Tensor:
-    """RKE (Vendi of order 2) without an eigendecomposition: ``trace(C)^2 / ||C||_F^2`` (= ``1/||C||_F^2`` at trace 1).
+    r"""RKE (Vendi of order 2) without an eigendecomposition: $\operatorname{tr}(C)^2 / \|C\|_F^2$
+    ($= 1 / \|C\|_F^2$ at trace 1).
 
     Examples:
         >>> import torch
@@ -130,7 +134,7 @@ def fkea_vendi(
     seed: int = 0,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
 ) -> VendiResult:
-    """FKEA Vendi score(s) of embeddings (N, d): ``exp(H_alpha)`` of the RFF covariance spectrum.
+    r"""FKEA Vendi score(s) of embeddings (N, d): $\exp(H_\alpha)$ of the RFF covariance spectrum.
 
     Args:
         features: (N, d) embeddings, N >= 1.
@@ -157,9 +161,11 @@ def fkea_vendi(
 
 
 def vendi_exact(features: Tensor, sigma: float, alpha: Orders = 1.0) -> VendiResult:
-    """Exact Vendi score(s) from the n x n Gaussian kernel matrix: ``exp(H_alpha(K/n))``. O(n^2 d + n^3).
+    r"""Exact Vendi score(s) from the n x n Gaussian kernel matrix: $\exp\big(H_\alpha(K/n)\big)$, in
+    $O(n^2 d + n^3)$.
 
-    The oracle FKEA converges to as r grows. For RKE alone, ``1 / mean(K^2)`` needs no eigendecomposition.
+    The oracle FKEA converges to as r grows. For RKE alone, $1 / \operatorname{mean}(K^2)$ needs no
+    eigendecomposition.
 
     Examples:
         >>> import torch

@@ -1,20 +1,25 @@
-"""FastMMD: the maximum mean discrepancy through random Fourier features (Zhao & Meng, Neural Computation 2015).
+r"""FastMMD: the maximum mean discrepancy through random Fourier features (Zhao & Meng, Neural Computation 2015).
 
-With unit-norm features ``z(x) = [cos(xW), sin(xW)] / sqrt(r)`` (``z . z = K(0) = 1``) and side means
-``z1 = mean_i z(x_i)`` (m samples) and ``z2 = mean_j z(y_j)`` (n samples):
+With unit-norm features $z(x) = [\cos(xW), \sin(xW)] / \sqrt{r}$ ($z^\top z = K(0) = 1$) and side means
+$\bar z_1 = \frac{1}{m} \sum_i z(x_i)$ (m samples) and $\bar z_2 = \frac{1}{n} \sum_j z(y_j)$ (n samples):
 
-- biased ``MMD_b^2 = ||z1 - z2||^2`` (FastMMD App. A.2, eq. A.7): the squared amplitude of a sum of
-  sinusoids averaged over the random frequencies, which is the mean-embedding distance;
-- unbiased ``MMD_u^2 = MMD_b^2 + ||z1||^2/(m-1) + ||z2||^2/(n-1) - (m+n-2)/((m-1)(n-1))`` (identity A.2);
-  with [cos, sin] features this is *exactly* the U-statistic of the approximate kernel. It can be negative.
+- biased (FastMMD App. A.2, eq. A.7): the squared amplitude of a sum of sinusoids averaged over the random
+  frequencies, which is the mean-embedding distance,
+  $$\mathrm{MMD}_b^2 = \|\bar z_1 - \bar z_2\|^2;$$
+- unbiased (identity A.2); with [cos, sin] features this is *exactly* the U-statistic of the approximate kernel.
+  It can be negative.
+  $$\mathrm{MMD}_u^2 = \mathrm{MMD}_b^2 + \frac{\|\bar z_1\|^2}{m-1} + \frac{\|\bar z_2\|^2}{n-1}
+  - \frac{m+n-2}{(m-1)(n-1)}.$$
 
 Tests. ``fast_mmd_test`` permutes the pooled labels with the frequencies held fixed: an exact
-finite-sample test for the approximate kernel, p = (1 + #{T_b >= T}) / (B + 1). The streaming metric
-cannot permute (it keeps no samples), so it uses the asymptotic null of ``T = MMD_b^2``: with the pooled,
-centred feature covariance ``S`` (eigenvalues ``l_k``), under H0 ``T ~ (1/m + 1/n) sum_k l_k chi2_1``
-(the feature map is finite-dimensional, so this is the central limit theorem for ``z1 - z2``). The tail is
-taken from a shifted, scaled chi-square with the same first three cumulants (``tr S``, ``2 tr S^2``,
-``8 tr S^3``; [`pearson3_p_value`][lightning_spectral.functional.mmd.pearson3_p_value]), the traces estimated from the
+finite-sample test for the approximate kernel, $p = (1 + \#\{T_b \ge T\}) / (B + 1)$. The streaming metric
+cannot permute (it keeps no samples), so it uses the asymptotic null of $T = \mathrm{MMD}_b^2$: with the pooled,
+centred feature covariance $S$ (eigenvalues $l_k$), under $H_0$
+$$T \sim \Big(\frac{1}{m} + \frac{1}{n}\Big) \sum_k l_k\, \chi^2_1$$
+(the feature map is finite-dimensional, so this is the central limit theorem for $\bar z_1 - \bar z_2$). The tail
+is taken from a shifted, scaled chi-square with the same first three cumulants ($\operatorname{tr} S$,
+$2 \operatorname{tr} S^2$, $8 \operatorname{tr} S^3$;
+[`pearson3_p_value`][lightning_spectral.functional.mmd.pearson3_p_value]), the traces estimated from the
 pooled sums ([`null_moments`][lightning_spectral.functional.mmd.null_moments],
 [`null_trace_cube`][lightning_spectral.functional.mmd.null_trace_cube]);
 [`streaming_p_value`][lightning_spectral.functional.mmd.streaming_p_value] does all of it.
@@ -66,9 +71,10 @@ def mmd_from_means(mean_x: Tensor, mean_y: Tensor, m: float, n: float, unbiased:
 
 
 def null_moments(feature_sum: Tensor, cov_sum: Tensor, count: float) -> tuple[Tensor, Tensor]:
-    """Unbiased ``tr(S)`` and ``tr(S^2)`` of the feature covariance ``S`` from pooled sums of unit-norm features.
+    r"""Unbiased ``tr(S)`` and ``tr(S^2)`` of the feature covariance ``S`` from pooled sums of unit-norm features.
 
-    ``tr S = 1 - ||mu||^2`` and ``tr S^2 = tr C^2 - 2 mu^T C mu + ||mu||^4`` (``C = E z z^T``). Each term is
+    $\operatorname{tr} S = 1 - \|\mu\|^2$ and
+    $\operatorname{tr} S^2 = \operatorname{tr} C^2 - 2 \mu^\top C \mu + \|\mu\|^4$ ($C = E\, z z^\top$). Each term is
     estimated by the U-statistic over distinct samples of ``a_ij = z_i . z_j``, all of which follow from
     ``s = sum_i z_i``, ``Q = sum_i z_i z_i^T`` and ``||z_i|| = 1``:
 
@@ -190,10 +196,13 @@ def null_trace_cube(feature_sum: Tensor, cov_sum: Tensor, count: float) -> Tenso
 
 
 def pearson3_p_value(value: Tensor, trace: Tensor, trace_sq: Tensor, trace_cube: Tensor) -> Tensor:
-    """``P(X >= value)`` for ``X = sum_k l_k chi2_1`` from the Pearson type III law ``a + b chi2_nu`` with the
-    same mean ``tr S``, variance ``2 tr S^2`` and third cumulant ``8 tr S^3`` (shapes broadcast, float64):
+    r"""$P(X \ge \text{value})$ for $X = \sum_k l_k \chi^2_1$ from the Pearson type III law $a + b\,\chi^2_\nu$ with
+    the same mean $\operatorname{tr} S$, variance $2 \operatorname{tr} S^2$ and third cumulant
+    $8 \operatorname{tr} S^3$ (shapes broadcast, float64):
 
-        b = tr S^3 / tr S^2,   nu = (tr S^2)^3 / (tr S^3)^2,   a = tr S - (tr S^2)^2 / tr S^3.
+    $$b = \frac{\operatorname{tr} S^3}{\operatorname{tr} S^2}, \qquad
+    \nu = \frac{(\operatorname{tr} S^2)^3}{(\operatorname{tr} S^3)^2}, \qquad
+    a = \operatorname{tr} S - \frac{(\operatorname{tr} S^2)^2}{\operatorname{tr} S^3}.$$
 
     Matching two moments only (``a = 0``, `asymptotic_p_value`) gives a lighter right tail than ``X``
     whenever the eigenvalues differ (``(tr S^2)^2 < tr S tr S^3``), so a liberal test at small alpha; the
@@ -219,9 +228,9 @@ def pearson3_p_value(value: Tensor, trace: Tensor, trace_sq: Tensor, trace_cube:
 def streaming_p_value(
     statistic: Tensor, feature_sum: Tensor, cov_sum: Tensor, count: float, m: float, n: float
 ) -> Tensor:
-    """Asymptotic p-value of ``T = MMD_b^2`` (biased) from the pooled streaming sums of unit-norm features.
+    r"""Asymptotic p-value of ``T = MMD_b^2`` (biased) from the pooled streaming sums of unit-norm features.
 
-    Under H0, ``T ~ (1/m + 1/n) sum_k l_k chi2_1`` with ``l`` the eigenvalues of the pooled feature covariance
+    Under $H_0$, $T \sim (1/m + 1/n) \sum_k l_k\, \chi^2_1$ with $l$ the eigenvalues of the pooled feature covariance
     ``S``. The p-value is the Pearson type III tail
     ([`pearson3_p_value`][lightning_spectral.functional.mmd.pearson3_p_value]) of ``T / (1/m + 1/n)`` with
     ``tr S``, ``tr S^2`` unbiased ([`null_moments`][lightning_spectral.functional.mmd.null_moments]) and ``tr S^3``
@@ -307,7 +316,7 @@ def fast_mmd(
     seed: int = 0,
     unbiased: bool = True,
 ) -> Tensor:
-    """FastMMD estimate of MMD^2 between samples x (m, d) and y (n, d) with a Gaussian kernel.
+    r"""FastMMD estimate of $\mathrm{MMD}^2$ between samples x (m, d) and y (n, d) with a Gaussian kernel.
 
     ``sigma`` may be a sequence: one estimate per bandwidth (``(B,)``), all from one projection of the data.
 

@@ -1,19 +1,19 @@
-"""SPEC: spectral comparison of two embeddings of the same samples, and the differentiable SPEC-align loss.
+r"""SPEC: spectral comparison of two embeddings of the same samples, and the differentiable SPEC-align loss.
 
 Jalali, Dibaei Nia and Farnia, "Towards an Explainable Comparison and Alignment of Feature Embeddings"
-(ICML 2025). With normalised kernel matrices ``K_a``, ``K_b`` of one set of n samples under two embeddings,
+(ICML 2025). With normalised kernel matrices $K_a$, $K_b$ of one set of n samples under two embeddings,
 
-    Lambda = (K_a - K_b) / n                       (n x n, symmetric, trace 0, eigenvalues in [-1, 1])
+$$\Lambda = \frac{1}{n}\,(K_a - K_b) \qquad \text{(n x n, symmetric, trace 0, eigenvalues in } [-1, 1]).$$
 
 A large positive eigenvalue marks a group of samples embedding ``a`` clusters and ``b`` does not (its
-eigenvector's large entries are the members); a negative one the reverse. SPEC-diff = max |eigenvalue|
+eigenvector's large entries are the members); a negative one the reverse. SPEC-diff $= \max_i |\lambda_i|$
 (a symmetric pseudo-distance). Two routes give the same non-zero spectrum:
 
 - ``"exact"``: the n x n matrix with exact kernels (the oracle; cheaper when n is small);
-- ``"covariance"``: the joint covariance ``C = (1/n) A^T A`` of ``A = [Phi_a, Phi_b]`` (random Fourier
+- ``"covariance"``: the joint covariance $C = \frac{1}{n} A^\top A$ of $A = [\Phi_a, \Phi_b]$ (random Fourier
   features for the Gaussian kernel, the normalised embeddings for the cosine kernel) and the non-symmetric
-  ``Gamma = D C``, ``D = diag(I, -I)`` (Proposition 1), solved through its symmetric similar form
-  ``L^T D L`` (one Cholesky ``C = L L^T``,
+  $\Gamma = D C$, $D = \operatorname{diag}(I, -I)$ (Proposition 1), solved through its symmetric similar form
+  $L^\top D L$ (one Cholesky $C = L L^\top$,
   [`differential_theta`][lightning_spectral.functional.spec.differential_theta]): one ``eigvalsh``
   for the spectrum and Lanczos for the few eigenvectors the clusters need. Cost O(n D^2 + D^3), linear in n.
 """
@@ -147,12 +147,14 @@ def _clusters(
 def differential_theta(
     joint_covariance: Tensor, width_a: int, dtype: torch.dtype = torch.float64
 ) -> tuple[Tensor, Tensor, Tensor, float]:
-    r"""The symmetric form ``Theta = L^T S L`` of SPEC's ``Gamma = S C``, with ``C + eps I = L L^T`` (one Cholesky).
+    r"""The symmetric form $\Theta = L^\top S L$ of SPEC's $\Gamma = S C$, with $C + \epsilon I = L L^\top$ (one
+    Cholesky).
 
-    ``C = (1/n) A^T A`` is the joint covariance of ``A = [Phi_a, Phi_b]`` (``width_a`` columns of the first
-    embedding, then the second's) and ``S = diag(I, -I)``. ``Gamma = S C`` is not symmetric (SPEC, Proposition 1),
-    but with ``C = L L^T``, ``L^T (S L L^T) L^{-T} = L^T S L``: ``Theta w = lambda w`` gives ``Gamma v = lambda v``
-    with ``v = S L w``. One Cholesky replaces the eigendecomposition of ``C`` that an exact square root needs.
+    $C = \frac{1}{n} A^\top A$ is the joint covariance of $A = [\Phi_a, \Phi_b]$ (``width_a`` columns of the first
+    embedding, then the second's) and $S = \operatorname{diag}(I, -I)$. $\Gamma = S C$ is not symmetric (SPEC,
+    Proposition 1), but with $C = L L^\top$, $L^\top (S L L^\top) L^{-\top} = L^\top S L$: $\Theta w = \lambda w$
+    gives $\Gamma v = \lambda v$ with $v = S L w$. One Cholesky replaces the eigendecomposition of $C$ that an
+    exact square root needs.
 
     The shift ``eps`` ([`jittered_cholesky`][lightning_spectral.linalg.jittered_cholesky], ``~D 2.2e-16 trace(C)``) lets
     a singular ``C`` (fewer samples
@@ -271,7 +273,7 @@ def spec(
     chunk_size: int = DEFAULT_CHUNK_SIZE,
     precision: str = "auto",
 ) -> SPECResult:
-    r"""Compare two embeddings of the same n samples: spectrum of ``Lambda = (K_a - K_b)/n``, SPEC-diff, clusters.
+    r"""Compare two embeddings of the same n samples: spectrum of $\Lambda = (K_a - K_b)/n$, SPEC-diff, clusters.
 
     Args:
         emb_a: (n, d_a) first embedding.
@@ -425,14 +427,14 @@ def spec_align_loss(
     seed: int = 0,
     feature_map: Optional[PairedFeatureMap] = None,
 ) -> Tensor:
-    r"""Differentiable SPEC-diff of a batch, ``max(lambda_+, -lambda_-)``, for SPEC-align (Proposition 2).
+    r"""Differentiable SPEC-diff of a batch, $\max(\lambda_+, -\lambda_-)$, for SPEC-align (Proposition 2).
 
     The top positive and top negative eigenvectors are found on a detached copy and held fixed; each
     eigenvalue is then a differentiable function of the student features:
 
-    - ``n <= D_s + D_r``: ``lambda = u^T Lambda u`` with ``Lambda = (K_s - K_r)/n`` and the unit eigenvector
-      ``u`` of the n x n matrix;
-    - otherwise ``lambda = ||A v||^2 / (n v^T D v)`` with ``v`` the eigenvector of ``Gamma = D C`` (the
+    - $n \le D_s + D_r$: $\lambda = u^\top \Lambda u$ with $\Lambda = (K_s - K_r)/n$ and the unit eigenvector
+      $u$ of the n x n matrix;
+    - otherwise $\lambda = \|A v\|^2 / (n\, v^\top D v)$ with $v$ the eigenvector of $\Gamma = D C$ (the
       biorthonormal normalisation Proposition 2's formula omits, see the research digest section 5.13).
 
     Both give the gradient of the eigenvalue (first-order perturbation with the eigenvector fixed). Taking

@@ -16,15 +16,15 @@ from lightning_spectral.metrics.covariance import RFFCovariance
 
 
 class FKEAVendi(RFFCovariance):
-    r"""Vendi score of order ``alpha`` of a stream of embeddings, ``exp(H_alpha(C))`` (FKEA, Ospanov et al. 2024).
+    r"""Vendi score of order ``alpha`` of a stream of embeddings, $\exp(H_\alpha(C))$ (FKEA, Ospanov et al. 2024).
 
-    ``C`` is the (2r x 2r) random-Fourier covariance of the Gaussian kernel
-    ``k(x, y) = exp(-||x - y||^2 / (2 sigma^2))``; its eigenvalues ``lambda`` sum to 1 and
+    $C$ is the (2r x 2r) random-Fourier covariance of the Gaussian kernel
+    $k(x, y) = \exp\big(-\|x - y\|^2 / (2\sigma^2)\big)$; its eigenvalues $\lambda_i$ sum to 1 and
 
     $$\mathrm{VENDI}_\alpha = \Big(\sum_i \lambda_i^\alpha\Big)^{1/(1-\alpha)}$$
 
-    with ``alpha = 1`` the Shannon limit ``exp(-sum lambda log lambda)``, ``alpha = 2`` the RKE score
-    ``1 / ||C||_F^2`` (computed without an eigendecomposition) and ``alpha = inf`` ``1 / lambda_max``.
+    with $\alpha = 1$ the Shannon limit $\exp(-\sum_i \lambda_i \log \lambda_i)$, $\alpha = 2$ the RKE score
+    $1 / \|C\|_F^2$ (computed without an eigendecomposition) and $\alpha = \infty$ $1 / \lambda_{\max}$.
     The score is an effective number of modes: 1 for identical samples, about k for k well-separated,
     equally likely modes much tighter than sigma. It depends on sigma, the embedding and n; compare runs at
     fixed values. At small r FKEA underestimates (Vendi-1 most); 2r = 4096 to 16k is typical.

@@ -23,12 +23,14 @@ from lightning_spectral.metrics.base import SpectralMetric
 class FastMMD(SpectralMetric):
     r"""MMD^2 between a reference ("real") and a generated sample, streamed through random Fourier features.
 
-    With unit-norm features ``z(x) = [cos(xW), sin(xW)] / sqrt(r)`` and side means ``z_real``, ``z_gen``
-    (sizes m, n), ``compute()`` returns (FastMMD, Zhao & Meng 2015, App. A.2):
+    With unit-norm features $z(x) = [\cos(xW), \sin(xW)] / \sqrt{r}$ and side means $\bar z_r$ (real),
+    $\bar z_g$ (generated) of sizes m, n, ``compute()`` returns (FastMMD, Zhao & Meng 2015, App. A.2):
 
-    - ``unbiased=True``: ``||z_real - z_gen||^2 + ||z_real||^2/(m-1) + ||z_gen||^2/(n-1) - (m+n-2)/((m-1)(n-1))``,
-      exactly the U-statistic of the approximate kernel (it can be slightly negative under H0);
-    - ``unbiased=False``: ``||z_real - z_gen||^2``.
+    - ``unbiased=True``: exactly the U-statistic of the approximate kernel (it can be slightly negative under
+      $H_0$),
+      $$\|\bar z_r - \bar z_g\|^2 + \frac{\|\bar z_r\|^2}{m-1} + \frac{\|\bar z_g\|^2}{n-1}
+      - \frac{m+n-2}{(m-1)(n-1)};$$
+    - ``unbiased=False``: $\|\bar z_r - \bar z_g\|^2$.
 
     ``sigma`` may be a sequence: one estimate per bandwidth, all from the same standard-normal draws
     (``W = Z / sigma``; [`MultiBandwidthRFF`][lightning_spectral.features.MultiBandwidthRFF] projects once and
@@ -37,9 +39,10 @@ class FastMMD(SpectralMetric):
 
     The test ([`p_value`][lightning_spectral.metrics.FastMMD.p_value],
     [`test`][lightning_spectral.metrics.FastMMD.test]) needs no stored samples: the pooled feature covariance is kept as
-    a sum state, and under H0 ``T = ||z_real - z_gen||^2`` is distributed as ``(1/m + 1/n) sum_k l_k chi2_1``
-    with ``l`` the eigenvalues of the pooled, centred covariance ``S``; the p-value comes from a shifted, scaled
-    chi-square (Pearson type III) matched in three cumulants, ``tr S``, ``tr S^2`` and ``tr S^3`` estimated from
+    a sum state, and under $H_0$ $T = \|\bar z_r - \bar z_g\|^2$ is distributed as
+    $(1/m + 1/n) \sum_k l_k\, \chi^2_1$ with $l$ the eigenvalues of the pooled, centred covariance $S$; the
+    p-value comes from a shifted, scaled chi-square (Pearson type III) matched in three cumulants,
+    $\operatorname{tr} S$, $\operatorname{tr} S^2$ and $\operatorname{tr} S^3$ estimated from
     the sums with low bias ([`streaming_p_value`][lightning_spectral.functional.mmd.streaming_p_value]; no
     eigendecomposition).
     The test uses the biased statistic whatever ``unbiased`` says.

@@ -25,10 +25,10 @@ class SPECDivergence(SpectralMetric):
     r"""SPEC-diff between two embeddings ``a`` and ``b`` of the same samples, accumulated over batches.
 
     State: one [`Accumulator`][lightning_spectral.metrics.Accumulator], ``joint``: the joint outer-product sum
-    ``sum_i [phi_a(a_i); phi_b(b_i)] [...]^T`` ((D_a + D_b)^2), the feature sum and the count, float64,
-    all-reduced under DDP. ``compute()`` returns ``max |lambda|`` of the differential
-    covariance ``Gamma = D C`` (SPEC, Proposition 1), whose non-zero eigenvalues are those of
-    ``Lambda = (K_a - K_b)/n``; positive eigenvalues are clusters ``a`` groups and ``b`` does not, negative ones
+    $\sum_i [\phi_a(a_i); \phi_b(b_i)]\,[\phi_a(a_i); \phi_b(b_i)]^\top$ ($(D_a + D_b)^2$), the feature sum and
+    the count, float64, all-reduced under DDP. ``compute()`` returns $\max_i |\lambda_i|$ of the differential
+    covariance $\Gamma = D C$ (SPEC, Proposition 1), whose non-zero eigenvalues are those of
+    $\Lambda = (K_a - K_b)/n$; positive eigenvalues are clusters ``a`` groups and ``b`` does not, negative ones
     the reverse ([`clusters`][lightning_spectral.metrics.SPECDivergence.clusters],
     [`top_samples`][lightning_spectral.metrics.SPECDivergence.top_samples]).
 
