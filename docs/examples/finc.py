@@ -1,8 +1,9 @@
-"""FINCNovelty finds a planted novel mode (and a missing one) in scikit-learn digits.
+"""FINCNovelty finds a planted novel mode (and a missing one) in scikit-learn
+digits.
 
-Reference: 800 digits 0-8. "Generated": 600 other digits 1-8 plus 150 nines, so digit 9 is novel (the
-reference never has it) and digit 0 is missing. Generated data drawn like the reference scores 0.
-"""
+Reference: 800 digits 0-8. "Generated": 600 other digits 1-8 plus 150
+nines, so digit 9 is novel (the reference never has it) and digit 0 is
+missing. Generated data drawn like the reference scores 0."""
 
 import torch
 from sklearn.datasets import load_digits
@@ -11,15 +12,21 @@ from lightning_spectral import median_bandwidth
 from lightning_spectral.metrics import FINCNovelty
 
 data = load_digits()
-order = torch.randperm(len(data.target), generator=torch.Generator().manual_seed(0))
-x, y = torch.tensor(data.data, dtype=torch.float32)[order], torch.tensor(data.target)[order]
+order = torch.randperm(
+    len(data.target), generator=torch.Generator().manual_seed(0)
+)
+x, y = (
+    torch.tensor(data.data, dtype=torch.float32)[order],
+    torch.tensor(data.target)[order],
+)
 nines, others, others_y = x[y == 9][:150], x[y != 9], y[y != 9]
 reference, reference_y = others[:800], others_y[:800]
 pool, pool_y = others[800:], others_y[800:]  # disjoint from the reference
 generated = torch.cat([pool[pool_y != 0][:600], nines])
 generated_y = torch.cat([pool_y[pool_y != 0][:600], torch.full((150,), 9)])
 like_reference = pool[:750]  # digits 0-8, as in the reference
-sigma = median_bandwidth(reference) / 2  # pixel distances; half the median distance
+# pixel distances; half the median distance
+sigma = median_bandwidth(reference) / 2
 
 
 def novelty_against_reference(samples: torch.Tensor) -> FINCNovelty:
@@ -31,25 +38,47 @@ def novelty_against_reference(samples: torch.Tensor) -> FINCNovelty:
     return metric
 
 
-def batches_with_ids(features: torch.Tensor, size: int = 200) -> list[tuple[torch.Tensor, torch.Tensor]]:
+def batches_with_ids(
+    features: torch.Tensor, size: int = 200
+) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """(features, dataset ids) batches: the second pass of `top_samples`."""
     ids = torch.arange(len(features))
     return list(zip(features.split(size), ids.split(size)))
 
 
 novelty = novelty_against_reference(generated)
-print(f"novelty score {float(novelty.compute()):.4f}, significance threshold {novelty.threshold():.4f}")
+print(
+    f"novelty score {float(novelty.compute()):.4f}, "
+    f"significance threshold {novelty.threshold():.4f}"
+)
 modes = novelty.novel_modes(3)
-print("top eigenvalues of C_gen - C_ref:", [round(float(v), 4) for v in modes.eigenvalues],
-      "significant:", modes.significant.tolist())  # fmt: skip
-ids, _scores = novelty.top_samples(batches_with_ids(generated), k=1, per_mode=50)[0]
-print(f"top-50 generated samples of the novel mode: {float((generated_y[ids] == 9).float().mean()):.0%} are nines")
+print(
+    "top eigenvalues of C_gen - C_ref:",
+    [round(float(v), 4) for v in modes.eigenvalues],
+    "significant:",
+    modes.significant.tolist(),
+)
+ids, _scores = novelty.top_samples(
+    batches_with_ids(generated), k=1, per_mode=50
+)[0]
+nines = float((generated_y[ids] == 9).float().mean())
+print(f"top-50 generated samples of the novel mode: {nines:.0%} are nines")
 
 missing = novelty.missing_modes(3)
-print("top eigenvalues of C_ref - C_gen:", [round(float(v), 4) for v in missing.eigenvalues],
-      "significant:", missing.significant.tolist())  # fmt: skip
-ids, _scores = novelty.top_samples(batches_with_ids(reference), k=1, per_mode=50, missing=True)[0]
-print(f"top-50 reference samples of the missing mode: {float((reference_y[ids] == 0).float().mean()):.0%} are zeros")
+print(
+    "top eigenvalues of C_ref - C_gen:",
+    [round(float(v), 4) for v in missing.eigenvalues],
+    "significant:",
+    missing.significant.tolist(),
+)
+ids, _scores = novelty.top_samples(
+    batches_with_ids(reference), k=1, per_mode=50, missing=True
+)[0]
+zeros = float((reference_y[ids] == 0).float().mean())
+print(f"top-50 reference samples of the missing mode: {zeros:.0%} are zeros")
 
 null = novelty_against_reference(like_reference)
-print(f"generated like the reference (other samples): novelty {float(null.compute()):.4f}")
+print(
+    "generated like the reference (other samples): "
+    f"novelty {float(null.compute()):.4f}"
+)

@@ -1,8 +1,9 @@
-"""How many random features: kernel and Vendi / RKE error against the exact n x n values, as r grows.
+"""How many random features: kernel and Vendi / RKE error against the exact n
+x n values, as r grows.
 
-Data: 1000 scikit-learn digits (8 x 8 pixels as 64-d vectors). Two bandwidths: the median pairwise distance
-(a peaked spectrum) and half of it (a flatter one, with many small eigenvalues).
-"""
+Data: 1000 scikit-learn digits (8 x 8 pixels as 64-d vectors). Two
+bandwidths: the median pairwise distance (a peaked spectrum) and half of it
+(a flatter one, with many small eigenvalues)."""
 
 import torch
 from sklearn.datasets import load_digits
@@ -17,9 +18,12 @@ for sigma in (median_bandwidth(x), median_bandwidth(x) / 2):
     kernel = gaussian_kernel(x[:300], sigma=sigma)
     print(f"sigma = {sigma:.1f}: exact Vendi-1 / RKE / Vendi-inf = "
           + " / ".join(f"{float(exact[o]):.2f}" for o in orders))  # fmt: skip
-    print("     r    2r  kernel |error| mean / max  relative error: Vendi-1    RKE  Vendi-inf")
+    print(
+        "     r    2r  kernel |error| mean / max  relative error: Vendi-1    RKE  Vendi-inf"
+    )
     for r in (64, 256, 1024):
-        phi = GaussianRFF(64, r, sigma, seed=0)(x[:300]).double()  # unit-norm rows: phi . phi ~ kernel
+        # unit-norm rows: phi . phi ~ kernel
+        phi = GaussianRFF(64, r, sigma, seed=0)(x[:300]).double()
         error = (phi @ phi.T - kernel).abs()
         fkea = fkea_vendi(x, sigma, n_frequencies=r, alpha=orders, seed=0)
         rel = [float(fkea[o] / exact[o] - 1) for o in orders]
