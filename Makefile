@@ -46,8 +46,39 @@ test: $(VENV)/.installed-dev $(VENV)/lowest/.installed
 docs: $(VENV)/.installed-dev
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs serve
 
+# `make bench`: every script in benchmarks/, every mode, once at small sizes (about 10 minutes on 2 cores): each one
+# runs and prints its table. The sizes behind the numbers in docs/benchmarks.md are the commands given there, per
+# section (`make bench BENCH_PY=...` runs them with another interpreter). tests/test_docs_site.py checks that every
+# script in benchmarks/ is named here.
+BENCH_PY ?= $(PY)
+BENCH_OUT ?= $(or $(TMPDIR),/tmp)
 bench: $(VENV)/.installed
-	$(PY) benchmarks/bench_covariance.py
+	$(BENCH_PY) benchmarks/bench_covariance.py --n 4096 --repeats 1
+	$(BENCH_PY) benchmarks/bench_updates.py --d 64 --n-frequencies 256 --rows 1024
+	$(BENCH_PY) benchmarks/bench_checkpoint.py --d 64
+	$(BENCH_PY) benchmarks/bench_fkea_finc.py exact --sizes 1000 --frequencies 256
+	$(BENCH_PY) benchmarks/bench_fkea_finc.py stream --n 20000
+	$(BENCH_PY) benchmarks/bench_fkea_finc.py finc --n 5000
+	$(BENCH_PY) benchmarks/bench_finc_fpr.py --trials 2 --n-frequencies 128
+	$(BENCH_PY) benchmarks/bench_eigh.py floor --n 2000 --repeats 1
+	$(BENCH_PY) benchmarks/bench_eigh.py large --r 512 --n 2000 --repeats 1
+	$(BENCH_PY) benchmarks/bench_mmd.py calibration --trials 20 --frequencies 128
+	$(BENCH_PY) benchmarks/bench_mmd.py digits --trials 5 --splits 100 --frequencies 128
+	$(BENCH_PY) benchmarks/bench_mmd.py moments --trials 10
+	$(BENCH_PY) benchmarks/bench_mmd.py power --trials 5
+	$(BENCH_PY) benchmarks/bench_mmd.py exact --sizes 2000
+	$(BENCH_PY) benchmarks/bench_mmd.py stream --n 20000
+	$(BENCH_PY) benchmarks/bench_mmd_speed.py statistic --n 2000 --seeds 1
+	$(BENCH_PY) benchmarks/bench_mmd_speed.py bandwidths --n 500
+	$(BENCH_PY) benchmarks/bench_ood.py --sizes 2000 --exact-max 2000
+	$(BENCH_PY) benchmarks/bench_ood.py --accuracy
+	$(BENCH_PY) benchmarks/bench_spec.py overhead --encoder mlp --steps 2
+	$(BENCH_PY) benchmarks/bench_spec.py routes --sizes 1000
+	$(BENCH_PY) benchmarks/bench_spec.py reference --n 1000 --r 256 --repeats 1
+	$(BENCH_PY) benchmarks/bench_spec_align.py penalty --steps 5
+	$(BENCH_PY) benchmarks/bench_spec_align.py omp --size 256 --seconds 5
+	$(BENCH_PY) benchmarks/bench_generated.py --n-samples 1000 --frequencies 256
+	$(BENCH_PY) benchmarks/bench_align_recipe.py --seeds 0 --epochs 1 --out $(BENCH_OUT)/align_recipe_evidence.json
 
 clean:
 	rm -rf $(VENV) build site *.egg-info .pytest_cache

@@ -50,10 +50,10 @@ def bench_exact(args: argparse.Namespace) -> None:
     print(f"(a) FKEA vs exact Vendi: d={d}, 20-mode mixture, sigma={sigma}, float32 input")
     print(f"{'n':>6} {'2r':>5} | {'exact s':>8} {'FKEA s':>7} {'speed-up':>8} | "
           f"{'Vendi-1 exact':>13} {'FKEA':>8} {'rel err':>8} | {'RKE exact':>9} {'FKEA':>8} {'rel err':>8}")
-    for n in (2000, 5000, 10000):
+    for n in args.sizes:
         x = next(mixture_batches(n, d, 20, n, seed=n))
         exact, exact_s = timed(lambda x=x: vendi_exact(x, sigma=sigma, alpha=[1, 2]))
-        for r in (2048, 4096):
+        for r in args.frequencies:
             approx, fkea_s = timed(lambda x=x, r=r: fkea_vendi(x, sigma=sigma, n_frequencies=r, alpha=[1, 2]))
             errors = [float(approx[o]) / float(exact[o]) - 1 for o in (1, 2)]
             print(f"{n:>6} {2 * r:>5} | {exact_s:>8.1f} {fkea_s:>7.1f} {exact_s / fkea_s:>7.2f}x | "
@@ -107,6 +107,8 @@ def main() -> None:
     parser.add_argument("which", choices=["exact", "stream", "finc"])
     parser.add_argument("--n", type=int, default=None, help="samples (stream: 1e6, finc: 250k per side)")
     parser.add_argument("--sigma", type=float, default=16.0, help="exact: bandwidth (16: tight modes, 8: diffuse)")
+    parser.add_argument("--sizes", type=int, nargs="+", default=[2000, 5000, 10000], help="exact: the values of n")
+    parser.add_argument("--frequencies", type=int, nargs="+", default=[2048, 4096], help="exact: the values of r")
     args = parser.parse_args()
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
     if args.which == "exact":

@@ -202,7 +202,7 @@ def power(args: argparse.Namespace) -> None:
 def exact(args: argparse.Namespace) -> None:
     d = 64
     print(f"exact MMD (chunked torch, float64) vs FastMMD: d = {d}, P = N(0, I), Q = N(0.1, I), sigma = 8")
-    for n in (10_000, 20_000):
+    for n in args.sizes:
         generator = torch.Generator().manual_seed(n)
         x = torch.randn(n, d, generator=generator)
         y = torch.randn(n, d, generator=generator) + 0.1
@@ -243,6 +243,7 @@ def main() -> None:
     parser.add_argument("which", choices=["calibration", "digits", "moments", "power", "exact", "stream"])
     parser.add_argument("--trials", type=int, default=None)
     parser.add_argument("--n", type=int, default=1_000_000)
+    parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 20_000], help="exact: samples per side")
     parser.add_argument("--frequencies", type=int, nargs="+", default=[128, 1024], help="calibration: r (digits: last)")
     parser.add_argument("--per-side", type=int, default=800, help="digits: images per side")
     parser.add_argument("--splits", type=int, default=20_000, help="digits: random halves of one pool")

@@ -119,9 +119,9 @@ def overhead(encoder: str, model: str, steps: int) -> None:
     )
 
 
-def routes() -> None:
+def routes(sizes: list[int]) -> None:
     g = torch.Generator().manual_seed(0)
-    for n in (1000, 2000, 4000, 8000, 16000, 32000):
+    for n in sizes:
         a = torch.randn(n, 512, generator=g)
         b = torch.cat([a[:, :256], torch.randn(n, 512, generator=g)], 1)
         row = [f"n={n}"]
@@ -231,10 +231,12 @@ if __name__ == "__main__":
     parser.add_argument("--n", type=int, default=5000)
     parser.add_argument("--r", type=int, default=1024)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 2000, 4000, 8000, 16000, 32000],
+                        help="routes: the values of n")
     args = parser.parse_args()
     if args.what == "overhead":
         overhead(args.encoder, args.model, args.steps)
     elif args.what == "routes":
-        routes()
+        routes(args.sizes)
     else:
         bench_reference(args)

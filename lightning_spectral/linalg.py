@@ -19,8 +19,8 @@ from lightning_spectral._checks import all_finite, check_positive, check_positiv
 DEFAULT_CHUNK_SIZE = 4096
 #: Column tile of the symmetric Gram product; tiles below the diagonal are mirrored, not computed.
 DEFAULT_TILE = 1024
-#: ``precision="auto"`` computes spectra of matrices at least this wide in float32 (``eigvalsh`` 1.2-2.7x faster
-#: at 8192, Vendi / RKE / FINC scores within 0.001 % of float64's; docs/benchmarks.md, issue 14).
+#: ``precision="auto"`` computes spectra of matrices at least this wide in float32 (``eigvalsh`` faster, Vendi /
+#: RKE / FINC scores within 0.002 % of float64's at 2r = 4096-8192: docs/benchmarks.md, eigendecomposition).
 FLOAT32_MIN_SIZE = 4096
 PRECISIONS = ("float64", "float32", "auto")
 
@@ -395,10 +395,10 @@ def psd_eigenvalues(
     of 10,000 identical float32 vectors was 1.5 with them, and Vendi-1 1.0006); a matrix without negative
     eigenvalues loses nothing.
 
-    Precision: ``"float32"`` rounds the matrix to float32 and runs ``eigvalsh`` there: 1.2x to 2.7x faster at
-    2r = 8192 (its tridiagonalisation is memory-bound), eigenvalues within ~1e-7 of ``lambda_max``, the
-    Vendi-1 / RKE / FINC scores of RFF covariances within 0.001 % of float64's at 2r = 8192 (measured on a
-    mixture and on scikit-learn's digits, docs/benchmarks.md); its round-off negatives were ~1e-7 * lambda_max
+    Precision: ``"float32"`` rounds the matrix to float32 and runs ``eigvalsh`` there: faster at 2r = 4096-8192
+    (its tridiagonalisation is memory-bound), eigenvalues within ~1e-7 of ``lambda_max``, the
+    Vendi-1 / RKE / FINC scores of RFF covariances within 0.002 % of float64's (measured on a mixture and on
+    scikit-learn's digits: docs/benchmarks.md, "Eigendecomposition at 2r = 8192"); its round-off negatives were ~1e-7 * lambda_max
     at 2r = 4096, so ``rtol`` is at least 1e-4 there. ``"auto"``: float32 from
     [`FLOAT32_MIN_SIZE`][lightning_spectral.linalg.FLOAT32_MIN_SIZE] rows,
     float64 below.
