@@ -91,6 +91,16 @@ def test_no_roles_outside_pending_files() -> None:
     assert not left, "run `python docs/tools/convert_roles.py`:\n" + "\n".join(left[:40])
 
 
+def test_make_bench_runs_every_benchmark() -> None:
+    """docs/benchmarks.md says `make bench` runs every script in benchmarks/: each one is named in that target."""
+    makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
+    target = re.search(r"^bench:.*\n((?:\t.*\n)+)", makefile, re.MULTILINE)
+    assert target, "the Makefile has no bench target"
+    named = set(re.findall(r"benchmarks/(\w+\.py)", target.group(1)))
+    scripts = {path.name for path in (ROOT / "benchmarks").glob("*.py")}
+    assert scripts <= named, f"scripts `make bench` does not run: {sorted(scripts - named)}"
+
+
 def named_paths(text: str) -> list[str]:
     """Every code span of a page that names a file or folder (``x.py``, ``a/b.py``, ``dir/``)."""
     spans = re.findall(r"`([^`\n]+)`", text)
