@@ -164,8 +164,8 @@ class KernelPCAOOD(nn.Module):
 
         Raises:
             TypeError / ValueError: features that are not a finite (N, d) float table (see
-            [`fit`][lightning_spectral.ood.KernelPCAOOD.fit]); the
-                ``"cop"`` / ``"linear"`` sums (the input's width) refused before allocating when they cannot fit.
+                [`fit`][lightning_spectral.ood.KernelPCAOOD.fit]); the ``"cop"`` / ``"linear"`` sums (the input's
+                width) refused before allocating when they cannot fit.
         """
         features = self._validated(features).detach()
         if self.in_features is None:

@@ -61,7 +61,7 @@ def build_inventory() -> dict[str, str]:
     with tempfile.TemporaryDirectory() as site:
         env = dict(os.environ, NO_MKDOCS_2_WARNING="1")
         subprocess.run(
-            [sys.executable, "-m", "mkdocs", "build", "-q", "-d", site], cwd=ROOT, env=env, check=True
+            [sys.executable, "-m", "mkdocs", "build", "-d", site], cwd=ROOT, env=env, check=True, capture_output=True
         )
         return read_inventory(Path(site) / "objects.inv")
 
@@ -209,12 +209,26 @@ def convert_source(source: str, module: str, resolver: Resolver) -> str:
     return source
 
 
+SECTION = re.compile(
+    r"\s*(Args|Arguments|Parameters|Keyword Args|Raises|Returns|Yields|Attributes|Warns|Other Parameters):\s*$"
+)
+
+
 def reflow(text: str, column: int, keep: set[str], width: int = WIDTH) -> str:
     """Split the lines of a string token that the conversion made longer than ``width`` (ruff's line length) at a
-    space outside code spans, continuing at the indent a Google-style docstring needs there."""
+    space outside code spans, continuing at the indent a Google-style docstring needs there: an entry of an
+    ``Args:`` / ``Raises:`` section continues 4 deeper, a list item 2 deeper, a continuation or a paragraph at its
+    own indent."""
     lines = text.split("\n")
     out: list[str] = []
+    section_indent: Optional[int] = None
     for number, line in enumerate(lines):
+        stripped = line.strip()
+        indent_of = len(line) - len(line.lstrip())
+        if SECTION.fullmatch(line):
+            section_indent = indent_of
+        elif stripped and section_indent is not None and indent_of <= section_indent:
+            section_indent = None
         start = column if number == 0 else 0
         while line not in keep and start + len(line) > width:
             cut = split_point(line, width - start)
@@ -225,10 +239,10 @@ def reflow(text: str, column: int, keep: set[str], width: int = WIDTH) -> str:
             indent = len(head) - len(head.lstrip())
             if start:  # the first line of the token, which starts at the quotes
                 indent = column
-            elif re.match(r"\s*[-*] ", head):
-                indent += 2
-            elif re.match(r"\s*\*{0,2}\w+(\s\([^)]*\))?:\s", head) and number and lines[number - 1].strip():
-                indent += 4
+            elif section_indent is not None and indent == section_indent + 4:
+                indent += 4  # an entry of a Google-style section
+            elif re.match(r"\s*([-*]|\d+\.) ", head):
+                indent += 2 if head.lstrip()[0] in "-*" else 3
             line = " " * indent + line
             start = 0
         out.append(line)

@@ -181,8 +181,7 @@ class ClipImageFeature(ImageFeature):
 
     Raises:
         FileNotFoundError, ValueError, RuntimeError: as [`create_clip`][lightning_spectral.encoders.create_clip];
-        ``model``
-            without an image tower.
+            ``model`` without an image tower.
 
     Examples:
         >>> import torch

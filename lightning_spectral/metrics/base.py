@@ -151,7 +151,7 @@ class SpectralMetric(Metric):
 
         Raises:
             TypeError / ValueError: wrong type, rank or width, NaN / Inf; image errors (see
-            [`FrozenFeature`][lightning_spectral.metrics.FrozenFeature]).
+                [`FrozenFeature`][lightning_spectral.metrics.FrozenFeature]).
         """
         if self.feature is not None:
             x = self.feature(x, name)
