@@ -119,6 +119,15 @@ def test_architecture_names_real_paths() -> None:
     assert not missing, f"docs/architecture.md names paths that do not exist: {missing}"
 
 
+def test_architecture_names_every_module() -> None:
+    """The layers table is the package: every top-level module and subpackage of lightning_spectral is named."""
+    named = set(named_paths((ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")))
+    modules = {path.name for path in PACKAGE.glob("*.py") if path.name != "__init__.py"}
+    packages = {f"{path.name}/" for path in PACKAGE.iterdir() if (path / "__init__.py").exists()}
+    missing = sorted((modules | packages) - named)
+    assert not missing, f"docs/architecture.md does not name: {missing}"
+
+
 def test_the_path_check_reports_a_stale_module() -> None:
     """``encoders.py`` became the package ``encoders/``: a page naming the old module is reported."""
     page = "| training | `callbacks/`, `encoders.py`, `files.py`, `data/` | ... |"
