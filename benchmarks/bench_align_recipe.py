@@ -36,6 +36,10 @@ def run(config: dict, weight: float, seed: int, epochs: int, folder: Path, capti
     config["data"]["init_args"]["seed"] = seed
     config["trainer"]["max_epochs"] = epochs
     config["trainer"]["enable_progress_bar"] = False
+    # no progress bar: the config's StderrProgressBar goes with it (Lightning refuses a bar callback without a bar)
+    config["trainer"]["callbacks"] = [
+        callback for callback in config["trainer"]["callbacks"] if not callback["class_path"].endswith("ProgressBar")
+    ]
     config["trainer"]["logger"]["init_args"]["save_dir"] = str(folder)
     for callback in config["trainer"]["callbacks"]:
         if callback["class_path"].endswith("SPECAlign"):
