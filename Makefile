@@ -46,7 +46,7 @@ test: $(VENV)/.installed-dev $(VENV)/lowest/.installed
 docs: $(VENV)/.installed-dev
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs serve
 
-# `make bench`: every script in benchmarks/, every mode, once at small sizes (about 10 minutes on 2 cores): each one
+# `make bench`: every script in benchmarks/, every mode, once at small sizes (12 minutes on 2 shared cores): each one
 # runs and prints its table. The sizes behind the numbers in docs/benchmarks.md are the commands given there, per
 # section (`make bench BENCH_PY=...` runs them with another interpreter). tests/test_docs_site.py checks that every
 # script in benchmarks/ is named here.
