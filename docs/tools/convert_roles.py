@@ -11,7 +11,7 @@ second run changes nothing (idempotent); run it again after merging code that br
 
     python docs/tools/convert_roles.py                      # every file under lightning_spectral/
     python docs/tools/convert_roles.py lightning_spectral/viz.py lightning_spectral/cli
-    python docs/tools/convert_roles.py --check              # list what would change, change nothing (exit 1)
+    python docs/tools/convert_roles.py --check              # list what would change, change nothing (exit 1 if any)
 
 Run it from the repository root with the project's Python (it imports the package to resolve names).
 """
@@ -285,17 +285,19 @@ def main(argv: Optional[list[str]] = None) -> int:
         print("no Sphinx roles left")
         return 0
     resolver = Resolver(read_inventory(args.inventory) if args.inventory else build_inventory())
+    changed = 0
     for path in files:
         source = path.read_text()
         new = convert_source(source, module_name(path), resolver)
         if new == source:
             continue
+        changed += 1
         print(("would convert " if args.check else "converted ") + str(path.relative_to(ROOT)))
         if not args.check:
             tmp = path.with_suffix(".py.tmp")
             tmp.write_text(new)
             tmp.replace(path)
-    return 1 if args.check else 0
+    return 1 if args.check and changed else 0
 
 
 if __name__ == "__main__":
