@@ -1,7 +1,8 @@
 """Pictures users look at: galleries of the top samples of each mode, and eigen-spectrum plots.
 
 Build them anywhere (they return a tensor image or a matplotlib figure); log them through a Trainer's
-logger with :func:`log_image` / :func:`log_figure` (TensorBoard: ``add_image`` / ``add_figure``). Figures are
+logger with :func:`log_image` / :func:`log_figure` (every logger of the Trainer that holds pictures: TensorBoard,
+W&B, MLflow, Comet, CSV; see :mod:`lightning_spectral.loggers`). Figures are
 built with matplotlib's object interface (``matplotlib.figure.Figure``, imported when a plot is made): no
 pyplot state and no backend switch, so importing this module leaves a notebook's backend alone.
 """
@@ -12,7 +13,6 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Optional, Union
 
 import torch
-from lightning.pytorch.utilities import rank_zero_only
 from torch import Tensor
 from torchvision.utils import make_grid
 
@@ -128,31 +128,19 @@ def plot_spectrum(
     return figure
 
 
-def _experiment(logger_or_trainer: Any, method: str) -> Any:
-    logger = getattr(logger_or_trainer, "logger", logger_or_trainer)
-    experiment = getattr(logger, "experiment", None)
-    if experiment is None or not hasattr(experiment, method):
-        raise TypeError(
-            f"Cannot log pictures to {type(logger).__name__}: its experiment has no `{method}`. Use a "
-            "TensorBoardLogger (lightning.pytorch.loggers.TensorBoardLogger) or save the picture yourself."
-        )
-    return experiment
-
-
-@rank_zero_only
 def log_image(logger_or_trainer: Any, tag: str, image: Tensor, step: int | None = None) -> None:
-    """Log a (3, H, W) image through a Trainer's (or a logger's) TensorBoard experiment, on rank 0."""
-    _experiment(logger_or_trainer, "add_image").add_image(tag, image, global_step=_step(logger_or_trainer, step))
+    """Log a (3, H, W) image to every logger of a Trainer (or to one logger), on rank 0: TensorBoard, W&B, MLflow,
+    Comet, CSV (:func:`~lightning_spectral.loggers.log_picture`); a logger that cannot hold it is warned once."""
+    from lightning_spectral.loggers import log_picture
+
+    log_picture(logger_or_trainer, tag, image, step)
 
 
-@rank_zero_only
 def log_figure(logger_or_trainer: Any, tag: str, figure: "Figure", step: int | None = None) -> None:
-    """Log a matplotlib figure through a Trainer's (or a logger's) TensorBoard experiment, on rank 0."""
-    _experiment(logger_or_trainer, "add_figure").add_figure(tag, figure, global_step=_step(logger_or_trainer, step))
+    """Log a matplotlib figure to every logger of a Trainer (or to one logger), on rank 0 (see :func:`log_image`)."""
+    from lightning_spectral.loggers import log_picture
 
-
-def _step(logger_or_trainer: Any, step: int | None) -> int | None:
-    return step if step is not None else getattr(logger_or_trainer, "global_step", None)
+    log_picture(logger_or_trainer, tag, figure, step)
 
 
 def panels(count: int, ax: Any = None, width: float = 6.0, height: float = 3.2) -> tuple["Figure", list[Any]]:

@@ -79,14 +79,18 @@ def test_importing_the_metrics_adds_no_heavy_dependency():
     assert any(name.startswith("lightning_spectral.metrics") for name in added)  # the import happened
 
 
-def test_logging_to_a_logger_without_images_raises_a_clear_error():
+def test_logging_to_a_logger_without_images_warns_once_naming_what_to_do():
     class NoImages:
         experiment = object()
 
-    with pytest.raises(TypeError, match="TensorBoardLogger"):
-        log_image(NoImages(), "tag", torch.zeros(3, 2, 2))
-    with pytest.raises(TypeError, match="add_figure"):
-        log_figure(NoImages(), "tag", plot_spectrum(torch.ones(2)))
+    target = NoImages()
+    with pytest.warns(UserWarning, match="TensorBoardLogger, WandbLogger, MLFlowLogger"):
+        log_image(target, "tag", torch.zeros(3, 2, 2))
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the second picture to the same logger: no second warning
+        log_figure(target, "tag", plot_spectrum(torch.ones(2)))
 
 
 def test_importing_the_callbacks_and_encoders_adds_no_heavy_dependency():

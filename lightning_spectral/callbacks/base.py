@@ -268,7 +268,10 @@ class EmbeddingCallback(Callback):
                 self.log_values(pl_module, {k: v for k, v in values.items() if math.isfinite(v)}, prefix)
                 drawn = time.perf_counter()
                 timings["compute"] = timings.get("compute", 0.0) + drawn - start
-                pictures = self.can_log_pictures(trainer)
+                wanted = (gallery is not None and hasattr(metric, "galleries")) or (
+                    spectrum and hasattr(metric, "plot_spectrum")
+                )
+                pictures = wanted and self.can_log_pictures(trainer)
                 if gallery is not None and hasattr(metric, "galleries"):
                     self._galleries(trainer, name, f"{prefix}{name}", metric, gallery, pictures)
                 if spectrum and pictures and hasattr(metric, "plot_spectrum"):
@@ -281,9 +284,16 @@ class EmbeddingCallback(Callback):
 
     @staticmethod
     def can_log_pictures(trainer: L.Trainer) -> bool:
-        """Whether the trainer's logger takes images and figures (a TensorBoard experiment)."""
-        experiment = getattr(trainer.logger, "experiment", None)
-        return hasattr(experiment, "add_image") and hasattr(experiment, "add_figure")
+        """Whether any of the trainer's loggers holds pictures (TensorBoard, W&B, MLflow, Comet, CSV: see
+        :mod:`lightning_spectral.loggers`); each one that cannot is warned once, on rank 0."""
+        from lightning_spectral.loggers import _kind, loggers_of, warn_no_pictures
+
+        kinds = [(_kind(logger), logger) for logger in loggers_of(trainer)]
+        if trainer.is_global_zero:
+            for kind, logger in kinds:
+                if kind is None:
+                    warn_no_pictures(logger)
+        return any(kind is not None for kind, _ in kinds)
 
     def _galleries(
         self, trainer: L.Trainer, name: str, tag: str, metric: Metric, gallery: "GalleryImages", log: bool

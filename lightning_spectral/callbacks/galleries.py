@@ -35,7 +35,7 @@ class ModeImages(NamedTuple):
     classes: list[Optional[Tensor]]
 
 
-def for_display(images: Tensor, min_side: int = 48) -> Tensor:
+def for_display(images: Tensor, min_side: int = 64) -> Tensor:
     """Images (N, C, H, W) enlarged by a whole factor (nearest neighbour) until their shorter side is ``min_side``
     or more: 8x8 digits become readable in a gallery, and each row is tall enough for its label."""
     factor = math.ceil(min_side / max(min(images.shape[-2:]), 1))

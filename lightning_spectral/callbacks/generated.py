@@ -13,7 +13,7 @@ its galleries and spectrum, one sync):
   with ``reset_real_features=False`` (the sums are cached across epochs and checkpointed), every epoch otherwise.
 
 The callback runs at the end of validation epochs: the module needs a validation loop (``limit_val_batches > 0``).
-Pictures (with a TensorBoard logger): each metric's ``galleries`` (FINC: *generated* images of the significant novel
+Pictures (to every logger that holds them: TensorBoard, W&B, MLflow, Comet, CSV): each metric's ``galleries`` (FINC: *generated* images of the significant novel
 modes, *real* images of the significant missing modes; FKEA: generated images of the top modes), a label per row,
 and its ``plot_spectrum`` figure (FINC: both spectra with their significance thresholds). Galleries are built from
 kept images (:class:`~lightning_spectral.callbacks.galleries.KeptImages`), at most ``max_gallery_images`` per stream
@@ -57,7 +57,7 @@ class GeneratedSamples(EmbeddingCallback):
     Logged (``log_prefix`` ``"gen/"``): every value of each metric's ``summary()``: ``gen/{name}`` (a dict of
     Vendi orders as ``gen/{name}/{order}``) and ``gen/{name}_{key}`` (FINC's ``_missing`` score and
     ``_novel_modes`` / ``_missing_modes`` counts, FastMMD's ``_p_value``). Images ``gen/{name}/{gallery}`` and
-    figures ``gen/{name}/spectrum`` with a TensorBoard logger. :attr:`history` keeps every epoch's values,
+    figures ``gen/{name}/spectrum`` to every logger that holds pictures. :attr:`history` keeps every epoch's values,
     :attr:`last_galleries` the last galleries as images (with the classes of reference images), and
     :attr:`last_timings` the seconds spent sampling, embedding, in the metrics' updates, reporting them (their
     ``summary()``, galleries and pictures) and on the references (embedded and added, when a metric holds none).
