@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager, nullcontext
 from typing import TYPE_CHECKING, Any, Optional, Union
 
@@ -243,12 +243,14 @@ class EmbeddingCallback(Callback):
         metric: Metric,
         prefix: str,
         gallery: Optional["GalleryImages"] = None,
-        spectrum: bool = False,
+        spectrum: Union[bool, Callable[[dict[str, float]], Optional[tuple[str, Any]]]] = False,
         timings: Optional[dict[str, float]] = None,
     ) -> dict[str, float]:
         """Log every value of a metric's ``summary()`` as ``{prefix}{name}`` / ``{prefix}{name}_{key}``, build its
         galleries (with ``gallery``, which knows the images behind the ids; kept in :attr:`last_galleries`) and log
-        them with its spectrum figure (``spectrum``) when the logger takes pictures, then ``reset()`` the metric.
+        them with its spectrum figure (``spectrum``) when a logger takes pictures, then ``reset()`` the metric. ``spectrum``
+        may be ``fn(values) -> (tag suffix, figure)`` (e.g. a test's p-value over epochs) or ``None`` for the
+        metric's own ``plot_spectrum``.
 
         One sync: every read comes from the same all-reduced sums
         (:meth:`~lightning_spectral.metrics.SpectralMetric.synced`). A plain torchmetrics metric logs
@@ -269,15 +271,19 @@ class EmbeddingCallback(Callback):
                 drawn = time.perf_counter()
                 timings["compute"] = timings.get("compute", 0.0) + drawn - start
                 wanted = (gallery is not None and hasattr(metric, "galleries")) or (
-                    spectrum and hasattr(metric, "plot_spectrum")
+                    bool(spectrum) and (callable(spectrum) or hasattr(metric, "plot_spectrum"))
                 )
                 pictures = wanted and self.can_log_pictures(trainer)
                 if gallery is not None and hasattr(metric, "galleries"):
                     self._galleries(trainer, name, f"{prefix}{name}", metric, gallery, pictures)
-                if spectrum and pictures and hasattr(metric, "plot_spectrum"):
+                if spectrum and pictures:
                     from lightning_spectral.viz import log_figure
 
-                    log_figure(trainer, f"{prefix}{name}/spectrum", metric.plot_spectrum()[0])  # every rank draws
+                    drawn_by_caller = spectrum(values) if callable(spectrum) else None
+                    if drawn_by_caller is not None:
+                        log_figure(trainer, f"{prefix}{name}/{drawn_by_caller[0]}", drawn_by_caller[1])
+                    elif hasattr(metric, "plot_spectrum"):  # a collective: every rank draws
+                        log_figure(trainer, f"{prefix}{name}/spectrum", metric.plot_spectrum()[0])
                 timings["pictures"] = timings.get("pictures", 0.0) + time.perf_counter() - drawn
         metric.reset()
         return values
@@ -319,5 +325,11 @@ class EmbeddingCallback(Callback):
                 record.classes.append(None if classes is None else classes[span])
             self.last_galleries[f"{name}/{gallery_name}"] = record
             if shown and log:
-                grid = mode_gallery(positions, for_display(images), labels=record.labels)
+                captions = None
+                if all(classes is not None for classes in record.classes):  # the caller's labels, under each image
+                    captions = [[f"class {int(c)}" for c in row] for row in record.classes]  # type: ignore[union-attr]
+                title = getattr(rows, "title", "")
+                grid = mode_gallery(
+                    positions, for_display(images), labels=record.labels, title=title, captions=captions
+                )
                 log_image(trainer, f"{tag}/{gallery_name}", grid)
