@@ -72,6 +72,9 @@ def _open(args: argparse.Namespace) -> tuple[EmbeddingFile, EmbeddingFile]:
             "eigenvalues, see lightning_spectral.functional.match_bandwidth), or use `--kernel cosine`."
         )
     positive_ints(args, "top_k", "per_cluster", "n_frequencies", "batch_size")
+    from lightning_spectral.cli.images import check_images_for
+
+    check_images_for(args.images, first)  # a short --images list: refused before any work
     return first, second
 
 

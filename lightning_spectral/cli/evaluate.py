@@ -8,7 +8,10 @@ import contextlib
 from pathlib import Path
 from typing import Any, Union
 
+import torch
+
 from lightning_spectral.cli.pictures import as_lists
+from lightning_spectral.cli import images
 from lightning_spectral.cli.reader import EmbeddingFile, shard_rows
 from lightning_spectral.cli.runtime import Session, UsageError, positive_ints, same_width
 
@@ -25,9 +28,16 @@ def add_parser(subparsers: Any, common: argparse.ArgumentParser) -> None:
         "and with --reference REF the FINC novelty of FILE against REF and the FastMMD test of FILE vs REF. "
         "All metrics share one random-Fourier-feature map (--sigma, --n-frequencies, --seed).",
     )
-    parser.add_argument("file", metavar="FILE", help="embeddings (N, d): .npy, .pt or .safetensors")
-    parser.add_argument("--sigma", type=float, required=True, help="Gaussian bandwidth, in embedding units (> 0)")
-    parser.add_argument("--reference", metavar="REF", help="reference embeddings (M, d): enables FINC and FastMMD")
+    parser.add_argument(
+        "file", metavar="FILE", help="embeddings (N, d): .npy, .pt or .safetensors; or images: a folder or a .txt list"
+    )
+    parser.add_argument(
+        "--sigma", type=parse_sigma, required=True, help="Gaussian bandwidth, in embedding units (> 0), or 'auto': the "
+        "median distance between the first 1000 rows of FILE and of REF (a heuristic; fix sigma to compare runs)",
+    )
+    parser.add_argument(
+        "--reference", metavar="REF", help="reference embeddings (M, d) or images: enables FINC and FastMMD"
+    )
     parser.add_argument(
         "--n-frequencies", type=int, default=DEFAULTS["n_frequencies"], help="r; features 2r (default: %(default)s)"
     )
@@ -61,7 +71,31 @@ def add_parser(subparsers: Any, common: argparse.ArgumentParser) -> None:
         "--mode-samples", action="store_true",
         help="list the top --per-mode sample ids of each mode (a second pass over FILE; implied by --images)",
     )
+    images.add_flags(parser)
     parser.set_defaults(handler=run)
+
+
+def parse_sigma(text: str) -> Union[float, str]:
+    """``--sigma``: a number, or ``"auto"``.
+
+    Examples:
+        >>> parse_sigma("2.5"), parse_sigma("auto")
+        (2.5, 'auto')
+    """
+    if text.strip().lower() == "auto":
+        return "auto"
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number or 'auto', got {text!r}") from None
+
+
+def auto_sigma(files: list[Any]) -> float:
+    """The median pairwise distance of the first 1000 rows of each file (every rank reads the same rows)."""
+    from lightning_spectral.features import median_bandwidth
+
+    rows = torch.cat([table.read(0, min(table.n, 1000)).double() for table in files])
+    return float(median_bandwidth(rows, max_samples=2000, seed=0))
 
 
 def parse_order(text: str) -> Union[int, float, str]:
@@ -91,6 +125,9 @@ def run(args: argparse.Namespace, session: Session) -> dict[str, Any]:
             files.append(EmbeddingFile(args.reference, "--reference"))
         same_width(files)
         data, width = files[0], files[0].d
+        images.check_images_for(args.images, data)  # a short --images list: refused before the computation
+        if args.sigma == "auto":
+            args.sigma = auto_sigma(files)
         common = dict(n_frequencies=args.n_frequencies, seed=args.seed, in_features=width)
         finc = mmd = None
         if args.reference is not None:
@@ -146,6 +183,7 @@ def _report(
     scores = scores if isinstance(scores, dict) else {orders[0]: scores}
     result: dict[str, Any] = {
         "inputs": {"file": data.describe(), **({"reference": files[1].describe()} if len(files) > 1 else {})},
+        "sigma": float(args.sigma),
         "vendi": {label: float(scores[order]) for label, order in zip(args.alpha, orders, strict=True)},
         "modes": {"eigenvalues": spectrum[: args.top_k]},
     }

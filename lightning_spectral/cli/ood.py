@@ -11,6 +11,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from lightning_spectral.cli import images
 from lightning_spectral.cli.reader import EmbeddingFile, shard_rows
 from lightning_spectral.cli.runtime import Session, UsageError, positive_ints, same_width
 from lightning_spectral.distributed import all_gather_rows
@@ -29,8 +30,9 @@ def add_parser(subparsers: Any, common: argparse.ArgumentParser) -> None:
         "reconstruction error (higher = more out-of-distribution); --calibrate VAL sets the threshold keeping --tpr "
         "of VAL, --ood OODFILE reports AUROC and FPR at --tpr with TEST as the in-distribution side.",
     )
-    parser.add_argument("train", metavar="TRAIN", help="in-distribution embeddings to fit on (.npy, .pt, .safetensors)")
-    parser.add_argument("test", metavar="TEST", help="embeddings to score")
+    parser.add_argument("train", metavar="TRAIN", help="in-distribution embeddings to fit on (.npy, .pt, .safetensors), "
+                        "or images: a folder or a .txt list")
+    parser.add_argument("test", metavar="TEST", help="embeddings (or images) to score")
     parser.add_argument("--mapping", choices=("corp", "cop", "linear"), default=DEFAULTS["mapping"],
                         help="corp: cosine then Gaussian RFF; cop: cosine; linear: plain PCA (default: %(default)s)")
     parser.add_argument("--sigma", type=float, default=DEFAULTS["sigma"],
@@ -49,6 +51,7 @@ def add_parser(subparsers: Any, common: argparse.ArgumentParser) -> None:
                         help="save TEST scores (row order, float64); with --ood also <stem>.ood.npy")
     parser.add_argument("--top-k", type=int, default=16,
                         help="most out-of-distribution TEST samples listed (and shown) (default: %(default)s)")
+    images.add_flags(parser)
     parser.set_defaults(handler=run)
 
 
@@ -91,6 +94,7 @@ def run(args: argparse.Namespace, session: Session) -> dict[str, Any]:
         if args.ood is not None:
             files["ood"] = EmbeddingFile(args.ood, "--ood")
         same_width([train, *files.values()])
+        images.check_images_for(args.images, files["test"])  # a short --images list: refused before any work
         detector = KernelPCAOOD(
             args.mapping, args.sigma, args.n_frequencies, args.explained_variance, args.n_components, args.seed
         ).to(session.device)
