@@ -67,7 +67,7 @@ def build_parser() -> Parser:
 
 def arguments(args: argparse.Namespace) -> dict[str, Any]:
     """The arguments used (defaults included), for the JSON output."""
-    return {key: value for key, value in vars(args).items() if key not in ("handler", "command", "_scratch")}
+    return {key: value for key, value in vars(args).items() if key not in ("handler", "command") and not key.startswith("_")}
 
 
 def _flag_names(message: str, args: argparse.Namespace) -> str:

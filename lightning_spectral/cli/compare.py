@@ -154,18 +154,21 @@ def run(args: argparse.Namespace, session: Session) -> dict[str, Any]:
         "clusters_b": clusters_b,
     }
     if session.is_main and args.plot_dir is not None:
-        from lightning_spectral.cli.pictures import save_gallery, save_spectrum
+        from lightning_spectral.cli.pictures import save_figure, save_gallery
+        from lightning_spectral.viz import plot_signed_spectrum
 
         plot_dir, pictures = Path(args.plot_dir), {}
-        by_size = values[values.abs().argsort(descending=True)]
-        title = "SPEC: (K_A - K_B)/n, by |eigenvalue|"
-        pictures["spectrum"] = save_spectrum(plot_dir, "compare_spectrum", by_size, title)
+        names = (f"A ({Path(args.a).name})", f"B ({Path(args.b).name})")
+        figure = plot_signed_spectrum(values, names, title=f"SPEC (K_A - K_B)/n: A = {args.a}, B = {args.b}")
+        pictures["spectrum"] = save_figure(plot_dir, "compare_spectrum", figure)
         if args.images is not None:
-            for side, clusters in (("a", clusters_a), ("b", clusters_b)):
+            for side, clusters, (first, second) in (("a", clusters_a, names), ("b", clusters_b, names[::-1])):
                 samples = [(torch.tensor(c["ids"]), torch.tensor(c["scores"])) for c in clusters]
                 if samples:
+                    labels = [f"cluster {i + 1}: {c['eigenvalue']:+.3f}" for i, c in enumerate(clusters)]
                     pictures[f"clusters_{side}"] = save_gallery(
-                        plot_dir, f"compare_clusters_{side}", samples, Path(args.images), args.thumb_size
+                        plot_dir, f"compare_clusters_{side}", samples, Path(args.images), args.thumb_size,
+                        labels=labels, title=f"clusters {first} groups and {second} does not",
                     )
         result["pictures"] = pictures
     return result

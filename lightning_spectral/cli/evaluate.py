@@ -204,7 +204,7 @@ def _report(
         result["mmd"] = _mmd(mmd, args.mmd_alpha)
     if session.is_main and args.plot_dir is not None:
         novel = None if novel_spectrum is None else (novel_spectrum, result["finc"]["threshold"])
-        result["pictures"] = _pictures(args, spectrum, novel, samples, novel_samples)
+        result["pictures"] = _pictures(args, result, spectrum, novel, samples, novel_samples)
     return result
 
 
@@ -244,19 +244,35 @@ def _mmd(mmd: Any, level: float) -> dict[str, Any]:
     }
 
 
-def _pictures(args: argparse.Namespace, spectrum: Any, novel: Any, samples: Any, novel_samples: Any) -> dict[str, str]:
+def _pictures(args: argparse.Namespace, result: dict[str, Any], spectrum: Any, novel: Any, samples: Any,
+              novel_samples: Any) -> dict[str, str]:
     from lightning_spectral.cli.pictures import save_gallery, save_spectrum
 
     plot_dir, pictures = Path(args.plot_dir), {}
-    pictures["spectrum"] = save_spectrum(plot_dir, "evaluate_spectrum", spectrum, "FKEA eigen-spectrum of FILE")
+    name = images.source_name(args, "file")
+    pictures["spectrum"] = save_spectrum(plot_dir, "evaluate_spectrum", spectrum, f"FKEA eigen-spectrum of {name}")
     if novel is not None:
-        title = f"FINC: C_FILE - {args.rho:g} C_REF"
+        count = result["finc"]["n_significant"]
+        title = f"FINC: C_FILE - {args.rho:g} C_REF ({count} significant)"
         pictures["novel_spectrum"] = save_spectrum(plot_dir, "evaluate_novel_spectrum", novel[0], title, novel[1])
     if args.images is not None:
-        images = Path(args.images)
-        pictures["modes"] = save_gallery(plot_dir, "evaluate_modes", samples, images, args.thumb_size)
+        image_list = Path(args.images)
+        labels = [f"mode {i + 1}: {float(v):.1%} of the mass" for i, v in enumerate(spectrum[: len(samples)])]
+        title = f"top {len(samples)} modes of FILE ({name}), best samples first"
+        pictures["modes"] = save_gallery(
+            plot_dir, "evaluate_modes", samples, image_list, args.thumb_size, labels=labels, title=title
+        )
         if novel_samples is not None:
-            pictures["novel_modes"] = save_gallery(
-                plot_dir, "evaluate_novel_modes", novel_samples, images, args.thumb_size
-            )
+            finc = result["finc"]
+            significant = [bool(flag) for flag in finc["significant"]][: len(novel_samples)]
+            rows = [row for row, flag in zip(novel_samples, significant) if flag]
+            if rows:  # only significant novel modes are shown: the others are noise
+                total, values = finc["n_significant"], finc["novel_eigenvalues"]
+                labels = [f"novel mode {i + 1}: +{float(values[i]):.3f} excess mass" for i in range(len(rows))]
+                title = f"{total} significant novel modes of FILE vs REF" + (
+                    f", {len(rows)} shown" if len(rows) != total else ""
+                )
+                pictures["novel_modes"] = save_gallery(
+                    plot_dir, "evaluate_novel_modes", rows, image_list, args.thumb_size, labels=labels, title=title
+                )
     return pictures

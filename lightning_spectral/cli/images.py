@@ -275,12 +275,18 @@ def resolve(args: argparse.Namespace, session: Session) -> dict[str, Any]:
         else:
             np.save(target, features.numpy(), allow_pickle=False)
             (scratch / f"{attribute}.images.txt").write_text("".join(f"{f.resolve()}\n" for f in files), "utf-8")
+        args._sources = {**getattr(args, "_sources", {}), attribute: source}  # pictures name the images' source
         setattr(args, attribute, str(target))
         report[attribute] = {"source": source, "images": len(files), "features": str(target)}
         if attribute == gallery and args.images is None and args.plot_dir is not None:  # galleries of these images
             args.images = str(target.with_suffix(".images.txt"))
     report["encoder"] = args.encoder
     return report
+
+
+def source_name(args: argparse.Namespace, attribute: str) -> str:
+    """The name of input ``attribute`` as the user gave it (an image folder's name, not its embeddings')."""
+    return Path(getattr(args, "_sources", {}).get(attribute, getattr(args, attribute))).name
 
 
 def remove_scratch(args: argparse.Namespace) -> None:

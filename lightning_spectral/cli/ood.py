@@ -160,10 +160,15 @@ def _write(args, test_scores, ood_scores, eigenvalues, kept, most_ood) -> dict[s
         from lightning_spectral.cli.pictures import save_gallery, save_spectrum
 
         plot_dir = Path(args.plot_dir)
-        title = f"Kernel PCA spectrum ({args.mapping}, {kept} components kept)"
-        pictures = {"spectrum": save_spectrum(plot_dir, "ood_spectrum", eigenvalues, title)}
+        title = f"Kernel PCA spectrum of TRAIN ({args.mapping}, {kept} components kept)"
+        pictures = {"spectrum": save_spectrum(plot_dir, "ood_spectrum", eigenvalues, title, cut=kept)}
         if args.images is not None:
-            pictures["most_ood"] = save_gallery(plot_dir, "ood_most_ood", [most_ood], Path(args.images),
-                                                args.thumb_size)
+            ids, scores = most_ood
+            captions = [[f"id {int(i)}\n{float(v):.3g}" for i, v in zip(ids.tolist(), scores.tolist())]]
+            title = f"the {len(ids)} most out-of-distribution samples of TEST ({images.source_name(args, 'test')}): id, score"
+            pictures["most_ood"] = save_gallery(
+                plot_dir, "ood_most_ood", [most_ood], Path(args.images), args.thumb_size,
+                labels=["most OOD first"], title=title, captions=captions,
+            )
         paths["pictures"] = pictures
     return paths
