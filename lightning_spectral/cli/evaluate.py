@@ -198,14 +198,57 @@ def _report(
         feature_map = owner.feature_map
         samples = top_samples(batches(), lambda x: mode_scores(x, feature_map, vectors), vectors.shape[1], args.per_mode)
         result["modes"]["top_samples"] = as_lists(samples, spectrum)
-    novel_samples = novel_spectrum = None
+    novel_samples = novel_spectrum = missing_samples = None
     if finc is not None and mmd is not None:
         result["finc"], novel_samples, novel_spectrum = _finc(finc, args, batches if wants_samples else None)
         result["mmd"] = _mmd(mmd, args.mmd_alpha)
+        missing_samples = _missing_samples(args, session, finc, files[1], result["finc"])
     if session.is_main and args.plot_dir is not None:
         novel = None if novel_spectrum is None else (novel_spectrum, result["finc"]["threshold"])
         result["pictures"] = _pictures(args, result, spectrum, novel, samples, novel_samples)
+        if missing_samples is not None:
+            result["pictures"]["missing_modes"] = _missing_gallery(args, result["finc"]["missing"], missing_samples)
     return result
+
+
+def _missing_samples(args: argparse.Namespace, session: Session, finc: Any, reference: Any, finc_result: dict) -> Any:
+    """The reference images of the significant missing modes (a second pass over REF), when REF is images and
+    ``--missing-modes`` and ``--plot-dir`` are given; else ``None``. A collective."""
+    listing = getattr(args, "_lists", {}).get("reference")
+    if not args.missing_modes or args.plot_dir is None or listing is None:
+        return None
+    count = int(sum(bool(flag) for flag in finc_result["missing"]["significant"]))
+    if count == 0:
+        return None
+    rows = shard_rows(reference.n, session.rank, session.world_size)
+    batches = (
+        (features.to(session.device), ids)
+        for features, ids in reference.chunks(args.batch_size, rows, session.progress, "missing modes REF")
+    )
+    return finc.top_samples(batches, k=count, per_mode=args.per_mode, missing=True)
+
+
+def _missing_gallery(args: argparse.Namespace, missing: dict, samples: Any) -> str:
+    from lightning_spectral.cli.pictures import save_gallery
+
+    total, values = missing["n_significant"], missing["eigenvalues"]
+    labels = [f"missing mode {i + 1}: +{float(values[i]):.3f} missing mass" for i in range(len(samples))]
+    title = f"{plural(total, 'significant missing mode')} of FILE: REF images ({images.source_name(args, 'reference')})"
+    title += f", {len(samples)} shown" if len(samples) != total else ""
+    return save_gallery(
+        Path(args.plot_dir), "evaluate_missing_modes", samples, Path(args._lists["reference"]), args.thumb_size,
+        labels=labels, title=title,
+    )
+
+
+def plural(count: int, noun: str) -> str:
+    """``"1 mode"``, ``"3 modes"``.
+
+    Examples:
+        >>> plural(1, "significant novel mode"), plural(2, "mode")
+        ('1 significant novel mode', '2 modes')
+    """
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
 
 
 def _finc(finc: Any, args: argparse.Namespace, batches: Any) -> tuple[dict[str, Any], Any, Any]:
@@ -269,7 +312,7 @@ def _pictures(args: argparse.Namespace, result: dict[str, Any], spectrum: Any, n
             if rows:  # only significant novel modes are shown: the others are noise
                 total, values = finc["n_significant"], finc["novel_eigenvalues"]
                 labels = [f"novel mode {i + 1}: +{float(values[i]):.3f} excess mass" for i in range(len(rows))]
-                title = f"{total} significant novel modes of FILE vs REF" + (
+                title = f"{plural(total, 'significant novel mode')} of FILE vs REF" + (
                     f", {len(rows)} shown" if len(rows) != total else ""
                 )
                 pictures["novel_modes"] = save_gallery(

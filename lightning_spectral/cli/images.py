@@ -276,6 +276,7 @@ def resolve(args: argparse.Namespace, session: Session) -> dict[str, Any]:
             np.save(target, features.numpy(), allow_pickle=False)
             (scratch / f"{attribute}.images.txt").write_text("".join(f"{f.resolve()}\n" for f in files), "utf-8")
         args._sources = {**getattr(args, "_sources", {}), attribute: source}  # pictures name the images' source
+        args._lists = {**getattr(args, "_lists", {}), attribute: str(target.with_suffix(".images.txt"))}
         setattr(args, attribute, str(target))
         report[attribute] = {"source": source, "images": len(files), "features": str(target)}
         if attribute == gallery and args.images is None and args.plot_dir is not None:  # galleries of these images
