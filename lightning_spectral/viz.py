@@ -192,8 +192,16 @@ def plot_spectrum(
     axis.set_xlabel("mode (eigenvalue rank)")
     axis.set_ylabel("eigenvalue")
     axis.set_title(title)
+    _integer_ticks(axis)
     figure.tight_layout()
     return figure
+
+
+def _integer_ticks(axis: Any) -> None:
+    """Ticks at whole numbers only on the x axis (ranks, epochs)."""
+    from matplotlib.ticker import MaxNLocator
+
+    axis.xaxis.set_major_locator(MaxNLocator(integer=True))
 
 
 def plot_signed_spectrum(
@@ -222,6 +230,7 @@ def plot_signed_spectrum(
     axis.set_ylabel("eigenvalue of (K_A - K_B)/n")
     axis.set_title(title or f"SPEC: A = {names[0]}, B = {names[1]}")
     axis.legend()
+    _integer_ticks(axis)
     figure.tight_layout()
     return figure
 
@@ -249,6 +258,7 @@ def plot_test_history(
             axis.plot(list(epochs), points, marker="o", markersize=4, label=label)
         axis.set_xlabel("epoch")
         axis.set_title(f"{title}: {name} over epochs")
+        _integer_ticks(axis)
     right.set_yscale("log")
     right.axhline(alpha, color="tab:red", linestyle="--", label=f"level {alpha:g}")
     left.axhline(0.0, color="black", linewidth=0.5)

@@ -219,7 +219,8 @@ class FINCNovelty(SpectralMetric):
                 labels = [
                     f"{name} mode {i + 1}: +{float(v):.3f} {what}" for i, v in enumerate(modes.eigenvalues[:count])
                 ]
-                title = f"{total} significant {name} modes" + (f", {count} shown" if count != total else "")
+                title = f"{total} significant {name} mode{'' if total == 1 else 's'}"
+                title += f", {count} shown" if count != total else ""
                 galleries[name] = ModeGallery(samples, labels, "reference" if missing else "samples", title)
         return galleries
 
