@@ -44,7 +44,7 @@ _WARNED_IDS: set[int] = set()  # loggers that cannot be weakly referenced
 
 def loggers_of(target: Any) -> list[Any]:
     """The loggers of a Trainer (``trainer.loggers``), or ``[target]`` for a logger itself."""
-    if hasattr(target, "loggers") and isinstance(getattr(target, "loggers"), Iterable):
+    if isinstance(getattr(target, "loggers", None), Iterable):
         return list(target.loggers)
     return [target] if target is not None else []
 

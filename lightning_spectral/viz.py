@@ -62,7 +62,7 @@ def _text_strip(lines: Sequence[str], width: int, height: int, tops: Sequence[in
 
     strip = Image.new("RGB", (max(width, 1), max(height, 1)), "white")
     draw, font = ImageDraw.Draw(strip), _font()
-    for line, top in zip(lines, tops):
+    for line, top in zip(lines, tops, strict=True):
         draw.text((left, top), line, fill="black", font=font)
     return pil_to_tensor(strip).float() / 255.0
 

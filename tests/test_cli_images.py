@@ -120,7 +120,8 @@ def broken(folders, tmp_path):
     [
         (["evaluate", "{tmp}/missing_folder", "--sigma", "1"], r"`FILE`: no folder at"),
         (["evaluate", "{tmp}/empty", "--sigma", "1"], r"`FILE`: the folder .* holds no image"),
-        (["evaluate", "{gen}", "--reference", "{tmp}/bad", "--sigma", "1"], r"`--reference`: cannot read the image .*broken.png"),
+        (["evaluate", "{gen}", "--reference", "{tmp}/bad", "--sigma", "1"],
+         r"`--reference`: cannot read the image .*broken.png"),
         (["evaluate", "{tmp}/blank.txt", "--sigma", "1"], r"`FILE`: line 2 of .* is blank"),
         (["evaluate", "{gen}", "--sigma", "1", "--plot-dir", "{tmp}/p", "--images", "{tmp}/short.txt"],
          r"`--images` .* has 1 lines but `FILE` has 100 samples"),

@@ -75,7 +75,8 @@ def test_wandb_offline_run_holds_the_gallery(tmp_path, monkeypatch):
     logger = WandbLogger(save_dir=str(tmp_path), offline=True, project="pictures")
     fit(tmp_path, logger)
     logger.experiment.finish()
-    images = glob.glob(str(tmp_path / "wandb" / "offline-run-*" / "files" / "media" / "images" / "val" / "vendi" / "*.png"))
+    media = tmp_path / "wandb" / "offline-run-*" / "files" / "media" / "images" / "val" / "vendi"
+    images = glob.glob(str(media / "*.png"))
     assert len(images) == 2, glob.glob(str(tmp_path / "wandb" / "**" / "*.png"), recursive=True)
 
 

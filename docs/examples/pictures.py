@@ -84,7 +84,7 @@ noisy = images[test_ids].clone()
 noisy[:10] = torch.rand(10, 1, 8, 8, generator=torch.Generator().manual_seed(0))  # 10 images of noise
 scores = detector.score(embed(noisy))
 top = scores.topk(8)
-captions = [[f"id {int(i)}\n{float(s):.3f}" for i, s in zip(test_ids[top.indices], top.values)]]
+captions = [[f"id {int(i)}\n{float(s):.3f}" for i, s in zip(test_ids[top.indices], top.values, strict=True)]]
 save("ood_most_ood", mode_gallery([(top.indices, top.values)], noisy, labels=["most OOD first"],
                                   title="the 8 most out-of-distribution test images: id, score", captions=captions))
 

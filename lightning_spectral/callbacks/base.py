@@ -248,9 +248,9 @@ class EmbeddingCallback(Callback):
     ) -> dict[str, float]:
         """Log every value of a metric's ``summary()`` as ``{prefix}{name}`` / ``{prefix}{name}_{key}``, build its
         galleries (with ``gallery``, which knows the images behind the ids; kept in :attr:`last_galleries`) and log
-        them with its spectrum figure (``spectrum``) when a logger takes pictures, then ``reset()`` the metric. ``spectrum``
-        may be ``fn(values) -> (tag suffix, figure)`` (e.g. a test's p-value over epochs) or ``None`` for the
-        metric's own ``plot_spectrum``.
+        them with its spectrum figure (``spectrum``) when a logger takes pictures, then ``reset()`` the metric.
+        ``spectrum`` may be ``fn(values) -> (tag suffix, figure)`` (e.g. a test's p-value over epochs), or return
+        ``None`` for the metric's own ``plot_spectrum``.
 
         One sync: every read comes from the same all-reduced sums
         (:meth:`~lightning_spectral.metrics.SpectralMetric.synced`). A plain torchmetrics metric logs

@@ -15,7 +15,9 @@ its galleries and spectrum, one sync):
 The callback runs at the end of validation epochs: the module needs a validation loop (``limit_val_batches > 0``).
 Pictures (to every logger that holds them: TensorBoard, W&B, MLflow, Comet, CSV): each metric's ``galleries`` (FINC:
 *generated* images of the significant novel modes, *real* images of the significant missing modes; FKEA: generated
-images of the top modes), a label per row, and its ``plot_spectrum`` figure (FINC: both spectra with their significance thresholds). Galleries are built from
+images of the top modes), a label per row, and its ``plot_spectrum`` figure (FINC: both spectra with their
+significance thresholds; a test with a p-value, FastMMD: its statistic and p-value over epochs). Galleries are built
+from
 kept images (:class:`~lightning_spectral.callbacks.galleries.KeptImages`), at most ``max_gallery_images`` per stream
 (each rank keeps its share): the first generated samples of the epoch, and the first samples of each reference,
 streamed again once per run when a gallery needs them.

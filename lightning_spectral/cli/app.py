@@ -67,7 +67,8 @@ def build_parser() -> Parser:
 
 def arguments(args: argparse.Namespace) -> dict[str, Any]:
     """The arguments used (defaults included), for the JSON output."""
-    return {key: value for key, value in vars(args).items() if key not in ("handler", "command") and not key.startswith("_")}
+    hidden = ("handler", "command")
+    return {key: value for key, value in vars(args).items() if key not in hidden and not key.startswith("_")}
 
 
 def _flag_names(message: str, args: argparse.Namespace) -> str:

@@ -10,8 +10,8 @@ from typing import Any, Union
 
 import torch
 
-from lightning_spectral.cli.pictures import as_lists
 from lightning_spectral.cli import images
+from lightning_spectral.cli.pictures import as_lists
 from lightning_spectral.cli.reader import EmbeddingFile, shard_rows
 from lightning_spectral.cli.runtime import Session, UsageError, positive_ints, same_width
 
@@ -308,7 +308,7 @@ def _pictures(args: argparse.Namespace, result: dict[str, Any], spectrum: Any, n
         if novel_samples is not None:
             finc = result["finc"]
             significant = [bool(flag) for flag in finc["significant"]][: len(novel_samples)]
-            rows = [row for row, flag in zip(novel_samples, significant) if flag]
+            rows = [row for row, flag in zip(novel_samples, significant, strict=True) if flag]
             if rows:  # only significant novel modes are shown: the others are noise
                 total, values = finc["n_significant"], finc["novel_eigenvalues"]
                 labels = [f"novel mode {i + 1}: +{float(values[i]):.3f} excess mass" for i in range(len(rows))]

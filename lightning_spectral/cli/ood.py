@@ -30,8 +30,8 @@ def add_parser(subparsers: Any, common: argparse.ArgumentParser) -> None:
         "reconstruction error (higher = more out-of-distribution); --calibrate VAL sets the threshold keeping --tpr "
         "of VAL, --ood OODFILE reports AUROC and FPR at --tpr with TEST as the in-distribution side.",
     )
-    parser.add_argument("train", metavar="TRAIN", help="in-distribution embeddings to fit on (.npy, .pt, .safetensors), "
-                        "or images: a folder or a .txt list")
+    parser.add_argument("train", metavar="TRAIN", help="in-distribution embeddings to fit on (.npy, .pt, "
+                        ".safetensors), or images: a folder or a .txt list")
     parser.add_argument("test", metavar="TEST", help="embeddings (or images) to score")
     parser.add_argument("--mapping", choices=("corp", "cop", "linear"), default=DEFAULTS["mapping"],
                         help="corp: cosine then Gaussian RFF; cop: cosine; linear: plain PCA (default: %(default)s)")
@@ -164,8 +164,9 @@ def _write(args, test_scores, ood_scores, eigenvalues, kept, most_ood) -> dict[s
         pictures = {"spectrum": save_spectrum(plot_dir, "ood_spectrum", eigenvalues, title, cut=kept)}
         if args.images is not None:
             ids, scores = most_ood
-            captions = [[f"id {int(i)}\n{float(v):.3g}" for i, v in zip(ids.tolist(), scores.tolist())]]
-            title = f"the {len(ids)} most out-of-distribution samples of TEST ({images.source_name(args, 'test')}): id, score"
+            captions = [[f"id {int(i)}\n{float(v):.3g}" for i, v in zip(ids.tolist(), scores.tolist(), strict=True)]]
+            test = images.source_name(args, "test")
+            title = f"the {len(ids)} most out-of-distribution samples of TEST ({test}): id, score"
             pictures["most_ood"] = save_gallery(
                 plot_dir, "ood_most_ood", [most_ood], Path(args.images), args.thumb_size,
                 labels=["most OOD first"], title=title, captions=captions,
