@@ -176,3 +176,21 @@ def test_torchrun_two_processes_embed_the_same_images_as_one(folders, capsys):
     for section, key in (("vendi", "1"), ("finc", "novelty"), ("mmd", "p_value")):
         assert ddp[section][key] == pytest.approx(single[section][key], rel=1e-6), (section, key)
     assert [m["ids"] for m in ddp["modes"]["top_samples"]] == [m["ids"] for m in single["modes"]["top_samples"]]
+
+
+def test_compare_embeds_one_folder_with_two_encoders(folders, tmp_path, capsys):
+    argv = ["compare", folders / "gen", folders / "gen", "--kernel", "cosine", "--top-k", "2", "--per-cluster", "3",
+            "--no-progress"]
+    code, out, err = cli(capsys, *argv, "--encoder", "pixels:4", "--encoder-b", "pixels:12",
+                         "--save-features", tmp_path / "f", "--plot-dir", tmp_path / "plots")
+    assert code == 0, err
+    assert out["images"]["encoder"] == "pixels:4" and out["images"]["encoder_b"] == "pixels:12"
+    assert set(out["pictures"]) == {"spectrum", "clusters_a", "clusters_b"}  # galleries of the images themselves
+    code, again, err = cli(capsys, "compare", tmp_path / "f" / "a.npy", tmp_path / "f" / "b.npy", *argv[3:])
+    assert code == 0, err
+    assert again["spec_diff"] == pytest.approx(out["spec_diff"], rel=1e-9) and out["spec_diff"] > 0
+    for extra, message in (([], "pass `--encoder-b`"), (["--encoder-b", "pixels"], "equals `--encoder`")):
+        code, _, err = cli(capsys, *argv, *extra)
+        assert code == 2 and message in err, err
+    code, _, err = cli(capsys, "compare", folders / "gen", folders / "real", "--encoder-b", "pixels:8")
+    assert code == 2 and "list different images (100 and 120)" in err, err

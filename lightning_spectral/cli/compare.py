@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 
+from lightning_spectral.cli import images
 from lightning_spectral.cli.pictures import as_lists
 from lightning_spectral.cli.reader import EmbeddingFile, shard_rows
 from lightning_spectral.cli.runtime import Session, UsageError, positive_ints
@@ -27,8 +28,14 @@ def add_parser(subparsers: Any, common: argparse.ArgumentParser) -> None:
         "the spectrum of (K_A - K_B)/n, SPEC-diff = max |eigenvalue|, and the members of the clusters A groups "
         "and B does not (positive eigenvalues, clusters_a) and the reverse (negative, clusters_b).",
     )
-    parser.add_argument("a", metavar="A", help="first embedding (n, d_a): .npy, .pt or .safetensors")
-    parser.add_argument("b", metavar="B", help="second embedding (n, d_b) of the same samples")
+    parser.add_argument(
+        "a", metavar="A", help="first embedding (n, d_a): .npy, .pt or .safetensors; or images (a folder or a .txt "
+        "list) embedded by --encoder"
+    )
+    parser.add_argument(
+        "b", metavar="B", help="second embedding (n, d_b) of the same samples; or the same images, embedded by "
+        "--encoder-b"
+    )
     parser.add_argument("--kernel", choices=("gaussian", "cosine"), default="gaussian", help="(default: %(default)s)")
     parser.add_argument("--sigma-a", type=float, help="Gaussian bandwidth of A (required for --kernel gaussian)")
     parser.add_argument("--sigma-b", type=float, help="Gaussian bandwidth of B (required for --kernel gaussian)")
@@ -49,6 +56,7 @@ def add_parser(subparsers: Any, common: argparse.ArgumentParser) -> None:
         "--per-cluster", type=int, default=DEFAULTS["per_cluster"], help="members listed per cluster (default: "
         "%(default)s)",
     )
+    images.add_flags(parser, second=True)
     parser.set_defaults(handler=run)
 
 
@@ -158,8 +166,11 @@ def run(args: argparse.Namespace, session: Session) -> dict[str, Any]:
         from lightning_spectral.viz import plot_signed_spectrum
 
         plot_dir, pictures = Path(args.plot_dir), {}
-        names = (f"A ({Path(args.a).name})", f"B ({Path(args.b).name})")
-        figure = plot_signed_spectrum(values, names, title=f"SPEC (K_A - K_B)/n: A = {args.a}, B = {args.b}")
+        embedded = getattr(args, "_sources", {})  # A and B as one folder of images: name them by their encoders
+        labels = (args.encoder, args.encoder_b) if embedded else (Path(args.a).name, Path(args.b).name)
+        names = (f"A ({labels[0]})", f"B ({labels[1]})")
+        title = f"SPEC (K_A - K_B)/n: A = {labels[0]}, B = {labels[1]}"
+        figure = plot_signed_spectrum(values, names, title=title)
         pictures["spectrum"] = save_figure(plot_dir, "compare_spectrum", figure)
         if args.images is not None:
             for side, clusters, (first, second) in (("a", clusters_a, names), ("b", clusters_b, names[::-1])):

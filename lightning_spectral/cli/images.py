@@ -1,7 +1,8 @@
 """Images where the command line takes embeddings: a folder of images (searched recursively) or a ``.txt`` list of
 image paths, embedded by ``--encoder`` before the subcommand runs.
 
-Every input of ``evaluate`` (FILE, ``--reference``) and ``ood`` (TRAIN, TEST, ``--calibrate``, ``--ood``) may be
+Every input of ``evaluate`` (FILE, ``--reference``), ``ood`` (TRAIN, TEST, ``--calibrate``, ``--ood``) and ``compare``
+(A and B: one folder given twice, embedded by ``--encoder`` and ``--encoder-b``) may be
 images. Before any image is decoded, each source is listed and every file's header is read, so a missing folder,
 an empty one, a missing or unreadable image and a short ``--images`` list are refused first, named. Then each
 source is embedded (this rank's contiguous share under ``torchrun``, gathered in file order) into a ``.npy`` that
@@ -36,6 +37,7 @@ IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".ti
 INPUTS = {
     "evaluate": (("file", "FILE"), ("reference", "--reference")),
     "ood": (("train", "TRAIN"), ("test", "TEST"), ("calibrate", "--calibrate"), ("ood", "--ood")),
+    "compare": (("a", "A"), ("b", "B")),  # the same images, embedded by --encoder (A) and --encoder-b (B)
 }
 #: The input whose rows the galleries show, per subcommand.
 GALLERY_INPUT = {"evaluate": "file", "ood": "test", "compare": "a"}
@@ -43,8 +45,9 @@ GALLERY_INPUT = {"evaluate": "file", "ood": "test", "compare": "a"}
 PIXELS_SIZE, PIXELS_READ = 16, 64
 
 
-def add_flags(parser: argparse.ArgumentParser) -> None:
-    """The image flags of a subcommand whose inputs may be images."""
+def add_flags(parser: argparse.ArgumentParser, second: bool = False) -> None:
+    """The image flags of a subcommand whose inputs may be images (``second``: ``--encoder-b`` / ``--weights-b``
+    for ``compare``'s B)."""
     group = parser.add_argument_group("images instead of embeddings (an input that is a folder or a .txt list)")
     group.add_argument(
         "--encoder", default="pixels", metavar="NAME",
@@ -56,6 +59,9 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
         "--weights", metavar="FILE", help="local weights of a clip: or timm: encoder (.safetensors, .pt, .pth, .bin); "
         "without them the network is randomly initialised (a warning says so)",
     )
+    if second:
+        group.add_argument("--encoder-b", metavar="NAME", help="how B is embedded when A and B are the same images")
+        group.add_argument("--weights-b", metavar="FILE", help="local weights of --encoder-b")
     group.add_argument(
         "--image-batch-size", type=int, default=64, help="images embedded per batch (default: %(default)s)"
     )
@@ -245,7 +251,7 @@ def resolve(args: argparse.Namespace, session: Session) -> dict[str, Any]:
         if is_image_source(getattr(args, attribute, None))
     ]
     if not sources:
-        for flag in ("weights", "save_features"):
+        for flag in ("weights", "save_features", "encoder_b", "weights_b"):
             if getattr(args, flag, None) is not None:
                 raise UsageError(f"`--{flag.replace('_', '-')}` applies to image inputs (a folder or a .txt list).")
         return {}
@@ -260,14 +266,18 @@ def resolve(args: argparse.Namespace, session: Session) -> dict[str, Any]:
             from lightning_spectral.files import check_writable
 
             check_writable(args.save_features, "--save-features", folder=True)
-        encoder, size = build_encoder(args.encoder, args.weights)
-        encoder = encoder.to(session.device)
+        specs = {attribute: _encoder_of(args, attribute) for attribute, _, _ in sources}
+        if args.command == "compare":
+            _same_images(listed, specs)
+        built = {spec: build_encoder(*spec) for spec in dict.fromkeys(specs.values())}
+        encoders = {spec: (encoder.to(session.device), size) for spec, (encoder, size) in built.items()}
     folder = Path(args.save_features).expanduser() if args.save_features is not None else None
     scratch = Path(tempfile.mkdtemp(prefix="lightning-spectral-"))
     args._scratch = scratch  # removed by main() at exit
     report: dict[str, Any] = {}
     for attribute, name, source in sources:
         files = listed[attribute]
+        encoder, size = encoders[specs[attribute]]
         features = embed(files, encoder, size, args.image_batch_size, session, name)
         target = (folder if folder is not None and session.is_main else scratch) / f"{attribute}.npy"
         if folder is not None and session.is_main:
@@ -282,7 +292,34 @@ def resolve(args: argparse.Namespace, session: Session) -> dict[str, Any]:
         if attribute == gallery and args.images is None and args.plot_dir is not None:  # galleries of these images
             args.images = str(target.with_suffix(".images.txt"))
     report["encoder"] = args.encoder
+    if args.command == "compare":
+        report["encoder_b"] = specs["b"][0] if "b" in specs else None
     return report
+
+
+def _encoder_of(args: argparse.Namespace, attribute: str) -> tuple[str, Optional[str]]:
+    """``(--encoder, --weights)`` of an input; ``compare``'s B takes ``--encoder-b`` / ``--weights-b``."""
+    if attribute == "b":
+        if getattr(args, "encoder_b", None) is None:
+            raise UsageError(
+                "`B` is images: pass `--encoder-b` (and `--weights-b`), the second embedding SPEC compares with A's "
+                "`--encoder`; one encoder would give the same embedding twice."
+            )
+        return args.encoder_b, args.weights_b
+    return args.encoder, args.weights
+
+
+def _same_images(listed: dict[str, list[Path]], specs: dict[str, tuple[str, Optional[str]]]) -> None:
+    """``compare`` on images: A and B are two embeddings of the same images, by two different encoders."""
+    if set(listed) != {"a", "b"}:
+        raise UsageError("`compare`: give A and B both as images (the same folder or list) or both as embeddings.")
+    if [p.resolve() for p in listed["a"]] != [p.resolve() for p in listed["b"]]:
+        raise ValueError(
+            f"`A` and `B` list different images ({len(listed['a'])} and {len(listed['b'])}); SPEC compares two "
+            "embeddings of the SAME images: pass one folder (or list) twice, with `--encoder` and `--encoder-b`."
+        )
+    if specs["a"] == specs["b"]:
+        raise UsageError("`--encoder-b` equals `--encoder` (and its weights): A and B would be the same embedding.")
 
 
 def source_name(args: argparse.Namespace, attribute: str) -> str:
