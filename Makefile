@@ -78,6 +78,7 @@ bench: $(VENV)/.installed
 	$(BENCH_PY) benchmarks/bench_spec_align.py penalty --steps 5
 	$(BENCH_PY) benchmarks/bench_spec_align.py omp --size 256 --seconds 5
 	$(BENCH_PY) benchmarks/bench_generated.py --n-samples 1000 --frequencies 256
+	$(BENCH_PY) benchmarks/bench_cli_images.py --n 200 --encoders pixels
 	$(BENCH_PY) benchmarks/bench_align_recipe.py --seeds 0 --epochs 1 --out $(BENCH_OUT)/align_recipe_evidence.json
 
 clean:

@@ -26,14 +26,6 @@ PENDING = {
     "lightning_spectral/metrics/finc.py",
     "lightning_spectral/functional/finc.py",
     "lightning_spectral/callbacks/generated.py",
-    "lightning_spectral/callbacks/base.py",
-    "lightning_spectral/viz.py",
-    "lightning_spectral/cli/__init__.py",
-    "lightning_spectral/cli/app.py",
-    "lightning_spectral/cli/ood.py",
-    "lightning_spectral/cli/pictures.py",
-    "lightning_spectral/cli/reader.py",
-    "lightning_spectral/cli/runtime.py",
 }
 
 

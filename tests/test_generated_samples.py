@@ -264,11 +264,11 @@ def test_logged_values_equal_the_metrics_and_pictures_reach_tensorboard(tmp_path
     events = EventAccumulator(str(trainer.logger.log_dir), size_guidance={"images": 0})
     events.Reload()
     tags = set(events.Tags()["images"])
-    pictures = {"gen/vendi/modes", "gen/finc/missing", "gen/vendi/spectrum", "gen/finc/spectrum", "gen/mmd/spectrum"}
+    pictures = {"gen/vendi/modes", "gen/finc/missing", "gen/vendi/spectrum", "gen/finc/spectrum", "gen/mmd/over_epochs"}
     assert pictures <= tags
     assert ("gen/finc/novel" in tags) == (want["finc_novel_modes"] > 0)  # no novelty gallery without a novel mode
     missing = callback.last_galleries["finc/missing"]
-    assert missing.labels[0].startswith("missing 1: +") and missing.images[0].shape[1:] == (1, 8, 8)
+    assert missing.labels[0].startswith("missing mode 1: +") and missing.images[0].shape[1:] == (1, 8, 8)
     assert missing.classes[0] is not None and len(missing.classes[0]) == len(missing.images[0])
     real = torch.cat([batch["image"] for batch in data.reference_dataloader()])
     real_labels = torch.cat([batch["label"] for batch in data.reference_dataloader()])
@@ -295,6 +295,11 @@ def test_reference_cached_and_resume_continues_exactly(tmp_path):
     resumed = run(tmp_path / "resumed", 3, ckpt_path=tmp_path / "whole" / "epoch=0.ckpt")
     assert resumed.reference_passes == 0  # the cached reference sides came back from the checkpoint
     assert resumed.history == whole.history  # epoch 0 restored, epochs 1 and 2 recomputed: bit for bit
+    # the FastMMD picture of the resumed run draws every epoch, the restored one included
+    tag, figure = resumed.test_history("mmd", 2, 0.05, resumed.history[2])
+    statistic, p_value = (axis.lines[0] for axis in figure.axes)
+    assert tag == "over_epochs" and list(statistic.get_xdata()) == [0, 1, 2]
+    assert list(p_value.get_ydata()) == pytest.approx([max(whole.history[e]["mmd_p_value"], 1e-16) for e in range(3)])
     assert whole.history[2] != whole.history[0]
 
 

@@ -290,17 +290,35 @@ def cli_commands() -> list[str]:
     """The ``lightning-spectral ...`` lines of the Command line section's bash blocks."""
     commands = []
     for key, code in blocks("bash").items():
-        if key.startswith("command-line"):
+        if key.startswith(("command-line", "generative-models")):
             commands += [line for line in code.splitlines() if line.startswith("lightning-spectral ")]
     return commands
 
 
 def test_the_command_line_section_lists_its_commands():
-    assert [shlex.split(c)[1] for c in cli_commands()] == ["evaluate", "compare", "ood"]
+    assert [shlex.split(c)[1] for c in cli_commands()] == ["evaluate", "evaluate", "compare", "ood"]
 
 
-@pytest.mark.parametrize("command", cli_commands(), ids=lambda c: shlex.split(c)[1])
+def image_folders(root: Path) -> None:
+    """``real/`` (200 digits 0-9, in sub-folders) and ``generated/`` (200 other digits, 0-6 only: a model that lost
+    7, 8 and 9) as PNG files of 32 x 32 px."""
+    from PIL import Image
+
+    images, labels = load_digit_images()
+    half = len(labels) // 2  # disjoint samples: the first half is real, the second generated
+    for folder, keep, start in (("real", range(10), 0), ("generated", range(7), half)):
+        chosen = [i for i in range(start, len(labels)) if int(labels[i]) in keep][:200]
+        for i in chosen:
+            where = root / folder / f"class{int(labels[i])}" if folder == "real" else root / folder
+            where.mkdir(parents=True, exist_ok=True)
+            pixels = (images[i, 0].numpy() * 255).astype(np.uint8)
+            Image.fromarray(pixels).resize((32, 32), Image.NEAREST).save(where / f"{i}.png")
+
+
+@pytest.mark.parametrize("command", cli_commands(), ids=lambda c: "-".join(shlex.split(c)[1:3]).replace("/", ""))
 def test_command_line(tmp_path, command):
+    if "generated/" in command:
+        image_folders(tmp_path)
     rng = np.random.default_rng(0)
     centres = rng.normal(size=(5, 32)) * 20
 
@@ -320,5 +338,9 @@ def test_command_line(tmp_path, command):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     run = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env)
     assert run.returncode == 0, run.stderr[-3000:]
-    result = json.loads(run.stdout)
+    result = json.loads((tmp_path / "scores.json").read_text()) if "--output" in command else json.loads(run.stdout)
     assert result["command"] == shlex.split(command)[1] and result["world_size"] == 1
+    if "images" in result:  # the two-folder command: embedded, measured and drawn
+        assert result["images"]["file"]["images"] == 200 and result["images"]["reference"]["images"] == 200
+        assert {"modes", "novel_spectrum", "missing_modes"} <= set(result["pictures"]) and result["mmd"]["reject"]
+        assert result["finc"]["missing"]["n_significant"] >= 1  # 7, 8 and 9 are missing from generated/

@@ -7,11 +7,14 @@ from lightning_spectral.viz import log_figure, log_image, mode_gallery, plot_spe
 def test_gallery_has_one_row_per_mode_best_first_and_pads_short_rows():
     images = torch.arange(6).float().view(6, 1, 1, 1).expand(6, 1, 4, 4) + torch.rand(6, 1, 4, 4) * 0.01
     samples = [(torch.tensor([5, 3]), torch.tensor([2.0, 1.0])), (torch.tensor([1]), torch.tensor([0.5]))]
-    grid = mode_gallery(samples, images, padding=1, normalize=False)
+    grid = mode_gallery(samples, images, padding=1, normalize=False, tile_size=4)  # 4 px tiles: not enlarged
     assert grid.shape == (3, 2 * 5 + 1, 2 * 5 + 1)
     assert float(grid[0, 1:5, 1:5].mean()) == pytest.approx(5.0, abs=0.01)  # row 0, slot 0: sample 5
     assert float(grid[0, 1:5, 6:10].mean()) == pytest.approx(3.0, abs=0.01)  # row 0, slot 1: sample 3
-    assert float(grid[0, 6:10, 6:10].abs().max()) == 0.0  # row 1 has one sample: the slot stays blank
+    assert float(grid[0, 6:10, 6:10].min()) == 1.0  # row 1 has one sample: the slot stays blank (white)
+    enlarged = mode_gallery(samples, images, padding=1, normalize=False)  # the default: 4 px enlarged to 64
+    assert enlarged.shape == (3, 2 * 65 + 1, 2 * 65 + 1)
+    assert float(enlarged[0, 1:65, 1:65].mean()) == pytest.approx(5.0, abs=0.01)
 
 
 def test_gallery_accepts_a_function_and_grayscale_2d_images():
@@ -79,14 +82,18 @@ def test_importing_the_metrics_adds_no_heavy_dependency():
     assert any(name.startswith("lightning_spectral.metrics") for name in added)  # the import happened
 
 
-def test_logging_to_a_logger_without_images_raises_a_clear_error():
+def test_logging_to_a_logger_without_images_warns_once_naming_what_to_do():
     class NoImages:
         experiment = object()
 
-    with pytest.raises(TypeError, match="TensorBoardLogger"):
-        log_image(NoImages(), "tag", torch.zeros(3, 2, 2))
-    with pytest.raises(TypeError, match="add_figure"):
-        log_figure(NoImages(), "tag", plot_spectrum(torch.ones(2)))
+    target = NoImages()
+    with pytest.warns(UserWarning, match="TensorBoardLogger, WandbLogger, MLFlowLogger"):
+        log_image(target, "tag", torch.zeros(3, 2, 2))
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the second picture to the same logger: no second warning
+        log_figure(target, "tag", plot_spectrum(torch.ones(2)))
 
 
 def test_importing_the_callbacks_and_encoders_adds_no_heavy_dependency():

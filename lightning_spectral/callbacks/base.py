@@ -1,15 +1,19 @@
 """The base of the callbacks that read a LightningModule's embeddings: one lifecycle, written once.
 
-:class:`EmbeddingCallback` owns what every such callback needs:
+[`EmbeddingCallback`][lightning_spectral.callbacks.EmbeddingCallback] owns what every such callback needs:
 
-- the capture lifecycle of an :class:`~lightning_spectral.callbacks.embeddings.EmbeddingSource`: the hook is
+- the capture lifecycle of an [`EmbeddingSource`][lightning_spectral.callbacks.EmbeddingSource]: the hook is
   attached at ``setup`` and removed at ``teardown``; each train / validation batch starts with an empty
-  capture, and :meth:`~EmbeddingCallback.batch_embedding` returns what the step computed (or embeds the batch);
-- extra loaders (a reference set, OOD sets, a fit set): :meth:`~EmbeddingCallback.embed_loader` streams this
+  capture, and [`batch_embedding`][lightning_spectral.callbacks.EmbeddingCallback.batch_embedding] returns what the step
+  computed (or embeds the batch);
+- extra loaders (a reference set, OOD sets, a fit set):
+  [`embed_loader`][lightning_spectral.callbacks.EmbeddingCallback.embed_loader] streams this
   rank's share, sharded by sample through Lightning's ``UnrepeatedDistributedSampler`` (no sample repeated);
-- the ranks, through the Lightning strategy: :meth:`~EmbeddingCallback.gather` (rows of every rank) and
-  :meth:`~EmbeddingCallback.any_rank` (a decision every rank takes alike);
-- the report of a metric at an epoch's end (:meth:`~EmbeddingCallback.report`): one sync, every value of its
+- the ranks, through the Lightning strategy: [`gather`][lightning_spectral.callbacks.EmbeddingCallback.gather] (rows of
+  every rank) and
+  [`any_rank`][lightning_spectral.callbacks.EmbeddingCallback.any_rank] (a decision every rank takes alike);
+- the report of a metric at an epoch's end ([`report`][lightning_spectral.callbacks.EmbeddingCallback.report]): one
+  sync, every value of its
   ``summary()`` logged, its galleries and spectrum drawn, then ``reset()``;
 - arguments that name a datamodule attribute (``"train_dataloader_for_eval"``, ``"image_of"``), resolved at
   ``setup``.
@@ -19,7 +23,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager, nullcontext
 from typing import TYPE_CHECKING, Any, Optional, Union
 
@@ -80,7 +84,7 @@ def gather_rows(trainer: L.Trainer, rows: Tensor, sync_grads: bool = False) -> T
 
 def has_samples(trainer: L.Trainer, metric: Metric) -> bool:
     """Whether a metric accumulated anything on any rank (every rank gets the same answer; a collective). Inside
-    ``metric.synced()`` a :class:`~lightning_spectral.metrics.SpectralMetric` reads its synced counts."""
+    ``metric.synced()`` a [`SpectralMetric`][lightning_spectral.metrics.SpectralMetric] reads its synced counts."""
     if hasattr(metric, "sample_count"):
         return metric.sample_count() > 0
     return EmbeddingCallback.any_rank(trainer, metric.update_count > 0)
@@ -135,7 +139,7 @@ class EmbeddingCallback(Callback):
             during the module's own steps, so no extra forward pass), or ``fn(pl_module, batch) -> Tensor``;
             ``None`` for a callback that needs no embedding of the module.
         batch_input: what to feed the submodule when the callback embeds a batch itself (see
-            :func:`~lightning_spectral.callbacks.embeddings.select`).
+            `select`).
         owner: the callback's name in error messages.
     """
 
@@ -187,7 +191,8 @@ class EmbeddingCallback(Callback):
     def embed_loader(
         self, loader: Iterable, trainer: L.Trainer, pl_module: L.LightningModule
     ) -> Iterator[tuple[Tensor, Any]]:
-        """``(embeddings (N, d), batch)`` for this rank's share of ``loader`` (see :func:`shard_loader`), computed
+        """``(embeddings (N, d), batch)`` for this rank's share of ``loader`` (see
+        [`shard_loader`][lightning_spectral.callbacks.shard_loader]), computed
         without gradients under the module's current mode."""
         assert self.source is not None
         for batch in shard_loader(loader, trainer.global_rank, trainer.world_size):
@@ -198,7 +203,7 @@ class EmbeddingCallback(Callback):
     # ---- across ranks, logging, arguments ----------------------------------------------------------------------
     @staticmethod
     def gather(trainer: L.Trainer, rows: Tensor, sync_grads: bool = False) -> Tensor:
-        """All ranks' rows concatenated in rank order (:func:`gather_rows`)."""
+        """All ranks' rows concatenated in rank order (`gather_rows`)."""
         return gather_rows(trainer, rows, sync_grads)
 
     @staticmethod
@@ -243,15 +248,17 @@ class EmbeddingCallback(Callback):
         metric: Metric,
         prefix: str,
         gallery: Optional["GalleryImages"] = None,
-        spectrum: bool = False,
+        spectrum: Union[bool, Callable[[dict[str, float]], Optional[tuple[str, Any]]]] = False,
         timings: Optional[dict[str, float]] = None,
     ) -> dict[str, float]:
         """Log every value of a metric's ``summary()`` as ``{prefix}{name}`` / ``{prefix}{name}_{key}``, build its
-        galleries (with ``gallery``, which knows the images behind the ids; kept in :attr:`last_galleries`) and log
-        them with its spectrum figure (``spectrum``) when the logger takes pictures, then ``reset()`` the metric.
+        galleries (with ``gallery``, which knows the images behind the ids; kept in `last_galleries`) and log
+        them with its spectrum figure (``spectrum``) when a logger takes pictures, then ``reset()`` the metric.
+        ``spectrum`` may be ``fn(values) -> (tag suffix, figure)`` (e.g. a test's p-value over epochs), or return
+        ``None`` for the metric's own ``plot_spectrum``.
 
         One sync: every read comes from the same all-reduced sums
-        (:meth:`~lightning_spectral.metrics.SpectralMetric.synced`). A plain torchmetrics metric logs
+        ([`synced`][lightning_spectral.metrics.SpectralMetric.synced]). A plain torchmetrics metric logs
         ``compute()``. ``timings`` (a dict) gains the seconds spent on the values (``"compute"``) and on the
         pictures (``"pictures"``). Returns the values logged (empty when no rank saw a sample). A collective under
         DDP.
@@ -268,22 +275,36 @@ class EmbeddingCallback(Callback):
                 self.log_values(pl_module, {k: v for k, v in values.items() if math.isfinite(v)}, prefix)
                 drawn = time.perf_counter()
                 timings["compute"] = timings.get("compute", 0.0) + drawn - start
-                pictures = self.can_log_pictures(trainer)
+                wanted = (gallery is not None and hasattr(metric, "galleries")) or (
+                    bool(spectrum) and (callable(spectrum) or hasattr(metric, "plot_spectrum"))
+                )
+                pictures = wanted and self.can_log_pictures(trainer)
                 if gallery is not None and hasattr(metric, "galleries"):
                     self._galleries(trainer, name, f"{prefix}{name}", metric, gallery, pictures)
-                if spectrum and pictures and hasattr(metric, "plot_spectrum"):
+                if spectrum and pictures:
                     from lightning_spectral.viz import log_figure
 
-                    log_figure(trainer, f"{prefix}{name}/spectrum", metric.plot_spectrum()[0])  # every rank draws
+                    drawn_by_caller = spectrum(values) if callable(spectrum) else None
+                    if drawn_by_caller is not None:
+                        log_figure(trainer, f"{prefix}{name}/{drawn_by_caller[0]}", drawn_by_caller[1])
+                    elif hasattr(metric, "plot_spectrum"):  # a collective: every rank draws
+                        log_figure(trainer, f"{prefix}{name}/spectrum", metric.plot_spectrum()[0])
                 timings["pictures"] = timings.get("pictures", 0.0) + time.perf_counter() - drawn
         metric.reset()
         return values
 
     @staticmethod
     def can_log_pictures(trainer: L.Trainer) -> bool:
-        """Whether the trainer's logger takes images and figures (a TensorBoard experiment)."""
-        experiment = getattr(trainer.logger, "experiment", None)
-        return hasattr(experiment, "add_image") and hasattr(experiment, "add_figure")
+        """Whether any of the trainer's loggers holds pictures (TensorBoard, W&B, MLflow, Comet, CSV: see
+        [`lightning_spectral.loggers`][lightning_spectral.loggers]); each one that cannot is warned once, on rank 0."""
+        from lightning_spectral.loggers import _kind, loggers_of, warn_no_pictures
+
+        kinds = [(_kind(logger), logger) for logger in loggers_of(trainer)]
+        if trainer.is_global_zero:
+            for kind, logger in kinds:
+                if kind is None:
+                    warn_no_pictures(logger)
+        return any(kind is not None for kind, _ in kinds)
 
     def _galleries(
         self, trainer: L.Trainer, name: str, tag: str, metric: Metric, gallery: "GalleryImages", log: bool
@@ -309,5 +330,11 @@ class EmbeddingCallback(Callback):
                 record.classes.append(None if classes is None else classes[span])
             self.last_galleries[f"{name}/{gallery_name}"] = record
             if shown and log:
-                grid = mode_gallery(positions, for_display(images), labels=record.labels)
+                captions = None
+                if all(classes is not None for classes in record.classes):  # the caller's labels, under each image
+                    captions = [[f"class {int(c)}" for c in row] for row in record.classes]  # type: ignore[union-attr]
+                title = getattr(rows, "title", "")
+                grid = mode_gallery(
+                    positions, for_display(images), labels=record.labels, title=title, captions=captions
+                )
                 log_image(trainer, f"{tag}/{gallery_name}", grid)

@@ -3,7 +3,7 @@
 Embeddings come from the module's own validation forward (a hook on a named submodule, see
 [`EmbeddingCallback`][lightning_spectral.callbacks.EmbeddingCallback]); the metrics are torchmetrics ``Metric`` objects
 fed according to their ``inputs`` protocol; each validation epoch ends with ``summary()`` (all-reduced under
-DDP), ``log``, optional mode galleries to TensorBoard, and ``reset()``.
+DDP), ``log``, optional mode galleries to every logger that holds pictures, and ``reset()``.
 """
 
 from __future__ import annotations
@@ -47,8 +47,10 @@ class EmbeddingMetrics(EmbeddingCallback):
     Logged: every value of ``metric.summary()``: the metric's own value as ``{log_prefix}{name}`` (a dict of
     Vendi orders as ``{name}/{order}``, several bandwidths as ``{name}/{i}``) and the others as
     ``{log_prefix}{name}_{key}`` (FastMMD's ``_p_value``, FINC's ``_missing`` score and ``_novel_modes`` /
-    ``_missing_modes`` counts); plain torchmetrics metrics log ``compute()``. With ``images`` and a TensorBoard logger, each metric's ``galleries`` (modes, significant
-    novel modes, SPEC clusters of both signs) are logged as ``{log_prefix}{name}/{gallery}``, rows labelled; that
+    ``_missing_modes`` counts); plain torchmetrics metrics log ``compute()``. With ``images`` and a logger that holds
+    pictures (TensorBoard, W&B, MLflow, Comet, CSV), each metric's ``galleries`` (modes, significant novel modes, SPEC
+    clusters of both signs; the class under each image when ``images`` gives dataset items ``(image, label, ...)``) are
+    logged as ``{log_prefix}{name}/{gallery}``, rows labelled; that
     keeps up to ``max_gallery_samples`` validation embeddings per rank for the second pass.
 
     Args:

@@ -12,7 +12,6 @@ ids into images:
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 from typing import Any, Callable, NamedTuple, Optional, Union
 
@@ -35,11 +34,12 @@ class ModeImages(NamedTuple):
     classes: list[Optional[Tensor]]
 
 
-def for_display(images: Tensor, min_side: int = 48) -> Tensor:
+def for_display(images: Tensor, min_side: int = 64) -> Tensor:
     """Images (N, C, H, W) enlarged by a whole factor (nearest neighbour) until their shorter side is ``min_side``
     or more: 8x8 digits become readable in a gallery, and each row is tall enough for its label."""
-    factor = math.ceil(min_side / max(min(images.shape[-2:]), 1))
-    return images if factor <= 1 else torch.nn.functional.interpolate(images, scale_factor=factor, mode="nearest")
+    from lightning_spectral.viz import enlarge
+
+    return enlarge(images, min_side)
 
 
 def as_image(item: Any) -> Tensor:
@@ -48,6 +48,25 @@ def as_image(item: Any) -> Tensor:
     image = item[0] if isinstance(item, (tuple, list)) else item
     image = torch.as_tensor(image).detach().cpu().float()
     return image[None] if image.ndim == 2 else image
+
+
+def item_class(item: Any) -> Optional[int]:
+    """The class of a dataset item ``(image, label, ...)`` when its second element is one integer, else ``None``.
+
+    Examples:
+        >>> item_class((torch.zeros(1, 8, 8), torch.tensor(3))), item_class(torch.zeros(8, 8))
+        (3, None)
+    """
+    if not isinstance(item, (tuple, list)) or len(item) < 2:
+        return None
+    label = item[1]
+    if isinstance(label, bool):
+        return None
+    if isinstance(label, int):
+        return label
+    if isinstance(label, Tensor) and label.numel() == 1 and not label.is_floating_point() and label.dtype != torch.bool:
+        return int(label)
+    return None
 
 
 class GalleryImages:
@@ -111,7 +130,10 @@ class IndexedImages(GalleryImages):
     def images(self, trainer: L.Trainer, stream: str, ids: Tensor) -> tuple[Tensor, Optional[Tensor]]:
         lookup = self.lookup
         items = [lookup(int(i)) if callable(lookup) else lookup[int(i)] for i in ids]
-        return (torch.stack([as_image(item) for item in items]) if items else torch.zeros(0, 1, 1, 1)), None
+        images = torch.stack([as_image(item) for item in items]) if items else torch.zeros(0, 1, 1, 1)
+        classes = [item_class(item) for item in items]
+        known = bool(items) and all(c is not None for c in classes)
+        return images, (torch.tensor(classes, dtype=torch.long) if known else None)
 
 
 class KeptImages(GalleryImages):

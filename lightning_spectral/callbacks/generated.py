@@ -13,9 +13,11 @@ its galleries and spectrum, one sync):
   with ``reset_real_features=False`` (the sums are cached across epochs and checkpointed), every epoch otherwise.
 
 The callback runs at the end of validation epochs: the module needs a validation loop (``limit_val_batches > 0``).
-Pictures (with a TensorBoard logger): each metric's ``galleries`` (FINC: *generated* images of the significant novel
-modes, *real* images of the significant missing modes; FKEA: generated images of the top modes), a label per row,
-and its ``plot_spectrum`` figure (FINC: both spectra with their significance thresholds). Galleries are built from
+Pictures (to every logger that holds them: TensorBoard, W&B, MLflow, Comet, CSV): each metric's ``galleries`` (FINC:
+*generated* images of the significant novel modes, *real* images of the significant missing modes; FKEA: generated
+images of the top modes), a label per row, and its ``plot_spectrum`` figure (FINC: both spectra with their
+significance thresholds; a test with a p-value, FastMMD: its statistic and p-value over epochs). Galleries are built
+from
 kept images (:class:`~lightning_spectral.callbacks.galleries.KeptImages`), at most ``max_gallery_images`` per stream
 (each rank keeps its share): the first generated samples of the epoch, and the first samples of each reference,
 streamed again once per run when a gallery needs them.
@@ -26,6 +28,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from functools import partial
 from typing import Any, Optional, Union
 
 import lightning as L
@@ -57,7 +60,9 @@ class GeneratedSamples(EmbeddingCallback):
     Logged (``log_prefix`` ``"gen/"``): every value of each metric's ``summary()``: ``gen/{name}`` (a dict of
     Vendi orders as ``gen/{name}/{order}``) and ``gen/{name}_{key}`` (FINC's ``_missing`` score and
     ``_novel_modes`` / ``_missing_modes`` counts, FastMMD's ``_p_value``). Images ``gen/{name}/{gallery}`` and
-    figures ``gen/{name}/spectrum`` with a TensorBoard logger. :attr:`history` keeps every epoch's values,
+    figures ``gen/{name}/spectrum`` (a two-sample test such as FastMMD: ``gen/{name}/over_epochs``, its statistic
+    and p-value at every measured epoch, from :attr:`history`, which checkpoints carry) to every logger that holds
+    pictures. :attr:`history` keeps every epoch's values,
     :attr:`last_galleries` the last galleries as images (with the classes of reference images), and
     :attr:`last_timings` the seconds spent sampling, embedding, in the metrics' updates, reporting them (their
     ``summary()``, galleries and pictures) and on the references (embedded and added, when a metric holds none).
@@ -250,12 +255,37 @@ class GeneratedSamples(EmbeddingCallback):
             values: dict[str, float] = {}
             for name, metric in self.metrics.items():
                 gallery = self._kept.view(name if name in self._loaders else None) if name in self.galleries else None
+                picture = partial(self.test_history, name, trainer.current_epoch, getattr(metric, "alpha", 0.05))
                 values.update(
-                    self.report(trainer, pl_module, name, metric, self.log_prefix, gallery, True, self.last_timings)
+                    self.report(trainer, pl_module, name, metric, self.log_prefix, gallery, picture, self.last_timings)
                 )
         self.last_values = values
         self.history[trainer.current_epoch] = values
         self._kept.clear("samples")
+
+    def test_history(self, name: str, epoch: int, alpha: float, values: Mapping[str, float]) -> Optional[tuple]:
+        """``("over_epochs", figure)``: a two-sample test's statistic and p-value (``{name}_p_value``) at every
+        measured epoch of :attr:`history` and this one (``values``); ``None`` for a metric with no p-value (its own
+        spectrum is drawn instead)."""
+        from lightning_spectral.viz import plot_test_history
+
+        def series(records: Mapping[str, float], key: str) -> dict[str, float]:
+            found = {"": records[key]} if key in records else {}
+            found.update({k[len(key) + 1 :]: v for k, v in records.items() if k.startswith(f"{key}/")})
+            return found
+
+        if not series(values, f"{name}_p_value"):
+            return None
+        records = {**self.history, epoch: dict(values)}
+        epochs = sorted(records)
+        statistic: dict[str, list[float]] = {}
+        p_value: dict[str, list[float]] = {}
+        for target, key, label in ((statistic, name, "MMD^2"), (p_value, f"{name}_p_value", "p-value")):
+            parts = sorted({part for e in epochs for part in series(records[e], key)}, key=lambda p: (len(p), p))
+            for part in parts:
+                line = label if part == "" else f"bandwidth {part}"
+                target[line] = [series(records[e], key).get(part, float("nan")) for e in epochs]
+        return "over_epochs", plot_test_history(epochs, statistic, p_value, alpha, title=f"{self.log_prefix}{name}")
 
     @override
     def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:

@@ -1,4 +1,5 @@
-"""The parser, the flags every subcommand shares, and :func:`main`: JSON out, exit code 0; any error one line on
+"""The parser, the flags every subcommand shares, and [`main`][lightning_spectral.cli.main]: JSON out, exit code 0; any
+error one line on
 stderr and exit code 2 (``--debug`` shows the traceback instead)."""
 
 from __future__ import annotations
@@ -50,7 +51,8 @@ def build_parser() -> Parser:
 
     parser = Parser(
         prog=PROG,
-        description="Kernel spectral methods on embedding files (.npy / .pt / .safetensors, streamed): diversity, "
+        description="Kernel spectral methods on embedding files (.npy / .pt / .safetensors, streamed) or image folders "
+        "(embedded with --encoder): diversity, "
         "novelty and two-sample tests (evaluate), embedding comparison (compare), out-of-distribution scores (ood). "
         "JSON on stdout. Runs under torchrun (evaluate, compare and ood shard the rows over the ranks).",
     )
@@ -66,7 +68,8 @@ def build_parser() -> Parser:
 
 def arguments(args: argparse.Namespace) -> dict[str, Any]:
     """The arguments used (defaults included), for the JSON output."""
-    return {key: value for key, value in vars(args).items() if key not in ("handler", "command")}
+    hidden = ("handler", "command")
+    return {key: value for key, value in vars(args).items() if key not in hidden and not key.startswith("_")}
 
 
 def _flag_names(message: str, args: argparse.Namespace) -> str:
@@ -117,6 +120,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         >>> main(["evaluate", path, "--sigma", "-1"])
         2
     """
+    from lightning_spectral.cli.images import remove_scratch
+    from lightning_spectral.cli.images import resolve as resolve_images
     from lightning_spectral.cli.runtime import FailedElsewhere, Session, write_json
 
     parser = build_parser()
@@ -132,10 +137,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             raise ValueError(f"`--thumb-size` must be an integer >= 1, got {args.thumb_size}.")
         writable_outputs(args)
         started = time.perf_counter()
+        given = arguments(args)  # as typed: image inputs are replaced by their embeddings below
         session = Session(args.device, progress=not args.no_progress)
+        embedded = resolve_images(args, session)  # image folders / lists -> embeddings (checked before any work)
         result = args.handler(args, session)
         if session.is_main:
-            payload = {"command": args.command, "arguments": arguments(args), "world_size": session.world_size}
+            payload = {"command": args.command, "arguments": given, "world_size": session.world_size}
+            if embedded:
+                payload["images"] = embedded
             payload.update(result)
             payload["seconds"] = round(time.perf_counter() - started, 3)
             write_json(payload, args.output)
@@ -154,5 +163,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"{PROG} {args.command}{where}: error: {_flag_names(one_line(error), args)}", file=sys.stderr)
         return 2
     finally:
+        remove_scratch(args)
         if session is not None:
             session.close()

@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 
+from lightning_spectral.cli import images
 from lightning_spectral.cli.pictures import as_lists
 from lightning_spectral.cli.reader import EmbeddingFile, shard_rows
 from lightning_spectral.cli.runtime import Session, UsageError, positive_ints
@@ -27,8 +28,14 @@ def add_parser(subparsers: Any, common: argparse.ArgumentParser) -> None:
         "the spectrum of (K_A - K_B)/n, SPEC-diff = max |eigenvalue|, and the members of the clusters A groups "
         "and B does not (positive eigenvalues, clusters_a) and the reverse (negative, clusters_b).",
     )
-    parser.add_argument("a", metavar="A", help="first embedding (n, d_a): .npy, .pt or .safetensors")
-    parser.add_argument("b", metavar="B", help="second embedding (n, d_b) of the same samples")
+    parser.add_argument(
+        "a", metavar="A", help="first embedding (n, d_a): .npy, .pt or .safetensors; or images (a folder or a .txt "
+        "list) embedded by --encoder"
+    )
+    parser.add_argument(
+        "b", metavar="B", help="second embedding (n, d_b) of the same samples; or the same images, embedded by "
+        "--encoder-b"
+    )
     parser.add_argument("--kernel", choices=("gaussian", "cosine"), default="gaussian", help="(default: %(default)s)")
     parser.add_argument("--sigma-a", type=float, help="Gaussian bandwidth of A (required for --kernel gaussian)")
     parser.add_argument("--sigma-b", type=float, help="Gaussian bandwidth of B (required for --kernel gaussian)")
@@ -49,6 +56,7 @@ def add_parser(subparsers: Any, common: argparse.ArgumentParser) -> None:
         "--per-cluster", type=int, default=DEFAULTS["per_cluster"], help="members listed per cluster (default: "
         "%(default)s)",
     )
+    images.add_flags(parser, second=True)
     parser.set_defaults(handler=run)
 
 
@@ -72,6 +80,9 @@ def _open(args: argparse.Namespace) -> tuple[EmbeddingFile, EmbeddingFile]:
             "eigenvalues, see lightning_spectral.functional.match_bandwidth), or use `--kernel cosine`."
         )
     positive_ints(args, "top_k", "per_cluster", "n_frequencies", "batch_size")
+    from lightning_spectral.cli.images import check_images_for
+
+    check_images_for(args.images, first)  # a short --images list: refused before any work
     return first, second
 
 
@@ -151,18 +162,24 @@ def run(args: argparse.Namespace, session: Session) -> dict[str, Any]:
         "clusters_b": clusters_b,
     }
     if session.is_main and args.plot_dir is not None:
-        from lightning_spectral.cli.pictures import save_gallery, save_spectrum
+        from lightning_spectral.cli.pictures import save_figure, save_gallery
+        from lightning_spectral.viz import plot_signed_spectrum
 
         plot_dir, pictures = Path(args.plot_dir), {}
-        by_size = values[values.abs().argsort(descending=True)]
-        title = "SPEC: (K_A - K_B)/n, by |eigenvalue|"
-        pictures["spectrum"] = save_spectrum(plot_dir, "compare_spectrum", by_size, title)
+        embedded = getattr(args, "_sources", {})  # A and B as one folder of images: name them by their encoders
+        labels = (args.encoder, args.encoder_b) if embedded else (Path(args.a).name, Path(args.b).name)
+        names = (f"A ({labels[0]})", f"B ({labels[1]})")
+        title = f"SPEC (K_A - K_B)/n: A = {labels[0]}, B = {labels[1]}"
+        figure = plot_signed_spectrum(values, names, title=title)
+        pictures["spectrum"] = save_figure(plot_dir, "compare_spectrum", figure)
         if args.images is not None:
-            for side, clusters in (("a", clusters_a), ("b", clusters_b)):
+            for side, clusters, (first, second) in (("a", clusters_a, names), ("b", clusters_b, names[::-1])):
                 samples = [(torch.tensor(c["ids"]), torch.tensor(c["scores"])) for c in clusters]
                 if samples:
+                    labels = [f"cluster {i + 1}: {c['eigenvalue']:+.3f}" for i, c in enumerate(clusters)]
                     pictures[f"clusters_{side}"] = save_gallery(
-                        plot_dir, f"compare_clusters_{side}", samples, Path(args.images), args.thumb_size
+                        plot_dir, f"compare_clusters_{side}", samples, Path(args.images), args.thumb_size,
+                        labels=labels, title=f"clusters {first} groups and {second} does not",
                     )
         result["pictures"] = pictures
     return result

@@ -8,6 +8,9 @@ import contextlib
 from pathlib import Path
 from typing import Any, Union
 
+import torch
+
+from lightning_spectral.cli import images
 from lightning_spectral.cli.pictures import as_lists
 from lightning_spectral.cli.reader import EmbeddingFile, shard_rows
 from lightning_spectral.cli.runtime import Session, UsageError, positive_ints, same_width
@@ -25,9 +28,16 @@ def add_parser(subparsers: Any, common: argparse.ArgumentParser) -> None:
         "and with --reference REF the FINC novelty of FILE against REF and the FastMMD test of FILE vs REF. "
         "All metrics share one random-Fourier-feature map (--sigma, --n-frequencies, --seed).",
     )
-    parser.add_argument("file", metavar="FILE", help="embeddings (N, d): .npy, .pt or .safetensors")
-    parser.add_argument("--sigma", type=float, required=True, help="Gaussian bandwidth, in embedding units (> 0)")
-    parser.add_argument("--reference", metavar="REF", help="reference embeddings (M, d): enables FINC and FastMMD")
+    parser.add_argument(
+        "file", metavar="FILE", help="embeddings (N, d): .npy, .pt or .safetensors; or images: a folder or a .txt list"
+    )
+    parser.add_argument(
+        "--sigma", type=parse_sigma, required=True, help="Gaussian bandwidth, in embedding units (> 0), or 'auto': the "
+        "median distance between the first 1000 rows of FILE and of REF (a heuristic; fix sigma to compare runs)",
+    )
+    parser.add_argument(
+        "--reference", metavar="REF", help="reference embeddings (M, d) or images: enables FINC and FastMMD"
+    )
     parser.add_argument(
         "--n-frequencies", type=int, default=DEFAULTS["n_frequencies"], help="r; features 2r (default: %(default)s)"
     )
@@ -61,7 +71,31 @@ def add_parser(subparsers: Any, common: argparse.ArgumentParser) -> None:
         "--mode-samples", action="store_true",
         help="list the top --per-mode sample ids of each mode (a second pass over FILE; implied by --images)",
     )
+    images.add_flags(parser)
     parser.set_defaults(handler=run)
+
+
+def parse_sigma(text: str) -> Union[float, str]:
+    """``--sigma``: a number, or ``"auto"``.
+
+    Examples:
+        >>> parse_sigma("2.5"), parse_sigma("auto")
+        (2.5, 'auto')
+    """
+    if text.strip().lower() == "auto":
+        return "auto"
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number or 'auto', got {text!r}") from None
+
+
+def auto_sigma(files: list[Any]) -> float:
+    """The median pairwise distance of the first 1000 rows of each file (every rank reads the same rows)."""
+    from lightning_spectral.features import median_bandwidth
+
+    rows = torch.cat([table.read(0, min(table.n, 1000)).double() for table in files])
+    return float(median_bandwidth(rows, max_samples=2000, seed=0))
 
 
 def parse_order(text: str) -> Union[int, float, str]:
@@ -91,6 +125,9 @@ def run(args: argparse.Namespace, session: Session) -> dict[str, Any]:
             files.append(EmbeddingFile(args.reference, "--reference"))
         same_width(files)
         data, width = files[0], files[0].d
+        images.check_images_for(args.images, data)  # a short --images list: refused before the computation
+        if args.sigma == "auto":
+            args.sigma = auto_sigma(files)
         common = dict(n_frequencies=args.n_frequencies, seed=args.seed, in_features=width)
         finc = mmd = None
         if args.reference is not None:
@@ -146,6 +183,7 @@ def _report(
     scores = scores if isinstance(scores, dict) else {orders[0]: scores}
     result: dict[str, Any] = {
         "inputs": {"file": data.describe(), **({"reference": files[1].describe()} if len(files) > 1 else {})},
+        "sigma": float(args.sigma),
         "vendi": {label: float(scores[order]) for label, order in zip(args.alpha, orders, strict=True)},
         "modes": {"eigenvalues": spectrum[: args.top_k]},
     }
@@ -160,14 +198,57 @@ def _report(
         feature_map = owner.feature_map
         samples = top_samples(batches(), lambda x: mode_scores(x, feature_map, vectors), vectors.shape[1], args.per_mode)
         result["modes"]["top_samples"] = as_lists(samples, spectrum)
-    novel_samples = novel_spectrum = None
+    novel_samples = novel_spectrum = missing_samples = None
     if finc is not None and mmd is not None:
         result["finc"], novel_samples, novel_spectrum = _finc(finc, args, batches if wants_samples else None)
         result["mmd"] = _mmd(mmd, args.mmd_alpha)
+        missing_samples = _missing_samples(args, session, finc, files[1], result["finc"])
     if session.is_main and args.plot_dir is not None:
         novel = None if novel_spectrum is None else (novel_spectrum, result["finc"]["threshold"])
-        result["pictures"] = _pictures(args, spectrum, novel, samples, novel_samples)
+        result["pictures"] = _pictures(args, result, spectrum, novel, samples, novel_samples)
+        if missing_samples is not None:
+            result["pictures"]["missing_modes"] = _missing_gallery(args, result["finc"]["missing"], missing_samples)
     return result
+
+
+def _missing_samples(args: argparse.Namespace, session: Session, finc: Any, reference: Any, finc_result: dict) -> Any:
+    """The reference images of the significant missing modes (a second pass over REF), when REF is images and
+    ``--missing-modes`` and ``--plot-dir`` are given; else ``None``. A collective."""
+    listing = getattr(args, "_lists", {}).get("reference")
+    if not args.missing_modes or args.plot_dir is None or listing is None:
+        return None
+    count = int(sum(bool(flag) for flag in finc_result["missing"]["significant"]))
+    if count == 0:
+        return None
+    rows = shard_rows(reference.n, session.rank, session.world_size)
+    batches = (
+        (features.to(session.device), ids)
+        for features, ids in reference.chunks(args.batch_size, rows, session.progress, "missing modes REF")
+    )
+    return finc.top_samples(batches, k=count, per_mode=args.per_mode, missing=True)
+
+
+def _missing_gallery(args: argparse.Namespace, missing: dict, samples: Any) -> str:
+    from lightning_spectral.cli.pictures import save_gallery
+
+    total, values = missing["n_significant"], missing["eigenvalues"]
+    labels = [f"missing mode {i + 1}: +{float(values[i]):.3f} missing mass" for i in range(len(samples))]
+    title = f"{plural(total, 'significant missing mode')} of FILE: REF images ({images.source_name(args, 'reference')})"
+    title += f", {len(samples)} shown" if len(samples) != total else ""
+    return save_gallery(
+        Path(args.plot_dir), "evaluate_missing_modes", samples, Path(args._lists["reference"]), args.thumb_size,
+        labels=labels, title=title,
+    )
+
+
+def plural(count: int, noun: str) -> str:
+    """``"1 mode"``, ``"3 modes"``.
+
+    Examples:
+        >>> plural(1, "significant novel mode"), plural(2, "mode")
+        ('1 significant novel mode', '2 modes')
+    """
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
 
 
 def _finc(finc: Any, args: argparse.Namespace, batches: Any) -> tuple[dict[str, Any], Any, Any]:
@@ -206,19 +287,35 @@ def _mmd(mmd: Any, level: float) -> dict[str, Any]:
     }
 
 
-def _pictures(args: argparse.Namespace, spectrum: Any, novel: Any, samples: Any, novel_samples: Any) -> dict[str, str]:
+def _pictures(args: argparse.Namespace, result: dict[str, Any], spectrum: Any, novel: Any, samples: Any,
+              novel_samples: Any) -> dict[str, str]:
     from lightning_spectral.cli.pictures import save_gallery, save_spectrum
 
     plot_dir, pictures = Path(args.plot_dir), {}
-    pictures["spectrum"] = save_spectrum(plot_dir, "evaluate_spectrum", spectrum, "FKEA eigen-spectrum of FILE")
+    name = images.source_name(args, "file")
+    pictures["spectrum"] = save_spectrum(plot_dir, "evaluate_spectrum", spectrum, f"FKEA eigen-spectrum of {name}")
     if novel is not None:
-        title = f"FINC: C_FILE - {args.rho:g} C_REF"
+        count = result["finc"]["n_significant"]
+        title = f"FINC: C_FILE - {args.rho:g} C_REF ({count} significant)"
         pictures["novel_spectrum"] = save_spectrum(plot_dir, "evaluate_novel_spectrum", novel[0], title, novel[1])
     if args.images is not None:
-        images = Path(args.images)
-        pictures["modes"] = save_gallery(plot_dir, "evaluate_modes", samples, images, args.thumb_size)
+        image_list = Path(args.images)
+        labels = [f"mode {i + 1}: {float(v):.1%} of the mass" for i, v in enumerate(spectrum[: len(samples)])]
+        title = f"top {len(samples)} modes of FILE ({name}), best samples first"
+        pictures["modes"] = save_gallery(
+            plot_dir, "evaluate_modes", samples, image_list, args.thumb_size, labels=labels, title=title
+        )
         if novel_samples is not None:
-            pictures["novel_modes"] = save_gallery(
-                plot_dir, "evaluate_novel_modes", novel_samples, images, args.thumb_size
-            )
+            finc = result["finc"]
+            significant = [bool(flag) for flag in finc["significant"]][: len(novel_samples)]
+            rows = [row for row, flag in zip(novel_samples, significant, strict=True) if flag]
+            if rows:  # only significant novel modes are shown: the others are noise
+                total, values = finc["n_significant"], finc["novel_eigenvalues"]
+                labels = [f"novel mode {i + 1}: +{float(values[i]):.3f} excess mass" for i in range(len(rows))]
+                title = f"{plural(total, 'significant novel mode')} of FILE vs REF" + (
+                    f", {len(rows)} shown" if len(rows) != total else ""
+                )
+                pictures["novel_modes"] = save_gallery(
+                    plot_dir, "evaluate_novel_modes", rows, image_list, args.thumb_size, labels=labels, title=title
+                )
     return pictures

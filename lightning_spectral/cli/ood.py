@@ -1,4 +1,5 @@
-"""``lightning-spectral ood TRAIN TEST``: fit the kernel-PCA detector (:class:`~lightning_spectral.ood.KernelPCAOOD`)
+"""``lightning-spectral ood TRAIN TEST``: fit the kernel-PCA detector
+([`KernelPCAOOD`][lightning_spectral.ood.KernelPCAOOD])
 on TRAIN (streamed), optionally calibrate a threshold on VAL, score TEST (and an OOD set: AUROC / FPR)."""
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from lightning_spectral.cli import images
 from lightning_spectral.cli.reader import EmbeddingFile, shard_rows
 from lightning_spectral.cli.runtime import Session, UsageError, positive_ints, same_width
 from lightning_spectral.distributed import all_gather_rows
@@ -29,8 +31,9 @@ def add_parser(subparsers: Any, common: argparse.ArgumentParser) -> None:
         "reconstruction error (higher = more out-of-distribution); --calibrate VAL sets the threshold keeping --tpr "
         "of VAL, --ood OODFILE reports AUROC and FPR at --tpr with TEST as the in-distribution side.",
     )
-    parser.add_argument("train", metavar="TRAIN", help="in-distribution embeddings to fit on (.npy, .pt, .safetensors)")
-    parser.add_argument("test", metavar="TEST", help="embeddings to score")
+    parser.add_argument("train", metavar="TRAIN", help="in-distribution embeddings to fit on (.npy, .pt, "
+                        ".safetensors), or images: a folder or a .txt list")
+    parser.add_argument("test", metavar="TEST", help="embeddings (or images) to score")
     parser.add_argument("--mapping", choices=("corp", "cop", "linear"), default=DEFAULTS["mapping"],
                         help="corp: cosine then Gaussian RFF; cop: cosine; linear: plain PCA (default: %(default)s)")
     parser.add_argument("--sigma", type=float, default=DEFAULTS["sigma"],
@@ -49,6 +52,7 @@ def add_parser(subparsers: Any, common: argparse.ArgumentParser) -> None:
                         help="save TEST scores (row order, float64); with --ood also <stem>.ood.npy")
     parser.add_argument("--top-k", type=int, default=16,
                         help="most out-of-distribution TEST samples listed (and shown) (default: %(default)s)")
+    images.add_flags(parser)
     parser.set_defaults(handler=run)
 
 
@@ -91,6 +95,7 @@ def run(args: argparse.Namespace, session: Session) -> dict[str, Any]:
         if args.ood is not None:
             files["ood"] = EmbeddingFile(args.ood, "--ood")
         same_width([train, *files.values()])
+        images.check_images_for(args.images, files["test"])  # a short --images list: refused before any work
         detector = KernelPCAOOD(
             args.mapping, args.sigma, args.n_frequencies, args.explained_variance, args.n_components, args.seed
         ).to(session.device)
@@ -137,7 +142,7 @@ def run(args: argparse.Namespace, session: Session) -> dict[str, Any]:
 
 
 def save_array(path: Path, array: np.ndarray) -> None:
-    """``numpy.save`` to exactly ``path``, whole or not at all (:func:`~lightning_spectral.files.written`)."""
+    """``numpy.save`` to exactly ``path``, whole or not at all ([`written`][lightning_spectral.files.written])."""
     with written(path, "--scores-out") as temporary, open(temporary, "wb") as handle:
         np.save(handle, array, allow_pickle=False)
 
@@ -156,10 +161,16 @@ def _write(args, test_scores, ood_scores, eigenvalues, kept, most_ood) -> dict[s
         from lightning_spectral.cli.pictures import save_gallery, save_spectrum
 
         plot_dir = Path(args.plot_dir)
-        title = f"Kernel PCA spectrum ({args.mapping}, {kept} components kept)"
-        pictures = {"spectrum": save_spectrum(plot_dir, "ood_spectrum", eigenvalues, title)}
+        title = f"Kernel PCA spectrum of TRAIN ({args.mapping}, {kept} components kept)"
+        pictures = {"spectrum": save_spectrum(plot_dir, "ood_spectrum", eigenvalues, title, cut=kept)}
         if args.images is not None:
-            pictures["most_ood"] = save_gallery(plot_dir, "ood_most_ood", [most_ood], Path(args.images),
-                                                args.thumb_size)
+            ids, scores = most_ood
+            captions = [[f"id {int(i)}\n{float(v):.3g}" for i, v in zip(ids.tolist(), scores.tolist(), strict=True)]]
+            test = images.source_name(args, "test")
+            title = f"the {len(ids)} most out-of-distribution samples of TEST ({test}): id, score"
+            pictures["most_ood"] = save_gallery(
+                plot_dir, "ood_most_ood", [most_ood], Path(args.images), args.thumb_size,
+                labels=["most OOD first"], title=title, captions=captions,
+            )
         paths["pictures"] = pictures
     return paths

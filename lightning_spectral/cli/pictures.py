@@ -1,28 +1,39 @@
-"""Pictures written by ``--plot-dir``: spectrum plots (:func:`~lightning_spectral.viz.plot_spectrum`) and mode
-galleries (:func:`~lightning_spectral.viz.mode_gallery`) of images listed in ``--images`` (line i = sample i)."""
+"""Pictures written by ``--plot-dir``: spectrum plots ([`plot_spectrum`][lightning_spectral.viz.plot_spectrum]) and mode
+galleries ([`mode_gallery`][lightning_spectral.viz.mode_gallery]) of images listed in ``--images`` (line i = sample
+i)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 from torch import Tensor
 
 from lightning_spectral.files import written
 
 
-def save_spectrum(
-    plot_dir: Path, name: str, eigenvalues: Tensor, title: str, threshold: Optional[float] = None
-) -> str:
-    """Save a bar plot of ``eigenvalues`` as ``plot_dir/name.png`` (whole or not at all); returns the path."""
-    from lightning_spectral.viz import plot_spectrum
-
+def save_figure(plot_dir: Path, name: str, figure: Any) -> str:
+    """Save a matplotlib figure as ``plot_dir/name.png`` (whole or not at all); returns the path."""
     path = plot_dir / f"{name}.png"
-    figure = plot_spectrum(eigenvalues, threshold=threshold, title=title)
     with written(path, "--plot-dir") as temporary:
         figure.savefig(temporary, dpi=100, format="png")
     return str(path)
+
+
+def save_spectrum(
+    plot_dir: Path,
+    name: str,
+    eigenvalues: Tensor,
+    title: str,
+    threshold: Optional[float] = None,
+    cut: Optional[int] = None,
+) -> str:
+    """Save a bar plot of ``eigenvalues`` (the significance ``threshold``, the ``cut`` of kept components) as
+    ``plot_dir/name.png``; returns the path."""
+    from lightning_spectral.viz import plot_spectrum
+
+    return save_figure(plot_dir, name, plot_spectrum(eigenvalues, threshold=threshold, title=title, cut=cut))
 
 
 def image_paths(list_file: Path, ids: Sequence[int]) -> dict[int, Path]:
@@ -76,10 +87,17 @@ def load_image(path: Path, size: int) -> Tensor:
 
 
 def save_gallery(
-    plot_dir: Path, name: str, samples: Sequence[tuple[Tensor, Tensor]], list_file: Path, size: int = 96
+    plot_dir: Path,
+    name: str,
+    samples: Sequence[tuple[Tensor, Tensor]],
+    list_file: Path,
+    size: int = 96,
+    labels: Optional[Sequence[str]] = None,
+    title: Optional[str] = None,
+    captions: Optional[Sequence[Sequence[str]]] = None,
 ) -> str:
-    """Save a gallery (one row per mode, best sample first) of ``top_samples`` output as ``plot_dir/name.png``
-    (whole or not at all); returns the path."""
+    """Save a gallery (one row per mode, best sample first, a label per row, a title line, a caption under each
+    image) of ``top_samples`` output as ``plot_dir/name.png`` (whole or not at all); returns the path."""
     from torchvision.utils import save_image
 
     from lightning_spectral.viz import mode_gallery
@@ -89,7 +107,9 @@ def save_gallery(
         raise ValueError(f"no samples to show in the {name} gallery (every mode is empty).")
     paths = image_paths(list_file, ids)
     images = {i: load_image(path, size) for i, path in paths.items()}
-    grid = mode_gallery(samples, lambda i: images[int(i)], normalize=False)
+    grid = mode_gallery(
+        samples, lambda i: images[int(i)], normalize=False, labels=labels, title=title, captions=captions
+    )
     path = plot_dir / f"{name}.png"
     with written(path, "--plot-dir") as temporary:
         save_image(grid, temporary, format="png")

@@ -1,4 +1,5 @@
-"""Row shards for the command line; embedding files are read by :class:`~lightning_spectral.files.EmbeddingFile`."""
+"""Row shards for the command line; embedding files are read by
+[`EmbeddingFile`][lightning_spectral.files.EmbeddingFile]."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """What every subcommand shares: the process group under ``torchrun``, errors agreed on by all ranks, output.
 
-Under ``torchrun`` (``WORLD_SIZE`` > 1 in the environment) :class:`Session` initialises ``torch.distributed``
+Under ``torchrun`` (``WORLD_SIZE`` > 1 in the environment) `Session` initialises ``torch.distributed``
 (gloo, or NCCL with ``--device cuda``) from the ``env://`` variables torchrun sets (``MASTER_ADDR``,
 ``MASTER_PORT``, ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``), so the same command runs on one process, several
 processes of one machine and several machines. Only rank 0 writes.
@@ -78,7 +78,7 @@ class Session:
         """Run a block of local work (opening and streaming files) and make every rank agree on its outcome.
 
         A rank whose block raises re-raises after telling the others (one small all-reduce); the others raise
-        :class:`FailedElsewhere` instead of waiting forever in the next collective.
+        `FailedElsewhere` instead of waiting forever in the next collective.
         """
         error: Optional[BaseException] = None
         try:
@@ -132,7 +132,7 @@ def to_builtin(value: Any) -> Any:
 
 def write_json(result: dict[str, Any], output: Optional[str]) -> None:
     """Write ``result`` as indented JSON to ``output`` (parents created; whole or not at all, see
-    :func:`~lightning_spectral.files.written`) or to stdout."""
+    [`written`][lightning_spectral.files.written]) or to stdout."""
     text = json.dumps(to_builtin(result), indent=2) + "\n"
     if output is None or output == "-":
         sys.stdout.write(text)

@@ -58,12 +58,14 @@ from lightning_spectral.metrics.sync import agree_across_ranks
 
 
 class ModeGallery(NamedTuple):
-    """The rows of a mode gallery: per mode, its top samples ``(ids, scores)``, a label for the row, and where the
-    ids point (``"samples"``: the measured stream, ``"reference"``: the reference stream)."""
+    """The rows of a mode gallery: per mode, its top samples ``(ids, scores)``, a label for the row, where the
+    ids point (``"samples"``: the measured stream, ``"reference"``: the reference stream), and a title line (e.g.
+    ``"6 significant missing modes, 4 shown"``)."""
 
     samples: list[tuple[Tensor, Tensor]]
     labels: list[str]
     source: str = "samples"
+    title: str = ""
 
 
 class SpectralMetric(Metric):

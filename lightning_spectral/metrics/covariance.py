@@ -98,7 +98,7 @@ class Covariance(SpectralMetric):
             samples = self.top_samples(batches, k, per_mode)
             values = self.modes(k).eigenvalues
         labels = [f"mode {i + 1}: {float(v):.1%} of the mass" for i, v in enumerate(values[: len(samples)])]
-        return {"modes": ModeGallery(samples, labels)}
+        return {"modes": ModeGallery(samples, labels, title=f"top {len(samples)} modes, best samples first")}
 
     def plot_spectrum(self, ax: Any = None, top: int = 50) -> tuple[Any, Any]:
         """Bar plot of the ``top`` eigenvalues of ``C`` (each a mode's share of the unit trace). A collective under DDP.

@@ -213,9 +213,15 @@ class FINCNovelty(SpectralMetric):
                 count = int(modes.significant.sum())
                 if stream is None or count == 0:
                     continue
+                total = int(self._spectrum(missing, vectors=False).significant.sum())
                 samples = self.top_samples(stream, k=count, per_mode=per_mode, missing=missing)
-                labels = [f"{name} {i + 1}: +{float(v):.3f}" for i, v in enumerate(modes.eigenvalues[:count])]
-                galleries[name] = ModeGallery(samples, labels, "reference" if missing else "samples")
+                what = "missing mass (real images)" if missing else "excess mass (generated images)"
+                labels = [
+                    f"{name} mode {i + 1}: +{float(v):.3f} {what}" for i, v in enumerate(modes.eigenvalues[:count])
+                ]
+                title = f"{total} significant {name} mode{'' if total == 1 else 's'}"
+                title += f", {count} shown" if count != total else ""
+                galleries[name] = ModeGallery(samples, labels, "reference" if missing else "samples", title)
         return galleries
 
     def plot_spectrum(self, ax: Any = None, top: int = 50, missing: Optional[bool] = None) -> tuple[Any, Any]:

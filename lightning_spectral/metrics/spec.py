@@ -205,8 +205,12 @@ class SPECDivergence(SpectralMetric):
                 if clusters.eigenvalues.numel() == 0:
                     continue
                 samples = self.top_samples(batches, k=k, sign=sign, per_cluster=per_mode)
-                labels = [f"{name} {i + 1}: {float(v):+.3f}" for i, v in enumerate(clusters.eigenvalues)]
-                galleries[name] = ModeGallery(samples, labels)
+                first, second = ("a", "b") if sign > 0 else ("b", "a")
+                labels = [
+                    f"cluster {i + 1}: eigenvalue {float(v):+.3f} ({first} groups, {second} does not)"
+                    for i, v in enumerate(clusters.eigenvalues)
+                ]
+                galleries[name] = ModeGallery(samples, labels, title=f"clusters embedding {first} makes, {second} not")
         return galleries
 
     def plot_spectrum(self, ax: Any = None, top: int = 50) -> tuple[Any, Any]:

@@ -1,0 +1,132 @@
+"""Pictures reach every logger Lightning ships that can hold one, for real: a short Trainer.fit with
+EmbeddingMetrics(images=...) under TensorBoard, CSV, W&B (offline) and MLflow (a local SQLite store); a logger that
+cannot hold pictures is warned once, never skipped silently."""
+
+import glob
+import os
+import warnings
+
+import lightning as L
+import pytest
+import torch
+from lightning.pytorch.loggers import CSVLogger, Logger, TensorBoardLogger
+from torch.utils.data import DataLoader, TensorDataset
+
+from lightning_spectral.callbacks import EmbeddingMetrics
+from lightning_spectral.loggers import as_array, log_picture, takes_pictures
+from lightning_spectral.metrics import FKEAVendi
+from lightning_spectral.viz import plot_spectrum
+from tests.conftest import DigitsClassifier, digits
+
+x, y = digits()
+ids = torch.arange(len(x))
+TRAIN = TensorDataset(x[:300], y[:300], ids[:300])
+VAL = TensorDataset(x[300:500], y[300:500], ids[300:500])
+
+
+def digit_image(i):
+    return x[i].view(8, 8)
+
+
+def fit(tmp_path, logger):
+    """Two epochs with a Vendi gallery; returns the trainer."""
+    callback = EmbeddingMetrics(
+        {"vendi": FKEAVendi(sigma=2.0, n_frequencies=64)}, embedding="encoder", index=2, images=digit_image,
+        gallery_modes=2, gallery_per_mode=3,
+    )
+    trainer = L.Trainer(
+        callbacks=[callback], logger=logger, max_epochs=2, accelerator="cpu", devices=1, enable_progress_bar=False,
+        enable_model_summary=False, enable_checkpointing=False, default_root_dir=tmp_path,
+    )
+    trainer.fit(DigitsClassifier(), DataLoader(TRAIN, batch_size=100), DataLoader(VAL, batch_size=100))
+    return trainer
+
+
+def test_tensorboard_gets_every_epochs_gallery(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    trainer = fit(tmp_path, TensorBoardLogger(tmp_path))
+    events = EventAccumulator(trainer.logger.log_dir, size_guidance={"images": 0})
+    events.Reload()
+    assert len(events.Images("val/vendi/modes")) == 2  # one per validation epoch
+
+
+def test_csv_writes_pngs_beside_metrics_csv(tmp_path):
+    from PIL import Image
+
+    trainer = fit(tmp_path, CSVLogger(tmp_path))
+    log_dir = trainer.logger.log_dir
+    assert os.path.isfile(os.path.join(log_dir, "metrics.csv"))
+    pngs = sorted(glob.glob(os.path.join(log_dir, "val_vendi_modes-step*.png")))
+    assert len(pngs) == 2, os.listdir(log_dir)
+    assert [os.path.basename(p) for p in pngs] == ["val_vendi_modes-step3.png", "val_vendi_modes-step6.png"]
+    with Image.open(pngs[0]) as image:
+        assert image.size[1] >= 2 * 64  # two rows of tiles of 64 px or more
+    assert not glob.glob(os.path.join(log_dir, "*.tmp"))  # written, then renamed
+
+
+def test_wandb_offline_run_holds_the_gallery(tmp_path, monkeypatch):
+    pytest.importorskip("wandb")
+    from lightning.pytorch.loggers import WandbLogger
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    logger = WandbLogger(save_dir=str(tmp_path), offline=True, project="pictures")
+    fit(tmp_path, logger)
+    logger.experiment.finish()
+    media = tmp_path / "wandb" / "offline-run-*" / "files" / "media" / "images" / "val" / "vendi"
+    images = glob.glob(str(media / "*.png"))
+    assert len(images) == 2, glob.glob(str(tmp_path / "wandb" / "**" / "*.png"), recursive=True)
+
+
+def test_mlflow_sqlite_store_holds_the_gallery(tmp_path):
+    pytest.importorskip("mlflow")
+    from lightning.pytorch.loggers import MLFlowLogger
+    from mlflow import MlflowClient
+
+    uri = f"sqlite:///{tmp_path}/m.db"
+    logger = MLFlowLogger(experiment_name="pictures", tracking_uri=uri, artifact_location=str(tmp_path / "artifacts"))
+    fit(tmp_path, logger)
+    client = MlflowClient(uri)
+    names = [item.path for item in client.list_artifacts(logger.run_id, "images")]
+    steps = {name.split("/")[-1].split("%")[0] for name in names}
+    assert any("val" in name and "vendi" in name for name in names), names
+    pngs = glob.glob(str(tmp_path / "artifacts" / "**" / "*.png"), recursive=True)
+    assert len(pngs) >= 2, names  # one image per validation epoch (with compressed thumbnails beside)
+    assert steps
+
+
+class NoPictures(Logger):
+    """A logger of numbers only."""
+
+    name, version = "numbers", 0
+
+    def log_metrics(self, metrics, step=None):
+        pass
+
+    def log_hyperparams(self, params, *args, **kwargs):
+        pass
+
+
+def test_a_logger_without_pictures_is_warned_once_and_the_others_still_get_them(tmp_path):
+    csv = CSVLogger(tmp_path)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fit(tmp_path, [NoPictures(), csv])
+    said = [str(w.message) for w in caught if "cannot hold pictures" in str(w.message)]
+    assert len(said) == 1 and "NoPictures" in said[0] and "CSVLogger" in said[0]  # names what to do
+    assert len(glob.glob(os.path.join(csv.log_dir, "*.png"))) == 2
+
+
+def test_log_picture_draws_figures_and_reports_who_took_them(tmp_path):
+    figure = plot_spectrum(torch.tensor([0.5, 0.3, 0.2]))
+    array = as_array(figure)
+    assert array.dtype.name == "uint8" and array.shape[2] == 3 and array.shape[0] > 100
+    tb, csv = TensorBoardLogger(tmp_path / "tb"), CSVLogger(tmp_path / "csv")
+    assert log_picture(tb, "spectrum", figure, step=1) == ["tensorboard"]
+    assert log_picture(csv, "a/spectrum", figure, step=1) == ["csv"]
+    assert os.path.isfile(os.path.join(csv.log_dir, "a_spectrum-step1.png"))
+    assert takes_pictures(tb) and not takes_pictures(NoPictures())
+    with pytest.warns(UserWarning, match="cannot hold pictures"):
+        assert log_picture(NoPictures(), "tag", torch.zeros(3, 2, 2)) == []
