@@ -126,7 +126,7 @@ def conditional_vendi_exact(
 
     Examples:
         >>> import torch
-        >>> x = torch.randn(30, 2) * 100                     # 30 far-apart samples
+        >>> x = torch.arange(30.0)[:, None] * 100             # 30 far-apart samples
         >>> t = torch.zeros(30, 1)                           # one prompt: conditional = unconditional
         >>> round(float(conditional_vendi_exact(x, t, sigma=1.0, prompt_sigma=1.0)), 3)
         30.0

@@ -6,6 +6,7 @@ stream each, under one feature map); :class:`FrozenFeature` lets them take image
 
 from lightning_spectral.metrics.accumulator import Accumulator
 from lightning_spectral.metrics.base import ModeGallery, SpectralMetric
+from lightning_spectral.metrics.conditional import ConditionalVendi
 from lightning_spectral.metrics.covariance import Covariance, RFFCovariance
 from lightning_spectral.metrics.feature import FrozenFeature
 from lightning_spectral.metrics.finc import FINCNovelty
@@ -15,6 +16,7 @@ from lightning_spectral.metrics.spec import SPECDivergence
 
 __all__ = [
     "Accumulator",
+    "ConditionalVendi",
     "Covariance",
     "FINCNovelty",
     "FKEAVendi",

@@ -1,0 +1,351 @@
+"""ConditionalVendi: prompt-aware diversity of a conditional generator's samples, and which prompts collapsed."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from typing import Any, Optional
+
+import torch
+from torch import Tensor
+
+from lightning_spectral._checks import check_features, check_positive_int, check_state_memory
+from lightning_spectral.distributed import all_reduce_sum, collective_device, distributed_available
+from lightning_spectral.features import FeatureMap
+from lightning_spectral.functional.conditional import ConditionalSpectra, JointGaussianRFF, conditional_scores
+from lightning_spectral.functional.fkea import Orders, VendiResult, check_orders, vendi_score
+from lightning_spectral.functional.modes import Ids
+from lightning_spectral.linalg import add_gram_, eigen_dtype, psd_eigenvalues
+from lightning_spectral.metrics.accumulator import Accumulator
+from lightning_spectral.metrics.base import ModeGallery, SpectralMetric
+
+
+class ConditionalVendi(SpectralMetric):
+    r"""Conditional-Vendi of order ``alpha`` of (sample, prompt) pairs: the diversity the model adds for a fixed
+    prompt (Jalali et al., "Conditional Vendi Score", arXiv 2411.02817).
+
+    $$\mathrm{CondVendi}_\alpha = \exp\big(H_\alpha(K_X \circ K_T / n) - H_\alpha(K_T / n)\big)$$
+
+    with Gaussian kernels ``K_X`` (bandwidth ``sigma``) on the samples and ``K_T`` (``prompt_sigma``) on the prompts,
+    read from 2r x 2r random-feature covariances (:mod:`~lightning_spectral.functional.conditional`: the joint
+    kernel is one Gaussian kernel of ``[x / sigma, t / prompt_sigma]``). ``alpha = 2`` is Conditional-RKE (no
+    eigendecomposition). :meth:`summary` adds Information-Vendi ``exp(I(X;T))`` (how much the samples follow the
+    prompts), the unconditional Vendi of the samples (``Vendi = Conditional x Information``) and of the prompts.
+
+    Per-prompt diversity, for prompts that recur (class labels, a fixed caption list): with ``num_classes`` every
+    update carries a label per sample (integer ``prompts``, or ``labels=``), and the metric keeps one small
+    covariance per label (``per_prompt_frequencies`` r_p, the first r_p of the same frequencies):
+    :meth:`per_prompt` gives each label's Vendi, :meth:`least_diverse` the labels that collapsed, and
+    :meth:`galleries` their samples.
+
+    State: float64 sums of four accumulators (joint, samples, prompts: (2r)^2 each; per label: L (2r_p)^2),
+    all-reduced under DDP (one all-reduce each); memory does not grow with the number of samples.
+
+    Args:
+        sigma: Gaussian bandwidth of the samples' embeddings (as :class:`~lightning_spectral.metrics.FKEAVendi`).
+        prompt_sigma: Gaussian bandwidth of the prompts' embeddings: it defines "the same prompt" (one-hot labels
+            are sqrt(2) apart, so ``prompt_sigma = 0.1`` makes distinct labels unrelated).
+        n_frequencies: r; each covariance is 2r x 2r.
+        alpha: an order in (0, inf] or a sequence of orders.
+        seed: frequency seed, identical on every rank.
+        num_classes: the number of labels (``prompts`` may then be integer labels (N,), turned into one-hot rows);
+            enables per-prompt diversity.
+        per_prompt_frequencies: r_p of the per-label covariances (<= ``n_frequencies``).
+        precision: the eigendecompositions' dtype (see :class:`~lightning_spectral.metrics.FKEAVendi`).
+        in_features: widths ``(d_samples, d_prompts)``, if known.
+        kwargs: ``chunk_size``, ``feature`` (images -> sample embeddings; prompts are never passed through it),
+            ``normalize``, ``save_feature`` and torchmetrics' keyword arguments.
+
+    Raises:
+        ValueError: bad arguments; bad batches (rows that do not pair up, labels out of range, widths that change).
+        RuntimeError: ``compute`` before any sample.
+
+    Examples:
+        >>> import torch
+        >>> metric = ConditionalVendi(sigma=1.0, prompt_sigma=0.1, n_frequencies=256, alpha=2, num_classes=3)
+        >>> labels = torch.arange(300) % 3
+        >>> modes = torch.randn(3, 2, 8, generator=torch.Generator().manual_seed(0)) * 50   # two modes per prompt
+        >>> samples = modes[labels, (torch.arange(300) // 3) % 2] + 0.01 * torch.randn(300, 8)
+        >>> samples[labels == 2] = modes[2, 0]                # prompt 2 collapsed to one sample
+        >>> metric.update(samples, labels)
+        >>> round(float(metric.compute()), 1), [label for label, _, _ in metric.least_diverse(1)]
+        (1.5, [2])
+    """
+
+    inputs = "conditional"
+    higher_is_better: Optional[bool] = True
+    plot_lower_bound: float = 1.0
+    feature_map: JointGaussianRFF
+
+    def __init__(
+        self,
+        sigma: float,
+        prompt_sigma: float,
+        n_frequencies: int = 2048,
+        *,
+        alpha: Orders = 1.0,
+        seed: int = 0,
+        num_classes: Optional[int] = None,
+        per_prompt_frequencies: int = 128,
+        precision: str = "auto",
+        in_features: Optional[tuple[int, int]] = None,
+        **kwargs: Any,
+    ) -> None:
+        orders, single = check_orders(alpha)
+        eigen_dtype(precision, 0)
+        rff = JointGaussianRFF(sigma, prompt_sigma, n_frequencies, seed)
+        check_state_memory(type(self).__name__, rff.n_frequencies, matrices=3, vectors=3)
+        self.num_classes = None if num_classes is None else check_positive_int(num_classes, "num_classes")
+        per_prompt_frequencies = check_positive_int(per_prompt_frequencies, "per_prompt_frequencies")
+        if per_prompt_frequencies > rff.n_frequencies:
+            raise ValueError(
+                f"ConditionalVendi: `per_prompt_frequencies` ({per_prompt_frequencies}) must be <= `n_frequencies` "
+                f"({rff.n_frequencies}): the per-label maps use the first r_p of the same frequencies."
+            )
+        if self.num_classes is not None:
+            check_state_memory(type(self).__name__, per_prompt_frequencies, matrices=self.num_classes)
+        super().__init__(feature_map=rff, **kwargs)
+        self.sigma, self.prompt_sigma, self.n_frequencies, self.seed = rff.sigma, rff.prompt_sigma, rff.n_frequencies, rff.seed
+        self.orders, self._single_order, self.alpha, self.precision = orders, single, alpha, precision
+        self.per_prompt_frequencies = per_prompt_frequencies
+        for name in ("joint", "samples", "prompts"):
+            self.accumulators[name] = Accumulator(self, name, rff.side(name), chunk_size=self.chunk_size)
+        if self.num_classes is not None:
+            per_label = _PerLabelMap(rff, per_prompt_frequencies, self.num_classes)
+            self.accumulators["per_prompt"] = _PerLabelAccumulator(self, "per_prompt", per_label, self.chunk_size)
+        if in_features is not None:
+            self.build(tuple(in_features))
+
+    def build(self, in_features: Any) -> None:
+        """Fix the widths ``(d_samples, d_prompts)``."""
+        self.feature_map.build(in_features)
+
+    def sample_count(self, real: bool = False) -> int:
+        """Samples accumulated (all ranks; a collective under DDP outside :meth:`synced`); no reference side: 0."""
+        if real:
+            return 0
+        local = self.accumulators["joint"].count.reshape(())
+        if distributed_available() and not self._sync_depth:
+            local = all_reduce_sum(local.to(collective_device(self.process_group)), self.process_group)[0]
+        return int(local)
+
+    # ---- input ---------------------------------------------------------------------------------------------------
+    def _prompts(self, prompts: Tensor, n: int) -> tuple[Tensor, Optional[Tensor]]:
+        """Prompt embeddings (N, d_t), and labels when the prompts are integer labels."""
+        if not isinstance(prompts, Tensor):
+            raise TypeError(f"ConditionalVendi.update: `prompts` must be a tensor, got {type(prompts).__name__}.")
+        if prompts.dtype in (torch.bool,) or (not prompts.is_floating_point() and not prompts.is_complex()):
+            if self.num_classes is None:
+                raise ValueError(
+                    "ConditionalVendi.update: `prompts` are integer labels; build the metric with `num_classes=` to "
+                    "turn them into one-hot prompts, or pass prompt embeddings (N, d_t) as floats."
+                )
+            labels = self._labels(prompts, n, "prompts")
+            return torch.nn.functional.one_hot(labels, self.num_classes).float(), labels
+        return check_features(prompts, "prompts", owner="ConditionalVendi.update"), None
+
+    def _labels(self, labels: Any, n: int, name: str) -> Tensor:
+        labels = torch.as_tensor(labels)
+        if labels.is_floating_point() or labels.dtype == torch.bool or labels.ndim != 1 or labels.shape[0] != n:
+            raise ValueError(
+                f"ConditionalVendi.update: `{name}` must be integer labels of shape ({n},), got dtype {labels.dtype} "
+                f"and shape {tuple(labels.shape)}."
+            )
+        if labels.numel() and (int(labels.min()) < 0 or int(labels.max()) >= self.num_classes):  # type: ignore[operator]
+            raise ValueError(
+                f"ConditionalVendi.update: `{name}` must lie in [0, num_classes={self.num_classes}), got values in "
+                f"[{int(labels.min())}, {int(labels.max())}]."
+            )
+        return labels.long()
+
+    def update(self, samples: Tensor, prompts: Tensor, labels: Optional[Tensor] = None) -> None:
+        """Add a batch: ``samples`` (N, d_x) embeddings (images with ``feature``), row i generated for prompt i;
+        ``prompts`` (N, d_t) embeddings or (N,) integer labels (with ``num_classes``); ``labels`` (N,) the label of
+        each prompt, for per-prompt diversity when the prompts are embeddings (required then with ``num_classes``).
+
+        Raises:
+            ValueError / TypeError: rows that do not pair up, widths that change, NaN / Inf, labels out of range,
+                integer prompts without ``num_classes``, a metric with ``num_classes`` fed without labels.
+        """
+        if self.feature is not None:
+            samples = self.feature(samples, "samples")
+        samples = check_features(samples, "samples", owner="ConditionalVendi.update")
+        prompts, from_prompts = self._prompts(prompts, samples.shape[0])
+        if prompts.shape[0] != samples.shape[0]:
+            raise ValueError(
+                f"ConditionalVendi.update: `samples` has {samples.shape[0]} rows and `prompts` {prompts.shape[0]}; "
+                "row i of both must be the same sample (one prompt per generated sample)."
+            )
+        if labels is not None:
+            if self.num_classes is None:
+                raise ValueError(
+                    "ConditionalVendi.update: `labels` were given but the metric keeps no per-prompt sums; build it "
+                    "with `num_classes=` (the number of distinct prompts) to see which prompts collapse."
+                )
+            labels = self._labels(labels, samples.shape[0], "labels")
+        labels = from_prompts if labels is None else labels
+        if self.num_classes is not None and labels is None:
+            raise ValueError(
+                "ConditionalVendi.update: the metric was built with `num_classes` (per-prompt diversity), so every "
+                "batch needs its labels: pass integer `prompts`, or `labels=` (N,) beside prompt embeddings."
+            )
+        widths = (samples.shape[1], prompts.shape[1])
+        if self.in_features is None:
+            self.build(widths)
+        elif widths != tuple(self.in_features):
+            raise ValueError(
+                f"ConditionalVendi.update: widths (samples, prompts) {widths} differ from the earlier batches' "
+                f"{tuple(self.in_features)}."
+            )
+        if samples.shape[0] == 0:
+            return
+        dtype = torch.promote_types(samples.dtype, prompts.dtype)
+        rows = torch.cat([samples.to(dtype), prompts.to(device=samples.device, dtype=dtype)], dim=1)
+        for name in ("joint", "samples", "prompts"):
+            self.accumulators[name].add(rows)
+        if labels is not None:
+            self.accumulators["per_prompt"].add(
+                torch.cat([labels.to(device=rows.device, dtype=rows.dtype)[:, None], rows[:, : widths[0]]], dim=1)
+            )
+
+    # ---- values --------------------------------------------------------------------------------------------------
+    def _spectra(self, order: Any) -> ConditionalSpectra:
+        """Covariances for order 2 (Frobenius norms), eigenvalues (cached per sums) otherwise."""
+        moments = ConditionalSpectra(*(self.accumulators[name].second_moment() for name in ConditionalSpectra._fields))
+        if order == 2:
+            return moments
+        return self.cached(
+            "spectra", lambda: ConditionalSpectra(*(psd_eigenvalues(m, precision=self.precision) for m in moments))
+        )
+
+    def scores(self) -> dict[Any, dict[str, Tensor]]:
+        """``{order: {"conditional", "information", "vendi", "prompt_vendi"}}`` of this rank's sums (all ranks'
+        inside :meth:`synced`)."""
+        return {order: conditional_scores(self._spectra(order), order) for order in self.orders}
+
+    def compute(self) -> VendiResult:
+        """Conditional-Vendi of each order (a scalar for one order, ``{order: value}`` for several)."""
+        values = {order: scores["conditional"] for order, scores in self.scores().items()}
+        return values[self.orders[0]] if self._single_order else values
+
+    def summary(self) -> dict[str, Any]:
+        """``""``: Conditional-Vendi; ``information``: Information-Vendi; ``vendi``: the samples' unconditional Vendi;
+        ``prompt_vendi``: the prompts'; with ``num_classes``, ``min_prompt_vendi`` (the least diverse prompt's
+        Vendi). A dict per value for several orders. A collective under DDP."""
+        with self.synced():
+            scores = self.scores()
+            out: dict[str, Any] = {}
+            for key, name in (("", "conditional"), ("information", "information"), ("vendi", "vendi"),
+                              ("prompt_vendi", "prompt_vendi")):
+                values = {order: scores[order][name] for order in self.orders}
+                out[key] = values[self.orders[0]] if self._single_order else values
+            if self.num_classes is not None:
+                per_prompt = self.per_prompt()
+                seen = per_prompt[~per_prompt.isnan()]
+                out["min_prompt_vendi"] = seen.min() if seen.numel() else torch.tensor(math.nan)
+            return out
+
+    # ---- per prompt ----------------------------------------------------------------------------------------------
+    def _per_prompt_accumulator(self) -> "_PerLabelAccumulator":
+        if self.num_classes is None:
+            raise RuntimeError(
+                "ConditionalVendi: per-prompt diversity needs the labels: build the metric with `num_classes=`."
+            )
+        return self.accumulators["per_prompt"]  # type: ignore[return-value]
+
+    def prompt_counts(self) -> Tensor:
+        """Samples accumulated per label (L,), float64, over all ranks (a collective under DDP)."""
+        with self.synced():
+            return self._per_prompt_accumulator().lane_counts().clone()
+
+    def per_prompt(self, alpha: Any = None) -> Tensor:
+        """Each label's Vendi of order ``alpha`` (default: the metric's first order) among its own samples (L,),
+        from its r_p covariance; NaN for a label without samples. Over all ranks (a collective under DDP)."""
+        order = self.orders[0] if alpha is None else check_orders(alpha)[0][0]
+        accumulator = self._per_prompt_accumulator()
+        values = torch.full((self.num_classes,), math.nan, dtype=torch.float64)  # type: ignore[arg-type]
+        with self.synced():
+            counts, sums = accumulator.lane_counts(), accumulator.cov_sum
+            for label in torch.nonzero(counts > 0).flatten().tolist():
+                moment = sums[label] / counts[label]
+                values[label] = vendi_score(psd_eigenvalues(moment), order).cpu()
+        return values
+
+    def least_diverse(self, k: int = 5) -> list[tuple[int, float, int]]:
+        """The ``k`` labels with the lowest per-prompt Vendi: ``(label, vendi, samples)``, lowest first."""
+        k = check_positive_int(k, "k")
+        with self.synced():
+            values, counts = self.per_prompt(), self.prompt_counts()
+        seen = torch.nonzero(~values.isnan()).flatten()
+        order = seen[torch.argsort(values[seen], stable=True)][:k]
+        return [(int(i), float(values[i]), int(round(float(counts[i])))) for i in order]
+
+    def galleries(
+        self, batches: Iterable[tuple[Any, Ids]], k: int, per_mode: int, reference_batches: Optional[Iterable] = None
+    ) -> dict[str, ModeGallery]:
+        """``{"least_diverse_prompts": ...}``: for the ``k`` least diverse labels, the first ``per_mode`` kept samples
+        of each, from ``batches`` of ``((features, labels), ids)``. Row labels name the prompt, its Vendi and count."""
+        if self.num_classes is None:
+            return {}
+        worst = self.least_diverse(k)
+        wanted = {label: [] for label, _, _ in worst}  # type: dict[int, list[Tensor]]
+        for (_, labels), ids in batches:
+            labels, ids = torch.as_tensor(labels).cpu(), torch.as_tensor(ids).cpu()
+            for label, found in wanted.items():
+                have = sum(len(part) for part in found)
+                if have < per_mode:
+                    found.append(ids[labels == label][: per_mode - have])
+        samples, names = [], []
+        for label, value, count in worst:
+            ids = torch.cat(wanted[label]) if wanted[label] else torch.zeros(0, dtype=torch.long)
+            samples.append((ids, torch.full((len(ids),), value, dtype=torch.float64)))
+            names.append(f"prompt {label}: Vendi {value:.2f} over {count} samples")
+        return {"least_diverse_prompts": ModeGallery(samples, names)}
+
+
+class _PerLabelMap(FeatureMap):
+    """The samples' features ``[cos, sin](x Z_x[:, :r_p] / sigma) / sqrt(r_p)`` with one lane per label."""
+
+    def __init__(self, parent: JointGaussianRFF, n_frequencies: int, labels: int) -> None:
+        super().__init__()
+        object.__setattr__(self, "parent", parent)  # the parent owns the draw
+        self.n_frequencies, self.bandwidths, self.in_features = n_frequencies, labels, None
+
+    @property
+    def out_features(self) -> int:
+        return 2 * self.n_frequencies
+
+    def forward(self, x: Tensor) -> Tensor:
+        parent: JointGaussianRFF = self.parent  # type: ignore[attr-defined]
+        d_x = parent.in_features[0]  # type: ignore[index]
+        z = parent.z[:d_x, : self.n_frequencies].to(device=x.device, dtype=x.dtype)
+        phases = x @ (z / parent.sigma)
+        return torch.cat([phases.cos(), phases.sin()], dim=1).mul_(1.0 / math.sqrt(self.n_frequencies))
+
+
+class _PerLabelAccumulator(Accumulator):
+    """Per-label sums in the lanes of one flat state: rows ``[label, x]`` go to their label's lane only. A lane's
+    count is the trace of its ``Q`` (unit-norm features); the state's count is the total."""
+
+    def __init__(self, metric: Any, name: str, feature_map: _PerLabelMap, chunk_size: int) -> None:
+        super().__init__(metric, name, feature_map, covariance=True, centre=False, chunk_size=chunk_size)
+
+    def flush(self) -> None:
+        if not self._pending:
+            return
+        rows = torch.cat(list(self._pending))
+        self._pending.clear()
+        count, sums, outer = self._parts(getattr(self.metric, self.state_name))
+        with torch.no_grad():
+            for start in range(0, rows.shape[0], self.chunk_size):
+                chunk = rows[start : start + self.chunk_size]
+                labels, phi = chunk[:, 0].long(), self.feature_map(chunk[:, 1:])
+                count += chunk.shape[0]
+                for label in torch.unique(labels).tolist():
+                    features = phi[labels == label]
+                    sums[label] += features.sum(0)
+                    add_gram_(outer[label], features)  # type: ignore[index]
+
+    def lane_counts(self) -> Tensor:
+        """Samples per label (L,): the traces of the lanes' ``Q``, rounded (float64)."""
+        return self.cov_sum.diagonal(dim1=-2, dim2=-1).sum(-1).round()
