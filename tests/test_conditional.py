@@ -151,3 +151,74 @@ def test_bad_pairs_are_refused_naming_the_argument():
         conditional_vendi(x, torch.randn(10, 2), 1.0, 0.0)
     with pytest.raises(ValueError, match="score"):
         conditional_vendi(x, torch.randn(10, 2), 1.0, 1.0, score="joint")
+
+
+# ---- the metric --------------------------------------------------------------------------------------------------
+from lightning_spectral.metrics import ConditionalVendi  # noqa: E402
+
+
+def test_metric_equals_the_functional_over_batches():
+    x, t, _ = labelled(n=250, noise=1.0)
+    metric = ConditionalVendi(2.0, 0.5, 64, alpha=[1, 2, "inf"], seed=4, chunk_size=60)
+    for part in torch.arange(250).split(37):
+        metric.update(x[part], t[part])
+    covariances = conditional_covariances(x, t, 2.0, 0.5, n_frequencies=64, seed=4)
+    summary = metric.summary()
+    for order in (1, 2, "inf"):
+        want = conditional_scores(covariances, order)
+        assert float(summary[""][order]) == pytest.approx(float(want["conditional"]), rel=1e-9)
+        assert float(summary["information"][order]) == pytest.approx(float(want["information"]), rel=1e-9)
+        assert float(summary["vendi"][order]) == pytest.approx(float(want["vendi"]), rel=1e-9)
+        assert float(summary["prompt_vendi"][order]) == pytest.approx(float(want["prompt_vendi"]), rel=1e-9)
+    assert metric.sample_count() == 250
+
+
+def test_integer_prompts_are_one_hot_and_per_prompt_vendi_names_the_collapsed_prompt():
+    x, t, labels = labelled(n=400, classes=4, noise=1.0)
+    x[labels == 3] = x[labels == 3][0]  # prompt 3 collapsed
+    by_label = ConditionalVendi(2.0, 0.1, 512, alpha=1, num_classes=4, per_prompt_frequencies=256)
+    by_onehot = ConditionalVendi(2.0, 0.1, 512, alpha=1)
+    by_label.update(x, labels)
+    by_onehot.update(x, t)
+    assert float(by_label.compute()) == pytest.approx(float(by_onehot.compute()), rel=1e-6)  # float32 one-hot rows
+    per_prompt = by_label.per_prompt()
+    for label in range(3):  # per-label Vendi converges to the exact Vendi of the label's samples, O(1/sqrt(r_p))
+        exact = vendi_exact(x[labels == label], 2.0, alpha=1)
+        assert float(per_prompt[label]) == pytest.approx(float(exact), rel=2 / math.sqrt(256))
+    assert float(per_prompt[3]) == pytest.approx(1.0, abs=1e-6)
+    assert by_label.prompt_counts().tolist() == [100.0] * 4
+    assert [label for label, _, _ in by_label.least_diverse(2)][0] == 3
+    assert float(by_label.summary()["min_prompt_vendi"]) == pytest.approx(1.0, abs=1e-6)
+    batches = [((x[ids], labels[ids]), ids) for ids in torch.arange(400).split(64)]
+    gallery = by_label.galleries(batches, k=2, per_mode=5)["least_diverse_prompts"]
+    assert gallery.labels[0].startswith("prompt 3: Vendi 1.00 over 100 samples")
+    assert (labels[gallery.samples[0][0]] == 3).all() and len(gallery.samples[0][0]) == 5
+
+
+def test_a_prompt_with_no_samples_is_nan_and_a_checkpoint_restores_every_sum():
+    x, t, labels = labelled(n=120, classes=3, noise=1.0)
+    metric = ConditionalVendi(2.0, 0.3, 32, alpha=2, num_classes=5, per_prompt_frequencies=8)
+    metric.update(x, labels)
+    per_prompt = metric.per_prompt()
+    assert per_prompt[3:].isnan().all() and not per_prompt[:3].isnan().any()
+    restored = ConditionalVendi(2.0, 0.3, 32, alpha=2, num_classes=5, per_prompt_frequencies=8)
+    restored.load_state_dict(metric.state_dict())
+    assert float(restored.compute()) == pytest.approx(float(metric.compute()), rel=1e-12)
+    torch.testing.assert_close(restored.per_prompt(), per_prompt, rtol=1e-12, atol=0, equal_nan=True)
+    other = ConditionalVendi(2.0, 0.3, 32, alpha=2, num_classes=5, per_prompt_frequencies=8, seed=1)
+    with pytest.raises(RuntimeError, match="other random frequencies"):
+        other.load_state_dict(metric.state_dict())
+
+
+def test_images_through_feature_and_reset():
+    feature = torch.nn.Flatten()
+    images = torch.rand(60, 1, 2, 3)
+    labels = torch.arange(60) % 3
+    metric = ConditionalVendi(1.0, 0.1, 32, alpha=2, num_classes=3, per_prompt_frequencies=8, feature=feature,
+                              normalize=True)
+    metric.update(images, labels)
+    plain = ConditionalVendi(1.0, 0.1, 32, alpha=2)
+    plain.update(images.flatten(1), torch.nn.functional.one_hot(labels, 3).float())
+    assert float(metric.compute()) == pytest.approx(float(plain.compute()), rel=1e-6)
+    metric.reset()
+    assert metric.sample_count() == 0 and float(metric.prompt_counts().sum()) == 0

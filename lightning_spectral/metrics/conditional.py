@@ -50,7 +50,8 @@ class ConditionalVendi(SpectralMetric):
         seed: frequency seed, identical on every rank.
         num_classes: the number of labels (``prompts`` may then be integer labels (N,), turned into one-hot rows);
             enables per-prompt diversity.
-        per_prompt_frequencies: r_p of the per-label covariances (<= ``n_frequencies``).
+        per_prompt_frequencies: r_p of the per-label covariances (<= ``n_frequencies``; default
+            ``min(128, n_frequencies)``).
         precision: the eigendecompositions' dtype (see :class:`~lightning_spectral.metrics.FKEAVendi`).
         in_features: widths ``(d_samples, d_prompts)``, if known.
         kwargs: ``chunk_size``, ``feature`` (images -> sample embeddings; prompts are never passed through it),
@@ -86,7 +87,7 @@ class ConditionalVendi(SpectralMetric):
         alpha: Orders = 1.0,
         seed: int = 0,
         num_classes: Optional[int] = None,
-        per_prompt_frequencies: int = 128,
+        per_prompt_frequencies: Optional[int] = None,
         precision: str = "auto",
         in_features: Optional[tuple[int, int]] = None,
         **kwargs: Any,
@@ -96,6 +97,8 @@ class ConditionalVendi(SpectralMetric):
         rff = JointGaussianRFF(sigma, prompt_sigma, n_frequencies, seed)
         check_state_memory(type(self).__name__, rff.n_frequencies, matrices=3, vectors=3)
         self.num_classes = None if num_classes is None else check_positive_int(num_classes, "num_classes")
+        if per_prompt_frequencies is None:
+            per_prompt_frequencies = min(128, rff.n_frequencies)
         per_prompt_frequencies = check_positive_int(per_prompt_frequencies, "per_prompt_frequencies")
         if per_prompt_frequencies > rff.n_frequencies:
             raise ValueError(
