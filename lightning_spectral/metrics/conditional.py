@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any, Optional
 
 import torch
@@ -53,6 +53,7 @@ class ConditionalVendi(SpectralMetric):
         per_prompt_frequencies: r_p of the per-label covariances (<= ``n_frequencies``; default
             ``min(128, n_frequencies)``).
         precision: the eigendecompositions' dtype (see :class:`~lightning_spectral.metrics.FKEAVendi`).
+        prompt_names: a name per label (``num_classes`` of them, e.g. the captions), used in gallery rows.
         in_features: widths ``(d_samples, d_prompts)``, if known.
         kwargs: ``chunk_size``, ``feature`` (images -> sample embeddings; prompts are never passed through it),
             ``normalize``, ``save_feature`` and torchmetrics' keyword arguments.
@@ -89,6 +90,7 @@ class ConditionalVendi(SpectralMetric):
         num_classes: Optional[int] = None,
         per_prompt_frequencies: Optional[int] = None,
         precision: str = "auto",
+        prompt_names: Optional[Sequence[str]] = None,
         in_features: Optional[tuple[int, int]] = None,
         **kwargs: Any,
     ) -> None:
@@ -107,6 +109,14 @@ class ConditionalVendi(SpectralMetric):
             )
         if self.num_classes is not None:
             check_state_memory(type(self).__name__, per_prompt_frequencies, matrices=self.num_classes)
+        if prompt_names is not None and (
+            self.num_classes is None or isinstance(prompt_names, str) or len(prompt_names) != self.num_classes
+        ):
+            raise ValueError(
+                "ConditionalVendi: `prompt_names` must be a sequence of `num_classes` names (one per label), and "
+                f"needs `num_classes`; got {prompt_names!r} with num_classes={self.num_classes}."
+            )
+        self.prompt_names = None if prompt_names is None else [str(name) for name in prompt_names]
         super().__init__(feature_map=rff, **kwargs)
         self.sigma, self.prompt_sigma, self.n_frequencies, self.seed = rff.sigma, rff.prompt_sigma, rff.n_frequencies, rff.seed
         self.orders, self._single_order, self.alpha, self.precision = orders, single, alpha, precision
@@ -234,7 +244,7 @@ class ConditionalVendi(SpectralMetric):
     def summary(self) -> dict[str, Any]:
         """``""``: Conditional-Vendi; ``information``: Information-Vendi; ``vendi``: the samples' unconditional Vendi;
         ``prompt_vendi``: the prompts'; with ``num_classes``, ``min_prompt_vendi`` (the least diverse prompt's
-        Vendi). A dict per value for several orders. A collective under DDP."""
+        Vendi) and ``prompt`` (each label's Vendi, NaN for a label not seen). A dict per value for several orders. A collective under DDP."""
         with self.synced():
             scores = self.scores()
             out: dict[str, Any] = {}
@@ -246,6 +256,7 @@ class ConditionalVendi(SpectralMetric):
                 per_prompt = self.per_prompt()
                 seen = per_prompt[~per_prompt.isnan()]
                 out["min_prompt_vendi"] = seen.min() if seen.numel() else torch.tensor(math.nan)
+                out["prompt"] = per_prompt  # logged per label as {name}_prompt/{label} (labels seen)
             return out
 
     # ---- per prompt ----------------------------------------------------------------------------------------------
@@ -302,7 +313,8 @@ class ConditionalVendi(SpectralMetric):
         for label, value, count in worst:
             ids = torch.cat(wanted[label]) if wanted[label] else torch.zeros(0, dtype=torch.long)
             samples.append((ids, torch.full((len(ids),), value, dtype=torch.float64)))
-            names.append(f"prompt {label}: Vendi {value:.2f} over {count} samples")
+            prompt = f"prompt {label}" if self.prompt_names is None else repr(self.prompt_names[label])
+            names.append(f"{prompt}: Vendi {value:.2f} over {count} samples")
         return {"least_diverse_prompts": ModeGallery(samples, names)}
 
 
