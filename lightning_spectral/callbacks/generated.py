@@ -91,7 +91,7 @@ class GeneratedSamples(EmbeddingCallback):
             all ranks.
         log_prefix: prefix of the logged names.
         prompts: for a conditional generator: a tensor of ``P`` prompts (``(P,)`` integer labels or ``(P, d)``
-            embeddings), sample ``i`` drawn for prompt ``i % P`` (the same prompts every epoch, on any number of
+            embeddings; a list of integer labels, as a config file gives them), sample ``i`` drawn for prompt ``i % P`` (the same prompts every epoch, on any number of
             ranks), or ``fn(ids) -> prompts`` of the global sample ids. The module's sampler is then called as
             ``sample(prompts, generator=g)`` (``fn(pl_module, prompts, g)``) and must return one image per prompt.
         prompt_embeddings: ``(P, d_t)`` what the conditional metrics see of each of the ``P`` prompts (e.g. caption
@@ -130,7 +130,7 @@ class GeneratedSamples(EmbeddingCallback):
         gallery_per_mode: int = 8,
         max_gallery_images: int = 2000,
         log_prefix: str = "gen/",
-        prompts: Union[Tensor, Callable[[Tensor], Tensor], None] = None,
+        prompts: Union[Sequence[int], Tensor, Callable[[Tensor], Tensor], None] = None,
         prompt_embeddings: Optional[Tensor] = None,
     ) -> None:
         super().__init__(None, owner="GeneratedSamples")
@@ -405,6 +405,8 @@ def check_prompts(prompts: Any, embeddings: Any) -> tuple[Any, Optional[Tensor]]
     Raises:
         ValueError: naming the argument and the fix.
     """
+    if isinstance(prompts, (list, tuple)) and all(isinstance(p, int) and not isinstance(p, bool) for p in prompts):
+        prompts = torch.tensor(prompts, dtype=torch.long)
     if prompts is None or callable(prompts):
         if embeddings is not None:
             raise ValueError(
