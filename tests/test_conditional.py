@@ -163,9 +163,10 @@ def test_metric_equals_the_functional_over_batches():
     for part in torch.arange(250).split(37):
         metric.update(x[part], t[part])
     covariances = conditional_covariances(x, t, 2.0, 0.5, n_frequencies=64, seed=4)
-    summary = metric.summary()
+    summary, computed = metric.summary(), metric.compute()
     for order in (1, 2, "inf"):
         want = conditional_scores(covariances, order)
+        assert float(computed[order]) == pytest.approx(float(want["conditional"]), rel=1e-9)
         assert float(summary[""][order]) == pytest.approx(float(want["conditional"]), rel=1e-9)
         assert float(summary["information"][order]) == pytest.approx(float(want["information"]), rel=1e-9)
         assert float(summary["vendi"][order]) == pytest.approx(float(want["vendi"]), rel=1e-9)

@@ -12,7 +12,12 @@ from torch import Tensor
 from lightning_spectral._checks import check_features, check_positive_int, check_state_memory
 from lightning_spectral.distributed import all_reduce_sum, collective_device, distributed_available
 from lightning_spectral.features import FeatureMap
-from lightning_spectral.functional.conditional import ConditionalSpectra, JointGaussianRFF, conditional_scores
+from lightning_spectral.functional.conditional import (
+    ConditionalSpectra,
+    JointGaussianRFF,
+    conditional_scores,
+    entropy_of,
+)
 from lightning_spectral.functional.fkea import Orders, VendiResult, check_orders, vendi_score
 from lightning_spectral.functional.modes import Ids
 from lightning_spectral.linalg import add_gram_, eigen_dtype, psd_eigenvalues
@@ -237,14 +242,27 @@ class ConditionalVendi(SpectralMetric):
         return {order: conditional_scores(self._spectra(order), order) for order in self.orders}
 
     def compute(self) -> VendiResult:
-        """Conditional-Vendi of each order (a scalar for one order, ``{order: value}`` for several)."""
-        values = {order: scores["conditional"] for order, scores in self.scores().items()}
+        """Conditional-Vendi of each order (a scalar for one order, ``{order: value}`` for several): the joint and
+        prompt sides only (two eigendecompositions; none for order 2)."""
+        moments = {name: self.accumulators[name].second_moment() for name in ("joint", "prompts")}
+        spectra = None
+        values = {}
+        for order in self.orders:
+            if order == 2:
+                joint, prompts = moments["joint"], moments["prompts"]
+            else:
+                spectra = spectra or self.cached(
+                    "conditional", lambda: [psd_eigenvalues(m, precision=self.precision) for m in moments.values()]
+                )
+                joint, prompts = spectra
+            values[order] = torch.exp(entropy_of(joint, order) - entropy_of(prompts, order))
         return values[self.orders[0]] if self._single_order else values
 
     def summary(self) -> dict[str, Any]:
         """``""``: Conditional-Vendi; ``information``: Information-Vendi; ``vendi``: the samples' unconditional Vendi;
         ``prompt_vendi``: the prompts'; with ``num_classes``, ``min_prompt_vendi`` (the least diverse prompt's
-        Vendi) and ``prompt`` (each label's Vendi, NaN for a label not seen). A dict per value for several orders. A collective under DDP."""
+        Vendi) and ``prompt`` (each label's Vendi, NaN for a label not seen). A dict per value for several orders.
+        A collective under DDP."""
         with self.synced():
             scores = self.scores()
             out: dict[str, Any] = {}
