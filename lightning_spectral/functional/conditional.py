@@ -118,7 +118,8 @@ def conditional_vendi_exact(
     Args:
         samples: (N, d_x) sample embeddings; row i generated for prompt i.
         prompts: (N, d_t) prompt embeddings (one-hot labels allowed).
-        sigma / prompt_sigma: the two Gaussian bandwidths.
+        sigma: Gaussian bandwidth of the samples.
+        prompt_sigma: Gaussian bandwidth of the prompts.
         alpha: an order in (0, inf] or a sequence of orders (2 = Conditional-RKE).
 
     Returns:
