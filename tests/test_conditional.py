@@ -223,3 +223,22 @@ def test_images_through_feature_and_reset():
     assert float(metric.compute()) == pytest.approx(float(plain.compute()), rel=1e-6)
     metric.reset()
     assert metric.sample_count() == 0 and float(metric.prompt_counts().sum()) == 0
+
+
+def test_label_prompts_read_the_prompt_side_from_the_counts_and_match_the_general_path():
+    x, _, labels = labelled(n=300, classes=5, noise=1.0)
+    general = ConditionalVendi(2.0, 0.5, 128, alpha=[1, 2], num_classes=5, per_prompt_frequencies=16)
+    cheap = ConditionalVendi(2.0, 0.5, 128, alpha=[1, 2], num_classes=5, per_prompt_frequencies=16,
+                             unconditional=False, label_prompts=True)
+    for part in torch.arange(300).split(70):
+        general.update(x[part], labels[part])
+        cheap.update(x[part], labels[part])
+    assert set(cheap.accumulators) == {"joint", "per_prompt"}
+    want, got = general.summary(), cheap.summary()
+    assert set(got) == {"", "prompt_vendi", "min_prompt_vendi", "prompt"}
+    for order in (1, 2):  # the accumulated prompt side holds float32 features of the one-hot rows
+        assert float(got[""][order]) == pytest.approx(float(want[""][order]), rel=1e-5)
+        assert float(got["prompt_vendi"][order]) == pytest.approx(float(want["prompt_vendi"][order]), rel=1e-5)
+        assert float(cheap.compute()[order]) == pytest.approx(float(got[""][order]), rel=1e-12)
+    with pytest.raises(ValueError, match="integer\\s+labels"):
+        cheap.update(x[:4], torch.nn.functional.one_hot(labels[:4], 5).float(), labels=labels[:4])

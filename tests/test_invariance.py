@@ -187,9 +187,12 @@ def observe_conditional(rank, world_size, sharding):
     batch = 50 + 29 * rank + (11 if sharding == "shuffled" else 0)
     by_label = ConditionalVendi(2.0, 0.3, 64, alpha=[1, 2], num_classes=6, per_prompt_frequencies=32, chunk_size=150)
     by_caption = ConditionalVendi(2.0, 0.5, 64, alpha=2, num_classes=6, per_prompt_frequencies=16, chunk_size=150)
+    from_counts = ConditionalVendi(2.0, 0.3, 64, alpha=[1, 2], num_classes=6, per_prompt_frequencies=8,
+                                   unconditional=False, label_prompts=True, chunk_size=150)
     for part in rows.split(batch):
         by_label.update(x[part], labels[part])
         by_caption.update(x[part], captions[part], labels=labels[part])
+        from_counts.update(x[part], labels[part])
     batches = [((x[ids], labels[ids]), ids) for ids in rows.split(batch)]
     return {
         "by_label": by_label.summary(),
@@ -198,6 +201,7 @@ def observe_conditional(rank, world_size, sharding):
         "gallery": [ids for ids, _ in by_label.galleries(batches, 2, 5)["least_diverse_prompts"].samples],
         "by_caption": by_caption.summary(),
         "count": by_caption.sample_count(),
+        "from_counts": from_counts.summary(),
     }
 
 
