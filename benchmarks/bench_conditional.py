@@ -2,6 +2,7 @@
 
     python benchmarks/bench_conditional.py agreement  # n = 1,797 digits (pixels, d = 64), 2r in {1024, 2048, 4096}
     python benchmarks/bench_conditional.py cost       # update and compute time, ConditionalVendi / FKEAVendi, same r
+                                                      # (full, and with unconditional=False, label_prompts=True)
 
 Data: scikit-learn's 1,797 8x8 digits (offline, ``load_digit_images``), pixels flattened (d = 64, values in [0, 1]);
 prompts are the one-hot labels ("a photo of the digit k" as a label). ``sigma = 1.52`` (the generative recipes' pixel
@@ -82,31 +83,33 @@ def best_of(repeats: int, fn) -> float:
 
 def bench_cost(args: argparse.Namespace) -> None:
     x, labels = digits()
-    x, labels = x.float(), labels
+    x = x.float()
     print(f"cost: n = {len(x)} digits (float32 rows, batches of 256), best of {args.repeats}; "
           f"torch threads = {torch.get_num_threads()}")
-    print(f"{'2r':>5} | {'update FKEA s':>13} {'Cond s':>7} {'ratio':>6} | {'compute FKEA s':>14} {'Cond s':>7} "
-          f"{'ratio':>6} | {'summary Cond s':>14} {'ratio':>6} | {'Cond-RKE s':>10}")
+    print("full: ConditionalVendi(num_classes=10), three covariances; labels: unconditional=False, label_prompts=True")
+    print(f"{'2r':>5} {'config':>6} | {'update FKEA s':>13} {'Cond s':>7} {'ratio':>6} | {'compute FKEA s':>14} "
+          f"{'Cond s':>7} {'ratio':>6} | {'summary Cond s':>14} {'ratio':>6} | {'Cond-RKE s':>10}")
     for r in (512, 1024, 2048):
-        def fkea():
+        def fkea(r=r):
             return FKEAVendi(SIGMA, r, alpha=1)
 
-        def cond():
-            return ConditionalVendi(SIGMA, 0.1, r, alpha=1, num_classes=10)
+        full_fkea = fed(fkea(), x, labels, False)
+        for config, options in (("full", {}), ("labels", {"unconditional": False, "label_prompts": True})):
+            def cond(alpha=1, options=options, r=r):
+                return ConditionalVendi(SIGMA, 0.1, r, alpha=alpha, num_classes=10, **options)
 
-        update_fkea = best_of(args.repeats, lambda: fed(fkea(), x, labels, False))
-        update_cond = best_of(args.repeats, lambda: fed(cond(), x, labels, True))
-        full_fkea, full_cond = fed(fkea(), x, labels, False), fed(cond(), x, labels, True)
-        compute_fkea = best_of(args.repeats, lambda: (full_fkea._spectral_cache, full_fkea.compute()))
-        compute_cond = best_of(args.repeats, lambda: (setattr(full_cond, "_spectral_cache", None),
-                                                      full_cond.compute()))
-        summary_cond = best_of(args.repeats, lambda: (setattr(full_cond, "_spectral_cache", None),
-                                                      full_cond.summary()))
-        rke = fed(ConditionalVendi(SIGMA, 0.1, r, alpha=2), x, labels.float()[:, None], True)
-        compute_rke = best_of(args.repeats, rke.compute)
-        print(f"{2 * r:>5} | {update_fkea:>13.2f} {update_cond:>7.2f} {update_cond / update_fkea:>5.2f}x | "
-              f"{compute_fkea:>14.2f} {compute_cond:>7.2f} {compute_cond / compute_fkea:>5.2f}x | "
-              f"{summary_cond:>14.2f} {summary_cond / compute_fkea:>5.2f}x | {compute_rke:>10.3f}", flush=True)
+            update_fkea = best_of(args.repeats, lambda: fed(fkea(), x, labels, False))
+            update_cond = best_of(args.repeats, lambda: fed(cond(), x, labels, True))
+            full_cond = fed(cond(), x, labels, True)
+            compute_fkea = best_of(args.repeats, full_fkea.compute)
+            compute_cond = best_of(args.repeats, lambda m=full_cond: (setattr(m, "_spectral_cache", None), m.compute()))
+            summary_cond = best_of(args.repeats, lambda m=full_cond: (setattr(m, "_spectral_cache", None), m.summary()))
+            rke = fed(cond(alpha=2), x, labels, True)
+            compute_rke = best_of(args.repeats, rke.compute)
+            print(f"{2 * r:>5} {config:>6} | {update_fkea:>13.2f} {update_cond:>7.2f} "
+                  f"{update_cond / update_fkea:>5.2f}x | "
+                  f"{compute_fkea:>14.2f} {compute_cond:>7.2f} {compute_cond / compute_fkea:>5.2f}x | "
+                  f"{summary_cond:>14.2f} {summary_cond / compute_fkea:>5.2f}x | {compute_rke:>10.3f}", flush=True)
 
 
 def main() -> None:

@@ -80,9 +80,10 @@ def summarise(generated: GeneratedSamples, kid: Optional[KIDAlongside]) -> dict[
 
 def summary_text(result: dict[str, Any], generated: GeneratedSamples, names: Optional[list[str]]) -> str:
     """The table a person reads at the end of a run."""
-    lines = ["", "=" * 100, f"Conditional VAE, {generated.n_samples} samples per measured epoch, one prompt per sample.",
-             "", f"{'epoch':>5} | {'Vendi-1':>7} {'RKE':>6} | {'Cond-Vendi-1':>12} {'Cond-RKE':>8} {'Info-Vendi':>10} | "
-             f"{'min prompt':>10} | {'KID mean':>9}"]
+    lines = ["", "=" * 100,
+             f"Conditional VAE, {generated.n_samples} samples per measured epoch, one prompt per sample.", "",
+             f"{'epoch':>5} | {'Vendi-1':>7} {'RKE':>6} | {'Cond-Vendi-1':>12} {'Cond-RKE':>8} "
+             f"{'Info-Vendi':>10} | {'min prompt':>10} | {'KID mean':>9}"]
 
     def number(row: dict[str, Any], key: str, spec: str) -> str:
         value = row.get(key)

@@ -1049,5 +1049,6 @@ def test_the_table_is_large_and_names_every_kind_of_entry_point() -> None:
     for prefix in ("FKEAVendi", "FINCNovelty", "FastMMD", "SPECDivergence", "fkea_vendi", "finc", "fast_mmd",
                    "GaussianRFF", "KernelPCAOOD", "EmbeddingMetrics", "KPCAOODMonitor", "SPECAlign", "load_weights",
                    "PrecomputedFeatures", "EmbeddingFile", "cli", "SpecAlignSolver", "GeneratedSamples",
-                   "detection_metrics", "ConditionalVendi", "conditional_vendi", "reference_halves", "save_features", "create_clip", "create_timm_encoder"):
+                   "detection_metrics", "ConditionalVendi", "conditional_vendi", "reference_halves", "save_features",
+                   "create_clip", "create_timm_encoder"):
         assert any(entry.startswith(prefix) for entry in entries), prefix

@@ -102,7 +102,7 @@ def test_features_are_the_proxy_kernels_exactly():
     rff = JointGaussianRFF(2.0, 0.7, 40, seed=3, in_features=(5, 4))
     rows = torch.cat([x, t], 1)
     covariances = conditional_covariances(x, t, 2.0, 0.7, n_frequencies=40, seed=3)
-    for name, covariance in zip(("joint", "samples", "prompts"), covariances):
+    for name, covariance in zip(("joint", "samples", "prompts"), covariances, strict=True):
         phi = rff(rows, name)
         proxy = psd_eigenvalues(phi @ phi.T / 90)[:80]
         assert torch.allclose(psd_eigenvalues(covariance), proxy, atol=1e-12)
@@ -133,7 +133,8 @@ def test_schur_complement_matches_its_kernel_oracle_with_the_proxy_kernels():
     ridge, k_x, k_t = 1e-2, phi_x @ phi_x.T, phi_t @ phi_t.T
     values, vectors = torch.linalg.eigh(k_x)
     root = vectors * values.clamp_min(0).sqrt() @ vectors.T
-    kernel_form = psd_eigenvalues(ridge * root @ torch.linalg.inv(k_t + 80 * ridge * torch.eye(80, dtype=torch.float64)) @ root)
+    inverse = torch.linalg.inv(k_t + 80 * ridge * torch.eye(80, dtype=torch.float64))
+    kernel_form = psd_eigenvalues(ridge * root @ inverse @ root)
     assert torch.allclose(psd_eigenvalues(schur)[:60], kernel_form[:60], atol=1e-10)
     # the exact oracle: one prompt leaves (nearly) all of the sample variation unexplained but the mean direction
     constant = torch.ones(80, 2, dtype=torch.float64)

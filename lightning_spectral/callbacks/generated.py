@@ -91,8 +91,9 @@ class GeneratedSamples(EmbeddingCallback):
             all ranks.
         log_prefix: prefix of the logged names.
         prompts: for a conditional generator: a tensor of ``P`` prompts (``(P,)`` integer labels or ``(P, d)``
-            embeddings; a list of integer labels, as a config file gives them), sample ``i`` drawn for prompt ``i % P`` (the same prompts every epoch, on any number of
-            ranks), or ``fn(ids) -> prompts`` of the global sample ids. The module's sampler is then called as
+            embeddings; a list of integer labels, as a config file gives them), sample ``i`` drawn for prompt
+            ``i % P`` (the same prompts every epoch, on any number of ranks), or ``fn(ids) -> prompts`` of the
+            global sample ids. The module's sampler is then called as
             ``sample(prompts, generator=g)`` (``fn(pl_module, prompts, g)``) and must return one image per prompt.
         prompt_embeddings: ``(P, d_t)`` what the conditional metrics see of each of the ``P`` prompts (e.g. caption
             embeddings of class labels the model takes), default ``prompts`` themselves.

@@ -100,7 +100,9 @@ def _by_order(alpha: Orders, score: "callable") -> dict:  # type: ignore[valid-t
 
 
 # ---- exact n x n oracles ---------------------------------------------------------------------------------------
-def conditional_spectra_exact(samples: Tensor, prompts: Tensor, sigma: float, prompt_sigma: float) -> ConditionalSpectra:
+def conditional_spectra_exact(
+    samples: Tensor, prompts: Tensor, sigma: float, prompt_sigma: float
+) -> ConditionalSpectra:
     """The eigenvalues of ``K_X o K_T / n``, ``K_X / n`` and ``K_T / n`` (descending, float64). O(n^2 d + n^3)."""
     samples, prompts = _pair(samples, prompts, "conditional_spectra_exact")
     n = samples.shape[0]
@@ -291,7 +293,8 @@ def conditional_covariances(
     rff = JointGaussianRFF(sigma, prompt_sigma, n_frequencies, seed, (samples.shape[1], prompts.shape[1]))
     rows = torch.cat([samples, prompts], dim=1)
     width = rff.out_features
-    sums = {name: torch.zeros(width, width, dtype=torch.float64, device=rows.device) for name in ConditionalSpectra._fields}
+    names = ConditionalSpectra._fields
+    sums = {name: torch.zeros(width, width, dtype=torch.float64, device=rows.device) for name in names}
     rff = rff.to(rows.device)
     for start in range(0, rows.shape[0], chunk_size):
         chunk = rows[start : start + chunk_size]

@@ -3,4 +3,6 @@
 from lightning_spectral.generative.data import DigitsImages, DropClassesSampler, ImageDataset, load_digit_images
 from lightning_spectral.generative.models import ConditionalDigitsVAE, DigitsVAE
 
-__all__ = ["ConditionalDigitsVAE", "DigitsImages", "DigitsVAE", "DropClassesSampler", "ImageDataset", "load_digit_images"]
+__all__ = [
+    "ConditionalDigitsVAE", "DigitsImages", "DigitsVAE", "DropClassesSampler", "ImageDataset", "load_digit_images",
+]

@@ -177,7 +177,8 @@ class ConditionalDigitsVAE(L.LightningModule):
         >>> import torch
         >>> model = ConditionalDigitsVAE(hidden=32, collapse_prompts=[2], collapse_after_epoch=0)
         >>> x = model.sample(torch.tensor([2, 2, 5]), generator=torch.Generator().manual_seed(0))
-        >>> x.shape, bool(torch.equal(x[0], x[1])), float(model.loss(torch.rand(4, 1, 8, 8), torch.arange(4))["loss"]) > 0
+        >>> loss = model.loss(torch.rand(4, 1, 8, 8), torch.arange(4))["loss"]
+        >>> x.shape, bool(torch.equal(x[0], x[1])), float(loss) > 0
         (torch.Size([3, 1, 8, 8]), True, True)
     """
 
@@ -205,10 +206,13 @@ class ConditionalDigitsVAE(L.LightningModule):
                 f"ConditionalDigitsVAE: `collapse_prompts` must be labels in [0, {num_classes}), got {prompts!r}."
             )
         if collapse_after_epoch is not None and (
-            isinstance(collapse_after_epoch, bool) or not isinstance(collapse_after_epoch, int) or collapse_after_epoch < 0
+            isinstance(collapse_after_epoch, bool)
+            or not isinstance(collapse_after_epoch, int)
+            or collapse_after_epoch < 0
         ):
             raise ValueError(
-                f"ConditionalDigitsVAE: `collapse_after_epoch` must be an epoch >= 0 or None, got {collapse_after_epoch!r}."
+                "ConditionalDigitsVAE: `collapse_after_epoch` must be an epoch >= 0 or None, got "
+                f"{collapse_after_epoch!r}."
             )
         self.save_hyperparameters()
         pixels = image_size * image_size

@@ -130,7 +130,8 @@ class ConditionalVendi(SpectralMetric):
             )
         self.prompt_names = None if prompt_names is None else [str(name) for name in prompt_names]
         super().__init__(feature_map=rff, **kwargs)
-        self.sigma, self.prompt_sigma, self.n_frequencies, self.seed = rff.sigma, rff.prompt_sigma, rff.n_frequencies, rff.seed
+        self.sigma, self.prompt_sigma = rff.sigma, rff.prompt_sigma
+        self.n_frequencies, self.seed = rff.n_frequencies, rff.seed
         self.orders, self._single_order, self.alpha, self.precision = orders, single, alpha, precision
         self.per_prompt_frequencies = per_prompt_frequencies
         self.unconditional = check_bool(unconditional, "unconditional")
