@@ -234,3 +234,24 @@ def test_conditional_two_processes_equal_one(tmp_path, conditional_one_process, 
         got, want = dict(value[0]), dict(conditional_one_process)
         got.pop("gallery"), want.pop("gallery")
         assert_same(got, want)
+
+
+def conditional_with_an_empty_rank(rank, world_size):
+    from lightning_spectral.metrics import ConditionalVendi
+
+    x, labels, captions = conditional_dataset()
+    metric = ConditionalVendi(2.0, 0.5, 32, alpha=2, num_classes=6, per_prompt_frequencies=8)
+    if rank == 0:  # rank 1 saw no sample: it builds its maps from rank 0's pair of widths and joins with zeros
+        metric.update(x, captions, labels=labels)
+    return metric.summary()
+
+
+def test_conditional_rank_without_samples_joins_with_zeros(tmp_path):
+    from lightning_spectral.metrics import ConditionalVendi
+
+    x, labels, captions = conditional_dataset()
+    want = ConditionalVendi(2.0, 0.5, 32, alpha=2, num_classes=6, per_prompt_frequencies=8)
+    want.update(x, captions, labels=labels)
+    for status, *value in run_ddp(conditional_with_an_empty_rank, tmp_path=tmp_path):
+        assert status == "ok", value
+        assert_same(value[0], want.summary())
