@@ -243,3 +243,28 @@ def test_label_prompts_read_the_prompt_side_from_the_counts_and_match_the_genera
         assert float(cheap.compute()[order]) == pytest.approx(float(got[""][order]), rel=1e-12)
     with pytest.raises(ValueError, match="integer\\s+labels"):
         cheap.update(x[:4], torch.nn.functional.one_hot(labels[:4], 5).float(), labels=labels[:4])
+
+
+def test_prompt_agnostic_modes_are_the_schur_complement_of_the_paired_features():
+    x, t, labels = labelled(n=200, classes=4, noise=1.0)
+    metric = ConditionalVendi(2.0, 0.5, 24, alpha=2, seed=1, prompt_agnostic=True, ridge=1e-2)
+    for part in torch.arange(200).split(45):
+        metric.update(x[part], t[part])
+    rff = JointGaussianRFF(2.0, 0.5, 24, seed=1, in_features=(5, 4))
+    rows = torch.cat([x, t], 1)
+    phi = torch.cat([rff(rows, "samples"), rff(rows, "prompts")], 1)
+    want = prompt_agnostic_covariance(phi.T @ phi / 200, 48, ridge=1e-2)
+    torch.testing.assert_close(metric.prompt_agnostic_covariance(), want, rtol=1e-9, atol=1e-12)
+    modes = metric.prompt_agnostic_modes(3)
+    assert torch.allclose(modes.eigenvalues, psd_eigenvalues(want)[:3], atol=1e-12)
+    share = float(metric.summary()["prompt_agnostic_share"])
+    assert 0 < share < 1 and share == pytest.approx(float(want.trace()), rel=1e-9)
+    batches = [(x[ids], ids) for ids in torch.arange(200).split(64)]
+    top = metric.prompt_agnostic_top_samples(batches, k=2, per_mode=5)
+    scores = rff(torch.cat([x, torch.zeros(200, 4, dtype=x.dtype)], 1), "samples").double() @ modes.eigenvectors[:, 0]
+    assert set(top[0][0].tolist()) == set(torch.argsort(scores, descending=True)[:5].tolist())
+    # one prompt: the prompts explain only the mean, the complement is the centred covariance (trace 1 - |mu|^2)
+    single = ConditionalVendi(2.0, 0.5, 24, alpha=2, seed=1, prompt_agnostic=True, ridge=1e-9)
+    single.update(x, torch.ones(200, 2, dtype=torch.float64))
+    mean = rff(rows, "samples").double().mean(0)
+    assert float(single.summary()["prompt_agnostic_share"]) == pytest.approx(1 - float(mean @ mean), rel=1e-5)

@@ -186,7 +186,8 @@ def observe_conditional(rank, world_size, sharding):
     rows = rows_of(rank, world_size, sharding)
     batch = 50 + 29 * rank + (11 if sharding == "shuffled" else 0)
     by_label = ConditionalVendi(2.0, 0.3, 64, alpha=[1, 2], num_classes=6, per_prompt_frequencies=32, chunk_size=150)
-    by_caption = ConditionalVendi(2.0, 0.5, 64, alpha=2, num_classes=6, per_prompt_frequencies=16, chunk_size=150)
+    by_caption = ConditionalVendi(2.0, 0.5, 64, alpha=2, num_classes=6, per_prompt_frequencies=16, chunk_size=150,
+                                  prompt_agnostic=True)
     from_counts = ConditionalVendi(2.0, 0.3, 64, alpha=[1, 2], num_classes=6, per_prompt_frequencies=8,
                                    unconditional=False, label_prompts=True, chunk_size=150)
     for part in rows.split(batch):
@@ -202,6 +203,10 @@ def observe_conditional(rank, world_size, sharding):
         "by_caption": by_caption.summary(),
         "count": by_caption.sample_count(),
         "from_counts": from_counts.summary(),
+        "prompt_agnostic": by_caption.prompt_agnostic_modes(3).eigenvalues,
+        # the collapsed prompt's samples tie: compare the top scores, not which of the tied ids came first
+        "prompt_agnostic_top": torch.stack([scores for _, scores in by_caption.prompt_agnostic_top_samples(
+            [(x[ids], ids) for ids in rows.split(batch)], k=2, per_mode=6)]),
     }
 
 

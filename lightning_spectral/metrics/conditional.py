@@ -9,7 +9,13 @@ from typing import Any, Optional
 import torch
 from torch import Tensor
 
-from lightning_spectral._checks import check_bool, check_features, check_positive_int, check_state_memory
+from lightning_spectral._checks import (
+    check_bool,
+    check_features,
+    check_positive,
+    check_positive_int,
+    check_state_memory,
+)
 from lightning_spectral.distributed import all_reduce_sum, collective_device, distributed_available
 from lightning_spectral.features import FeatureMap
 from lightning_spectral.functional.conditional import (
@@ -17,10 +23,11 @@ from lightning_spectral.functional.conditional import (
     JointGaussianRFF,
     conditional_scores,
     entropy_of,
+    prompt_agnostic_covariance,
 )
 from lightning_spectral.functional.fkea import Orders, VendiResult, check_orders, vendi_score
-from lightning_spectral.functional.modes import Ids
-from lightning_spectral.linalg import add_gram_, eigen_dtype, psd_eigenvalues
+from lightning_spectral.functional.modes import Ids, Modes, check_candidates_memory, orient, top_samples
+from lightning_spectral.linalg import add_gram_, eigen_dtype, psd_eigenvalues, symmetric_eigh
 from lightning_spectral.metrics.accumulator import Accumulator
 from lightning_spectral.metrics.base import ModeGallery, SpectralMetric
 
@@ -64,6 +71,10 @@ class ConditionalVendi(SpectralMetric):
         label_prompts: the prompts are always integer labels (needs ``num_classes``): the prompts' covariance is
             then exact from the per-label counts, with no (2r)^2 sum (with ``unconditional=False``, updates cost
             about one FKEAVendi's).
+        prompt_agnostic: also keep the paired covariance of ``[phi_x(x), phi_t(t)]`` ((4r)^2, four times one
+            covariance) for the prompt-agnostic modes (:meth:`prompt_agnostic_modes`, Scendi's Schur complement).
+        ridge: the ridge of the prompt-side solve of the Schur complement
+            (:func:`~lightning_spectral.functional.conditional.prompt_agnostic_covariance`).
         in_features: widths ``(d_samples, d_prompts)``, if known.
         kwargs: ``chunk_size``, ``feature`` (images -> sample embeddings; prompts are never passed through it),
             ``normalize``, ``save_feature`` and torchmetrics' keyword arguments.
@@ -103,6 +114,8 @@ class ConditionalVendi(SpectralMetric):
         prompt_names: Optional[Sequence[str]] = None,
         unconditional: bool = True,
         label_prompts: bool = False,
+        prompt_agnostic: bool = False,
+        ridge: float = 1e-3,
         in_features: Optional[tuple[int, int]] = None,
         **kwargs: Any,
     ) -> None:
@@ -145,6 +158,11 @@ class ConditionalVendi(SpectralMetric):
             if (name == "samples" and not self.unconditional) or (name == "prompts" and self.label_prompts):
                 continue
             self.accumulators[name] = Accumulator(self, name, rff.side(name), chunk_size=self.chunk_size)
+        self.prompt_agnostic = check_bool(prompt_agnostic, "prompt_agnostic")
+        self.ridge = check_positive(ridge, "ridge")
+        if self.prompt_agnostic:
+            check_state_memory(type(self).__name__, 2 * rff.n_frequencies, matrices=1, vectors=1)
+            self.accumulators["paired"] = Accumulator(self, "paired", _PairedSides(rff), chunk_size=self.chunk_size)
         if self.num_classes is not None:
             per_label = _PerLabelMap(rff, per_prompt_frequencies, self.num_classes)
             self.accumulators["per_prompt"] = _PerLabelAccumulator(self, "per_prompt", per_label, self.chunk_size)
@@ -241,7 +259,7 @@ class ConditionalVendi(SpectralMetric):
                 "ConditionalVendi.update: the metric was built with `label_prompts=True`; pass the prompts as integer "
                 "labels (N,), or build it without `label_prompts` to pass prompt embeddings."
             )
-        for name in ("joint", "samples", "prompts"):
+        for name in ("joint", "samples", "prompts", "paired"):
             if name in self.accumulators:
                 self.accumulators[name].add(rows)
         if labels is not None:
@@ -321,12 +339,58 @@ class ConditionalVendi(SpectralMetric):
                     continue
                 values = {order: scores[order][name] for order in self.orders}
                 out[key] = values[self.orders[0]] if self._single_order else values
+            if self.prompt_agnostic:
+                out["prompt_agnostic_share"] = self.prompt_agnostic_covariance().trace()
             if self.num_classes is not None:
                 per_prompt = self.per_prompt()
                 seen = per_prompt[~per_prompt.isnan()]
                 out["min_prompt_vendi"] = seen.min() if seen.numel() else torch.tensor(math.nan)
                 out["prompt"] = per_prompt  # logged per label as {name}_prompt/{label} (labels seen)
             return out
+
+    # ---- prompt-agnostic modes (Scendi) ---------------------------------------------------------------------------
+    def _paired(self) -> Accumulator:
+        if not self.prompt_agnostic:
+            raise RuntimeError(
+                "ConditionalVendi: the prompt-agnostic modes need the paired covariance: build the metric with "
+                "`prompt_agnostic=True`."
+            )
+        return self.accumulators["paired"]
+
+    def prompt_agnostic_covariance(self) -> Tensor:
+        """The Schur complement ``C_xx - C_xt (C_tt + ridge I)^-1 C_tx`` (2r x 2r, float64), all ranks (a collective
+        under DDP): the samples' kernel covariance the prompts do not explain (trace <= 1)."""
+        with self.synced():
+            paired = self._paired()
+            return prompt_agnostic_covariance(paired.second_moment(), self.feature_map.out_features, self.ridge)
+
+    def prompt_agnostic_modes(self, k: int = 10) -> Modes:
+        """The top-``k`` eigen-pairs of :meth:`prompt_agnostic_covariance`: directions in which the samples vary
+        whatever the prompt (eigenvectors (2r, k) over the samples' features, signs so that the samples' mean
+        scores >= 0). A collective under DDP."""
+        k = check_positive_int(k, "k")
+        with self.synced():
+            width = self.feature_map.out_features
+            mean = self._paired().mean()[:width]
+            values, vectors = self.cached("schur", lambda: symmetric_eigh(self.prompt_agnostic_covariance()))
+        k = min(k, values.shape[0])
+        return Modes(values[:k], orient(vectors[:, :k], mean), torch.ones(k, dtype=torch.bool))
+
+    def prompt_agnostic_top_samples(
+        self, batches: Iterable[tuple[Tensor, Ids]], k: int = 4, per_mode: int = 16
+    ) -> list[tuple[Tensor, Tensor]]:
+        """Second pass over ``(sample embeddings (N, d_x), ids)`` batches: per prompt-agnostic mode, the
+        ``per_mode`` samples scoring highest (``phi_x(x) . v``). A collective under DDP."""
+        per_mode = check_positive_int(per_mode, "per_mode")
+        check_candidates_memory(type(self).__name__, check_positive_int(k, "k"), per_mode)
+        vectors = self.prompt_agnostic_modes(k).eigenvectors
+        rff = self.feature_map
+
+        def score(x: Tensor) -> Tensor:
+            rows = torch.cat([x, x.new_zeros(x.shape[0], rff.in_features[1])], 1)  # type: ignore[index]
+            return rff(rows, "samples").double() @ vectors.to(x.device)
+
+        return top_samples(batches, score, vectors.shape[1], per_mode, self.process_group)
 
     # ---- per prompt ----------------------------------------------------------------------------------------------
     def _per_prompt_accumulator(self) -> "_PerLabelAccumulator":
@@ -433,3 +497,20 @@ class _PerLabelAccumulator(Accumulator):
     def lane_counts(self) -> Tensor:
         """Samples per label (L,): the traces of the lanes' ``Q``, rounded (float64)."""
         return self.cov_sum.diagonal(dim1=-2, dim2=-1).sum(-1).round()
+
+
+class _PairedSides(FeatureMap):
+    """``[phi_x(x), phi_t(t)]`` (N, 4r) of rows ``[x, t]``: the paired covariance behind the Schur complement."""
+
+    def __init__(self, parent: JointGaussianRFF) -> None:
+        super().__init__()
+        object.__setattr__(self, "parent", parent)
+        self.in_features = None
+
+    @property
+    def out_features(self) -> int:
+        return 2 * self.parent.out_features  # type: ignore[attr-defined]
+
+    def forward(self, rows: Tensor) -> Tensor:
+        parent: JointGaussianRFF = self.parent  # type: ignore[attr-defined]
+        return torch.cat([parent(rows, "samples"), parent(rows, "prompts")], dim=1)
