@@ -75,7 +75,9 @@ class KIDAlongside(Callback):
                 for batch in gen.resolve(trainer, self.reference, "reference", call=True):
                     self.kid.update(batch["image"].to(pl_module.device), real=True)
                 self.has_real = True
-            for _, images in draw_samples(gen._sampler, pl_module, gen.n_samples, gen.sample_batch_size, gen.seed):
+            prompts_for = None if gen.prompts is None else gen._prompts_of  # a conditional generator's prompts
+            for _, images in draw_samples(gen._sampler, pl_module, gen.n_samples, gen.sample_batch_size, gen.seed,
+                                          prompts_for=prompts_for):
                 self.kid.update(images, real=False)
             with torch.random.fork_rng():
                 torch.manual_seed(gen.seed)

@@ -68,7 +68,8 @@ from lightning_spectral.functional.finc import reference_halves
 from lightning_spectral.callbacks import SpecAlignSolver
 from lightning_spectral.linalg import one_thread as linalg_one_thread
 from lightning_spectral.functional.fkea import renyi_entropy, vendi_score
-from lightning_spectral.metrics import FastMMD, FINCNovelty, FKEAVendi, RFFCovariance, SPECDivergence
+from lightning_spectral.functional.conditional import conditional_vendi, conditional_vendi_exact
+from lightning_spectral.metrics import ConditionalVendi, FastMMD, FINCNovelty, FKEAVendi, RFFCovariance, SPECDivergence
 from lightning_spectral.ood import KernelPCAOOD, detection_metrics
 
 
@@ -224,6 +225,69 @@ CASES = [
         r"`sigma_b`"),
     row("SPECDivergence in_features=(3,)", lambda f: SPECDivergence("cosine", in_features=(3,)), ValueError,
         r"`in_features`"),
+    # ---- ConditionalVendi ----------------------------------------------------------------------------------------
+    row("ConditionalVendi prompt_sigma=0", lambda f: ConditionalVendi(1.0, 0.0), ValueError, r"`prompt_sigma`.*> 0"),
+    row("ConditionalVendi sigma=-1", lambda f: ConditionalVendi(-1.0, 1.0), ValueError, r"`sigma`"),
+    row("ConditionalVendi alpha=0", lambda f: ConditionalVendi(1.0, 1.0, alpha=0), ValueError, r"`alpha`"),
+    row("ConditionalVendi num_classes=0", lambda f: ConditionalVendi(1.0, 1.0, num_classes=0), ValueError,
+        r"`num_classes`.*>= 1"),
+    row("ConditionalVendi per_prompt_frequencies > n_frequencies",
+        lambda f: ConditionalVendi(1.0, 1.0, 16, num_classes=3, per_prompt_frequencies=32), ValueError,
+        r"`per_prompt_frequencies`.*<= `n_frequencies`"),
+    row("ConditionalVendi n_frequencies=10**8", lambda f: ConditionalVendi(1.0, 1.0, 10**8), ValueError,
+        r"`n_frequencies`.*GiB"),
+    row("ConditionalVendi precision='half'", lambda f: ConditionalVendi(1.0, 1.0, precision="half"), ValueError,
+        r"`precision`"),
+    row("ConditionalVendi in_features=(3,)", lambda f: ConditionalVendi(1.0, 1.0, in_features=(3,)), ValueError,
+        r"`in_features` must be a pair"),
+    row("ConditionalVendi.update unequal N", lambda f: ConditionalVendi(1.0, 1.0, 8).update(x(8), x(7)), ValueError,
+        r"`samples` has 8 rows and `prompts` 7.*one prompt per generated sample"),
+    row("ConditionalVendi.update integer prompts without num_classes",
+        lambda f: ConditionalVendi(1.0, 1.0, 8).update(x(4), torch.tensor([0, 1, 2, 1])), ValueError,
+        r"`num_classes=`"),
+    row("ConditionalVendi.update label out of range",
+        lambda f: ConditionalVendi(1.0, 1.0, 8, num_classes=3, per_prompt_frequencies=4).update(
+            x(4), torch.tensor([0, 1, 3, 1])), ValueError, r"`prompts` must lie in \[0, num_classes=3\)"),
+    row("ConditionalVendi.update float labels",
+        lambda f: ConditionalVendi(1.0, 1.0, 8, num_classes=3, per_prompt_frequencies=4).update(
+            x(4), x(4), labels=torch.zeros(4)), ValueError, r"`labels` must be integer labels of shape \(4,\)"),
+    row("ConditionalVendi.update labels without num_classes",
+        lambda f: ConditionalVendi(1.0, 1.0, 8).update(x(4), x(4), labels=torch.zeros(4, dtype=torch.long)),
+        ValueError, r"`labels` were given.*`num_classes=`"),
+    row("ConditionalVendi.update embeddings without labels but num_classes",
+        lambda f: ConditionalVendi(1.0, 1.0, 8, num_classes=3, per_prompt_frequencies=4).update(x(4), x(4)),
+        ValueError, r"pass integer `prompts`, or `labels=`"),
+    row("ConditionalVendi.update NaN prompts",
+        lambda f: ConditionalVendi(1.0, 1.0, 8).update(x(4), torch.full((4, 2), float("nan"))), ValueError,
+        r"`prompts`.*NaN"),
+    row("ConditionalVendi.update prompt width changes",
+        lambda f: (lambda m: (m.update(x(4), x(4, 2)), m.update(x(4), x(4, 3))))(ConditionalVendi(1.0, 1.0, 8)),
+        ValueError, r"widths \(samples, prompts\) \(3, 3\) differ from the earlier batches' \(3, 2\)"),
+    row("ConditionalVendi.update prompts list", lambda f: ConditionalVendi(1.0, 1.0, 8).update(x(4), [0, 1, 2, 3]),
+        TypeError, r"`prompts` must be a tensor"),
+    row("ConditionalVendi.compute empty", lambda f: ConditionalVendi(1.0, 1.0, 8).compute(), RuntimeError,
+        r"no samples were accumulated"),
+    row("ConditionalVendi.per_prompt without num_classes",
+        lambda f: (lambda m: (m.update(x(4), x(4)), m.per_prompt()))(ConditionalVendi(1.0, 1.0, 8)), RuntimeError,
+        r"`num_classes=`"),
+    row("ConditionalVendi label_prompts without num_classes", lambda f: ConditionalVendi(1.0, 1.0, label_prompts=True),
+        ValueError, r"`label_prompts=True`.*`num_classes=`"),
+    row("ConditionalVendi unconditional='no'", lambda f: ConditionalVendi(1.0, 1.0, unconditional="no"), TypeError,
+        r"`unconditional`"),
+    row("ConditionalVendi.update label_prompts with embeddings",
+        lambda f: ConditionalVendi(1.0, 1.0, 8, num_classes=3, per_prompt_frequencies=4, label_prompts=True).update(
+            x(4), x(4), labels=torch.zeros(4, dtype=torch.long)), ValueError, r"`label_prompts=True`.*integer labels"),
+    row("ConditionalVendi prompt_names without num_classes", lambda f: ConditionalVendi(1.0, 1.0, prompt_names=["a"]),
+        ValueError, r"`prompt_names`.*`num_classes`"),
+    row("ConditionalVendi ridge=0", lambda f: ConditionalVendi(1.0, 1.0, prompt_agnostic=True, ridge=0), ValueError,
+        r"`ridge`.*> 0"),
+    row("ConditionalVendi.prompt_agnostic_modes without prompt_agnostic",
+        lambda f: (lambda m: (m.update(x(4), x(4)), m.prompt_agnostic_modes()))(ConditionalVendi(1.0, 1.0, 8)),
+        RuntimeError, r"`prompt_agnostic=True`"),
+    row("conditional_vendi unequal N", lambda f: conditional_vendi(x(5), x(4), 1.0, 1.0, 8), ValueError,
+        r"one prompt per generated sample"),
+    row("conditional_vendi_exact score='joint'", lambda f: conditional_vendi_exact(x(5), x(5), 1.0, 1.0, score="joint"),
+        ValueError, r"`score` must be one of"),
     # ---- metrics: update / compute -----------------------------------------------------------------------------
     row("FKEAVendi.update 1-D", lambda f: FKEAVendi(**small()).update(torch.randn(5)), ValueError,
         r"`features` must have shape \(N, d\).*flatten"),
@@ -990,5 +1054,6 @@ def test_the_table_is_large_and_names_every_kind_of_entry_point() -> None:
     for prefix in ("FKEAVendi", "FINCNovelty", "FastMMD", "SPECDivergence", "fkea_vendi", "finc", "fast_mmd",
                    "GaussianRFF", "KernelPCAOOD", "EmbeddingMetrics", "KPCAOODMonitor", "SPECAlign", "load_weights",
                    "PrecomputedFeatures", "EmbeddingFile", "cli", "SpecAlignSolver", "GeneratedSamples",
-                   "detection_metrics", "reference_halves", "save_features", "create_clip", "create_timm_encoder"):
+                   "detection_metrics", "ConditionalVendi", "conditional_vendi", "reference_halves", "save_features",
+                   "create_clip", "create_timm_encoder"):
         assert any(entry.startswith(prefix) for entry in entries), prefix

@@ -401,3 +401,36 @@ def test_torchrun_two_processes_equal_one_process(tmp_path, capsys):
     for section in ("modes", "finc"):
         assert [m["ids"] for m in ddp[section]["top_samples"]] == [m["ids"] for m in single[section]["top_samples"]]
     assert single["mmd"]["reject"] and ddp["mmd"]["reject"]
+
+
+def test_evaluate_with_prompts_gives_the_conditional_scores(tmp_path, capsys):
+    from lightning_spectral.metrics import ConditionalVendi
+
+    labels = np.arange(600) % 4
+    x = blobs(600, seed=3)
+    x[labels == 2] = x[labels == 2][0]  # prompt 2 collapsed
+    prompts = np.eye(4, dtype=np.float32)[labels]
+    file, prompt_file = write(tmp_path / "x.npy", x), write(tmp_path / "prompts.npy", prompts)
+    code, out, err = cli(capsys, "evaluate", file, "--sigma", 6, "--prompts", prompt_file, "--prompt-sigma", 0.1,
+                         "--n-frequencies", 64, "--batch-size", 128, "--seed", 2)
+    assert code == 0, err
+    metric = ConditionalVendi(6.0, 0.1, 64, alpha=[1, 2], seed=2)
+    metric.update(torch.from_numpy(x), torch.from_numpy(prompts))
+    summary = metric.summary()
+    for order, label in ((1, "1"), (2, "2")):
+        assert close(out["conditional"][label], summary[""][order])
+        assert close(out["information"][label], summary["information"][order])
+        assert close(out["prompt_vendi"][label], summary["prompt_vendi"][order])
+        assert close(out["vendi"][label], summary["vendi"][order])  # the samples' side of the same draw as FKEA's
+    assert out["inputs"]["prompts"]["n"] == 600
+
+
+def test_evaluate_prompts_usage_errors(tmp_path, capsys):
+    file = write(tmp_path / "x.npy", blobs(50))
+    short = write(tmp_path / "p.npy", np.eye(4, dtype=np.float32)[np.arange(40) % 4])
+    code, _, err = cli(capsys, "evaluate", file, "--sigma", 6, "--prompts", short, "--prompt-sigma", 0.1)
+    assert code == 2 and "has 40 rows and FILE" in err and "one prompt per generated sample" in err
+    code, _, err = cli(capsys, "evaluate", file, "--sigma", 6, "--prompts", short)
+    assert code == 2 and "`--prompts` needs `--prompt-sigma`" in err
+    code, _, err = cli(capsys, "evaluate", file, "--sigma", 6, "--prompt-sigma", 0.1)
+    assert code == 2 and "`--prompt-sigma` belongs to `--prompts PROMPTS`" in err

@@ -25,7 +25,6 @@ SOURCE_ROLE = re.compile(r":(?:py:)?(class|meth|func|attr|mod|data|obj|exc|const
 PENDING = {
     "lightning_spectral/metrics/finc.py",
     "lightning_spectral/functional/finc.py",
-    "lightning_spectral/callbacks/generated.py",
 }
 
 

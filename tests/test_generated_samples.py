@@ -1,6 +1,7 @@
 """Images in (frozen extractors, torchmetrics' image conventions) and the GeneratedSamples callback: sharding,
 logged values against the metrics computed by hand, galleries, resume, DDP, and the recipe on the collapse run."""
 
+import math
 import sys
 import warnings
 from pathlib import Path
@@ -12,6 +13,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from lightning_spectral.callbacks import GeneratedSamples, draw_samples, sample_chunks
+from lightning_spectral.callbacks.base import flatten_values
 from lightning_spectral.encoders import ClipImageFeature, ImageFeature, PixelImageFeature, TimmImageFeature
 from lightning_spectral.generative import DigitsImages, DigitsVAE, load_digit_images
 from lightning_spectral.metrics import FastMMD, FINCNovelty, FKEAVendi
@@ -399,3 +401,70 @@ def test_collapse_names_the_dropped_digits_and_the_normal_run_reports_no_mode(tm
     assert {missing[0]["shows"][0], missing[1]["shows"][0]} == {"3", "7"}, out
     assert last_collapse["vendi"] < last_normal["vendi"], out
     assert last_collapse["kid"] > last_normal["kid"], out  # KID sees it too, as one number
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# conditional generators
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def conditional_metrics():
+    from lightning_spectral.metrics import ConditionalVendi
+
+    return {
+        "vendi": FKEAVendi(0.3, R, alpha=[1, 2]),  # a narrow kernel: a barely trained model's samples vary a little
+        "cond": ConditionalVendi(0.3, 0.1, R, alpha=[1, 2], num_classes=10, per_prompt_frequencies=32),
+    }
+
+
+def test_a_conditional_generator_is_sampled_per_prompt_and_the_collapsed_prompt_is_named(tmp_path):
+    from lightning_spectral.generative import ConditionalDigitsVAE
+
+    torch.manual_seed(0)
+    module = ConditionalDigitsVAE(hidden=32, collapse_prompts=[3], collapse_after_epoch=1)
+    prompts = torch.arange(10)
+    callback = GeneratedSamples(
+        conditional_metrics(), feature=PixelImageFeature(8), prompts=prompts, n_samples=250, sample_batch_size=60,
+        seed=5, gallery_modes=2, gallery_per_mode=4, max_gallery_images=250,
+    )
+    # whole epochs: 1,438 training digits in batches of 100 (the last one holds 38); samples in chunks of 60 (+ 10)
+    trainer = trainer_for(tmp_path, callback, max_epochs=2)
+    trainer.fit(module, datamodule=DigitsImages(batch_size=100))
+    assert sorted(callback.history) == [0, 1]
+    before, after = callback.history[0], callback.history[1]
+    assert after["cond_prompt/3"] == pytest.approx(1.0, abs=1e-6)
+    assert before["cond_prompt/3"] > 1.2  # before the switch the prompt varied, the others still do
+    assert min(after[f"cond_prompt/{label}"] for label in range(10) if label != 3) > 1.5
+    assert after["cond_min_prompt_vendi"] == pytest.approx(1.0, abs=1e-6)
+    gallery = callback.last_galleries["cond/least_diverse_prompts"]
+    assert gallery.labels[0].startswith("prompt 3: Vendi 1.00 over 25 samples")
+    assert len(gallery.images[0]) == 4 and all(torch.equal(image, gallery.images[0][0]) for image in gallery.images[0])
+    # the logged numbers are the metrics' of the same seeded samples, each drawn for prompt (id % 10)
+    metrics = conditional_metrics()
+    chunks = draw_samples(lambda m, p, g: m.sample(p, generator=g), module.eval(), 250, 60, 5,
+                          prompts_for=lambda ids: prompts[ids % 10])
+    for ids, images in chunks:
+        z = PixelImageFeature(8)(images)
+        metrics["vendi"].update(z)
+        metrics["cond"].update(z, prompts[ids % 10])
+    want = {}
+    for name, metric in metrics.items():
+        for key, value in metric.summary().items():
+            want.update(flatten_values(name if key == "" else f"{name}_{key}", value))
+    want = {key: value for key, value in want.items() if math.isfinite(value)}
+    assert set(want) == set(callback.last_values)
+    for key, value in want.items():
+        assert callback.last_values[key] == pytest.approx(value, rel=1e-9, abs=1e-12), key
+
+
+def test_conditional_configuration_errors():
+    from lightning_spectral.metrics import ConditionalVendi
+
+    pixels = PixelImageFeature(8)
+    with pytest.raises(ValueError, match="pass `prompts=`"):
+        GeneratedSamples({"cond": ConditionalVendi(SIGMA, 0.1, 16)}, feature=pixels)
+    with pytest.raises(ValueError, match=r"`prompts` must be \(P,\) integer labels or \(P, d\)"):
+        GeneratedSamples({"cond": ConditionalVendi(SIGMA, 0.1, 16)}, feature=pixels, prompts=torch.rand(10))
+    with pytest.raises(ValueError, match="`prompt_embeddings` must be a finite float tensor"):
+        GeneratedSamples({"cond": ConditionalVendi(SIGMA, 0.1, 16)}, feature=pixels, prompts=torch.arange(3),
+                         prompt_embeddings=torch.rand(4, 2))

@@ -165,3 +165,98 @@ def test_synced_reads_see_every_rank_and_restore_the_local_sums(tmp_path):
         inside, local_after, total_after = value[0]
         assert inside == (N, float(N))  # the synced sums hold every rank's samples
         assert local_after == len(rows_of(rank, 2, "strided")) and total_after == N  # local sums back, counts global
+
+
+def conditional_dataset():
+    """Samples of 6 labelled prompts; prompt 4 collapsed to one point, prompt 5 to two."""
+    generator = torch.Generator().manual_seed(21)
+    labels = torch.randint(0, 6, (N,), generator=generator)
+    centres = 6.0 * torch.randn(6, 5, generator=generator, dtype=torch.float64)
+    x = centres[labels] + 1.5 * torch.randn(N, 5, generator=generator, dtype=torch.float64)
+    x[labels == 4] = centres[4]
+    x[labels == 5] = centres[5] + 4.0 * (torch.arange(N)[labels == 5] % 2)[:, None].double()
+    captions = torch.nn.functional.one_hot(labels, 6).double() + 0.05 * torch.randn(N, 6, generator=generator)
+    return x, labels, captions.double()
+
+
+def observe_conditional(rank, world_size, sharding):
+    from lightning_spectral.metrics import ConditionalVendi
+
+    x, labels, captions = conditional_dataset()
+    rows = rows_of(rank, world_size, sharding)
+    batch = 50 + 29 * rank + (11 if sharding == "shuffled" else 0)
+    by_label = ConditionalVendi(2.0, 0.3, 64, alpha=[1, 2], num_classes=6, per_prompt_frequencies=32, chunk_size=150)
+    by_caption = ConditionalVendi(2.0, 0.5, 64, alpha=2, num_classes=6, per_prompt_frequencies=16, chunk_size=150,
+                                  prompt_agnostic=True)
+    from_counts = ConditionalVendi(2.0, 0.3, 64, alpha=[1, 2], num_classes=6, per_prompt_frequencies=8,
+                                   unconditional=False, label_prompts=True, chunk_size=150)
+    for part in rows.split(batch):
+        by_label.update(x[part], labels[part])
+        by_caption.update(x[part], captions[part], labels=labels[part])
+        from_counts.update(x[part], labels[part])
+    batches = [((x[ids], labels[ids]), ids) for ids in rows.split(batch)]
+    return {
+        "by_label": by_label.summary(),
+        "per_prompt": by_label.per_prompt(),
+        "least": [torch.tensor([label for label, _, _ in by_label.least_diverse(3)])],
+        "gallery": [ids for ids, _ in by_label.galleries(batches, 2, 5)["least_diverse_prompts"].samples],
+        "by_caption": by_caption.summary(),
+        "count": by_caption.sample_count(),
+        "from_counts": from_counts.summary(),
+        "prompt_agnostic": by_caption.prompt_agnostic_modes(3).eigenvalues,
+        # the collapsed prompt's samples tie: compare the top scores, not which of the tied ids came first
+        "prompt_agnostic_top": torch.stack([scores for _, scores in by_caption.prompt_agnostic_top_samples(
+            [(x[ids], ids) for ids in rows.split(batch)], k=2, per_mode=6)]),
+    }
+
+
+@pytest.fixture(scope="module")
+def conditional_one_process():
+    want = observe_conditional(0, 1, "whole")
+    assert want["least"][0][:2].tolist() == [4, 5]  # the comparison is not vacuous: the collapsed prompts come first
+    assert float(want["by_label"][""][1]) > 1.5 and want["count"] == N
+    return want
+
+
+def sorted_gallery(value):
+    value = dict(value)
+    value["gallery"] = [ids.sort().values for ids in value["gallery"]]  # the first kept ids of a rank differ
+    return value
+
+
+def test_conditional_order_and_batch_size_do_not_change_any_number(conditional_one_process):
+    got = observe_conditional(0, 1, "shuffled")
+    got.pop("gallery")  # which samples of a prompt are shown follows the stream's order; the prompts do not
+    want = dict(conditional_one_process)
+    want.pop("gallery")
+    assert_same(got, want)
+
+
+@pytest.mark.parametrize("sharding", ["strided", "permuted_uneven"])
+def test_conditional_two_processes_equal_one(tmp_path, conditional_one_process, sharding):
+    for status, *value in run_ddp(observe_conditional, sharding, tmp_path=tmp_path):
+        assert status == "ok", value
+        got, want = dict(value[0]), dict(conditional_one_process)
+        got.pop("gallery"), want.pop("gallery")
+        assert_same(got, want)
+
+
+def conditional_with_an_empty_rank(rank, world_size):
+    from lightning_spectral.metrics import ConditionalVendi
+
+    x, labels, captions = conditional_dataset()
+    metric = ConditionalVendi(2.0, 0.5, 32, alpha=2, num_classes=6, per_prompt_frequencies=8)
+    if rank == 0:  # rank 1 saw no sample: it builds its maps from rank 0's pair of widths and joins with zeros
+        metric.update(x, captions, labels=labels)
+    return metric.summary()
+
+
+def test_conditional_rank_without_samples_joins_with_zeros(tmp_path):
+    from lightning_spectral.metrics import ConditionalVendi
+
+    x, labels, captions = conditional_dataset()
+    want = ConditionalVendi(2.0, 0.5, 32, alpha=2, num_classes=6, per_prompt_frequencies=8)
+    want.update(x, captions, labels=labels)
+    for status, *value in run_ddp(conditional_with_an_empty_rank, tmp_path=tmp_path):
+        assert status == "ok", value
+        assert_same(value[0], want.summary())

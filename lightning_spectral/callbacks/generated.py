@@ -1,12 +1,15 @@
 """GeneratedSamples: measure a generative model's samples during training, and name the modes it drops or invents.
 
 Every validation epoch (or every ``every_n_epochs``) the callback draws a fixed, seeded set of samples from the
-module (:mod:`~lightning_spectral.callbacks.sampling`: sharded over DDP ranks, the same union for any world size),
+module (`callbacks.sampling`: sharded over DDP ranks, the same union for any world size),
 embeds them with one frozen feature extractor, feeds them to the metrics by their ``inputs`` protocol and reports
-each metric (:meth:`~lightning_spectral.callbacks.base.EmbeddingCallback.report`: every value of its ``summary()``,
+each metric ([`report`][lightning_spectral.callbacks.EmbeddingCallback.report]: every value of its ``summary()``,
 its galleries and spectrum, one sync):
 
 - ``"one"`` metrics (``FKEAVendi`` with ``alpha=[1, 2]``: Vendi and RKE) take the generated embeddings;
+- ``"conditional"`` metrics (``ConditionalVendi``), with ``prompts``: the generated embeddings and the prompt each
+  sample was drawn for (sample ``i`` gets prompt ``i % P``; the module is called as ``sample(prompts, generator=g)``),
+  and the prompt's index as its label: the least diverse prompts get a gallery;
 - ``"two"`` metrics take them as the generated side (``real=False``) and a reference named per metric in
   ``references``: ``FINCNovelty`` against the training data (novel *and* missing modes), ``FastMMD`` against
   held-out data (its p-value). A reference is embedded when the metric holds none: once per run for metrics built
@@ -18,7 +21,7 @@ Pictures (to every logger that holds them: TensorBoard, W&B, MLflow, Comet, CSV)
 images of the top modes), a label per row, and its ``plot_spectrum`` figure (FINC: both spectra with their
 significance thresholds; a test with a p-value, FastMMD: its statistic and p-value over epochs). Galleries are built
 from
-kept images (:class:`~lightning_spectral.callbacks.galleries.KeptImages`), at most ``max_gallery_images`` per stream
+kept images (`KeptImages`), at most ``max_gallery_images`` per stream
 (each rank keeps its share): the first generated samples of the epoch, and the first samples of each reference,
 streamed again once per run when a gallery needs them.
 """
@@ -29,7 +32,7 @@ import math
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from functools import partial
-from typing import Any, Optional, Union
+from typing import Any, Callable, Optional, Union
 
 import lightning as L
 import torch
@@ -61,17 +64,19 @@ class GeneratedSamples(EmbeddingCallback):
     Vendi orders as ``gen/{name}/{order}``) and ``gen/{name}_{key}`` (FINC's ``_missing`` score and
     ``_novel_modes`` / ``_missing_modes`` counts, FastMMD's ``_p_value``). Images ``gen/{name}/{gallery}`` and
     figures ``gen/{name}/spectrum`` (a two-sample test such as FastMMD: ``gen/{name}/over_epochs``, its statistic
-    and p-value at every measured epoch, from :attr:`history`, which checkpoints carry) to every logger that holds
-    pictures. :attr:`history` keeps every epoch's values,
-    :attr:`last_galleries` the last galleries as images (with the classes of reference images), and
-    :attr:`last_timings` the seconds spent sampling, embedding, in the metrics' updates, reporting them (their
+    and p-value at every measured epoch, from `history`, which checkpoints carry) to every logger that holds
+    pictures. `history` keeps every epoch's values,
+    `last_galleries` the last galleries as images (with the classes of reference images), and
+    `last_timings` the seconds spent sampling, embedding, in the metrics' updates, reporting them (their
     ``summary()``, galleries and pictures) and on the references (embedded and added, when a metric holds none).
 
     Args:
         metrics: ``{name: metric}`` taking embeddings (build them without ``feature=``: the callback embeds once).
-        feature: the frozen extractor, images -> (N, d) (e.g. :class:`~lightning_spectral.encoders.PixelImageFeature`,
-            :class:`~lightning_spectral.encoders.ClipImageFeature`); kept out of the module's parameters and of
-            checkpoints (see :class:`~lightning_spectral.metrics.FrozenFeature`).
+        feature: the frozen extractor, images -> (N, d) (e.g.
+            [`PixelImageFeature`][lightning_spectral.encoders.PixelImageFeature],
+            [`ClipImageFeature`][lightning_spectral.encoders.ClipImageFeature]); kept out of the module's parameters and
+            of
+            checkpoints (see [`FrozenFeature`][lightning_spectral.metrics.FrozenFeature]).
         references: ``{metric name: loader}`` for every two-sample metric: a DataLoader (or iterable of batches) of
             real images, or the name of a datamodule method returning one (``"reference_dataloader"``,
             ``"val_dataloader"``), resolved at ``setup``.
@@ -82,7 +87,7 @@ class GeneratedSamples(EmbeddingCallback):
         seed: chunk ``c`` is drawn from ``torch.Generator().manual_seed(seed + c)``.
         normalize: images are floats in [0, 1] (``True``) or uint8 in [0, 255] (``False``), generated and real.
         image_key: where a reference batch holds its images (key, index or function).
-        label_key: where a reference batch holds class labels (optional): :attr:`last_galleries` then gives the
+        label_key: where a reference batch holds class labels (optional): `last_galleries` then gives the
             classes of the real images of each mode.
         every_n_epochs: measure every n-th epoch (and at the last one); ``trainer.validate`` always measures.
         galleries: build galleries (and keep images for them): ``True`` for every metric that has them, ``False``, or
@@ -92,6 +97,13 @@ class GeneratedSamples(EmbeddingCallback):
         max_gallery_images: images kept for galleries, per stream (the generated samples, each reference), over
             all ranks.
         log_prefix: prefix of the logged names.
+        prompts: for a conditional generator: a tensor of ``P`` prompts (``(P,)`` integer labels or ``(P, d)``
+            embeddings; a list of integer labels, as a config file gives them), sample ``i`` drawn for prompt
+            ``i % P`` (the same prompts every epoch, on any number of ranks), or ``fn(ids) -> prompts`` of the
+            global sample ids. The module's sampler is then called as
+            ``sample(prompts, generator=g)`` (``fn(pl_module, prompts, g)``) and must return one image per prompt.
+        prompt_embeddings: ``(P, d_t)`` what the conditional metrics see of each of the ``P`` prompts (e.g. caption
+            embeddings of class labels the model takes), default ``prompts`` themselves.
 
     Raises:
         ValueError: bad arguments; a two-sample metric without a reference; a metric with its own ``feature``.
@@ -126,6 +138,8 @@ class GeneratedSamples(EmbeddingCallback):
         gallery_per_mode: int = 8,
         max_gallery_images: int = 2000,
         log_prefix: str = "gen/",
+        prompts: Union[Sequence[int], Tensor, Callable[[Tensor], Tensor], None] = None,
+        prompt_embeddings: Optional[Tensor] = None,
     ) -> None:
         super().__init__(None, owner="GeneratedSamples")
         if not isinstance(metrics, Mapping) or not metrics or not all(isinstance(m, Metric) for m in metrics.values()):
@@ -137,11 +151,18 @@ class GeneratedSamples(EmbeddingCallback):
                     f"GeneratedSamples: metric {name!r} has its own `feature`; the callback embeds the images once "
                     "with its `feature` and feeds embeddings: build the metric without `feature=`."
                 )
-            if metric_inputs(metric) not in ("one", "two"):
+            if metric_inputs(metric) == "conditional" and prompts is None:
+                raise ValueError(
+                    f"GeneratedSamples: metric {name!r} measures samples per prompt; pass `prompts=` (a tensor of "
+                    "labels or prompt embeddings, or fn(ids) -> prompts) so that the module is sampled per prompt."
+                )
+            if metric_inputs(metric) not in ("one", "two", "conditional"):
                 raise ValueError(
                     f"GeneratedSamples: metric {name!r} takes {metric_inputs(metric)!r} inputs; generated samples feed "
-                    "one-sample metrics (update(x)) and two-sample metrics (update(x, real=...)) only."
+                    "one-sample metrics (update(x)), two-sample metrics (update(x, real=...)) and conditional metrics "
+                    "(update(x, prompts)) only."
                 )
+        self.prompts, self.prompt_embeddings = check_prompts(prompts, prompt_embeddings)
         if references is not None and not isinstance(references, Mapping):
             raise ValueError(
                 "GeneratedSamples: `references` must map each two-sample metric's name to a loader of real images (or "
@@ -256,6 +277,8 @@ class GeneratedSamples(EmbeddingCallback):
             for name, metric in self.metrics.items():
                 gallery = self._kept.view(name if name in self._loaders else None) if name in self.galleries else None
                 picture = partial(self.test_history, name, trainer.current_epoch, getattr(metric, "alpha", 0.05))
+                if gallery is not None and metric_inputs(metric) == "conditional":
+                    gallery = _PromptLabelled(gallery, self._prompt_labels)
                 values.update(
                     self.report(trainer, pl_module, name, metric, self.log_prefix, gallery, picture, self.last_timings)
                 )
@@ -265,7 +288,7 @@ class GeneratedSamples(EmbeddingCallback):
 
     def test_history(self, name: str, epoch: int, alpha: float, values: Mapping[str, float]) -> Optional[tuple]:
         """``("over_epochs", figure)``: a two-sample test's statistic and p-value (``{name}_p_value``) at every
-        measured epoch of :attr:`history` and this one (``values``); ``None`` for a metric with no p-value (its own
+        measured epoch of `history` and this one (``values``); ``None`` for a metric with no p-value (its own
         spectrum is drawn instead)."""
         from lightning_spectral.viz import plot_test_history
 
@@ -293,10 +316,31 @@ class GeneratedSamples(EmbeddingCallback):
         self._kept = None  # the kept images and the loaders that hold the trainer go with the run
 
     # ---- feeding -----------------------------------------------------------------------------------------------
-    def _sampler(self, pl_module: L.LightningModule, n: int, generator: torch.Generator) -> Tensor:
+    def _sampler(self, pl_module: L.LightningModule, n: Any, generator: torch.Generator) -> Tensor:
         if isinstance(self.sample, str):
             return getattr(pl_module, self.sample)(n, generator=generator)
         return self.sample(pl_module, n, generator)
+
+    def _prompts_of(self, ids: Tensor) -> Tensor:
+        """The prompts the module is asked for, for global sample ids."""
+        if isinstance(self.prompts, Tensor):
+            return self.prompts[ids % len(self.prompts)]
+        return self.prompts(ids)  # type: ignore[misc]
+
+    def _conditional_inputs(self, ids: Tensor, device: torch.device) -> tuple[Tensor, Optional[Tensor]]:
+        """What conditional metrics see of the samples' prompts, and their labels (the prompts' indices, or the
+        integer prompts themselves)."""
+        if isinstance(self.prompts, Tensor):
+            index = ids % len(self.prompts)
+            seen = self.prompts if self.prompt_embeddings is None else self.prompt_embeddings
+            labels = None if not seen.is_floating_point() else index
+            return seen[index].to(device), labels
+        return torch.as_tensor(self.prompts(ids)).to(device), None  # type: ignore[misc]
+
+    def _prompt_labels(self, ids: Tensor) -> Tensor:
+        """The label a conditional metric keeps for each global sample id (for its galleries)."""
+        prompts, labels = self._conditional_inputs(ids, torch.device("cpu"))
+        return labels if labels is not None else prompts.long()
 
     def _share(self, trainer: L.Trainer) -> int:
         """Images this rank keeps per stream for galleries."""
@@ -342,7 +386,7 @@ class GeneratedSamples(EmbeddingCallback):
         share, kept = self._share(trainer), 0
         chunks = draw_samples(
             self._sampler, pl_module, self.n_samples, self.sample_batch_size, self.seed,
-            trainer.global_rank, trainer.world_size,
+            trainer.global_rank, trainer.world_size, None if self.prompts is None else self._prompts_of,
         )
         while True:
             start = time.perf_counter()
@@ -356,6 +400,10 @@ class GeneratedSamples(EmbeddingCallback):
             for metric in self.metrics.values():
                 if metric_inputs(metric) == "two":
                     metric.update(z, real=False)
+                elif metric_inputs(metric) == "conditional":
+                    prompts, labels = self._conditional_inputs(ids, z.device)
+                    keep_labels = labels is not None and getattr(metric, "num_classes", None) is not None
+                    metric.update(z, prompts, **({"labels": labels} if keep_labels else {}))
                 else:
                     metric.update(z)
             self.last_timings["sample"] += sampled - start
@@ -381,3 +429,63 @@ class GeneratedSamples(EmbeddingCallback):
             metric.load_state_dict(state_dict["metrics"][name])
         self.history = {int(epoch): dict(values) for epoch, values in state_dict["history"].items()}
         self.last_values = dict(state_dict["last_values"])
+
+
+def check_prompts(prompts: Any, embeddings: Any) -> tuple[Any, Optional[Tensor]]:
+    """``prompts``: ``None``, a callable, or a non-empty tensor of ``(P,)`` integer labels or ``(P, d)`` finite
+    embeddings; ``embeddings``: ``None`` or ``(P, d_t)`` finite floats for tensor prompts.
+
+    Raises:
+        ValueError: naming the argument and the fix.
+    """
+    if isinstance(prompts, (list, tuple)) and all(isinstance(p, int) and not isinstance(p, bool) for p in prompts):
+        prompts = torch.tensor(prompts, dtype=torch.long)
+    if prompts is None or callable(prompts):
+        if embeddings is not None:
+            raise ValueError(
+                "GeneratedSamples: `prompt_embeddings` belong to a tensor of `prompts` (row i embeds prompt i); "
+                "pass `prompts=` as a tensor, or let fn(ids) return what the metrics should see."
+            )
+        return prompts, None
+    if not isinstance(prompts, Tensor) or prompts.numel() == 0 or prompts.ndim not in (1, 2):
+        raise ValueError(
+            "GeneratedSamples: `prompts` must be a non-empty tensor of (P,) integer labels or (P, d) prompt "
+            f"embeddings, or fn(ids) -> prompts, got {type(prompts).__name__} "
+            f"{tuple(prompts.shape) if isinstance(prompts, Tensor) else ''}."
+        )
+    integer = not prompts.is_floating_point() and prompts.dtype != torch.bool
+    if (prompts.ndim == 1) != integer or (prompts.is_floating_point() and not bool(torch.isfinite(prompts).all())):
+        raise ValueError(
+            "GeneratedSamples: `prompts` must be (P,) integer labels or (P, d) finite float embeddings, got dtype "
+            f"{prompts.dtype} and shape {tuple(prompts.shape)}."
+        )
+    if integer and bool((prompts < 0).any()):
+        raise ValueError("GeneratedSamples: integer `prompts` are class labels and must be >= 0.")
+    if embeddings is not None:
+        if (
+            not isinstance(embeddings, Tensor) or embeddings.ndim != 2 or embeddings.shape[0] != prompts.shape[0]
+            or not embeddings.is_floating_point() or not bool(torch.isfinite(embeddings).all())
+        ):
+            raise ValueError(
+                f"GeneratedSamples: `prompt_embeddings` must be a finite float tensor ({prompts.shape[0]}, d_t), one "
+                "row per prompt."
+            )
+        embeddings = embeddings.detach().cpu()
+    return prompts.detach().cpu(), embeddings
+
+
+class _PromptLabelled:
+    """A gallery view whose ``"samples"`` batches carry each sample's prompt label: ``((features, labels), ids)``."""
+
+    def __init__(self, inner: Any, labels_of: Callable[[Tensor], Tensor]) -> None:
+        self.inner, self.labels_of = inner, labels_of
+        self.modes, self.per_mode = inner.modes, inner.per_mode
+
+    def batches(self, stream: str) -> Optional[list[tuple[Any, Tensor]]]:
+        batches = self.inner.batches(stream)
+        if batches is None or stream != "samples":
+            return batches
+        return [((features, self.labels_of(ids)), ids) for features, ids in batches]
+
+    def images(self, trainer: L.Trainer, stream: str, ids: Tensor) -> tuple[Tensor, Optional[Tensor]]:
+        return self.inner.images(trainer, stream, ids)

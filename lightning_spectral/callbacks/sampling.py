@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 import torch
 from torch import Tensor
@@ -36,19 +36,23 @@ def draw_samples(
     seed: int,
     rank: int = 0,
     world_size: int = 1,
+    prompts_for: Optional[Callable[[Tensor], Any]] = None,
 ) -> Iterator[tuple[Tensor, Tensor]]:
     """``(global sample ids (n,), images (n, ...))`` of this rank's chunks, chunk ``c`` drawn from a CPU generator
-    seeded ``seed + c``: the union over ranks is the same for any world size.
+    seeded ``seed + c``: the union over ranks is the same for any world size. With ``prompts_for`` (a conditional
+    generator) the sampler is asked for ``prompts_for(ids)`` instead of a count ``n``.
 
     Raises:
         ValueError: the sampler does not return one tensor of ``n`` images for ``n`` asked.
     """
     for chunk, start, size in sample_chunks(n_samples, chunk_size, rank, world_size):
-        images = sampler(pl_module, size, torch.Generator().manual_seed(seed + chunk))
+        ids = torch.arange(start, start + size)
+        asked = size if prompts_for is None else prompts_for(ids)
+        images = sampler(pl_module, asked, torch.Generator().manual_seed(seed + chunk))
         if not isinstance(images, Tensor) or images.ndim < 2 or images.shape[0] != size:
             shape = tuple(images.shape) if isinstance(images, Tensor) else type(images).__name__
             raise ValueError(
                 f"GeneratedSamples: `sample` must return a tensor of {size} images (N, C, H, W) when asked for "
                 f"{size}, got {shape}."
             )
-        yield torch.arange(start, start + size), images
+        yield ids, images

@@ -1,5 +1,7 @@
 """``lightning-spectral evaluate FILE --sigma S [--reference REF]``: Vendi / RKE diversity (FKEA) of FILE and, with
-a reference, FINC novelty and the FastMMD two-sample test; streams both files and runs under ``torchrun``."""
+a reference, FINC novelty and the FastMMD two-sample test; with ``--prompts PROMPTS --prompt-sigma S`` (the prompt
+embedding of each row) Conditional-Vendi, Information-Vendi and the prompts' Vendi (``ConditionalVendi``); streams
+the files and runs under ``torchrun``."""
 
 from __future__ import annotations
 
@@ -46,6 +48,14 @@ def add_parser(subparsers: Any, common: argparse.ArgumentParser) -> None:
         help="Vendi orders in (0, inf]; 1 = Vendi (Shannon), 2 = RKE, inf (default: 1 2)",
     )
     parser.add_argument("--seed", type=int, default=0, help="frequency seed (default: %(default)s)")
+    parser.add_argument(
+        "--prompts", metavar="PROMPTS", help="prompt embeddings (N, d_t), row i the prompt of FILE's row i (one-hot "
+        "labels allowed): adds Conditional-Vendi / RKE and Information-Vendi (ConditionalVendi)",
+    )
+    parser.add_argument(
+        "--prompt-sigma", type=float, help="with --prompts: Gaussian bandwidth of the prompts (> 0; 0.1 for one-hot "
+        "labels makes distinct labels unrelated)",
+    )
     parser.add_argument(
         "--rho", type=float, default=DEFAULTS["rho"], help="FINC: novelty means more than rho times as often "
         "as in the reference (default: %(default)s)",
@@ -128,6 +138,7 @@ def run(args: argparse.Namespace, session: Session) -> dict[str, Any]:
         images.check_images_for(args.images, data)  # a short --images list: refused before the computation
         if args.sigma == "auto":
             args.sigma = auto_sigma(files)
+        conditional, prompts = _conditional(args, data, orders, device)
         common = dict(n_frequencies=args.n_frequencies, seed=args.seed, in_features=width)
         finc = mmd = None
         if args.reference is not None:
@@ -151,6 +162,10 @@ def run(args: argparse.Namespace, session: Session) -> dict[str, Any]:
                 mmd.update(features, real=False)
             else:
                 vendi.update(features)
+        if conditional is not None:
+            chunks = zip(data.chunks(args.batch_size, rows), prompts.chunks(args.batch_size, rows), strict=True)
+            for (features, _), (prompt_rows, _) in chunks:
+                conditional.update(features.to(device), prompt_rows.to(device))
         if finc is not None and mmd is not None:
             reference = files[1]
             rows = shard_rows(reference.n, session.rank, session.world_size)
@@ -164,7 +179,43 @@ def run(args: argparse.Namespace, session: Session) -> dict[str, Any]:
     with contextlib.ExitStack() as synced:
         for metric in [finc, mmd] if finc is not None else [owner]:  # the same order on every rank
             synced.enter_context(metric.synced())
-        return _report(args, session, data, files, orders, owner, side, finc, mmd, wants_samples)
+        result = _report(args, session, data, files, orders, owner, side, finc, mmd, wants_samples)
+    if conditional is not None:  # its own sync, after the others (the same order on every rank)
+        summary = conditional.summary()
+        labels = dict(zip(orders, args.alpha, strict=True))
+        result["inputs"]["prompts"] = prompts.describe()
+        for key, name in (("", "conditional"), ("information", "information"), ("prompt_vendi", "prompt_vendi")):
+            values = summary[key] if isinstance(summary[key], dict) else {orders[0]: summary[key]}
+            result[name] = {labels[order]: float(value) for order, value in values.items()}
+    return result
+
+
+def _conditional(args: argparse.Namespace, data: Any, orders: list, device: Any) -> tuple[Any, Any]:
+    """``(ConditionalVendi, the prompts file)`` with ``--prompts``, else ``(None, None)``.
+
+    Raises:
+        UsageError: ``--prompts`` without ``--prompt-sigma`` (or the reverse), or a prompts file of another length.
+    """
+    if args.prompts is None:
+        if args.prompt_sigma is not None:
+            raise UsageError("`--prompt-sigma` belongs to `--prompts PROMPTS` (the prompt of each row of FILE).")
+        return None, None
+    if args.prompt_sigma is None:
+        raise UsageError(
+            "`--prompts` needs `--prompt-sigma` (the prompts' Gaussian bandwidth; 0.1 for one-hot labels)."
+        )
+    from lightning_spectral.metrics import ConditionalVendi
+
+    prompts = EmbeddingFile(args.prompts, "--prompts")
+    if prompts.n != data.n:
+        raise UsageError(
+            f"`--prompts` ({prompts.where}) has {prompts.n} rows and FILE ({data.where}) {data.n}: row i of both "
+            "must be the same sample (one prompt per generated sample)."
+        )
+    metric = ConditionalVendi(
+        args.sigma, args.prompt_sigma, args.n_frequencies, alpha=orders, seed=args.seed, in_features=(data.d, prompts.d)
+    )
+    return metric.to(device), prompts
 
 
 def _report(

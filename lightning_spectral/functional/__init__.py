@@ -1,5 +1,11 @@
 """Stateless tensor functions for each method, and the exact n x n oracles for small inputs."""
 
+from lightning_spectral.functional.conditional import (
+    conditional_rke_exact,
+    conditional_vendi,
+    conditional_vendi_exact,
+    prompt_agnostic_eigenvalues_exact,
+)
 from lightning_spectral.functional.finc import finc, finc_exact, finc_spectrum, ken_eigenvalues
 from lightning_spectral.functional.fkea import fkea_vendi, vendi_exact
 from lightning_spectral.functional.mmd import MMDTest, fast_mmd, fast_mmd_test, mmd_exact, mmd_exact_test
@@ -14,6 +20,10 @@ from lightning_spectral.functional.spec import (
 )
 
 __all__ = [
+    "conditional_rke_exact",
+    "conditional_vendi",
+    "conditional_vendi_exact",
+    "prompt_agnostic_eigenvalues_exact",
     "MMDTest",
     "Modes",
     "SPECClusters",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any, Optional
 
 import lightning as L
@@ -151,3 +152,123 @@ class DigitsVAE(L.LightningModule):
         noise = torch.randn(n, self.hparams.latent_dim, generator=generator).to(self.device)
         z = self.prior_means[component] + noise * self.prior_log_scales[component].exp()
         return torch.sigmoid(self.decode(z))
+
+
+class ConditionalDigitsVAE(L.LightningModule):
+    r"""A class-conditional VAE of (1, H, W) digits: ``q(z | x, y)`` and ``p(x | z, y)`` are MLPs of the image (or
+    code) beside the one-hot label, the prior ``p(z) = N(0, I)``;
+    [`sample`][lightning_spectral.generative.ConditionalDigitsVAE.sample] draws images for given labels.
+
+    Loss per image: ``BCE(decoder(z, y), x)`` summed over pixels ``+ beta * KL(q(z|x,y) || N(0, I))`` (closed form).
+
+    The collapse switch (a controlled failure for the conditional recipe): from epoch ``collapse_after_epoch`` on,
+    [`sample`][lightning_spectral.generative.ConditionalDigitsVAE.sample] draws ``z = 0`` for the labels in
+    ``collapse_prompts``: the model keeps drawing a plausible image
+    of those digits, but always the same one (no variation within those prompts); the other prompts are untouched.
+
+    Args:
+        image_size: side H = W of the images.
+        num_classes: labels (prompts).
+        latent_dim: size of ``z``.
+        hidden: width of the hidden layers.
+        beta: weight of the KL term.
+        lr: Adam learning rate.
+        collapse_prompts: labels whose samples stop varying from ``collapse_after_epoch`` on.
+        collapse_after_epoch: the first epoch (counted from 0) of the collapse; ``None``: never.
+
+    Examples:
+        >>> import torch
+        >>> model = ConditionalDigitsVAE(hidden=32, collapse_prompts=[2], collapse_after_epoch=0)
+        >>> x = model.sample(torch.tensor([2, 2, 5]), generator=torch.Generator().manual_seed(0))
+        >>> loss = model.loss(torch.rand(4, 1, 8, 8), torch.arange(4))["loss"]
+        >>> x.shape, bool(torch.equal(x[0], x[1])), float(loss) > 0
+        (torch.Size([3, 1, 8, 8]), True, True)
+    """
+
+    def __init__(
+        self,
+        image_size: int = 8,
+        num_classes: int = 10,
+        latent_dim: int = 8,
+        hidden: int = 256,
+        beta: float = 1.0,
+        lr: float = 2e-3,
+        collapse_prompts: Sequence[int] = (),
+        collapse_after_epoch: Optional[int] = None,
+    ) -> None:
+        super().__init__()
+        for name, value in (("image_size", image_size), ("num_classes", num_classes), ("latent_dim", latent_dim),
+                            ("hidden", hidden)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"ConditionalDigitsVAE: `{name}` must be an integer >= 1, got {value!r}.")
+        check_positive(beta, "beta")
+        check_positive(lr, "lr")
+        prompts = list(collapse_prompts)
+        if any(isinstance(p, bool) or not isinstance(p, int) or not 0 <= p < num_classes for p in prompts):
+            raise ValueError(
+                f"ConditionalDigitsVAE: `collapse_prompts` must be labels in [0, {num_classes}), got {prompts!r}."
+            )
+        if collapse_after_epoch is not None and (
+            isinstance(collapse_after_epoch, bool)
+            or not isinstance(collapse_after_epoch, int)
+            or collapse_after_epoch < 0
+        ):
+            raise ValueError(
+                "ConditionalDigitsVAE: `collapse_after_epoch` must be an epoch >= 0 or None, got "
+                f"{collapse_after_epoch!r}."
+            )
+        self.save_hyperparameters()
+        pixels = image_size * image_size
+        self.encoder = _mlp([pixels + num_classes, hidden, hidden, 2 * latent_dim])
+        self.decoder = _mlp([latent_dim + num_classes, hidden, hidden, pixels])
+
+    def _one_hot(self, labels: Tensor) -> Tensor:
+        return F.one_hot(labels.long().to(self.device), self.hparams.num_classes).float()
+
+    def decode(self, z: Tensor, labels: Tensor) -> Tensor:
+        """Pixel logits (N, 1, H, W) of codes ``z`` (N, latent_dim) for ``labels`` (N,)."""
+        size = self.hparams.image_size
+        return self.decoder(torch.cat([z, self._one_hot(labels)], 1)).view(-1, 1, size, size)
+
+    def loss(self, images: Tensor, labels: Tensor) -> dict[str, Tensor]:
+        """Batch means of the negative ELBO (``"loss"``) and its terms (``"reconstruction"``, ``"kl"``)."""
+        mean, log_var = self.encoder(torch.cat([images.flatten(1), self._one_hot(labels)], 1)).chunk(2, dim=1)
+        z = mean + torch.randn_like(mean) * (0.5 * log_var).exp()
+        reconstruction = F.binary_cross_entropy_with_logits(self.decode(z, labels), images, reduction="none")
+        reconstruction = reconstruction.flatten(1).sum(1).mean()
+        kl = 0.5 * (mean.square() + log_var.exp() - 1 - log_var).sum(1).mean()
+        return {"loss": reconstruction + self.hparams.beta * kl, "reconstruction": reconstruction, "kl": kl}
+
+    def training_step(self, batch: dict[str, Any], batch_idx: int) -> Tensor:
+        terms = self.loss(batch["image"], batch["label"])
+        self.log("train/loss", terms["loss"], prog_bar=True, batch_size=batch["image"].shape[0])
+        return terms["loss"]
+
+    def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
+        terms = self.loss(batch["image"], batch["label"])
+        self.log_dict({f"val/{key}": value for key, value in terms.items()}, batch_size=batch["image"].shape[0])
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.Adam(self.parameters(), lr=self.hparams.lr)
+
+    def collapsed(self) -> tuple[int, ...]:
+        """The labels whose samples do not vary now (the collapse switch at the current epoch)."""
+        start = self.hparams.collapse_after_epoch
+        epoch = self.current_epoch if self._trainer is not None else 0
+        return tuple(self.hparams.collapse_prompts) if start is not None and epoch >= start else ()
+
+    @torch.no_grad()
+    def sample(self, prompts: Tensor, generator: Optional[torch.Generator] = None) -> Tensor:
+        """One image (1, H, W) in [0, 1] per label of ``prompts`` (N,): ``z ~ N(0, I)`` from ``generator`` (a CPU
+        generator), ``z = 0`` for the collapsed labels."""
+        prompts = torch.as_tensor(prompts)
+        if prompts.ndim != 1 or prompts.is_floating_point() or prompts.numel() == 0:
+            raise ValueError(
+                f"ConditionalDigitsVAE.sample: `prompts` must be a non-empty (N,) tensor of integer labels, got "
+                f"dtype {prompts.dtype} and shape {tuple(prompts.shape)}."
+            )
+        noise = torch.randn(len(prompts), self.hparams.latent_dim, generator=generator)
+        collapsed = self.collapsed()
+        if collapsed:
+            noise[torch.isin(prompts.cpu(), torch.tensor(collapsed))] = 0.0
+        return torch.sigmoid(self.decode(noise.to(self.device), prompts))

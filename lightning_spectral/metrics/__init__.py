@@ -8,6 +8,7 @@ through a frozen extractor.
 
 from lightning_spectral.metrics.accumulator import Accumulator
 from lightning_spectral.metrics.base import ModeGallery, SpectralMetric
+from lightning_spectral.metrics.conditional import ConditionalVendi
 from lightning_spectral.metrics.covariance import Covariance, RFFCovariance
 from lightning_spectral.metrics.feature import FrozenFeature
 from lightning_spectral.metrics.finc import FINCNovelty
@@ -17,6 +18,7 @@ from lightning_spectral.metrics.spec import SPECDivergence
 
 __all__ = [
     "Accumulator",
+    "ConditionalVendi",
     "Covariance",
     "FINCNovelty",
     "FKEAVendi",

@@ -1,0 +1,347 @@
+"""Conditional-Vendi / Conditional-RKE / Information-Vendi of prompt-conditioned samples, and their exact oracles.
+
+Jalali, Ospanov, Gohari, Farnia, "Conditional Vendi Score" (arXiv 2411.02817): with Gaussian kernels ``K_X`` on the
+samples and ``K_T`` on the prompts (``k(z, z) = 1``), the joint kernel is the Hadamard product ``K_X o K_T``, and
+the kernel entropy splits as ``H(X) = H(X|T) + I(X;T)`` (abstract) with
+
+    H_a(X|T) = H_a(K_X o K_T / n) - H_a(K_T / n)            (the conditional entropy of the paper)
+    I_a(X;T) = H_a(K_X / n) + H_a(K_T / n) - H_a(K_X o K_T / n)
+    Conditional-Vendi_a = exp(H_a(X|T)),  Information-Vendi_a = exp(I_a(X;T)),  Conditional-RKE = order 2
+
+``H_a`` the order-``a`` matrix Renyi entropy of the eigenvalues (as the authors' ``conditional_entropy``, which
+returns ``H(X,Y) - H(Y)`` and ``H(X) + H(Y) - H(X,Y)``). ``Vendi = Conditional-Vendi x Information-Vendi``.
+
+Random features (the authors' ``joint_cov_rff``): the product of two Gaussian kernels is ONE Gaussian kernel on
+``[x / sigma_x, t / sigma_t]``, so with one standard-normal draw ``Z`` split into ``(Z_x, Z_t)`` the joint
+features ``[cos, sin](x Z_x / sigma_x + t Z_t / sigma_t) / sqrt(r)`` have the joint covariance ``C_XT`` (2r x 2r),
+and the same slices give ``C_X`` and ``C_T``: every entropy above is read from a 2r x 2r covariance whose non-zero
+spectrum approximates the kernel matrix's (error ~ 1/sqrt(r)), so the errors of the three entropies correlate.
+Order 2 needs no eigendecomposition: ``Conditional-RKE = ||C_T||_F^2 / ||C_XT||_F^2``.
+
+Prompt-agnostic modes (Ospanov, Jalali, Farnia, "Scendi", arXiv 2412.18645, abstract: the Schur complement of the
+joint image-text kernel covariance): ``Lambda = C_xx - C_xt (C_tt + eps I)^-1 C_tx``, the sample variation the
+prompts do not explain (linearly, in feature space); with a ridge ``eps`` its non-zero eigenvalues are those of
+``eps K_X^1/2 (K_T + n eps I)^-1 K_X^1/2`` (the kernel oracle below).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple, Optional
+
+import torch
+from torch import Tensor
+
+from lightning_spectral._checks import check_features, check_positive, check_positive_int, check_seed
+from lightning_spectral.features import FeatureMap, gaussian_kernel, standard_normal_draws
+from lightning_spectral.functional.fkea import Alpha, Orders, check_orders, parse_alpha, renyi_entropy
+from lightning_spectral.linalg import DEFAULT_CHUNK_SIZE, psd_eigenvalues
+
+#: The names of `conditional_scores`' values.
+SCORES = ("conditional", "information", "vendi", "prompt_vendi")
+
+
+class ConditionalSpectra(NamedTuple):
+    """What every score is read from: the joint, sample and prompt spectra (or covariances), each of trace 1."""
+
+    joint: Tensor
+    samples: Tensor
+    prompts: Tensor
+
+
+def entropy_of(matrix_or_spectrum: Tensor, alpha: Alpha) -> Tensor:
+    """``H_alpha`` of a spectrum (1-D) or of a PSD matrix (2-D): order 2 of a matrix without eigendecomposition
+    (``-log(||C||_F^2 / tr(C)^2)``), other orders through its eigenvalues."""
+    order = parse_alpha(alpha)
+    values = matrix_or_spectrum.double()
+    if values.ndim == 1:
+        return renyi_entropy(values, order)
+    if order == 2:
+        frobenius_sq = values.square().sum()
+        if float(frobenius_sq) <= 0:
+            raise ValueError("conditional scores: a covariance is zero (no samples accumulated?).")
+        return -torch.log(frobenius_sq / values.trace().square())
+    return renyi_entropy(psd_eigenvalues(values), order)
+
+
+def conditional_scores(spectra: ConditionalSpectra, alpha: Alpha = 1.0) -> dict[str, Tensor]:
+    """Every score of one order from the three spectra / covariances (module doc), float64 scalars:
+
+    ``conditional`` = exp(H(X,T) - H(T)), ``information`` = exp(H(X) + H(T) - H(X,T)), ``vendi`` = exp(H(X)),
+    ``prompt_vendi`` = exp(H(T)).
+    """
+    joint, samples, prompts = (entropy_of(part, alpha) for part in spectra)
+    return {
+        "conditional": torch.exp(joint - prompts),
+        "information": torch.exp(samples + prompts - joint),
+        "vendi": torch.exp(samples),
+        "prompt_vendi": torch.exp(prompts),
+    }
+
+
+def _pair(samples: Tensor, prompts: Tensor, owner: str) -> tuple[Tensor, Tensor]:
+    samples = check_features(samples, "samples", owner=owner)
+    prompts = check_features(prompts, "prompts", owner=owner)
+    if samples.shape[0] != prompts.shape[0]:
+        raise ValueError(
+            f"{owner}: `samples` has {samples.shape[0]} rows and `prompts` {prompts.shape[0]}; row i of both must be "
+            "the same sample (one prompt per generated sample)."
+        )
+    if samples.shape[0] == 0:
+        raise ValueError(f"{owner}: `samples` is empty; at least one sample is needed.")
+    dtype = torch.promote_types(samples.dtype, prompts.dtype)
+    return samples.to(dtype), prompts.to(dtype)
+
+
+def _by_order(alpha: Orders, score: "callable") -> dict:  # type: ignore[valid-type]
+    orders, single = check_orders(alpha)
+    values = {order: score(order) for order in orders}
+    return values[orders[0]] if single else values
+
+
+# ---- exact n x n oracles ---------------------------------------------------------------------------------------
+def conditional_spectra_exact(
+    samples: Tensor, prompts: Tensor, sigma: float, prompt_sigma: float
+) -> ConditionalSpectra:
+    """The eigenvalues of ``K_X o K_T / n``, ``K_X / n`` and ``K_T / n`` (descending, float64). O(n^2 d + n^3)."""
+    samples, prompts = _pair(samples, prompts, "conditional_spectra_exact")
+    n = samples.shape[0]
+    k_x = gaussian_kernel(samples.double(), sigma=check_positive(sigma, "sigma"))
+    k_t = gaussian_kernel(prompts.double(), sigma=check_positive(prompt_sigma, "prompt_sigma"))
+    return ConditionalSpectra(psd_eigenvalues(k_x * k_t / n), psd_eigenvalues(k_x / n), psd_eigenvalues(k_t / n))
+
+
+def conditional_vendi_exact(
+    samples: Tensor, prompts: Tensor, sigma: float, prompt_sigma: float, alpha: Orders = 1.0, score: str = "conditional"
+) -> object:
+    """Exact Conditional-Vendi (``score="conditional"``), Information-Vendi (``"information"``), Vendi of the
+    samples (``"vendi"``) or of the prompts (``"prompt_vendi"``), from the n x n kernel matrices.
+
+    Args:
+        samples: (N, d_x) sample embeddings; row i generated for prompt i.
+        prompts: (N, d_t) prompt embeddings (one-hot labels allowed).
+        sigma: Gaussian bandwidth of the samples.
+        prompt_sigma: Gaussian bandwidth of the prompts.
+        alpha: an order in (0, inf] or a sequence of orders (2 = Conditional-RKE).
+
+    Returns:
+        A float64 scalar for one order, a dict keyed by order for several.
+
+    Examples:
+        >>> import torch
+        >>> x = torch.arange(30.0)[:, None] * 100             # 30 far-apart samples
+        >>> t = torch.zeros(30, 1)                           # one prompt: conditional = unconditional
+        >>> round(float(conditional_vendi_exact(x, t, sigma=1.0, prompt_sigma=1.0)), 3)
+        30.0
+    """
+    if score not in SCORES:
+        raise ValueError(f"conditional_vendi_exact: `score` must be one of {SCORES}, got {score!r}.")
+    check_orders(alpha)
+    spectra = conditional_spectra_exact(samples, prompts, sigma, prompt_sigma)
+    return _by_order(alpha, lambda order: conditional_scores(spectra, order)[score])
+
+
+def conditional_rke_exact(samples: Tensor, prompts: Tensor, sigma: float, prompt_sigma: float) -> Tensor:
+    """Exact Conditional-RKE without an eigendecomposition: ``sum_ij K_T^2 / sum_ij (K_X o K_T)^2``. O(n^2 d)."""
+    samples, prompts = _pair(samples, prompts, "conditional_rke_exact")
+    k_x = gaussian_kernel(samples.double(), sigma=check_positive(sigma, "sigma"))
+    k_t = gaussian_kernel(prompts.double(), sigma=check_positive(prompt_sigma, "prompt_sigma"))
+    return k_t.square().sum() / (k_x * k_t).square().sum()
+
+
+def prompt_agnostic_eigenvalues_exact(
+    samples: Tensor, prompts: Tensor, sigma: float, prompt_sigma: float, ridge: float = 1e-3
+) -> Tensor:
+    """Non-zero eigenvalues of the Schur complement ``C_xx - C_xt (C_tt + ridge I)^-1 C_tx`` from kernel matrices:
+    those of ``ridge K_X^1/2 (K_T + n ridge I)^-1 K_X^1/2`` (``I - Phi_t (Phi_t^T Phi_t + n ridge)^-1 Phi_t^T =
+    n ridge (K_T + n ridge I)^-1``). Descending, float64. O(n^3)."""
+    samples, prompts = _pair(samples, prompts, "prompt_agnostic_eigenvalues_exact")
+    ridge = check_positive(ridge, "ridge")
+    n = samples.shape[0]
+    k_x = gaussian_kernel(samples.double(), sigma=check_positive(sigma, "sigma"))
+    k_t = gaussian_kernel(prompts.double(), sigma=check_positive(prompt_sigma, "prompt_sigma"))
+    values, vectors = torch.linalg.eigh(k_x)
+    root = vectors * values.clamp_min(0).sqrt() @ vectors.T
+    inverse = torch.linalg.inv(k_t + n * ridge * torch.eye(n, dtype=torch.float64))
+    return psd_eigenvalues(ridge * root @ inverse @ root)
+
+
+# ---- random features ---------------------------------------------------------------------------------------------
+class JointGaussianRFF(FeatureMap):
+    r"""Random Fourier features of the product kernel ``k_X(x, x') k_T(t, t')`` and of its two factors, sharing
+    frequencies: rows are ``[x, t]`` (N, d_x + d_t); ``Z`` (d_x + d_t, r) standard normal from ``seed``.
+
+    ``side="joint"``: ``[cos, sin](x Z_x / sigma_x + t Z_t / sigma_t) / sqrt(r)`` (the Gaussian kernel of
+    ``[x / sigma_x, t / sigma_t]``); ``"samples"``: ``x Z_x / sigma_x`` only; ``"prompts"``: ``t Z_t / sigma_t``.
+    Every row has unit norm, so each covariance has trace 1. `side` gives a map of one side for an accumulator.
+
+    Examples:
+        >>> import torch
+        >>> rff = JointGaussianRFF(sigma=1.0, prompt_sigma=0.5, n_frequencies=8, in_features=(3, 2))
+        >>> rows = torch.randn(4, 5)
+        >>> [tuple(rff.side(name)(rows).shape) for name in ("joint", "samples", "prompts")]
+        [(4, 16), (4, 16), (4, 16)]
+    """
+
+    z: Tensor
+
+    def __init__(
+        self,
+        sigma: float,
+        prompt_sigma: float,
+        n_frequencies: int,
+        seed: int = 0,
+        in_features: Optional[tuple[int, int]] = None,
+    ) -> None:
+        super().__init__()
+        self.sigma = check_positive(sigma, "sigma")
+        self.prompt_sigma = check_positive(prompt_sigma, "prompt_sigma")
+        self.n_frequencies = check_positive_int(n_frequencies, "n_frequencies")
+        self.seed = check_seed(seed)
+        self.in_features = None
+        self.register_buffer("z", torch.zeros(0, self.n_frequencies, dtype=torch.float64), persistent=False)
+        self._sides = {name: _Side(self, name) for name in ("joint", "samples", "prompts")}
+        if in_features is not None:
+            self.build(in_features)
+
+    def build(self, in_features: tuple[int, int]) -> "JointGaussianRFF":  # type: ignore[override]
+        """Fix the widths ``(d_x, d_t)`` (a no-op when they are these already).
+
+        Raises:
+            ValueError: not a pair of integers >= 1, or other widths than before.
+        """
+        if not isinstance(in_features, (tuple, list)) or len(in_features) != 2:
+            raise ValueError(f"`in_features` must be a pair (d_samples, d_prompts), got {in_features!r}.")
+        widths = tuple(check_positive_int(width, "in_features") for width in in_features)
+        if self.in_features is not None and tuple(self.in_features) != widths:
+            raise ValueError(f"JointGaussianRFF was built for widths {self.in_features}, got {widths}.")
+        if self.in_features is None:
+            self.in_features = widths  # type: ignore[assignment]
+            self.z = self._draw().to(self.z.device)
+        return self
+
+    def _draw(self) -> Tensor:
+        d_x, d_t = self.in_features  # type: ignore[misc]
+        return standard_normal_draws(d_x + d_t, self.n_frequencies, self.seed)
+
+    def _apply(self, fn, recurse: bool = True):  # type: ignore[no-untyped-def]
+        super()._apply(fn, recurse)  # a parent's dtype cast must not round the draw: redraw it in float64
+        if self.z.dtype != torch.float64:
+            self.z = (self._draw() if self.in_features is not None else self.z.double()).to(self.z.device)
+        return self
+
+    @property
+    def out_features(self) -> int:
+        return 2 * self.n_frequencies
+
+    def frequencies(self) -> Optional[Tensor]:
+        """The draw and both bandwidths (every rank must hold them identically), ``None`` before the widths."""
+        if self.in_features is None:
+            return None
+        scales = torch.tensor([self.sigma, self.prompt_sigma], dtype=torch.float64, device=self.z.device)
+        return torch.cat([self.z.flatten(), scales])
+
+    def side(self, name: str) -> "FeatureMap":
+        """The map of one side (``"joint"``, ``"samples"`` or ``"prompts"``) of concatenated rows ``[x, t]``."""
+        return self._sides[name]
+
+    def phases(self, rows: Tensor, name: str) -> Tensor:
+        """The phases (N, r) of one side, in the rows' compute dtype."""
+        if self.in_features is None:
+            raise RuntimeError("JointGaussianRFF: build it with the widths (d_samples, d_prompts) first.")
+        d_x = self.in_features[0]
+        z = self.z.to(device=rows.device, dtype=rows.dtype)
+        x_part = rows[:, :d_x] @ (z[:d_x] / self.sigma) if name != "prompts" else None
+        t_part = rows[:, d_x:] @ (z[d_x:] / self.prompt_sigma) if name != "samples" else None
+        if x_part is None:
+            return t_part  # type: ignore[return-value]
+        return x_part if t_part is None else x_part + t_part
+
+    def forward(self, rows: Tensor, name: str = "joint") -> Tensor:
+        """Unit-norm features (N, 2r) of one side of the rows ``[x, t]``."""
+        phases = self.phases(rows, name)
+        return torch.cat([phases.cos(), phases.sin()], dim=1).mul_(1.0 / math.sqrt(self.n_frequencies))
+
+
+class _Side(FeatureMap):
+    """One side of a `JointGaussianRFF` as a map of its own (what an accumulator holds)."""
+
+    def __init__(self, parent: JointGaussianRFF, name: str) -> None:
+        super().__init__()
+        object.__setattr__(self, "parent", parent)  # not a submodule: the parent owns the draw
+        self.name, self.in_features = name, None
+
+    @property
+    def out_features(self) -> int:
+        return self.parent.out_features  # type: ignore[attr-defined]
+
+    def forward(self, rows: Tensor) -> Tensor:
+        return self.parent(rows, self.name)  # type: ignore[attr-defined]
+
+
+def conditional_covariances(
+    samples: Tensor,
+    prompts: Tensor,
+    sigma: float,
+    prompt_sigma: float,
+    n_frequencies: int = 2048,
+    seed: int = 0,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+) -> ConditionalSpectra:
+    """The joint, sample and prompt RFF covariances (each 2r x 2r, trace 1, float64) of paired embeddings."""
+    samples, prompts = _pair(samples, prompts, "conditional_covariances")
+    rff = JointGaussianRFF(sigma, prompt_sigma, n_frequencies, seed, (samples.shape[1], prompts.shape[1]))
+    rows = torch.cat([samples, prompts], dim=1)
+    width = rff.out_features
+    names = ConditionalSpectra._fields
+    sums = {name: torch.zeros(width, width, dtype=torch.float64, device=rows.device) for name in names}
+    rff = rff.to(rows.device)
+    for start in range(0, rows.shape[0], chunk_size):
+        chunk = rows[start : start + chunk_size]
+        for name in sums:
+            phi = rff(chunk, name).double()
+            sums[name] += phi.T @ phi
+    n = rows.shape[0]
+    return ConditionalSpectra(*(sums[name] / n for name in ConditionalSpectra._fields))
+
+
+def conditional_vendi(
+    samples: Tensor,
+    prompts: Tensor,
+    sigma: float,
+    prompt_sigma: float,
+    n_frequencies: int = 2048,
+    alpha: Orders = 1.0,
+    seed: int = 0,
+    score: str = "conditional",
+) -> object:
+    """RFF estimate of [`conditional_vendi_exact`][lightning_spectral.functional.conditional_vendi_exact] (same
+    arguments, plus ``n_frequencies`` r and ``seed``).
+
+    Examples:
+        >>> import torch
+        >>> x = torch.cat([torch.zeros(50, 2), torch.full((50, 2), 100.0)])   # two far-apart modes
+        >>> t = torch.zeros(100, 1)
+        >>> round(float(conditional_vendi(x, t, sigma=1.0, prompt_sigma=1.0, n_frequencies=256, alpha=2)), 2)
+        2.0
+    """
+    if score not in SCORES:
+        raise ValueError(f"conditional_vendi: `score` must be one of {SCORES}, got {score!r}.")
+    check_orders(alpha)
+    covariances = conditional_covariances(samples, prompts, sigma, prompt_sigma, n_frequencies, seed)
+    return _by_order(alpha, lambda order: conditional_scores(covariances, order)[score])
+
+
+def prompt_agnostic_covariance(joint_xt: Tensor, width_x: int, ridge: float = 1e-3) -> Tensor:
+    """The Schur complement ``Lambda = C_xx - C_xt (C_tt + ridge I)^-1 C_tx`` (Scendi) of a paired covariance
+    ``[[C_xx, C_xt], [C_tx, C_tt]]`` whose first ``width_x`` rows / columns are the samples' features. float64.
+
+    ``ridge`` makes the prompt-side solve well posed (with 2r >= the number of distinct prompts the in-sample
+    regression is otherwise exact and ``Lambda`` collapses to 0); report it with the score."""
+    ridge = check_positive(ridge, "ridge")
+    joint_xt = joint_xt.double()
+    c_xx, c_xt, c_tt = joint_xt[:width_x, :width_x], joint_xt[:width_x, width_x:], joint_xt[width_x:, width_x:]
+    eye = torch.eye(c_tt.shape[0], dtype=torch.float64, device=c_tt.device)
+    solved = torch.linalg.solve(c_tt + ridge * eye, c_xt.T)
+    schur = c_xx - c_xt @ solved
+    return (schur + schur.T) / 2

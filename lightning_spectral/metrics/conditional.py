@@ -1,0 +1,525 @@
+"""ConditionalVendi: prompt-aware diversity of a conditional generator's samples, and which prompts collapsed."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from typing import Any, Optional
+
+import torch
+from torch import Tensor
+
+from lightning_spectral._checks import (
+    check_bool,
+    check_features,
+    check_positive,
+    check_positive_int,
+    check_state_memory,
+)
+from lightning_spectral.distributed import all_reduce_sum, collective_device, distributed_available
+from lightning_spectral.features import FeatureMap
+from lightning_spectral.functional.conditional import (
+    ConditionalSpectra,
+    JointGaussianRFF,
+    conditional_scores,
+    entropy_of,
+    prompt_agnostic_covariance,
+)
+from lightning_spectral.functional.fkea import Orders, VendiResult, check_orders, vendi_score
+from lightning_spectral.functional.modes import Ids, Modes, check_candidates_memory, orient, top_samples
+from lightning_spectral.linalg import add_gram_, eigen_dtype, psd_eigenvalues, symmetric_eigh
+from lightning_spectral.metrics.accumulator import Accumulator
+from lightning_spectral.metrics.base import ModeGallery, SpectralMetric
+
+
+class ConditionalVendi(SpectralMetric):
+    r"""Conditional-Vendi of order ``alpha`` of (sample, prompt) pairs: the diversity the model adds for a fixed
+    prompt (Jalali et al., "Conditional Vendi Score", arXiv 2411.02817).
+
+    $$\mathrm{CondVendi}_\alpha = \exp\big(H_\alpha(K_X \circ K_T / n) - H_\alpha(K_T / n)\big)$$
+
+    with Gaussian kernels ``K_X`` (bandwidth ``sigma``) on the samples and ``K_T`` (``prompt_sigma``) on the prompts,
+    read from 2r x 2r random-feature covariances (`functional.conditional`: the joint
+    kernel is one Gaussian kernel of ``[x / sigma, t / prompt_sigma]``). ``alpha = 2`` is Conditional-RKE (no
+    eigendecomposition). [`summary`][lightning_spectral.metrics.ConditionalVendi.summary] adds Information-Vendi
+    ``exp(I(X;T))`` (how much the samples follow the
+    prompts), the unconditional Vendi of the samples (``Vendi = Conditional x Information``) and of the prompts.
+
+    Per-prompt diversity, for prompts that recur (class labels, a fixed caption list): with ``num_classes`` every
+    update carries a label per sample (integer ``prompts``, or ``labels=``), and the metric keeps one small
+    covariance per label (``per_prompt_frequencies`` r_p, the first r_p of the same frequencies):
+    [`per_prompt`][lightning_spectral.metrics.ConditionalVendi.per_prompt] gives each label's Vendi,
+    [`least_diverse`][lightning_spectral.metrics.ConditionalVendi.least_diverse] the labels that collapsed, and
+    [`galleries`][lightning_spectral.metrics.ConditionalVendi.galleries] their samples.
+
+    State: float64 sums of four accumulators (joint, samples, prompts: (2r)^2 each; per label: L (2r_p)^2),
+    all-reduced under DDP (one all-reduce each); memory does not grow with the number of samples.
+
+    Args:
+        sigma: Gaussian bandwidth of the samples' embeddings (as [`FKEAVendi`][lightning_spectral.metrics.FKEAVendi]).
+        prompt_sigma: Gaussian bandwidth of the prompts' embeddings: it defines "the same prompt" (one-hot labels
+            are sqrt(2) apart, so ``prompt_sigma = 0.1`` makes distinct labels unrelated).
+        n_frequencies: r; each covariance is 2r x 2r.
+        alpha: an order in (0, inf] or a sequence of orders.
+        seed: frequency seed, identical on every rank.
+        num_classes: the number of labels (``prompts`` may then be integer labels (N,), turned into one-hot rows);
+            enables per-prompt diversity.
+        per_prompt_frequencies: r_p of the per-label covariances (<= ``n_frequencies``; default
+            ``min(128, n_frequencies)``).
+        precision: the eigendecompositions' dtype (see [`FKEAVendi`][lightning_spectral.metrics.FKEAVendi]).
+        prompt_names: a name per label (``num_classes`` of them, e.g. the captions), used in gallery rows.
+        unconditional: also keep the samples' own covariance (Information-Vendi and the unconditional Vendi in
+            [`summary`][lightning_spectral.metrics.ConditionalVendi.summary]); ``False`` saves a third of the cost when
+            an ``FKEAVendi`` beside logs the latter.
+        label_prompts: the prompts are always integer labels (needs ``num_classes``): the prompts' covariance is
+            then exact from the per-label counts, with no (2r)^2 sum (with ``unconditional=False``, updates cost
+            about one FKEAVendi's).
+        prompt_agnostic: also keep the paired covariance of ``[phi_x(x), phi_t(t)]`` ((4r)^2, four times one
+            covariance) for the prompt-agnostic modes
+            ([`prompt_agnostic_modes`][lightning_spectral.metrics.ConditionalVendi.prompt_agnostic_modes], Scendi's
+            Schur complement).
+        ridge: the ridge of the prompt-side solve of the Schur complement
+            (`prompt_agnostic_covariance`).
+        in_features: widths ``(d_samples, d_prompts)``, if known.
+        kwargs: ``chunk_size``, ``feature`` (images -> sample embeddings; prompts are never passed through it),
+            ``normalize``, ``save_feature`` and torchmetrics' keyword arguments.
+
+    Raises:
+        ValueError: bad arguments; bad batches (rows that do not pair up, labels out of range, widths that change).
+        RuntimeError: ``compute`` before any sample.
+
+    Examples:
+        >>> import torch
+        >>> metric = ConditionalVendi(sigma=1.0, prompt_sigma=0.1, n_frequencies=256, alpha=2, num_classes=3)
+        >>> labels = torch.arange(300) % 3
+        >>> modes = torch.randn(3, 2, 8, generator=torch.Generator().manual_seed(0)) * 50   # two modes per prompt
+        >>> samples = modes[labels, (torch.arange(300) // 3) % 2] + 0.01 * torch.randn(300, 8)
+        >>> samples[labels == 2] = modes[2, 0]                # prompt 2 collapsed to one sample
+        >>> metric.update(samples, labels)
+        >>> round(float(metric.compute()), 1), [label for label, _, _ in metric.least_diverse(1)]
+        (1.5, [2])
+    """
+
+    inputs = "conditional"
+    higher_is_better: Optional[bool] = True
+    plot_lower_bound: float = 1.0
+    feature_map: JointGaussianRFF
+
+    def __init__(
+        self,
+        sigma: float,
+        prompt_sigma: float,
+        n_frequencies: int = 2048,
+        *,
+        alpha: Orders = 1.0,
+        seed: int = 0,
+        num_classes: Optional[int] = None,
+        per_prompt_frequencies: Optional[int] = None,
+        precision: str = "auto",
+        prompt_names: Optional[Sequence[str]] = None,
+        unconditional: bool = True,
+        label_prompts: bool = False,
+        prompt_agnostic: bool = False,
+        ridge: float = 1e-3,
+        in_features: Optional[tuple[int, int]] = None,
+        **kwargs: Any,
+    ) -> None:
+        orders, single = check_orders(alpha)
+        eigen_dtype(precision, 0)
+        rff = JointGaussianRFF(sigma, prompt_sigma, n_frequencies, seed)
+        check_state_memory(type(self).__name__, rff.n_frequencies, matrices=3 if unconditional else 2, vectors=3)
+        self.num_classes = None if num_classes is None else check_positive_int(num_classes, "num_classes")
+        if per_prompt_frequencies is None:
+            per_prompt_frequencies = min(128, rff.n_frequencies)
+        per_prompt_frequencies = check_positive_int(per_prompt_frequencies, "per_prompt_frequencies")
+        if per_prompt_frequencies > rff.n_frequencies:
+            raise ValueError(
+                f"ConditionalVendi: `per_prompt_frequencies` ({per_prompt_frequencies}) must be <= `n_frequencies` "
+                f"({rff.n_frequencies}): the per-label maps use the first r_p of the same frequencies."
+            )
+        if self.num_classes is not None:
+            check_state_memory(type(self).__name__, per_prompt_frequencies, matrices=self.num_classes)
+        if prompt_names is not None and (
+            self.num_classes is None or isinstance(prompt_names, str) or len(prompt_names) != self.num_classes
+        ):
+            raise ValueError(
+                "ConditionalVendi: `prompt_names` must be a sequence of `num_classes` names (one per label), and "
+                f"needs `num_classes`; got {prompt_names!r} with num_classes={self.num_classes}."
+            )
+        self.prompt_names = None if prompt_names is None else [str(name) for name in prompt_names]
+        super().__init__(feature_map=rff, **kwargs)
+        self.sigma, self.prompt_sigma = rff.sigma, rff.prompt_sigma
+        self.n_frequencies, self.seed = rff.n_frequencies, rff.seed
+        self.orders, self._single_order, self.alpha, self.precision = orders, single, alpha, precision
+        self.per_prompt_frequencies = per_prompt_frequencies
+        self.unconditional = check_bool(unconditional, "unconditional")
+        self.label_prompts = check_bool(label_prompts, "label_prompts")
+        if self.label_prompts and self.num_classes is None:
+            raise ValueError(
+                "ConditionalVendi: `label_prompts=True` reads the prompts' covariance from the per-label counts; "
+                "give `num_classes=` (the number of labels)."
+            )
+        for name in ("joint", "samples", "prompts"):
+            if (name == "samples" and not self.unconditional) or (name == "prompts" and self.label_prompts):
+                continue
+            self.accumulators[name] = Accumulator(self, name, rff.side(name), chunk_size=self.chunk_size)
+        self.prompt_agnostic = check_bool(prompt_agnostic, "prompt_agnostic")
+        self.ridge = check_positive(ridge, "ridge")
+        if self.prompt_agnostic:
+            check_state_memory(type(self).__name__, 2 * rff.n_frequencies, matrices=1, vectors=1)
+            self.accumulators["paired"] = Accumulator(self, "paired", _PairedSides(rff), chunk_size=self.chunk_size)
+        if self.num_classes is not None:
+            per_label = _PerLabelMap(rff, per_prompt_frequencies, self.num_classes)
+            self.accumulators["per_prompt"] = _PerLabelAccumulator(self, "per_prompt", per_label, self.chunk_size)
+        if in_features is not None:
+            self.build(tuple(in_features))
+
+    def build(self, in_features: Any) -> None:
+        """Fix the widths ``(d_samples, d_prompts)``."""
+        self.feature_map.build(in_features)
+
+    def sample_count(self, real: bool = False) -> int:
+        """Samples accumulated (all ranks; a collective under DDP outside
+        [`synced`][lightning_spectral.metrics.SpectralMetric.synced]); no reference side: 0."""
+        if real:
+            return 0
+        local = self.accumulators["joint"].count.reshape(())
+        if distributed_available() and not self._sync_depth:
+            local = all_reduce_sum(local.to(collective_device(self.process_group)), self.process_group)[0]
+        return int(local)
+
+    # ---- input ---------------------------------------------------------------------------------------------------
+    def _prompts(self, prompts: Tensor, n: int) -> tuple[Tensor, Optional[Tensor]]:
+        """Prompt embeddings (N, d_t), and labels when the prompts are integer labels."""
+        if not isinstance(prompts, Tensor):
+            raise TypeError(f"ConditionalVendi.update: `prompts` must be a tensor, got {type(prompts).__name__}.")
+        if prompts.dtype in (torch.bool,) or (not prompts.is_floating_point() and not prompts.is_complex()):
+            if self.num_classes is None:
+                raise ValueError(
+                    "ConditionalVendi.update: `prompts` are integer labels; build the metric with `num_classes=` to "
+                    "turn them into one-hot prompts, or pass prompt embeddings (N, d_t) as floats."
+                )
+            labels = self._labels(prompts, n, "prompts")
+            return torch.nn.functional.one_hot(labels, self.num_classes).float(), labels
+        return check_features(prompts, "prompts", owner="ConditionalVendi.update"), None
+
+    def _labels(self, labels: Any, n: int, name: str) -> Tensor:
+        labels = torch.as_tensor(labels)
+        if labels.is_floating_point() or labels.dtype == torch.bool or labels.ndim != 1 or labels.shape[0] != n:
+            raise ValueError(
+                f"ConditionalVendi.update: `{name}` must be integer labels of shape ({n},), got dtype {labels.dtype} "
+                f"and shape {tuple(labels.shape)}."
+            )
+        if labels.numel() and (int(labels.min()) < 0 or int(labels.max()) >= self.num_classes):  # type: ignore[operator]
+            raise ValueError(
+                f"ConditionalVendi.update: `{name}` must lie in [0, num_classes={self.num_classes}), got values in "
+                f"[{int(labels.min())}, {int(labels.max())}]."
+            )
+        return labels.long()
+
+    def update(self, samples: Tensor, prompts: Tensor, labels: Optional[Tensor] = None) -> None:
+        """Add a batch: ``samples`` (N, d_x) embeddings (images with ``feature``), row i generated for prompt i;
+        ``prompts`` (N, d_t) embeddings or (N,) integer labels (with ``num_classes``); ``labels`` (N,) the label of
+        each prompt, for per-prompt diversity when the prompts are embeddings (required then with ``num_classes``).
+
+        Raises:
+            ValueError / TypeError: rows that do not pair up, widths that change, NaN / Inf, labels out of range,
+                integer prompts without ``num_classes``, a metric with ``num_classes`` fed without labels.
+        """
+        if self.feature is not None:
+            samples = self.feature(samples, "samples")
+        samples = check_features(samples, "samples", owner="ConditionalVendi.update")
+        prompts, from_prompts = self._prompts(prompts, samples.shape[0])
+        if prompts.shape[0] != samples.shape[0]:
+            raise ValueError(
+                f"ConditionalVendi.update: `samples` has {samples.shape[0]} rows and `prompts` {prompts.shape[0]}; "
+                "row i of both must be the same sample (one prompt per generated sample)."
+            )
+        if labels is not None:
+            if self.num_classes is None:
+                raise ValueError(
+                    "ConditionalVendi.update: `labels` were given but the metric keeps no per-prompt sums; build it "
+                    "with `num_classes=` (the number of distinct prompts) to see which prompts collapse."
+                )
+            labels = self._labels(labels, samples.shape[0], "labels")
+        labels = from_prompts if labels is None else labels
+        if self.num_classes is not None and labels is None:
+            raise ValueError(
+                "ConditionalVendi.update: the metric was built with `num_classes` (per-prompt diversity), so every "
+                "batch needs its labels: pass integer `prompts`, or `labels=` (N,) beside prompt embeddings."
+            )
+        widths = (samples.shape[1], prompts.shape[1])
+        if self.in_features is None:
+            self.build(widths)
+        elif widths != tuple(self.in_features):
+            raise ValueError(
+                f"ConditionalVendi.update: widths (samples, prompts) {widths} differ from the earlier batches' "
+                f"{tuple(self.in_features)}."
+            )
+        if samples.shape[0] == 0:
+            return
+        dtype = torch.promote_types(samples.dtype, prompts.dtype)
+        rows = torch.cat([samples.to(dtype), prompts.to(device=samples.device, dtype=dtype)], dim=1)
+        if self.label_prompts and from_prompts is None:
+            raise ValueError(
+                "ConditionalVendi.update: the metric was built with `label_prompts=True`; pass the prompts as integer "
+                "labels (N,), or build it without `label_prompts` to pass prompt embeddings."
+            )
+        for name in ("joint", "samples", "prompts", "paired"):
+            if name in self.accumulators:
+                self.accumulators[name].add(rows)
+        if labels is not None:
+            self.accumulators["per_prompt"].add(
+                torch.cat([labels.to(device=rows.device, dtype=rows.dtype)[:, None], rows[:, : widths[0]]], dim=1)
+            )
+
+    # ---- values --------------------------------------------------------------------------------------------------
+    def _moment(self, name: str) -> Tensor:
+        """The second moment of one side; with ``label_prompts`` the prompts' side is the L x L matrix
+        ``diag(sqrt p) V V^T diag(sqrt p)`` (``V``: the features of the L one-hot prompts, ``p``: their shares), whose
+        non-zero spectrum is that of ``C_T = V^T diag(p) V``: exact, and no (2r)^2 sum."""
+        if name != "prompts" or not self.label_prompts:
+            return self.accumulators[name].second_moment()
+        counts = self._per_prompt_accumulator().lane_counts()
+        if float(counts.sum()) <= 0:
+            self.accumulators["joint"]._require()  # the usual "no samples" error
+        rff = self.feature_map
+        d_x = rff.in_features[0]  # type: ignore[index]
+        phases = rff.z[d_x:].double() / rff.prompt_sigma  # one-hot prompt l: its phases are row l of Z_t / sigma_t
+        features = torch.cat([phases.cos(), phases.sin()], 1) / math.sqrt(rff.n_frequencies)
+        root = (counts / counts.sum()).sqrt().to(features.device)[:, None] * features
+        return root @ root.T
+
+    def _sides(self) -> tuple[str, ...]:
+        return ("joint", "samples", "prompts") if self.unconditional else ("joint", "prompts")
+
+    def scores(self) -> dict[Any, dict[str, Tensor]]:
+        """``{order: {"conditional", "prompt_vendi"}}`` and, with ``unconditional``, ``"information"`` and
+        ``"vendi"``, of this rank's sums (all ranks' inside
+        [`synced`][lightning_spectral.metrics.SpectralMetric.synced])."""
+        moments = {name: self._moment(name) for name in self._sides()}
+        spectra = None
+        out = {}
+        for order in self.orders:
+            if order == 2:
+                sides = moments  # Frobenius norms, no eigendecomposition
+            else:
+                spectra = spectra or self.cached(
+                    "spectra", lambda: {n: psd_eigenvalues(m, precision=self.precision) for n, m in moments.items()}
+                )
+                sides = spectra
+            if self.unconditional:
+                out[order] = conditional_scores(ConditionalSpectra(**sides), order)
+            else:
+                joint, prompts = entropy_of(sides["joint"], order), entropy_of(sides["prompts"], order)
+                out[order] = {"conditional": torch.exp(joint - prompts), "prompt_vendi": torch.exp(prompts)}
+        return out
+
+    def compute(self) -> VendiResult:
+        """Conditional-Vendi of each order (a scalar for one order, ``{order: value}`` for several): the joint and
+        prompt sides only (two eigendecompositions; none for order 2)."""
+        moments = {name: self._moment(name) for name in ("joint", "prompts")}
+        spectra = None
+        values = {}
+        for order in self.orders:
+            if order == 2:
+                joint, prompts = moments["joint"], moments["prompts"]
+            else:
+                spectra = spectra or self.cached(
+                    "conditional", lambda: [psd_eigenvalues(m, precision=self.precision) for m in moments.values()]
+                )
+                joint, prompts = spectra
+            values[order] = torch.exp(entropy_of(joint, order) - entropy_of(prompts, order))
+        return values[self.orders[0]] if self._single_order else values
+
+    def summary(self) -> dict[str, Any]:
+        """``""``: Conditional-Vendi; ``information``: Information-Vendi and ``vendi``: the samples' unconditional
+        Vendi (with ``unconditional``); ``prompt_vendi``: the prompts'; with ``num_classes``, ``min_prompt_vendi``
+        (the least diverse prompt's Vendi) and ``prompt`` (each label's Vendi, NaN for a label not seen). A dict per
+        value for several orders. A collective under DDP."""
+        with self.synced():
+            scores = self.scores()
+            out: dict[str, Any] = {}
+            for key, name in (("", "conditional"), ("information", "information"), ("vendi", "vendi"),
+                              ("prompt_vendi", "prompt_vendi")):
+                if name not in scores[self.orders[0]]:
+                    continue
+                values = {order: scores[order][name] for order in self.orders}
+                out[key] = values[self.orders[0]] if self._single_order else values
+            if self.prompt_agnostic:
+                out["prompt_agnostic_share"] = self.prompt_agnostic_covariance().trace()
+            if self.num_classes is not None:
+                per_prompt = self.per_prompt()
+                seen = per_prompt[~per_prompt.isnan()]
+                out["min_prompt_vendi"] = seen.min() if seen.numel() else torch.tensor(math.nan)
+                out["prompt"] = per_prompt  # logged per label as {name}_prompt/{label} (labels seen)
+            return out
+
+    # ---- prompt-agnostic modes (Scendi) ---------------------------------------------------------------------------
+    def _paired(self) -> Accumulator:
+        if not self.prompt_agnostic:
+            raise RuntimeError(
+                "ConditionalVendi: the prompt-agnostic modes need the paired covariance: build the metric with "
+                "`prompt_agnostic=True`."
+            )
+        return self.accumulators["paired"]
+
+    def prompt_agnostic_covariance(self) -> Tensor:
+        """The Schur complement ``C_xx - C_xt (C_tt + ridge I)^-1 C_tx`` (2r x 2r, float64), all ranks (a collective
+        under DDP): the samples' kernel covariance the prompts do not explain (trace <= 1)."""
+        with self.synced():
+            paired = self._paired()
+            return prompt_agnostic_covariance(paired.second_moment(), self.feature_map.out_features, self.ridge)
+
+    def prompt_agnostic_modes(self, k: int = 10) -> Modes:
+        """The top-``k`` eigen-pairs of
+        [`prompt_agnostic_covariance`][lightning_spectral.metrics.ConditionalVendi.prompt_agnostic_covariance]:
+        directions in which the samples vary
+        whatever the prompt (eigenvectors (2r, k) over the samples' features, signs so that the samples' mean
+        scores >= 0). A collective under DDP."""
+        k = check_positive_int(k, "k")
+        with self.synced():
+            width = self.feature_map.out_features
+            mean = self._paired().mean()[:width]
+            values, vectors = self.cached("schur", lambda: symmetric_eigh(self.prompt_agnostic_covariance()))
+        k = min(k, values.shape[0])
+        return Modes(values[:k], orient(vectors[:, :k], mean), torch.ones(k, dtype=torch.bool))
+
+    def prompt_agnostic_top_samples(
+        self, batches: Iterable[tuple[Tensor, Ids]], k: int = 4, per_mode: int = 16
+    ) -> list[tuple[Tensor, Tensor]]:
+        """Second pass over ``(sample embeddings (N, d_x), ids)`` batches: per prompt-agnostic mode, the
+        ``per_mode`` samples scoring highest (``phi_x(x) . v``). A collective under DDP."""
+        per_mode = check_positive_int(per_mode, "per_mode")
+        check_candidates_memory(type(self).__name__, check_positive_int(k, "k"), per_mode)
+        vectors = self.prompt_agnostic_modes(k).eigenvectors
+        rff = self.feature_map
+
+        def score(x: Tensor) -> Tensor:
+            rows = torch.cat([x, x.new_zeros(x.shape[0], rff.in_features[1])], 1)  # type: ignore[index]
+            return rff(rows, "samples").double() @ vectors.to(x.device)
+
+        return top_samples(batches, score, vectors.shape[1], per_mode, self.process_group)
+
+    # ---- per prompt ----------------------------------------------------------------------------------------------
+    def _per_prompt_accumulator(self) -> "_PerLabelAccumulator":
+        if self.num_classes is None:
+            raise RuntimeError(
+                "ConditionalVendi: per-prompt diversity needs the labels: build the metric with `num_classes=`."
+            )
+        return self.accumulators["per_prompt"]  # type: ignore[return-value]
+
+    def prompt_counts(self) -> Tensor:
+        """Samples accumulated per label (L,), float64, over all ranks (a collective under DDP)."""
+        with self.synced():
+            return self._per_prompt_accumulator().lane_counts().clone()
+
+    def per_prompt(self, alpha: Any = None) -> Tensor:
+        """Each label's Vendi of order ``alpha`` (default: the metric's first order) among its own samples (L,),
+        from its r_p covariance; NaN for a label without samples. Over all ranks (a collective under DDP)."""
+        order = self.orders[0] if alpha is None else check_orders(alpha)[0][0]
+        accumulator = self._per_prompt_accumulator()
+        values = torch.full((self.num_classes,), math.nan, dtype=torch.float64)  # type: ignore[arg-type]
+        with self.synced():
+            counts, sums = accumulator.lane_counts(), accumulator.cov_sum
+            for label in torch.nonzero(counts > 0).flatten().tolist():
+                moment = sums[label] / counts[label]
+                values[label] = vendi_score(psd_eigenvalues(moment), order).cpu()
+        return values
+
+    def least_diverse(self, k: int = 5) -> list[tuple[int, float, int]]:
+        """The ``k`` labels with the lowest per-prompt Vendi: ``(label, vendi, samples)``, lowest first."""
+        k = check_positive_int(k, "k")
+        with self.synced():
+            values, counts = self.per_prompt(), self.prompt_counts()
+        seen = torch.nonzero(~values.isnan()).flatten()
+        order = seen[torch.argsort(values[seen], stable=True)][:k]
+        return [(int(i), float(values[i]), int(round(float(counts[i])))) for i in order]
+
+    def galleries(
+        self, batches: Iterable[tuple[Any, Ids]], k: int, per_mode: int, reference_batches: Optional[Iterable] = None
+    ) -> dict[str, ModeGallery]:
+        """``{"least_diverse_prompts": ...}``: for the ``k`` least diverse labels, the first ``per_mode`` kept samples
+        of each, from ``batches`` of ``((features, labels), ids)``. Row labels name the prompt, its Vendi and count."""
+        if self.num_classes is None:
+            return {}
+        worst = self.least_diverse(k)
+        wanted = {label: [] for label, _, _ in worst}  # type: dict[int, list[Tensor]]
+        for (_, labels), ids in batches:
+            labels, ids = torch.as_tensor(labels).cpu(), torch.as_tensor(ids).cpu()
+            for label, found in wanted.items():
+                have = sum(len(part) for part in found)
+                if have < per_mode:
+                    found.append(ids[labels == label][: per_mode - have])
+        samples, names = [], []
+        for label, value, count in worst:
+            ids = torch.cat(wanted[label]) if wanted[label] else torch.zeros(0, dtype=torch.long)
+            samples.append((ids, torch.full((len(ids),), value, dtype=torch.float64)))
+            prompt = f"prompt {label}" if self.prompt_names is None else repr(self.prompt_names[label])
+            names.append(f"{prompt}: Vendi {value:.2f} over {count} samples")
+        return {"least_diverse_prompts": ModeGallery(samples, names)}
+
+
+class _PerLabelMap(FeatureMap):
+    """The samples' features ``[cos, sin](x Z_x[:, :r_p] / sigma) / sqrt(r_p)`` with one lane per label."""
+
+    def __init__(self, parent: JointGaussianRFF, n_frequencies: int, labels: int) -> None:
+        super().__init__()
+        object.__setattr__(self, "parent", parent)  # the parent owns the draw
+        self.n_frequencies, self.bandwidths, self.in_features = n_frequencies, labels, None
+
+    @property
+    def out_features(self) -> int:
+        return 2 * self.n_frequencies
+
+    def forward(self, x: Tensor) -> Tensor:
+        parent: JointGaussianRFF = self.parent  # type: ignore[attr-defined]
+        d_x = parent.in_features[0]  # type: ignore[index]
+        z = parent.z[:d_x, : self.n_frequencies].to(device=x.device, dtype=x.dtype)
+        phases = x @ (z / parent.sigma)
+        return torch.cat([phases.cos(), phases.sin()], dim=1).mul_(1.0 / math.sqrt(self.n_frequencies))
+
+
+class _PerLabelAccumulator(Accumulator):
+    """Per-label sums in the lanes of one flat state: rows ``[label, x]`` go to their label's lane only. A lane's
+    count is the trace of its ``Q`` (unit-norm features); the state's count is the total."""
+
+    def __init__(self, metric: Any, name: str, feature_map: _PerLabelMap, chunk_size: int) -> None:
+        super().__init__(metric, name, feature_map, covariance=True, centre=False, chunk_size=chunk_size)
+
+    def flush(self) -> None:
+        if not self._pending:
+            return
+        rows = torch.cat(list(self._pending))
+        self._pending.clear()
+        count, sums, outer = self._parts(getattr(self.metric, self.state_name))
+        with torch.no_grad():
+            for start in range(0, rows.shape[0], self.chunk_size):
+                chunk = rows[start : start + self.chunk_size]
+                labels, phi = chunk[:, 0].long(), self.feature_map(chunk[:, 1:])
+                count += chunk.shape[0]
+                for label in torch.unique(labels).tolist():
+                    features = phi[labels == label]
+                    sums[label] += features.sum(0)
+                    add_gram_(outer[label], features)  # type: ignore[index]
+
+    def lane_counts(self) -> Tensor:
+        """Samples per label (L,): the traces of the lanes' ``Q``, rounded (float64)."""
+        return self.cov_sum.diagonal(dim1=-2, dim2=-1).sum(-1).round()
+
+
+class _PairedSides(FeatureMap):
+    """``[phi_x(x), phi_t(t)]`` (N, 4r) of rows ``[x, t]``: the paired covariance behind the Schur complement."""
+
+    def __init__(self, parent: JointGaussianRFF) -> None:
+        super().__init__()
+        object.__setattr__(self, "parent", parent)
+        self.in_features = None
+
+    @property
+    def out_features(self) -> int:
+        return 2 * self.parent.out_features  # type: ignore[attr-defined]
+
+    def forward(self, rows: Tensor) -> Tensor:
+        parent: JointGaussianRFF = self.parent  # type: ignore[attr-defined]
+        return torch.cat([parent(rows, "samples"), parent(rows, "prompts")], dim=1)

@@ -1,0 +1,158 @@
+# ruff: noqa: E402 - os.environ is set before the imports that load torch
+"""Train a class-conditional VAE on 8x8 digits and name the prompts it stops varying on, while it trains.
+
+    python recipes/conditional_generative.py --config recipes/configs/conditional_normal.yaml
+    python recipes/conditional_generative.py --config recipes/configs/conditional_collapse.yaml  # 4, 9 collapse
+
+A LightningCLI over :class:`~lightning_spectral.generative.ConditionalDigitsVAE` (prompts: the captions "a photo of
+the digit k", given to the model and the metric as the label k, one-hot) and
+:class:`~lightning_spectral.generative.DigitsImages`; the YAML adds
+:class:`~lightning_spectral.callbacks.GeneratedSamples` with ``prompts``: every ``every_n_epochs`` it draws the same
+seeded samples, ``n_samples / 10`` per prompt, and logs the unconditional FKEA Vendi / RKE beside
+:class:`~lightning_spectral.metrics.ConditionalVendi` (Conditional-Vendi, Information-Vendi, each prompt's Vendi) and
+a gallery of the least diverse prompts. The recipe adds torchmetrics' KID with the same extractor on the same
+samples (:class:`KIDAlongside` of ``recipes/generative.py``), and prints the numbers per measured epoch, then each
+prompt's Vendi at the last one with the prompts that collapsed (Vendi below half the median prompt's).
+``--summary_json`` also writes it to a file. Read it with docs/conditional.md.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # passive OpenMP threads on shared cores (recipes/generative.py)
+
+import json
+import statistics
+import sys
+from pathlib import Path
+from typing import Any, Optional
+
+from lightning.pytorch.cli import LightningCLI
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from generative import KIDAlongside  # the recipe beside this one
+
+from lightning_spectral.callbacks import GeneratedSamples
+from lightning_spectral.files import WriteError, check_writable, written
+from lightning_spectral.generative import ConditionalDigitsVAE, DigitsImages
+from lightning_spectral.metrics import ConditionalVendi, FKEAVendi
+
+
+def roles(generated: GeneratedSamples) -> dict[str, str]:
+    """The callback's metric names by role: ``vendi`` (FKEAVendi), ``cond`` (ConditionalVendi)."""
+    kinds = {FKEAVendi: "vendi", ConditionalVendi: "cond"}
+    return {role: name for name, metric in generated.metrics.items() for kind, role in kinds.items()
+            if isinstance(metric, kind)}
+
+
+def collapsed_prompts(per_prompt: dict[int, float], ratio: float = 0.5) -> list[int]:
+    """Labels whose Vendi is below ``ratio`` x the median prompt's: the prompts the model stopped varying on."""
+    if not per_prompt:
+        return []
+    median = statistics.median(per_prompt.values())
+    return sorted(label for label, value in per_prompt.items() if value < ratio * median)
+
+
+def summarise(generated: GeneratedSamples, kid: Optional[KIDAlongside]) -> dict[str, Any]:
+    """Per measured epoch: Vendi-1, RKE, Conditional-Vendi-1 / RKE, Information-Vendi-1, KID, each prompt's Vendi;
+    then the collapsed prompts of the last epoch and the gallery rows of the least diverse prompts."""
+    role = roles(generated)
+    rows = []
+    for epoch, values in sorted(generated.history.items()):
+        row: dict[str, Any] = {"epoch": epoch + 1}
+        if "vendi" in role:
+            row.update(vendi=values.get(f"{role['vendi']}/1"), rke=values.get(f"{role['vendi']}/2"))
+        if "cond" in role:
+            name = role["cond"]
+            row.update(cond_vendi=values.get(f"{name}/1"), cond_rke=values.get(f"{name}/2"),
+                       information=values.get(f"{name}_information/1"))
+            row["per_prompt"] = {int(key.rsplit("/", 1)[1]): value for key, value in values.items()
+                                 if key.startswith(f"{name}_prompt/")}
+        if kid is not None and epoch in kid.history:
+            row["kid"], row["kid_std"] = kid.history[epoch]
+        rows.append(row)
+    last = rows[-1].get("per_prompt", {}) if rows else {}
+    gallery = generated.last_galleries.get(f"{role.get('cond')}/least_diverse_prompts")
+    return {"epochs": rows, "collapsed": collapsed_prompts(last),
+            "least_diverse": [] if gallery is None else list(gallery.labels)}
+
+
+def summary_text(result: dict[str, Any], generated: GeneratedSamples, names: Optional[list[str]]) -> str:
+    """The table a person reads at the end of a run."""
+    lines = ["", "=" * 100,
+             f"Conditional VAE, {generated.n_samples} samples per measured epoch, one prompt per sample.", "",
+             f"{'epoch':>5} | {'Vendi-1':>7} {'RKE':>6} | {'Cond-Vendi-1':>12} {'Cond-RKE':>8} "
+             f"{'Info-Vendi':>10} | {'min prompt':>10} | {'KID mean':>9}"]
+
+    def number(row: dict[str, Any], key: str, spec: str) -> str:
+        value = row.get(key)
+        return format(value, spec) if value is not None else "-"
+
+    for row in result["epochs"]:
+        low = min(row.get("per_prompt", {}).values(), default=None)
+        lines.append(
+            f"{row['epoch']:>5} | {number(row, 'vendi', '>7.2f')} {number(row, 'rke', '>6.2f')} | "
+            f"{number(row, 'cond_vendi', '>12.2f')} {number(row, 'cond_rke', '>8.2f')} "
+            f"{number(row, 'information', '>10.2f')} | {'-' if low is None else format(low, '>10.2f')} | "
+            f"{number(row, 'kid', '>9.5f')}"
+        )
+    if result["epochs"]:
+        per_prompt = result["epochs"][-1].get("per_prompt", {})
+        lines.append(f"\nEach prompt's Vendi at epoch {result['epochs'][-1]['epoch']}:")
+        for label, value in sorted(per_prompt.items()):
+            caption = names[label] if names else f"prompt {label}"
+            lines.append(f"  {caption:<28} {value:6.2f}" + ("   <- collapsed" if label in result["collapsed"] else ""))
+    lines.append("\nCollapsed prompts (Vendi < half the median prompt's): "
+                 + (", ".join(names[i] if names else str(i) for i in result["collapsed"]) or "none"))
+    if result["least_diverse"]:
+        lines.append("Gallery rows (TensorBoard, gen/<metric>/least_diverse_prompts): "
+                     + "; ".join(result["least_diverse"]))
+    lines.append("=" * 100)
+    return "\n".join(lines)
+
+
+class ConditionalCLI(LightningCLI):
+    """LightningCLI plus KID alongside and a summary file."""
+
+    def add_arguments_to_parser(self, parser: Any) -> None:
+        parser.add_argument("--kid_subsets", type=int, default=100, help="KID subsets (0: no KID).")
+        parser.add_argument("--kid_subset_size", type=int, default=500, help="KID subset size.")
+        parser.add_argument("--summary_json", type=Optional[str], default=None, help="Also write the summary here.")
+
+
+def main(args: Optional[list[str]] = None) -> dict[str, Any]:
+    """Run the recipe; returns ``{"epochs": [...], "collapsed": [...], "least_diverse": [...], "log_dir": ...}``."""
+    cli = ConditionalCLI(ConditionalDigitsVAE, DigitsImages, run=False, args=args, seed_everything_default=0,
+                         save_config_kwargs={"overwrite": True})
+    config, trainer = cli.config, cli.trainer
+    if config["summary_json"]:
+        check_writable(config["summary_json"], "--summary_json")
+    generated = next((c for c in trainer.callbacks if isinstance(c, GeneratedSamples)), None)
+    if generated is None or generated.prompts is None:
+        raise ValueError("the config needs a lightning_spectral.callbacks.GeneratedSamples callback with `prompts`; "
+                         "see recipes/configs/conditional_normal.yaml.")
+    kid = None
+    if config["kid_subsets"] > 0:
+        kid = KIDAlongside(generated, subsets=config["kid_subsets"], subset_size=config["kid_subset_size"])
+        trainer.callbacks.append(kid)
+    trainer.fit(cli.model, datamodule=cli.datamodule)
+    result = summarise(generated, kid)
+    result["log_dir"] = trainer.logger.log_dir if trainer.logger is not None else None
+    cond = generated.metrics.get(roles(generated).get("cond", ""))
+    names = getattr(cond, "prompt_names", None)
+    if trainer.is_global_zero:
+        print(summary_text(result, generated, names), flush=True)
+        in_log_dir = result["log_dir"] and str(Path(result["log_dir"]) / "summary.json")
+        for path in {config["summary_json"], in_log_dir} - {None, ""}:
+            with written(path, "--summary_json" if path == config["summary_json"] else "log_dir") as temporary:
+                temporary.write_text(json.dumps(result, indent=2))
+    return result
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except WriteError as error:
+        print(f"{Path(__file__).name}: error: {error}", file=sys.stderr)
+        sys.exit(2)
