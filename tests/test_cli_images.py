@@ -128,8 +128,10 @@ def broken(folders, tmp_path):
         (["ood", "{gen}", "{gen}", "--encoder", "clip:"], r"`--encoder` must be"),
         (["evaluate", "{gen}", "--sigma", "1", "--weights", "{tmp}/w.pt"], r"no weights"),
         (["evaluate", "{tmp}/x.npy", "--sigma", "1", "--save-features", "{tmp}/f"], r"`--save-features` applies to"),
+        (["evaluate", "{tmp}/x.npy", "--sigma", "1", "--encoder", "pixels:8"], r"`--encoder` applies to"),
     ],
-    ids=["missing", "empty", "unreadable", "blank-line", "short-images", "encoder", "weights", "save-features"],
+    ids=["missing", "empty", "unreadable", "blank-line", "short-images", "encoder", "weights", "save-features",
+         "encoder-without-images"],
 )
 def test_argument_errors_come_before_any_image_is_embedded(folders, broken, capsys, monkeypatch, argv, message):
     import re

@@ -50,10 +50,10 @@ def add_flags(parser: argparse.ArgumentParser, second: bool = False) -> None:
     for ``compare``'s B)."""
     group = parser.add_argument_group("images instead of embeddings (an input that is a folder or a .txt list)")
     group.add_argument(
-        "--encoder", default="pixels", metavar="NAME",
+        "--encoder", default=None, metavar="NAME",
         help="how image inputs are embedded: 'pixels' or 'pixels:SIZE' (grey pixels pooled to SIZE x SIZE, centred; "
         f"weight-free, default size {PIXELS_SIZE}), 'clip:ARCH' (an open_clip image tower, e.g. clip:ViT-B-32) or "
-        "'timm:ARCH' (e.g. timm:vit_small_patch14_dinov2); clip and timm take --weights (default: %(default)s)",
+        "'timm:ARCH' (e.g. timm:vit_small_patch14_dinov2); clip and timm take --weights (default: pixels)",
     )
     group.add_argument(
         "--weights", metavar="FILE", help="local weights of a clip: or timm: encoder (.safetensors, .pt, .pth, .bin); "
@@ -251,10 +251,12 @@ def resolve(args: argparse.Namespace, session: Session) -> dict[str, Any]:
         if is_image_source(getattr(args, attribute, None))
     ]
     if not sources:
-        for flag in ("weights", "save_features", "encoder_b", "weights_b"):
+        for flag in ("encoder", "weights", "save_features", "encoder_b", "weights_b"):
             if getattr(args, flag, None) is not None:
                 raise UsageError(f"`--{flag.replace('_', '-')}` applies to image inputs (a folder or a .txt list).")
         return {}
+    if args.encoder is None:
+        args.encoder = "pixels"
     with session.agreed():  # every argument checked before the first image is decoded
         listed = {attribute: list_images(source, name) for attribute, name, source in sources}
         gallery = GALLERY_INPUT.get(args.command)
