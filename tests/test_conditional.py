@@ -245,6 +245,22 @@ def test_label_prompts_read_the_prompt_side_from_the_counts_and_match_the_genera
         cheap.update(x[:4], torch.nn.functional.one_hot(labels[:4], 5).float(), labels=labels[:4])
 
 
+@pytest.mark.parametrize("label_prompts", [False, True])
+def test_integer_prompts_with_disagreeing_labels_are_refused_before_any_sum_changes(label_prompts):
+    x, _, labels = labelled(n=60, classes=3, noise=1.0)
+    metric = ConditionalVendi(2.0, 0.1, 32, alpha=2, num_classes=3, per_prompt_frequencies=8,
+                              label_prompts=label_prompts)
+    metric.update(x[:30], labels[:30], labels=labels[:30])  # agreeing labels= are accepted
+    with pytest.raises(ValueError, match=r"`labels=` disagrees"):
+        metric.update(x[30:], labels[30:], labels=(labels[30:] + 1) % 3)
+    alone = ConditionalVendi(2.0, 0.1, 32, alpha=2, num_classes=3, per_prompt_frequencies=8,
+                             label_prompts=label_prompts)
+    alone.update(x[:30], labels[:30])  # the refused batch left every sum as it was
+    assert metric.sample_count() == 30 and float(metric.compute()) == float(alone.compute())
+    assert torch.equal(metric.prompt_counts(), alone.prompt_counts())
+    assert torch.equal(metric.per_prompt(), alone.per_prompt())
+
+
 def test_prompt_agnostic_modes_are_the_schur_complement_of_the_paired_features():
     x, t, labels = labelled(n=200, classes=4, noise=1.0)
     metric = ConditionalVendi(2.0, 0.5, 24, alpha=2, seed=1, prompt_agnostic=True, ridge=1e-2)

@@ -224,7 +224,8 @@ class ConditionalVendi(SpectralMetric):
 
         Raises:
             ValueError / TypeError: rows that do not pair up, widths that change, NaN / Inf, labels out of range,
-                integer prompts without ``num_classes``, a metric with ``num_classes`` fed without labels.
+                integer prompts without ``num_classes``, a metric with ``num_classes`` fed without labels, integer
+                ``prompts`` with a ``labels=`` that differs from them.
         """
         if self.feature is not None:
             samples = self.feature(samples, "samples")
@@ -242,6 +243,12 @@ class ConditionalVendi(SpectralMetric):
                     "with `num_classes=` (the number of distinct prompts) to see which prompts collapse."
                 )
             labels = self._labels(labels, samples.shape[0], "labels")
+            if from_prompts is not None and not torch.equal(labels.cpu(), from_prompts.cpu()):
+                raise ValueError(
+                    "ConditionalVendi.update: integer `prompts` are already the labels, and `labels=` disagrees with "
+                    "them (the joint and per-prompt sums would describe different prompts); drop `labels=`, or pass "
+                    "prompt embeddings beside `labels=`."
+                )
         labels = from_prompts if labels is None else labels
         if self.num_classes is not None and labels is None:
             raise ValueError(
