@@ -434,12 +434,18 @@ class ConditionalVendi(SpectralMetric):
                 values[label] = vendi_score(psd_eigenvalues(moment), order).cpu()
         return values
 
-    def least_diverse(self, k: int = 5) -> list[tuple[int, float, int]]:
-        """The ``k`` labels with the lowest per-prompt Vendi: ``(label, vendi, samples)``, lowest first."""
+    def least_diverse(self, k: int = 5, min_count: int = 2) -> list[tuple[int, float, int]]:
+        """The ``k`` labels with the lowest per-prompt Vendi among those with at least ``min_count`` samples:
+        ``(label, vendi, samples)``, lowest first (fewer than ``k`` when fewer labels qualify).
+
+        A label seen once has Vendi exactly 1 (one sample, one eigenvalue), so without ``min_count`` rare labels (a
+        caption that seldom recurs, a ragged last batch) would always top the list; ``min_count=1`` keeps them.
+        [`galleries`][lightning_spectral.metrics.ConditionalVendi.galleries] uses the default."""
         k = check_positive_int(k, "k")
+        min_count = check_positive_int(min_count, "min_count")
         with self.synced():
-            values, counts = self.per_prompt(), self.prompt_counts()
-        seen = torch.nonzero(~values.isnan()).flatten()
+            values, counts = self.per_prompt(), self.prompt_counts()  # a count is a lane's trace: round it
+        seen = torch.nonzero(~values.isnan() & (counts.to(values.device).round() >= min_count)).flatten()
         order = seen[torch.argsort(values[seen], stable=True)][:k]
         return [(int(i), float(values[i]), int(round(float(counts[i])))) for i in order]
 
@@ -447,7 +453,8 @@ class ConditionalVendi(SpectralMetric):
         self, batches: Iterable[tuple[Any, Ids]], k: int, per_mode: int, reference_batches: Optional[Iterable] = None
     ) -> dict[str, ModeGallery]:
         """``{"least_diverse_prompts": ...}``: for the ``k`` least diverse labels, the first ``per_mode`` kept samples
-        of each, from ``batches`` of ``((features, labels), ids)``. Row labels name the prompt, its Vendi and count."""
+        of each (labels with at least 2 samples, as ``least_diverse``), from ``batches`` of ``((features, labels),
+        ids)``. Row labels name the prompt, its Vendi and count."""
         if self.num_classes is None:
             return {}
         worst = self.least_diverse(k)
