@@ -79,7 +79,8 @@ class ConditionalVendi(SpectralMetric):
             ([`prompt_agnostic_modes`][lightning_spectral.metrics.ConditionalVendi.prompt_agnostic_modes], Scendi's
             Schur complement).
         ridge: the ridge of the prompt-side solve of the Schur complement
-            (`prompt_agnostic_covariance`).
+            (`prompt_agnostic_covariance`): this library's regularisation (Scendi uses the pseudo-inverse), and the
+            complement depends on it; report it with any value read from the complement.
         in_features: widths ``(d_samples, d_prompts)``, if known.
         kwargs: ``chunk_size``, ``feature`` (images -> sample embeddings; prompts are never passed through it),
             ``normalize``, ``save_feature`` and torchmetrics' keyword arguments.
@@ -372,8 +373,9 @@ class ConditionalVendi(SpectralMetric):
         return self.accumulators["paired"]
 
     def prompt_agnostic_covariance(self) -> Tensor:
-        """The Schur complement ``C_xx - C_xt (C_tt + ridge I)^-1 C_tx`` (2r x 2r, float64), all ranks (a collective
-        under DDP): the samples' kernel covariance the prompts do not explain (trace <= 1)."""
+        """The Schur complement ``C_xx - C_xt (C_tt + ridge I)^-1 C_tx`` (2r x 2r, float64) of the uncentred paired
+        second moment, all ranks (a collective under DDP): the samples' kernel covariance the prompts do not explain
+        (trace <= 1; it depends on ``ridge``, see `functional.conditional.prompt_agnostic_covariance`)."""
         with self.synced():
             paired = self._paired()
             return prompt_agnostic_covariance(paired.second_moment(), self.feature_map.out_features, self.ridge)
