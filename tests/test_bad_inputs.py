@@ -257,6 +257,14 @@ CASES = [
     row("ConditionalVendi.update embeddings without labels but num_classes",
         lambda f: ConditionalVendi(1.0, 1.0, 8, num_classes=3, per_prompt_frequencies=4).update(x(4), x(4)),
         ValueError, r"pass integer `prompts`, or `labels=`"),
+    row("ConditionalVendi.update integer prompts and disagreeing labels",
+        lambda f: ConditionalVendi(1.0, 1.0, 8, num_classes=3, per_prompt_frequencies=4).update(
+            x(4), torch.tensor([0, 1, 2, 1]), labels=torch.tensor([1, 2, 0, 2])), ValueError,
+        r"`labels=` disagrees.*drop `labels=`"),
+    row("ConditionalVendi.least_diverse min_count=0",
+        lambda f: (lambda m: (m.update(x(4), torch.tensor([0, 1, 2, 1])), m.least_diverse(2, min_count=0)))(
+            ConditionalVendi(1.0, 1.0, 8, num_classes=3, per_prompt_frequencies=4)), ValueError,
+        r"`min_count` must be an integer >= 1"),
     row("ConditionalVendi.update NaN prompts",
         lambda f: ConditionalVendi(1.0, 1.0, 8).update(x(4), torch.full((4, 2), float("nan"))), ValueError,
         r"`prompts`.*NaN"),

@@ -245,6 +245,42 @@ def test_label_prompts_read_the_prompt_side_from_the_counts_and_match_the_genera
         cheap.update(x[:4], torch.nn.functional.one_hot(labels[:4], 5).float(), labels=labels[:4])
 
 
+@pytest.mark.parametrize("label_prompts", [False, True])
+def test_integer_prompts_with_disagreeing_labels_are_refused_before_any_sum_changes(label_prompts):
+    x, _, labels = labelled(n=60, classes=3, noise=1.0)
+    metric = ConditionalVendi(2.0, 0.1, 32, alpha=2, num_classes=3, per_prompt_frequencies=8,
+                              label_prompts=label_prompts)
+    metric.update(x[:30], labels[:30], labels=labels[:30])  # agreeing labels= are accepted
+    with pytest.raises(ValueError, match=r"`labels=` disagrees"):
+        metric.update(x[30:], labels[30:], labels=(labels[30:] + 1) % 3)
+    alone = ConditionalVendi(2.0, 0.1, 32, alpha=2, num_classes=3, per_prompt_frequencies=8,
+                             label_prompts=label_prompts)
+    alone.update(x[:30], labels[:30])  # the refused batch left every sum as it was
+    assert metric.sample_count() == 30 and float(metric.compute()) == float(alone.compute())
+    assert torch.equal(metric.prompt_counts(), alone.prompt_counts())
+    assert torch.equal(metric.per_prompt(), alone.per_prompt())
+
+
+def test_least_diverse_skips_labels_with_fewer_than_min_count_samples():
+    x, _, labels = labelled(n=90, classes=3, noise=1.0)
+    x[labels == 2] = x[labels == 2][0]  # label 2 collapsed over 30 samples
+    metric = ConditionalVendi(2.0, 0.1, 64, alpha=1, num_classes=5, per_prompt_frequencies=32)
+    metric.update(x, labels)
+    metric.update(torch.randn(1, x.shape[1]), torch.tensor([3]))  # label 3 seen once: Vendi exactly 1
+    assert float(metric.per_prompt()[3]) == pytest.approx(1.0, abs=1e-9)
+    every = metric.least_diverse(5, min_count=1)  # the single sample ranks with the collapsed label
+    assert {label for label, _, _ in every[:2]} == {2, 3} and len(every) == 4
+    worst = metric.least_diverse(5)  # default min_count=2: label 3 dropped, label 4 never seen
+    assert [label for label, _, _ in worst][0] == 2 and {label for label, _, _ in worst} == {0, 1, 2}
+    assert [count for _, _, count in worst] == [30, 30, 30]
+    assert metric.least_diverse(5, min_count=31) == []
+    batches = [((x, labels), torch.arange(90))]
+    gallery = metric.galleries(batches, k=1, per_mode=3)["least_diverse_prompts"]
+    assert gallery.labels[0].startswith("prompt 2: Vendi 1.00 over 30 samples")
+    with pytest.raises(ValueError, match="`min_count` must be an integer >= 1"):
+        metric.least_diverse(2, min_count=0)
+
+
 def test_prompt_agnostic_modes_are_the_schur_complement_of_the_paired_features():
     x, t, labels = labelled(n=200, classes=4, noise=1.0)
     metric = ConditionalVendi(2.0, 0.5, 24, alpha=2, seed=1, prompt_agnostic=True, ridge=1e-2)

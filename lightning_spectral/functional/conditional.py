@@ -1,4 +1,4 @@
-"""Conditional-Vendi / Conditional-RKE / Information-Vendi of prompt-conditioned samples, and their exact oracles.
+r"""Conditional-Vendi / Conditional-RKE / Information-Vendi of prompt-conditioned samples, and their exact oracles.
 
 Jalali, Ospanov, Gohari, Farnia, "Conditional Vendi Score" (arXiv 2411.02817): with Gaussian kernels ``K_X`` on the
 samples and ``K_T`` on the prompts (``k(z, z) = 1``), the joint kernel is the Hadamard product ``K_X o K_T``, and
@@ -16,12 +16,20 @@ Random features (the authors' ``joint_cov_rff``): the product of two Gaussian ke
 features ``[cos, sin](x Z_x / sigma_x + t Z_t / sigma_t) / sqrt(r)`` have the joint covariance ``C_XT`` (2r x 2r),
 and the same slices give ``C_X`` and ``C_T``: every entropy above is read from a 2r x 2r covariance whose non-zero
 spectrum approximates the kernel matrix's (error ~ 1/sqrt(r)), so the errors of the three entropies correlate.
-Order 2 needs no eigendecomposition: ``Conditional-RKE = ||C_T||_F^2 / ||C_XT||_F^2``.
+Order 2 needs no eigendecomposition: ``Conditional-RKE = ||C_T||_F^2 / ||C_XT||_F^2``. That estimate is
+consistent but biased by $O(1/r)$: $\mathbb{E}\,\|C\|_F^2 = \|K/n\|_F^2 + \frac{1}{n^2}\sum_{i \ne j}
+\mathrm{Var}\,\hat k_{ij}$ (each squared kernel estimate picks up its variance), so both Frobenius norms run
+high, relatively more on the joint side (whose RKE is larger); Conditional-RKE then comes out low, by more when the
+joint RKE is large against r (measured: 8.42 against the exact 8.80 at r = 768, on n = 240 synthetic samples with
+four recurring noisy one-hot prompts).
 
 Prompt-agnostic modes (Ospanov, Jalali, Farnia, "Scendi", arXiv 2412.18645, abstract: the Schur complement of the
-joint image-text kernel covariance): ``Lambda = C_xx - C_xt (C_tt + eps I)^-1 C_tx``, the sample variation the
-prompts do not explain (linearly, in feature space); with a ridge ``eps`` its non-zero eigenvalues are those of
-``eps K_X^1/2 (K_T + n eps I)^-1 K_X^1/2`` (the kernel oracle below).
+joint image-text kernel covariance): $\Lambda = C_{xx} - C_{xt} (C_{tt} + \varepsilon I)^{-1} C_{tx}$ of the
+uncentred second moment of the paired features, the sample variation the prompts do not explain (linearly, in
+feature space). The ridge $\varepsilon > 0$ is this library's regularisation: Scendi (and its code) uses the
+pseudo-inverse of $C_{tt}$ (its random-feature width 2r < n keeps the value from collapsing), and the value here
+depends on $\varepsilon$ (see `prompt_agnostic_covariance`). Its non-zero eigenvalues are those of
+$\varepsilon K_X^{1/2} (K_T + n \varepsilon I)^{-1} K_X^{1/2}$ (the kernel oracle below).
 """
 
 from __future__ import annotations
@@ -333,11 +341,21 @@ def conditional_vendi(
 
 
 def prompt_agnostic_covariance(joint_xt: Tensor, width_x: int, ridge: float = 1e-3) -> Tensor:
-    """The Schur complement ``Lambda = C_xx - C_xt (C_tt + ridge I)^-1 C_tx`` (Scendi) of a paired covariance
-    ``[[C_xx, C_xt], [C_tx, C_tt]]`` whose first ``width_x`` rows / columns are the samples' features. float64.
+    r"""The Schur complement $\Lambda = C_{xx} - C_{xt} (C_{tt} + \varepsilon I)^{-1} C_{tx}$ (Scendi's, with a
+    ridge $\varepsilon$ = ``ridge``) of the paired second moment, (2r, 2r) float64.
 
-    ``ridge`` makes the prompt-side solve well posed (with 2r >= the number of distinct prompts the in-sample
-    regression is otherwise exact and ``Lambda`` collapses to 0); report it with the score."""
+    Input convention (Scendi's and its code's): ``joint_xt`` is the uncentred second moment
+    $\frac{1}{n}\sum_i [\phi(x_i); \psi(t_i)][\phi(x_i); \psi(t_i)]^\top$ of the concatenated sample and prompt
+    features, the first ``width_x`` rows / columns the samples'. Do not centre it: the complement of the uncentred
+    moment already removes the mean direction (one constant prompt gives the centred $K_X / n$); a centred
+    covariance gives another $\Lambda$. No score is defined here; one read from $\Lambda$ normalises its eigenvalues
+    by their sum $\mathrm{tr}\,\Lambda$ (as the authors' code does, and as `renyi_entropy` does).
+
+    The ridge is this library's regularisation, not the paper's: Scendi uses the pseudo-inverse of $C_{tt}$, and its
+    random-feature width 2r < n is what keeps its value from collapsing. With $\varepsilon \to 0$, $\Lambda$ is the
+    within-prompt scatter when prompts recur (not 0); it collapses to 0 only when every sample has its own prompt and the prompt
+    features span $\mathbb{R}^n$ (2r >= n, or the exact-kernel limit), where the value depends strongly on
+    $\varepsilon$. Report ``ridge`` with any value read from it."""
     ridge = check_positive(ridge, "ridge")
     joint_xt = joint_xt.double()
     c_xx, c_xt, c_tt = joint_xt[:width_x, :width_x], joint_xt[:width_x, width_x:], joint_xt[width_x:, width_x:]

@@ -79,7 +79,8 @@ class ConditionalVendi(SpectralMetric):
             ([`prompt_agnostic_modes`][lightning_spectral.metrics.ConditionalVendi.prompt_agnostic_modes], Scendi's
             Schur complement).
         ridge: the ridge of the prompt-side solve of the Schur complement
-            (`prompt_agnostic_covariance`).
+            (`prompt_agnostic_covariance`): this library's regularisation (Scendi uses the pseudo-inverse), and the
+            complement depends on it; report it with any value read from the complement.
         in_features: widths ``(d_samples, d_prompts)``, if known.
         kwargs: ``chunk_size``, ``feature`` (images -> sample embeddings; prompts are never passed through it),
             ``normalize``, ``save_feature`` and torchmetrics' keyword arguments.
@@ -224,7 +225,8 @@ class ConditionalVendi(SpectralMetric):
 
         Raises:
             ValueError / TypeError: rows that do not pair up, widths that change, NaN / Inf, labels out of range,
-                integer prompts without ``num_classes``, a metric with ``num_classes`` fed without labels.
+                integer prompts without ``num_classes``, a metric with ``num_classes`` fed without labels, integer
+                ``prompts`` with a ``labels=`` that differs from them.
         """
         if self.feature is not None:
             samples = self.feature(samples, "samples")
@@ -242,6 +244,12 @@ class ConditionalVendi(SpectralMetric):
                     "with `num_classes=` (the number of distinct prompts) to see which prompts collapse."
                 )
             labels = self._labels(labels, samples.shape[0], "labels")
+            if from_prompts is not None and not torch.equal(labels.cpu(), from_prompts.cpu()):
+                raise ValueError(
+                    "ConditionalVendi.update: integer `prompts` are already the labels, and `labels=` disagrees with "
+                    "them (the joint and per-prompt sums would describe different prompts); drop `labels=`, or pass "
+                    "prompt embeddings beside `labels=`."
+                )
         labels = from_prompts if labels is None else labels
         if self.num_classes is not None and labels is None:
             raise ValueError(
@@ -365,8 +373,9 @@ class ConditionalVendi(SpectralMetric):
         return self.accumulators["paired"]
 
     def prompt_agnostic_covariance(self) -> Tensor:
-        """The Schur complement ``C_xx - C_xt (C_tt + ridge I)^-1 C_tx`` (2r x 2r, float64), all ranks (a collective
-        under DDP): the samples' kernel covariance the prompts do not explain (trace <= 1)."""
+        """The Schur complement ``C_xx - C_xt (C_tt + ridge I)^-1 C_tx`` (2r x 2r, float64) of the uncentred paired
+        second moment, all ranks (a collective under DDP): the samples' kernel covariance the prompts do not explain
+        (trace <= 1; it depends on ``ridge``, see `functional.conditional.prompt_agnostic_covariance`)."""
         with self.synced():
             paired = self._paired()
             return prompt_agnostic_covariance(paired.second_moment(), self.feature_map.out_features, self.ridge)
@@ -427,12 +436,18 @@ class ConditionalVendi(SpectralMetric):
                 values[label] = vendi_score(psd_eigenvalues(moment), order).cpu()
         return values
 
-    def least_diverse(self, k: int = 5) -> list[tuple[int, float, int]]:
-        """The ``k`` labels with the lowest per-prompt Vendi: ``(label, vendi, samples)``, lowest first."""
+    def least_diverse(self, k: int = 5, min_count: int = 2) -> list[tuple[int, float, int]]:
+        """The ``k`` labels with the lowest per-prompt Vendi among those with at least ``min_count`` samples:
+        ``(label, vendi, samples)``, lowest first (fewer than ``k`` when fewer labels qualify).
+
+        A label seen once has Vendi exactly 1 (one sample, one eigenvalue), so without ``min_count`` rare labels (a
+        caption that seldom recurs, a ragged last batch) would always top the list; ``min_count=1`` keeps them.
+        [`galleries`][lightning_spectral.metrics.ConditionalVendi.galleries] uses the default."""
         k = check_positive_int(k, "k")
+        min_count = check_positive_int(min_count, "min_count")
         with self.synced():
-            values, counts = self.per_prompt(), self.prompt_counts()
-        seen = torch.nonzero(~values.isnan()).flatten()
+            values, counts = self.per_prompt(), self.prompt_counts()  # a count is a lane's trace: round it
+        seen = torch.nonzero(~values.isnan() & (counts.to(values.device).round() >= min_count)).flatten()
         order = seen[torch.argsort(values[seen], stable=True)][:k]
         return [(int(i), float(values[i]), int(round(float(counts[i])))) for i in order]
 
@@ -440,7 +455,8 @@ class ConditionalVendi(SpectralMetric):
         self, batches: Iterable[tuple[Any, Ids]], k: int, per_mode: int, reference_batches: Optional[Iterable] = None
     ) -> dict[str, ModeGallery]:
         """``{"least_diverse_prompts": ...}``: for the ``k`` least diverse labels, the first ``per_mode`` kept samples
-        of each, from ``batches`` of ``((features, labels), ids)``. Row labels name the prompt, its Vendi and count."""
+        of each (labels with at least 2 samples, as ``least_diverse``), from ``batches`` of ``((features, labels),
+        ids)``. Row labels name the prompt, its Vendi and count."""
         if self.num_classes is None:
             return {}
         worst = self.least_diverse(k)
