@@ -279,6 +279,12 @@ def test_least_diverse_skips_labels_with_fewer_than_min_count_samples():
     assert gallery.labels[0].startswith("prompt 2: Vendi 1.00 over 30 samples")
     with pytest.raises(ValueError, match="`min_count` must be an integer >= 1"):
         metric.least_diverse(2, min_count=0)
+    varied = ConditionalVendi(2.0, 0.1, 64, alpha=1, num_classes=5, per_prompt_frequencies=32)
+    x, _, labels = labelled(n=90, classes=3, noise=1.0)
+    varied.update(x, labels)
+    varied.update(torch.randn(1, x.shape[1]), torch.tensor([3]))  # seen once: not the "least diverse prompt"
+    assert float(varied.summary()["min_prompt_vendi"]) == pytest.approx(min(v for _, v, _ in varied.least_diverse(3)))
+    assert float(varied.summary()["min_prompt_vendi"]) > 1.5
 
 
 def test_prompt_agnostic_modes_are_the_schur_complement_of_the_paired_features():

@@ -343,8 +343,9 @@ class ConditionalVendi(SpectralMetric):
     def summary(self) -> dict[str, Any]:
         """``""``: Conditional-Vendi; ``information``: Information-Vendi and ``vendi``: the samples' unconditional
         Vendi (with ``unconditional``); ``prompt_vendi``: the prompts'; with ``num_classes``, ``min_prompt_vendi``
-        (the least diverse prompt's Vendi) and ``prompt`` (each label's Vendi, NaN for a label not seen). A dict per
-        value for several orders. A collective under DDP."""
+        (the least diverse prompt's Vendi among the labels seen at least twice, as ``least_diverse``) and
+        ``prompt`` (each label's Vendi, NaN for a label not seen). A dict per value for several orders. A collective
+        under DDP."""
         with self.synced():
             scores = self.scores()
             out: dict[str, Any] = {}
@@ -358,7 +359,8 @@ class ConditionalVendi(SpectralMetric):
                 out["prompt_agnostic_share"] = self.prompt_agnostic_covariance().trace()
             if self.num_classes is not None:
                 per_prompt = self.per_prompt()
-                seen = per_prompt[~per_prompt.isnan()]
+                counts = self.prompt_counts().to(per_prompt.device).round()
+                seen = per_prompt[~per_prompt.isnan() & (counts >= 2)]  # a label seen once has Vendi 1
                 out["min_prompt_vendi"] = seen.min() if seen.numel() else torch.tensor(math.nan)
                 out["prompt"] = per_prompt  # logged per label as {name}_prompt/{label} (labels seen)
             return out
