@@ -27,7 +27,7 @@ The draws of ``N`` are ``+-(E_gen(h_a) - s rho E_ref(h_b))`` over the ``G - 1`` 
 ``2 (G - 1)`` independent contrasts. At ``rho > 1`` this bound is loose: the noise is largest along the shared
 modes, where ``E[L] = (1 - rho) C`` is far below 0 on one distribution. There the null is one distribution on
 both sides ("same distribution", the case the level is stated for) and each draw is the top eigenvalue of
-``(1 - rho) C_pool + N*`` (:func:`null_model`). With their mean ``m`` and standard deviation ``s``, the p-value is the
+``(1 - rho) C_pool + N*`` (:func:`null_model`; ``2 (G - 1)^2`` draws). With their mean ``m`` and standard deviation ``s``, the p-value is the
 Student-t prediction interval's (``nu = 2 (G - 1)`` degrees of freedom)::
 
     p(lambda) = P(T_nu >= (lambda - m) / (s sqrt(1 + 1/nu)))
@@ -237,13 +237,19 @@ def null_model(x: Groups, y: Groups, rho: float) -> NullModel:
     At ``rho = 1`` each of the ``2 (G_x - 1)(G_y - 1)`` matrices ``E_x(h_a) - s rho E_y(h_b)`` gives two draws,
     its largest eigenvalue and minus its smallest (the draw of the negated contrasts). At ``rho != 1`` one
     distribution gives ``E[C_x - rho C_y] = (1 - rho) C``: each draw is the largest eigenvalue of
-    ``(1 - rho) C_pool + t (E_x(h_a) - s rho E_y(h_b))`` (``C_pool`` both sides' second moment, ``s, t = +-1``).
-    Lanczos (:func:`~lightning_spectral.linalg.extreme_eigenvalues`, dense fallback).
+    ``(1 - rho) C_pool + s E_x(h_a) - rho E_y(h_b)`` (``C_pool`` both sides' second moment, ``s = +-1``):
+    ``2 (G_x - 1)(G_y - 1)`` draws. Lanczos (:func:`~lightning_spectral.linalg.extreme_eigenvalues`, dense
+    fallback), or a dense ``eigvalsh`` at ``rho != 1`` when a side has more samples than features.
     """
     contrasts_x, contrasts_y = hadamard_contrasts(len(x.sums)), hadamard_contrasts(len(y.sums))
     noise_x = [weighted_sum(x.contrast_terms(a, 1.0)) for a in contrasts_x]
     noise_y = [weighted_sum(y.contrast_terms(b, rho)) for b in contrasts_y]
     shift = None
+    # At rho != 1 with more samples than features on a side, the top of (1 - rho) C + noise is a tight cluster
+    # just above 0 where Lanczos exhausts its budget before its dense fallback (docs/benchmarks.md, issue 14):
+    # the dense eigvalsh answers directly, as it does for small matrices.
+    size = x.sums[0].shape[0]
+    dense = size <= 1024 or min(x.count, y.count) >= size
     if rho != 1.0:
         pooled = (1.0 - rho) / (x.count + y.count)
         shift = weighted_sum([(pooled, total) for total in x.sums + y.sums])
@@ -255,8 +261,10 @@ def null_model(x: Groups, y: Groups, rho: float) -> NullModel:
                     lowest, highest = extreme_eigenvalues(weighted_sum([(1.0, e_x), (-sign, e_y)]), symmetric=True)
                     draws += [float(highest), -float(lowest)]
                     continue
-                for flip in (1.0, -1.0):
-                    matrix = weighted_sum([(1.0, shift), (flip, e_x), (-flip * sign, e_y)])
+                matrix = weighted_sum([(1.0, shift), (sign, e_x), (-1.0, e_y)])
+                if dense:
+                    draws.append(float(torch.linalg.eigvalsh(matrix)[-1]))
+                else:
                     draws.append(float(extreme_eigenvalues(matrix, which="largest", symmetric=True)[1]))
     return NullModel(torch.tensor(draws, dtype=torch.float64), len(contrasts_x) + len(contrasts_y))
 
