@@ -41,15 +41,19 @@ novelty = novelty_against_reference(generated)
 print(f"novelty score {float(novelty.compute()):.4f}, significance threshold {novelty.threshold():.4f}")
 modes = novelty.novel_modes(3)
 print("top eigenvalues of C_gen - C_ref:", [round(float(v), 4) for v in modes.eigenvalues],
+      "p-values:", [float(f"{float(p):.2g}") for p in modes.p_values],
       "significant:", modes.significant.tolist())  # fmt: skip
 ids, _scores = novelty.top_samples(batches_with_ids(generated), k=1, per_mode=50)[0]
 print(f"top-50 generated samples of the novel mode: {float((generated_y[ids] == 9).float().mean()):.0%} are nines")
 
 missing = novelty.missing_modes(3)
 print("top eigenvalues of C_ref - C_gen:", [round(float(v), 4) for v in missing.eigenvalues],
+      "p-values:", [float(f"{float(p):.2g}") for p in missing.p_values],
       "significant:", missing.significant.tolist())  # fmt: skip
 ids, _scores = novelty.top_samples(batches_with_ids(reference), k=1, per_mode=50, missing=True)[0]
 print(f"top-50 reference samples of the missing mode: {float((reference_y[ids] == 0).float().mean()):.0%} are zeros")
 
 null = novelty_against_reference(like_reference)
-print(f"generated like the reference (other samples): novelty {float(null.compute()):.4f}")
+top = null.novel_modes(1)
+print(f"generated like the reference (other samples): novelty {float(null.compute()):.4f}, "
+      f"top eigenvalue {float(top.eigenvalues[0]):.4f} with p-value {float(top.p_values[0]):.2f}")
