@@ -53,6 +53,7 @@ from lightning_spectral.linalg import (
     DEFAULT_CHUNK_SIZE,
     add_covariance_,
     eigen_dtype,
+    extreme_eigenpairs,
     extreme_eigenvalues,
     symmetric_eigh,
     symmetrize,
@@ -231,6 +232,52 @@ class NullModel(NamedTuple):
         return self.mean + self.scale * student_t_isf(significance, self.dof)
 
 
+def null_weights(x: Groups, y: Groups, rho: float) -> Tensor:
+    """(K, G_x + G_y) float64: the weights on ``x``'s then ``y``'s group sums of each matrix of :func:`null_model`.
+
+    At ``rho = 1``: ``E_x(h_a) - s E_y(h_b)`` for every contrast pair and ``s = +-1``; at ``rho != 1``:
+    ``(1 - rho) C_pool + s E_x(h_a) - rho E_y(h_b)``.
+    """
+
+    def weights(side: Groups, contrast: Tensor, scale: float) -> list[float]:
+        return [weight for weight, _ in side.contrast_terms(contrast, scale)]
+
+    pooled = [(1.0 - rho) / (x.count + y.count)] * (len(x.sums) + len(y.sums))
+    rows = []
+    for a in hadamard_contrasts(len(x.sums)):
+        for b in hadamard_contrasts(len(y.sums)):
+            for sign in (1.0, -1.0):
+                if rho == 1.0:
+                    rows.append(weights(x, a, 1.0) + weights(y, b, -sign))
+                else:
+                    row = weights(x, a, sign) + weights(y, b, -rho)
+                    rows.append([w + p for w, p in zip(row, pooled)])
+    return torch.tensor(rows, dtype=torch.float64)
+
+
+def combinations(sums: list[Tensor], weights: Tensor, dtype: torch.dtype, rows: int = 64) -> Tensor:
+    """(K, D, D): ``sum_j weights[k, j] sums[j]`` for every row of ``weights`` (K, J), in one pass over the sums
+    (each row block of every input read once into K float64 accumulators by a rank-1 ``addmm``, cast once to
+    ``dtype``)."""
+    first = sums[0]
+    size, width = first.shape
+    out = torch.empty((weights.shape[0], size, width), dtype=dtype, device=first.device)
+    weights = weights.to(device=first.device, dtype=first.dtype)
+    buffer = torch.empty((weights.shape[0], rows * width), dtype=first.dtype, device=first.device)
+    for start in range(0, size, rows):
+        end = min(start + rows, size)
+        acc = buffer[:, : (end - start) * width]
+        torch.mm(weights[:, :1], sums[0][start:end].reshape(1, -1), out=acc)
+        for j in range(1, len(sums)):
+            acc.addmm_(weights[:, j : j + 1], sums[j][start:end].reshape(1, -1))
+        out[:, start:end] = acc.view(-1, end - start, width)
+    return out
+
+
+#: Matrices of the null formed at once (their memory: this many (2r)^2 matrices, float32 from FLOAT32_MIN_SIZE).
+NULL_BATCH = 6
+
+
 def null_model(x: Groups, y: Groups, rho: float) -> NullModel:
     """Draws of ``lambda_max`` of ``C_x - rho C_y`` on one distribution, from the groups' contrasts (module doc).
 
@@ -238,35 +285,32 @@ def null_model(x: Groups, y: Groups, rho: float) -> NullModel:
     its largest eigenvalue and minus its smallest (the draw of the negated contrasts). At ``rho != 1`` one
     distribution gives ``E[C_x - rho C_y] = (1 - rho) C``: each draw is the largest eigenvalue of
     ``(1 - rho) C_pool + s E_x(h_a) - rho E_y(h_b)`` (``C_pool`` both sides' second moment, ``s = +-1``):
-    ``2 (G_x - 1)(G_y - 1)`` draws. Lanczos (:func:`~lightning_spectral.linalg.extreme_eigenvalues`, dense
-    fallback), or a dense ``eigvalsh`` at ``rho != 1`` when a side has more samples than features.
+    ``2 (G_x - 1)(G_y - 1)`` draws. The matrices are formed :data:`NULL_BATCH` at a time in one pass over the group
+    sums (float32 from :data:`~lightning_spectral.linalg.FLOAT32_MIN_SIZE` rows, as the score's ``eigvalsh``);
+    their ends by Lanczos (:func:`~lightning_spectral.linalg.extreme_eigenvalues` in float64,
+    :func:`~lightning_spectral.linalg.extreme_eigenpairs` to ``1e-5 ||A||`` in float32; dense fallback), or a
+    dense ``eigvalsh`` at ``rho != 1`` when a side has more samples than features or the matrix is small (there
+    the top is a tight cluster just above 0 where Lanczos exhausts its budget; docs/benchmarks.md, issue 14).
     """
-    contrasts_x, contrasts_y = hadamard_contrasts(len(x.sums)), hadamard_contrasts(len(y.sums))
-    noise_x = [weighted_sum(x.contrast_terms(a, 1.0)) for a in contrasts_x]
-    noise_y = [weighted_sum(y.contrast_terms(b, rho)) for b in contrasts_y]
-    shift = None
-    # At rho != 1 with more samples than features on a side, the top of (1 - rho) C + noise is a tight cluster
-    # just above 0 where Lanczos exhausts its budget before its dense fallback (docs/benchmarks.md, issue 14):
-    # the dense eigvalsh answers directly, as it does for small matrices.
     size = x.sums[0].shape[0]
-    dense = size <= 1024 or min(x.count, y.count) >= size
-    if rho != 1.0:
-        pooled = (1.0 - rho) / (x.count + y.count)
-        shift = weighted_sum([(pooled, total) for total in x.sums + y.sums])
+    dense = rho != 1.0 and (size <= 1024 or min(x.count, y.count) >= size)
+    dtype = eigen_dtype("auto", size)
+    weights = null_weights(x, y, rho)
+    sums = list(x.sums + y.sums)
     draws = []
-    for e_x in noise_x:
-        for e_y in noise_y:
-            for sign in (1.0, -1.0):
-                if shift is None:
-                    lowest, highest = extreme_eigenvalues(weighted_sum([(1.0, e_x), (-sign, e_y)]), symmetric=True)
-                    draws += [float(highest), -float(lowest)]
-                    continue
-                matrix = weighted_sum([(1.0, shift), (sign, e_x), (-1.0, e_y)])
-                if dense:
-                    draws.append(float(torch.linalg.eigvalsh(matrix)[-1]))
-                else:
-                    draws.append(float(extreme_eigenvalues(matrix, which="largest", symmetric=True)[1]))
-    return NullModel(torch.tensor(draws, dtype=torch.float64), len(contrasts_x) + len(contrasts_y))
+    for start in range(0, weights.shape[0], NULL_BATCH):
+        for matrix in combinations(sums, weights[start : start + NULL_BATCH], dtype):
+            if dense:
+                draws.append(float(torch.linalg.eigvalsh(matrix)[-1]))
+            elif dtype == torch.float32:
+                values = extreme_eigenpairs(matrix, int(rho == 1.0), 1, rtol=1e-5)[0]
+                draws += [float(values[-1])] + ([-float(values[0])] if rho == 1.0 else [])
+            elif rho == 1.0:
+                lowest, highest = extreme_eigenvalues(matrix, symmetric=True)
+                draws += [float(highest), -float(lowest)]
+            else:
+                draws.append(float(extreme_eigenvalues(matrix, which="largest", symmetric=True)[1]))
+    return NullModel(torch.tensor(draws, dtype=torch.float64), len(x.sums) + len(y.sums) - 2)
 
 
 class DifferentialSpectrum(NamedTuple):
