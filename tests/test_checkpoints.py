@@ -38,7 +38,7 @@ def test_after_reset_only_the_kept_reference_is_written_and_it_resumes_exactly()
         m.update(gen, real=False)
     assert float(restored.compute()) == float(metric.compute()) and restored.threshold() == metric.threshold()
     assert torch.equal(restored.novel_modes(3).p_values, metric.novel_modes(3).p_values)
-    for kept, original in zip(restored.ref, metric.ref):
+    for kept, original in zip(restored.ref, metric.ref, strict=True):
         torch.testing.assert_close(kept.cov_sum, original.cov_sum, rtol=0, atol=0)
 
 

@@ -269,7 +269,9 @@ def test_float32_and_float64_copies_of_a_reference_give_the_same_halves_threshol
         metric = FINCNovelty(sigma=2.0, n_frequencies=128)
         metric.update(reference, real=True)
         metric.update(gen.float(), real=False)
-        results.append((float(metric.ref[0].count), metric.threshold(), float(metric.compute()), metric.missing_score()))
+        results.append(
+            (float(metric.ref[0].count), metric.threshold(), float(metric.compute()), metric.missing_score())
+        )
     (count32, threshold32, score32, missing32), (count64, threshold64, score64, missing64) = results
     assert count32 == count64
     assert threshold64 == pytest.approx(threshold32, rel=1e-5)  # float32 features against float64 ones
@@ -304,7 +306,8 @@ def test_student_t_survival_matches_scipy():
 
     t = torch.linspace(-6, 6, 41, dtype=torch.float64)
     for dof in (1, 2, 3, 6, 7, 14, 30):
-        torch.testing.assert_close(student_t_sf(t, dof), torch.from_numpy(stats.t.sf(t.numpy(), dof)), rtol=0, atol=1e-12)
+        expected = torch.from_numpy(stats.t.sf(t.numpy(), dof))
+        torch.testing.assert_close(student_t_sf(t, dof), expected, rtol=0, atol=1e-12)
         assert student_t_isf(0.05, dof) == pytest.approx(float(stats.t.isf(0.05, dof)), abs=1e-9)
 
 
@@ -323,7 +326,7 @@ def test_null_draws_and_p_values_equal_the_dense_oracle():
         phi = {"gen": rff(gen), "ref": rff(ref)}
         index = {"gen": content_groups(gen, 4), "ref": content_groups(ref, 4)}
 
-        def noise(side, h):
+        def noise(side, h, phi=phi, index=index):
             n_j = torch.stack([(index[side] == j).sum() for j in range(4)]).double()
             hbar = float((h * n_j).sum() / n_j.sum())
             weights = (h[index[side]] - hbar) / (len(phi[side]) * (1 - hbar**2) ** 0.5)  # per sample

@@ -27,7 +27,8 @@ The draws of ``N`` are ``+-(E_gen(h_a) - s rho E_ref(h_b))`` over the ``G - 1`` 
 ``2 (G - 1)`` independent contrasts. At ``rho > 1`` this bound is loose: the noise is largest along the shared
 modes, where ``E[L] = (1 - rho) C`` is far below 0 on one distribution. There the null is one distribution on
 both sides ("same distribution", the case the level is stated for) and each draw is the top eigenvalue of
-``(1 - rho) C_pool + N*`` (:func:`null_model`; ``2 (G - 1)^2`` draws). With their mean ``m`` and standard deviation ``s``, the p-value is the
+``(1 - rho) C_pool + N*`` (:func:`null_model`; ``2 (G - 1)^2`` draws). With their mean ``m`` and standard
+deviation ``s``, the p-value is the
 Student-t prediction interval's (``nu = 2 (G - 1)`` degrees of freedom)::
 
     p(lambda) = P(T_nu >= (lambda - m) / (s sqrt(1 + 1/nu)))
@@ -190,7 +191,8 @@ class Groups(NamedTuple):
         n = float(counts.sum())
         mean = float((contrast * counts).sum()) / n
         norm = n * math.sqrt(max(1.0 - mean**2, 1e-12))
-        return [(scale * (float(h) - mean) / norm, total) for h, total in zip(contrast.tolist(), self.sums)]
+        pairs = zip(contrast.tolist(), self.sums, strict=True)
+        return [(scale * (float(h) - mean) / norm, total) for h, total in pairs]
 
 
 def hadamard_contrasts(groups: int) -> Tensor:
@@ -251,7 +253,7 @@ def null_weights(x: Groups, y: Groups, rho: float) -> Tensor:
                     rows.append(weights(x, a, 1.0) + weights(y, b, -sign))
                 else:
                     row = weights(x, a, sign) + weights(y, b, -rho)
-                    rows.append([w + p for w, p in zip(row, pooled)])
+                    rows.append([w + p for w, p in zip(row, pooled, strict=True)])
     return torch.tensor(rows, dtype=torch.float64)
 
 

@@ -15,6 +15,7 @@ from lightning_spectral.functional.finc import (
     DEFAULT_GROUPS,
     DEFAULT_MIN_EIGENVALUE,
     DEFAULT_SIGNIFICANCE,
+    NULL_BATCH,
     DifferentialSpectrum,
     Groups,
     check_groups,
@@ -150,12 +151,15 @@ class FINCNovelty(SpectralMetric):
 
     @staticmethod
     def _check_memory(n_frequencies: int, groups: int) -> None:
-        """Refuse before allocating: ``2 groups`` (2r)^2 float64 sums, plus 2 matrices of the same size at compute
-        (the difference and one matrix of the null)."""
+        """Refuse before allocating: ``2 groups`` (2r)^2 float64 sums, plus ``1 + NULL_BATCH`` matrices of the same
+        size at compute (the difference and a batch of the null's matrices)."""
         width = 2 * n_frequencies
-        matrices = 2 * groups + 2
+        matrices = 2 * groups + 1 + NULL_BATCH
         needed = 8 * (matrices * width * width + 2 * groups * width)
-        what = f"{2 * groups} float64 sums of {width} x {width} (`groups`={groups} per side) and 2 at compute"
+        what = (
+            f"{2 * groups} float64 sums of {width} x {width} (`groups`={groups} per side) and {1 + NULL_BATCH} at "
+            "compute"
+        )
         fix = f"use a smaller `n_frequencies` (2r = 4096 to 16384 is typical) or fewer `groups` (>= 2; {groups} now)"
         check_memory("FINCNovelty", "n_frequencies", n_frequencies, needed, what, fix)
 
@@ -300,7 +304,7 @@ class FINCNovelty(SpectralMetric):
                 samples = self.top_samples(stream, k=count, per_mode=per_mode, missing=missing)
                 labels = [
                     f"{name} {i + 1}: +{float(v):.3f} (p={float(p):.2g})"
-                    for i, (v, p) in enumerate(zip(modes.eigenvalues[:count], modes.p_values[:count]))
+                    for i, (v, p) in enumerate(zip(modes.eigenvalues[:count], modes.p_values[:count], strict=True))
                 ]
                 galleries[name] = ModeGallery(samples, labels, "reference" if missing else "samples")
         return galleries
