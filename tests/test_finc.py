@@ -335,26 +335,25 @@ def test_null_draws_and_p_values_equal_the_dense_oracle():
         pooled = torch.cat([phi["gen"], phi["ref"]])
         shift = (1 - rho) * pooled.T @ pooled / len(pooled)
         draws = []
-        for a in hadamard_contrasts(4):
-            for b in hadamard_contrasts(4):
-                for sign in (1.0, -1.0):
-                    matrix = noise("gen", a) - sign * rho * noise("ref", b)
-                    if rho == 1.0:
-                        values = torch.linalg.eigvalsh(matrix)
-                        draws += [float(values[-1]), -float(values[0])]
-                    else:
-                        matrix = shift + sign * noise("gen", a) - rho * noise("ref", b)
-                        draws.append(float(torch.linalg.eigvalsh(matrix)[-1]))
+        for a in hadamard_contrasts(4):  # contrast a of one side paired with contrast a of the other
+            for sign in (1.0, -1.0):
+                if rho == 1.0:
+                    values = torch.linalg.eigvalsh(noise("gen", a) - sign * noise("ref", a))
+                    draws += [float(values[-1]), -float(values[0])]
+                    continue
+                for flip in (1.0, -1.0):
+                    matrix = shift + sign * noise("gen", a) - flip * rho * noise("ref", a)
+                    draws.append(float(torch.linalg.eigvalsh(matrix)[-1]))
         draws = torch.tensor(draws, dtype=torch.float64)
         torch.testing.assert_close(spectrum.null.draws, draws, rtol=1e-9, atol=1e-12)
         exact = (phi["gen"].T @ phi["gen"] / 90) - rho * (phi["ref"].T @ phi["ref"] / 70)
         values = torch.linalg.eigvalsh(exact).flip(0)
         torch.testing.assert_close(spectrum.eigenvalues, values, rtol=0, atol=1e-12)
-        scale = float(draws.std()) * (1 + 1 / 6) ** 0.5
-        p_values = torch.from_numpy(stats.t.sf(((values - draws.mean()) / scale).numpy(), 6))
+        scale = float(draws.std()) * (1 + 1 / 3) ** 0.5  # nu = G - 1 = 3 independent contrast pairs
+        p_values = torch.from_numpy(stats.t.sf(((values - draws.mean()) / scale).numpy(), 3))
         torch.testing.assert_close(spectrum.p_values, p_values, rtol=1e-9, atol=1e-12)
         assert spectrum.significant.tolist() == ((p_values <= 0.05) & (values > 1e-3)).tolist()
-        assert spectrum.threshold == pytest.approx(max(float(draws.mean()) + scale * stats.t.isf(0.05, 6), 1e-3))
+        assert spectrum.threshold == pytest.approx(max(float(draws.mean()) + scale * stats.t.isf(0.05, 3), 1e-3))
 
 
 def test_a_side_made_of_equal_groups_has_zero_noise_draws():

@@ -22,14 +22,14 @@ contrast ``h`` (a row of the G x G Hadamard matrix other than the all-ones one, 
 
 is a draw of ``C - E C`` for that side: the side's mean cancels (``sum_j (h_j - hbar) n_j = 0``) and, groups
 being independent, its covariance equals that of ``C - E C`` (``sum_j (h_j - hbar)^2 n_j = n (1 - hbar^2)``).
-The draws of ``N`` are ``+-(E_gen(h_a) - s rho E_ref(h_b))`` over the ``G - 1`` contrasts of each side and
-``s = +-1``: ``lambda_max`` and ``-lambda_min`` of ``2 (G - 1)^2`` matrices, ``4 (G - 1)^2`` draws behind
-``2 (G - 1)`` independent contrasts. At ``rho > 1`` this bound is loose: the noise is largest along the shared
-modes, where ``E[L] = (1 - rho) C`` is far below 0 on one distribution. There the null is one distribution on
+The draws of ``N`` are ``+-(E_gen(h_a) - s rho E_ref(h_a))``, the ``a``-th contrast of one side paired with the
+``a``-th of the other, ``s = +-1``: ``lambda_max`` and ``-lambda_min`` of ``2 (G - 1)`` matrices, ``4 (G - 1)``
+draws from ``G - 1`` independent contrast pairs. At ``rho > 1`` this bound is loose: the noise is largest along
+the shared modes, where ``E[L] = (1 - rho) C`` is far below 0 on one distribution. There the null is one distribution on
 both sides ("same distribution", the case the level is stated for) and each draw is the top eigenvalue of
-``(1 - rho) C_pool + N*`` (:func:`null_model`; ``2 (G - 1)^2`` draws). With their mean ``m`` and standard
-deviation ``s``, the p-value is the
-Student-t prediction interval's (``nu = 2 (G - 1)`` degrees of freedom)::
+``(1 - rho) C_pool + N*`` (:func:`null_model`; ``4 (G - 1)`` draws). With their mean ``m`` and standard
+deviation ``s``, the p-value is the Student-t prediction interval's, with ``nu = G - 1`` degrees of freedom (the
+independent pairs behind the draws; the draws of one pair share its contrasts)::
 
     p(lambda) = P(T_nu >= (lambda - m) / (s sqrt(1 + 1/nu)))
 
@@ -54,7 +54,6 @@ from lightning_spectral.linalg import (
     DEFAULT_CHUNK_SIZE,
     add_covariance_,
     eigen_dtype,
-    extreme_eigenpairs,
     extreme_eigenvalues,
     symmetric_eigh,
     symmetrize,
@@ -209,7 +208,7 @@ class NullModel(NamedTuple):
 
     Attributes:
         draws: (K,) float64, the ``lambda_max`` draws.
-        dof: ``nu``, the independent contrasts behind them.
+        dof: ``nu``, the independent contrast pairs behind them.
     """
 
     draws: Tensor
@@ -237,8 +236,9 @@ class NullModel(NamedTuple):
 def null_weights(x: Groups, y: Groups, rho: float) -> Tensor:
     """(K, G_x + G_y) float64: the weights on ``x``'s then ``y``'s group sums of each matrix of :func:`null_model`.
 
-    At ``rho = 1``: ``E_x(h_a) - s E_y(h_b)`` for every contrast pair and ``s = +-1``; at ``rho != 1``:
-    ``(1 - rho) C_pool + s E_x(h_a) - rho E_y(h_b)``.
+    The ``a``-th contrast of one side is paired with the ``a``-th of the other (``G_x = G_y``). At ``rho = 1``:
+    ``E_x(h_a) - s E_y(h_a)``, ``s = +-1``; at ``rho != 1``: ``(1 - rho) C_pool + s E_x(h_a) - t rho E_y(h_a)``,
+    ``s, t = +-1``.
     """
 
     def weights(side: Groups, contrast: Tensor, scale: float) -> list[float]:
@@ -246,14 +246,14 @@ def null_weights(x: Groups, y: Groups, rho: float) -> Tensor:
 
     pooled = [(1.0 - rho) / (x.count + y.count)] * (len(x.sums) + len(y.sums))
     rows = []
-    for a in hadamard_contrasts(len(x.sums)):
-        for b in hadamard_contrasts(len(y.sums)):
-            for sign in (1.0, -1.0):
-                if rho == 1.0:
-                    rows.append(weights(x, a, 1.0) + weights(y, b, -sign))
-                else:
-                    row = weights(x, a, sign) + weights(y, b, -rho)
-                    rows.append([w + p for w, p in zip(row, pooled, strict=True)])
+    for a, b in zip(hadamard_contrasts(len(x.sums)), hadamard_contrasts(len(y.sums)), strict=True):
+        for sign in (1.0, -1.0):
+            if rho == 1.0:
+                rows.append(weights(x, a, 1.0) + weights(y, b, -sign))
+                continue
+            for flip in (1.0, -1.0):
+                row = weights(x, a, sign) + weights(y, b, -flip * rho)
+                rows.append([w + p for w, p in zip(row, pooled, strict=True)])
     return torch.tensor(rows, dtype=torch.float64)
 
 
@@ -283,20 +283,27 @@ NULL_BATCH = 6
 def null_model(x: Groups, y: Groups, rho: float) -> NullModel:
     """Draws of ``lambda_max`` of ``C_x - rho C_y`` on one distribution, from the groups' contrasts (module doc).
 
-    At ``rho = 1`` each of the ``2 (G_x - 1)(G_y - 1)`` matrices ``E_x(h_a) - s rho E_y(h_b)`` gives two draws,
-    its largest eigenvalue and minus its smallest (the draw of the negated contrasts). At ``rho != 1`` one
+    Contrast ``a`` of one side is paired with contrast ``a`` of the other, so draws of different ``a`` are
+    independent. At ``rho = 1`` each of the ``2 (G - 1)`` matrices ``E_x(h_a) - s E_y(h_a)`` (``s = +-1``) gives two
+    draws, its largest eigenvalue and minus its smallest (the draw of the negated contrasts). At ``rho != 1`` one
     distribution gives ``E[C_x - rho C_y] = (1 - rho) C``: each draw is the largest eigenvalue of
-    ``(1 - rho) C_pool + s E_x(h_a) - rho E_y(h_b)`` (``C_pool`` both sides' second moment, ``s = +-1``):
-    ``2 (G_x - 1)(G_y - 1)`` draws. The matrices are formed :data:`NULL_BATCH` at a time in one pass over the group
+    ``(1 - rho) C_pool + s E_x(h_a) - t rho E_y(h_a)`` (``C_pool`` both sides' second moment, ``s, t = +-1``).
+    Either way ``4 (G - 1)`` draws. The matrices are formed :data:`NULL_BATCH` at a time in one pass over the group
     sums (float32 from :data:`~lightning_spectral.linalg.FLOAT32_MIN_SIZE` rows, as the score's ``eigvalsh``);
-    their ends by Lanczos (:func:`~lightning_spectral.linalg.extreme_eigenvalues` in float64,
-    :func:`~lightning_spectral.linalg.extreme_eigenpairs` to ``1e-5 ||A||`` in float32; dense fallback), or a
-    dense ``eigvalsh`` at ``rho != 1`` when a side has more samples than features or the matrix is small (there
-    the top is a tight cluster just above 0 where Lanczos exhausts its budget; docs/benchmarks.md, issue 14).
+    their ends by Lanczos (:func:`~lightning_spectral.linalg.extreme_eigenvalues`, residual ``1e-10 ||A||`` in
+    float64, ``1e-5 ||A||`` in float32; dense fallback), or a dense ``eigvalsh`` at ``rho != 1`` when a side has
+    more samples than features or the matrix is small (there the top is a tight cluster just above 0 where
+    Lanczos exhausts its budget; docs/benchmarks.md, issue 14).
+
+    Raises:
+        ValueError: the two sides have different numbers of groups.
     """
+    if len(x.sums) != len(y.sums):
+        raise ValueError(f"null_model: both sides need the same number of groups, got {len(x.sums)} and {len(y.sums)}.")
     size = x.sums[0].shape[0]
     dense = rho != 1.0 and (size <= 1024 or min(x.count, y.count) >= size)
     dtype = eigen_dtype("auto", size)
+    rtol = 1e-5 if dtype == torch.float32 else 1e-10
     weights = null_weights(x, y, rho)
     sums = list(x.sums + y.sums)
     draws = []
@@ -304,15 +311,12 @@ def null_model(x: Groups, y: Groups, rho: float) -> NullModel:
         for matrix in combinations(sums, weights[start : start + NULL_BATCH], dtype):
             if dense:
                 draws.append(float(torch.linalg.eigvalsh(matrix)[-1]))
-            elif dtype == torch.float32:
-                values = extreme_eigenpairs(matrix, int(rho == 1.0), 1, rtol=1e-5)[0]
-                draws += [float(values[-1])] + ([-float(values[0])] if rho == 1.0 else [])
             elif rho == 1.0:
-                lowest, highest = extreme_eigenvalues(matrix, symmetric=True)
+                lowest, highest = extreme_eigenvalues(matrix, rtol=rtol, symmetric=True)
                 draws += [float(highest), -float(lowest)]
             else:
-                draws.append(float(extreme_eigenvalues(matrix, which="largest", symmetric=True)[1]))
-    return NullModel(torch.tensor(draws, dtype=torch.float64), len(x.sums) + len(y.sums) - 2)
+                draws.append(float(extreme_eigenvalues(matrix, rtol=rtol, which="largest", symmetric=True)[1]))
+    return NullModel(torch.tensor(draws, dtype=torch.float64), len(x.sums) - 1)
 
 
 class DifferentialSpectrum(NamedTuple):
