@@ -5,7 +5,7 @@
 
 floor: ``FINCNovelty.compute()`` against ``FKEAVendi.compute()`` (one ``eigvalsh``) on the same generated samples
 (r = 2048, 2r = 4096, a 20-mode Gaussian mixture in d = 64, sigma 16, a novel mode on the generated side), and
-the part of FINC's compute that its significance rule costs (``null_model``: Lanczos on 18 matrices at rho = 1;
+the part of FINC's compute that its significance rule costs (``null_model``: Lanczos on 6 matrices at rho = 1;
 issue 23; the split-half floor of issue 14 it replaced took 0.42 s here). ``--rho2`` also times rho = 2 (dense
 draws). Medians of ``--repeats`` rounds; each metric is copied before every ``compute()`` so no cached spectrum
 is reused.

@@ -125,7 +125,7 @@ def test_real_digits_planted_novel_class(seed):
             continue
         assert score > 0.02
         modes = metric.novel_modes(3)
-        assert bool(modes.significant[0]) and float(modes.p_values[0]) < 1e-4
+        assert bool(modes.significant[0]) and float(modes.p_values[0]) < 0.005
         # the top mode is the novel class; at rho = 2 (a sharper null) a second mode is significant: the novel
         # class's within-class spread, mixed with the classes nearest to it (56-100 % nines measured)
         tops = metric.top_samples([(gen, torch.arange(len(gen)))], k=int(modes.significant.sum()), per_mode=50)
