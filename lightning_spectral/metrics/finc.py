@@ -136,7 +136,7 @@ class FINCNovelty(SpectralMetric):
         super().__init__(feature_map=rff, **kwargs)
         if rho < 1:
             rank_zero_warn(
-                f"FINCNovelty: rho={rho} < 1 lets shared modes through as 'novel' and the noise floor "
+                f"FINCNovelty: rho={rho} < 1 lets shared modes through as 'novel' and the significance rule "
                 "assumes rho >= 1 (the FINC paper's range)."
             )
         self.sigma, self.n_frequencies, self.seed = rff.sigma, rff.n_frequencies, rff.seed
