@@ -1,15 +1,14 @@
-"""Issue 14 benchmarks: eigensolvers behind the FINC noise floor and the Vendi / FINC scores at large 2r.
+"""Issue 14 and 23 benchmarks: eigensolvers behind the FINC significance rule and the Vendi / FINC scores at large 2r.
 
-    python benchmarks/bench_eigh.py floor [--device cpu] [--n 20000] [--repeats 3]
+    python benchmarks/bench_eigh.py floor [--device cpu] [--n 20000] [--repeats 3] [--rho2]
     python benchmarks/bench_eigh.py large [--device cpu] [--r 4096] [--n 20000] [--data digits|mixture]
 
-floor: FINC's noise floor needs only ``lambda_max`` of ``C_A - rho C_B`` and its mirror (two reference halves).
-Side by side on the same covariances (r = 2048, 2r = 4096, a 20-mode Gaussian mixture in d = 64, sigma 16,
-a novel mode on the generated side): the floor by two dense float64 ``eigvalsh`` (the old body of
-``split_noise_floor``) against the Lanczos one, and ``FINCNovelty.compute()`` against ``FKEAVendi.compute()``
-(one ``eigvalsh``) on the same generated samples, plus what FINC's score strictly needs (the eigenvalues of
-``C_gen - rho C_ref`` and the floor). Medians of ``--repeats`` rounds; each metric is copied before every
-``compute()`` so no cached spectrum is reused.
+floor: ``FINCNovelty.compute()`` against ``FKEAVendi.compute()`` (one ``eigvalsh``) on the same generated samples
+(r = 2048, 2r = 4096, a 20-mode Gaussian mixture in d = 64, sigma 16, a novel mode on the generated side), and
+the part of FINC's compute that its significance rule costs (``null_model``: Lanczos on 6 matrices at rho = 1;
+issue 23; the split-half floor of issue 14 it replaced took 0.42 s here). ``--rho2`` also times rho = 2 (dense
+draws). Medians of ``--repeats`` rounds; each metric is copied before every ``compute()`` so no cached spectrum
+is reused.
 
 large: at 2r = 8192 (``--r 4096``) the eigendecomposition dominates every score. On one realistic covariance
 (RFF covariance of scikit-learn's digits, d = 64, or of a mixture with d = 768), side by side: float64
@@ -27,7 +26,7 @@ import time
 import torch
 
 from lightning_spectral.features import GaussianRFF
-from lightning_spectral.functional.finc import Moment, NoiseSplit, split_noise_floor
+from lightning_spectral.functional.finc import Groups, differential_spectrum, null_model
 from lightning_spectral.functional.fkea import vendi_score
 from lightning_spectral.linalg import covariance, extreme_eigenpairs, psd_eigenvalues
 from lightning_spectral.metrics import FINCNovelty, FKEAVendi
@@ -48,16 +47,9 @@ def mixture(n: int, d: int, k: int, seed: int, skip: tuple[int, ...] = (), scale
     return means[labels] + torch.randn(n, d, generator=generator)
 
 
-def dense_floor(cov_a, n_a, cov_b, n_b, rho, n_x, n_y) -> float:
-    """The old body of ``split_noise_floor``: two dense float64 ``eigvalsh``."""
-    top = max(
-        float(torch.linalg.eigvalsh((cov_a - rho * cov_b + (cov_a - rho * cov_b).T) / 2)[-1]),
-        float(torch.linalg.eigvalsh((cov_b - rho * cov_a + (cov_b - rho * cov_a).T) / 2)[-1]),
-    )
-    return max(top, 0.0) * ((1 / n_x + rho**2 / n_y) / (1 / n_a + rho**2 / n_b)) ** 0.5
-
-
 def bench_floor(args: argparse.Namespace) -> None:
+    """Issue 23: FINC's compute (eigvalsh of C_gen - rho C_ref and the null of the significance rule) against
+    FKEA's (one eigvalsh) on the same generated samples, rounds alternating."""
     device, r, sigma, n = args.device, 2048, 16.0, args.n
     generated = mixture(n, 64, 20, seed=1).to(device)
     reference = mixture(n, 64, 20, seed=2, skip=(0,)).to(device)
@@ -66,45 +58,27 @@ def bench_floor(args: argparse.Namespace) -> None:
     (_, update_s) = timed(lambda: (finc.update(reference, real=True), finc.update(generated, real=False)))
     fkea.update(generated)
     print(f"floor: 2r = {2 * r}, n = {n} per side, d = 64, sigma {sigma}, device {device}, "
-          f"threads {torch.get_num_threads()}; FINC update {update_s:.1f} s")
-    rff = GaussianRFF(64, r, sigma).to(device)
-    cov_a, cov_b = covariance(reference[0::2], rff), covariance(reference[1::2], rff)
-    cov_gen = covariance(generated, rff)
-    cov_ref = (cov_a + cov_b) / 2
-    half = n / 2
-    split = NoiseSplit(Moment((cov_a * half,), half), Moment((cov_b * half,), half))
-    rows = {name: [] for name in ("dense floor", "Lanczos floor", "eigvalsh(C_gen - C_ref)", "FKEA compute",
-                                  "FINC compute", "FINC compute rho=5", "dense floor rho=5", "Lanczos floor rho=5")}
+          f"threads {torch.get_num_threads()}; FINC update {update_s:.1f} s ({finc.groups} groups per side)")
+    gen, ref = finc._side(real=False), finc._side(real=True)
+    rows = {name: [] for name in ("FKEA compute", "FINC compute", "null of the rule (in FINC compute)",
+                                  "FINC compute rho=2")}
     for _ in range(args.repeats):
-        old, t_old = timed(lambda: dense_floor(cov_a, half, cov_b, half, 1.0, n, n))
-        new, t_new = timed(lambda: split_noise_floor(split, 1.0, n, n))
-        rows["dense floor"].append(t_old)
-        rows["Lanczos floor"].append(t_new)
-        rows["eigvalsh(C_gen - C_ref)"].append(timed(lambda: torch.linalg.eigvalsh(cov_gen - cov_ref))[1])
         fresh_fkea, fresh_finc = copy.deepcopy(fkea), copy.deepcopy(finc)
         vendi, t_fkea = timed(fresh_fkea.compute)
         novelty, t_finc = timed(fresh_finc.compute)
         rows["FKEA compute"].append(t_fkea)
         rows["FINC compute"].append(t_finc)
-        old5, t_old5 = timed(lambda: dense_floor(cov_a, half, cov_b, half, 5.0, n, n))
-        new5, t_new5 = timed(lambda: split_noise_floor(split, 5.0, n, n))
-        rows["dense floor rho=5"].append(t_old5)
-        rows["Lanczos floor rho=5"].append(t_new5)
-        finc5 = copy.deepcopy(finc)
-        finc5.rho = 5.0
-        rows["FINC compute rho=5"].append(timed(finc5.compute)[1])
-        print(f"  round: floor dense {old:.12e} Lanczos {new:.12e} (rel. diff {abs(new - old) / old:.1e}); "
-              f"rho=5 dense {old5:.6e} Lanczos {new5:.6e}; novelty {float(novelty):.4f}, "
+        rows["null of the rule (in FINC compute)"].append(timed(lambda: null_model(gen, ref, 1.0))[1])
+        if args.rho2:
+            finc2 = copy.deepcopy(finc)
+            finc2.rho = 2.0
+            rows["FINC compute rho=2"].append(timed(finc2.compute)[1])
+        print(f"  round: FKEA {t_fkea:.2f} s, FINC {t_finc:.2f} s; novelty {float(novelty):.4f}, "
               f"Vendi-1 {float(vendi[1]):.2f}", flush=True)
-    median = {name: statistics.median(times) for name, times in rows.items()}
+    median = {name: statistics.median(times) for name, times in rows.items() if times}
     for name, value in median.items():
-        print(f"  {name:>26}: {value:6.2f} s (median of {args.repeats})")
-    fkea_s = median["FKEA compute"]
-    print(f"  floor speed-up (dense / Lanczos): rho=1 {median['dense floor'] / median['Lanczos floor']:.1f}x, "
-          f"rho=5 {median['dense floor rho=5'] / median['Lanczos floor rho=5']:.2f}x")
-    print(f"  FINC compute / FKEA compute: {median['FINC compute'] / fkea_s:.2f}x (target <= 1.3x); "
-          f"what the score needs (eigvalsh + Lanczos floor) / FKEA compute: "
-          f"{(median['eigvalsh(C_gen - C_ref)'] + median['Lanczos floor']) / fkea_s:.2f}x")
+        print(f"  {name:>36}: {value:6.2f} s (median of {args.repeats})")
+    print(f"  FINC compute / FKEA compute: {median['FINC compute'] / median['FKEA compute']:.2f}x (target <= 1.3x)")
 
 
 def data_sets(args: argparse.Namespace) -> tuple[torch.Tensor, torch.Tensor, float, str]:
@@ -157,11 +131,9 @@ def bench_large(args: argparse.Namespace) -> None:
     print(f"large: 2r = {2 * r}, {what}; device {device}, threads {torch.get_num_threads()}")
     exact_cov = psd_eigenvalues(cov_gen)
     exact_diff = torch.linalg.eigvalsh(difference).flip(0)
-    # the FINC threshold as finc_spectrum would set it (split floor, margin 2, minimum 1e-3)
-    half_a, half_b = reference[0::2].to(device), reference[1::2].to(device)
-    split = NoiseSplit(Moment.of(half_a, rff), Moment.of(half_b, rff))
-    floor = split_noise_floor(split, 1.0, len(generated), len(reference))
-    threshold = max(2 * floor, 1e-3)
+    # the FINC threshold as finc_spectrum sets it (the null of 4 content groups per side, level 0.05, minimum 1e-3)
+    groups = [Groups.of(side.to(device), rff, 4) for side in (generated, reference)]
+    threshold = differential_spectrum(*groups, 1.0, vectors=False).threshold
     reference_scores = scores(exact_cov, exact_diff, threshold)
     # each route: (spectrum of C_gen for Vendi, spectrum of C_gen - C_ref for FINC)
     routes = {
@@ -205,6 +177,7 @@ def main() -> None:
     parser.add_argument("--r", type=int, default=4096)
     parser.add_argument("--data", choices=["digits", "mixture"], default="digits")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--rho2", action="store_true", help="floor: also time FINC's compute at rho = 2")
     args = parser.parse_args()
     bench_floor(args) if args.what == "floor" else bench_large(args)
 

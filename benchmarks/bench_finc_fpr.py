@@ -1,96 +1,211 @@
-"""FINC's false-positive rate on same-distribution data: how often one distribution against itself (disjoint
-samples) reports a significant novel or missing mode, with the reference split into halves by sample content
-(now) and by arrival order (alternate samples, the previous rule), side by side on the same trials.
+"""FINC's significance rule, measured (issue 23): false-positive rate on same-distribution data, and power and
+purity on a class that only one side holds.
 
-    python benchmarks/bench_finc_fpr.py [--trials 100] [--rho 1 2] [--n-frequencies 512]
+    python benchmarks/bench_finc_fpr.py fpr [--trials 100] [--rho 1 2] [--n 500 2000 10000] [--data mixture ...]
+    python benchmarks/bench_finc_fpr.py power [--trials 100] [--prevalence 0.02 0.05 0.1 0.2] [--n 2000] [--data ...]
 
-Data: scikit-learn's digits (pixels / 16; a random 40 % as "generated", a disjoint 40 % as reference; sigma =
-0.5 x the median pairwise distance of a held-out 20 %, the rule of the digits recipes), and a 10-component
-Gaussian mixture in 16 dimensions (n = 2000 per side). A trial is a false positive when any eigenvalue passes
-the threshold; the rate's binomial standard error is printed beside it.
+Every trial runs ``FINCNovelty`` (default ``significance`` 0.05, ``groups`` 4, ``min_eigenvalue`` 1e-3) as a user
+would: ``update`` of both sides, ``summary()``, ``novel_modes`` / ``missing_modes`` and ``top_samples``.
+
+Data (nothing here was tuned on: the rule was designed on a Gaussian mixture and the digits, its constants fixed
+before these runs):
+
+- ``mixture``: a 10-component Gaussian mixture in 16 dimensions (means ~ N(0, 16 I), unit spread), sigma 3.
+- ``digits``: scikit-learn's 1,797 digits (pixels / 16, 64-d), the data of ``lightning_spectral.data.digits``;
+  n <= 800 per side (disjoint random subsets).
+- ``fashion``: Fashion-MNIST's 70,000 images (784 pixels / 255) projected on 32 principal axes fitted on its
+  10,000 test images; trials draw from the 60,000 training images. Read from ``--fashion`` (the directory of
+  the four ``*-ubyte.gz`` files; Debian's ``dataset-fashion-mnist`` package installs them in
+  /usr/share/datasets/fashion-mnist).
+
+Digits and fashion use sigma = 0.5 x the median pairwise distance of 1,000 held-out samples (the digits recipes'
+rule). fpr: two disjoint samples of one distribution, n per side; a trial is a false positive when any novel (or
+any missing) mode is significant; the rate's binomial standard error beside it. power: trial t holds class t mod
+10 out of the reference (novel) or out of the generated side (missing); the other side holds it at the given
+prevalence, n per side. Power = share of trials with a significant mode; purity = the novel class's share of
+the top-50 samples of the top mode (over the trials that found one).
 """
 
 from __future__ import annotations
 
 import argparse
+import gzip
 import math
 import os
 import platform
+import time
+from pathlib import Path
 
+import numpy as np
 import torch
 from sklearn.datasets import load_digits
 
-from lightning_spectral.features import GaussianRFF, median_bandwidth
-from lightning_spectral.functional.finc import (
-    DEFAULT_MIN_EIGENVALUE,
-    DEFAULT_SIGNIFICANCE,
-    Moment,
-    NoiseSplit,
-    differential_spectrum,
-    reference_halves,
-)
+from lightning_spectral.features import median_bandwidth
+from lightning_spectral.metrics import FINCNovelty
+
+SOURCES: dict[str, tuple[torch.Tensor, torch.Tensor, float]] = {}
 
 
-def digits_trial(trial: int) -> tuple[torch.Tensor, torch.Tensor, float]:
-    x = torch.tensor(load_digits().data / 16.0, dtype=torch.float64)
-    order = torch.randperm(len(x), generator=torch.Generator().manual_seed(trial))
-    n = int(0.4 * len(x))
-    held_out = x[order[2 * n :]]
-    return x[order[:n]], x[order[n : 2 * n]], 0.5 * median_bandwidth(held_out)
-
-
-def mixture_trial(trial: int, n: int = 2000, d: int = 16, k: int = 10) -> tuple[torch.Tensor, torch.Tensor, float]:
+def mixture(n: int, k: int = 10, d: int = 16, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     means = 4.0 * torch.randn(k, d, generator=torch.Generator().manual_seed(1000), dtype=torch.float64)
-    g = torch.Generator().manual_seed(trial)
-
-    def draw() -> torch.Tensor:
-        labels = torch.randint(k, (n,), generator=g)
-        return means[labels] + torch.randn(n, d, generator=g, dtype=torch.float64)
-
-    return draw(), draw(), 3.0
+    g = torch.Generator().manual_seed(seed)
+    labels = torch.randint(k, (n,), generator=g)
+    return means[labels] + torch.randn(n, d, generator=g, dtype=torch.float64), labels
 
 
-def significant(
-    gen: torch.Tensor, ref: torch.Tensor, sigma: float, r: int, rho: float, by_content: bool, rule: dict
-) -> tuple[int, int]:
-    """(significant novel modes, significant missing modes) under ``rule`` (significance, min_eigenvalue)."""
-    rff = GaussianRFF(gen.shape[1], r, sigma, seed=0)
-    in_a = reference_halves(ref) if by_content else torch.arange(len(ref)) % 2 == 0
-    split = NoiseSplit(Moment.of(ref[in_a], rff), Moment.of(ref[~in_a], rff))
-    reference = Moment(split.a.sums + split.b.sums, len(ref))
-    generated = Moment.of(gen, rff)
-    novel = differential_spectrum(generated, reference, split, rho, vectors=False, **rule)
-    missing = differential_spectrum(reference, generated, split, rho, vectors=False, **rule)
-    return int(novel.significant.sum()), int(missing.significant.sum())
+def read_idx(path: Path) -> np.ndarray:
+    with gzip.open(path) as f:
+        data = f.read()
+    dims = data[3]
+    shape = [int.from_bytes(data[4 + 4 * i : 8 + 4 * i], "big") for i in range(dims)]
+    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * dims).reshape(shape)
+
+
+def source(name: str, fashion: str) -> tuple[torch.Tensor, torch.Tensor, float]:
+    """(pool of samples, their classes, sigma) of a real data set."""
+    if name in SOURCES:
+        return SOURCES[name]
+    if name == "digits":
+        digits = load_digits()
+        x, y = torch.tensor(digits.data / 16.0), torch.tensor(digits.target)
+        held = torch.randperm(len(x), generator=torch.Generator().manual_seed(99))[:1000]
+        SOURCES[name] = (x, y, 0.5 * median_bandwidth(x[held]))
+    else:
+        root = Path(fashion)
+        train = torch.tensor(read_idx(root / "train-images-idx3-ubyte.gz").reshape(60000, -1) / 255.0)
+        labels = torch.tensor(read_idx(root / "train-labels-idx1-ubyte.gz").astype(np.int64))
+        test = torch.tensor(read_idx(root / "t10k-images-idx3-ubyte.gz").reshape(10000, -1) / 255.0)
+        mean = test.mean(0)
+        _, _, axes = torch.linalg.svd(test - mean, full_matrices=False)
+        project = axes[:32].T
+        x = (train - mean) @ project
+        SOURCES[name] = (x, labels, 0.5 * median_bandwidth((test[:1000] - mean) @ project))
+    return SOURCES[name]
+
+
+def run(gen: torch.Tensor, ref: torch.Tensor, sigma: float, r: int, rho: float, seed: int) -> FINCNovelty:
+    metric = FINCNovelty(sigma=sigma, n_frequencies=r, rho=rho, seed=seed)
+    for part in gen.split(1000):
+        metric.update(part, real=False)
+    for part in ref.split(1000):
+        metric.update(part, real=True)
+    return metric
+
+
+def same_distribution(data: str, n: int, trial: int, fashion: str) -> tuple[torch.Tensor, torch.Tensor, float]:
+    if data == "mixture":
+        return mixture(n, seed=2 * trial)[0], mixture(n, seed=2 * trial + 1)[0], 3.0
+    x, _, sigma = source(data, fashion)
+    order = torch.randperm(len(x), generator=torch.Generator().manual_seed(trial))
+    if 2 * n > len(x):
+        raise SystemExit(f"{data}: n = {n} per side needs {2 * n} samples, the data set has {len(x)}")
+    return x[order[:n]], x[order[n : 2 * n]], sigma
+
+
+def rate(count: int, trials: int) -> str:
+    p = count / trials
+    return f"{p:.3f} +- {math.sqrt(p * (1 - p) / trials):.3f}"
+
+
+def bench_fpr(args: argparse.Namespace) -> None:
+    print(f"fpr: {args.trials} trials per row, 2r = {2 * args.r}, level 0.05 (95 % upper limit at 100 trials: "
+          f"0.05 + 2 x 0.022 = 0.094)")
+    print("| data | n per side | rho | novel FP rate | missing FP rate | either | novel p-values: median | s / trial |")
+    print("|---|---|---|---|---|---|---|---|")
+    for data in args.data:
+        for n in args.n:
+            if data == "digits" and n > 800:
+                continue
+            for rho in args.rho:
+                novel = missing = either = 0
+                p_values = []
+                start = time.perf_counter()
+                for trial in range(args.trials):
+                    gen, ref, sigma = same_distribution(data, n, trial, args.fashion)
+                    summary = run(gen, ref, sigma, args.r, rho, seed=trial).summary()
+                    found = (int(summary["novel_modes"]) > 0, int(summary["missing_modes"]) > 0)
+                    novel, missing, either = novel + found[0], missing + found[1], either + any(found)
+                    p_values.append(float(summary["novel_top_p_value"]))
+                seconds = (time.perf_counter() - start) / args.trials
+                print(f"| {data} | {n} | {rho:g} | {rate(novel, args.trials)} | {rate(missing, args.trials)} | "
+                      f"{rate(either, args.trials)} | {float(np.median(p_values)):.2f} | {seconds:.2f} |", flush=True)
+
+
+def with_class(data: str, n: int, prevalence: float, trial: int, fashion: str, missing: bool):
+    """(generated, reference, generated labels, reference labels, held-out class, sigma)."""
+    held = trial % 10
+    if data == "mixture":
+        x, y = mixture(40 * n, seed=trial + 500 * missing)
+        sigma = 3.0
+    else:
+        x, y, sigma = source(data, fashion)
+    order = torch.randperm(len(x), generator=torch.Generator().manual_seed(1000 + trial + 500 * missing))
+    x, y = x[order], y[order]
+    shared, novel = (y != held).nonzero().flatten(), (y == held).nonzero().flatten()
+    k = int(round(prevalence * n))
+    if len(shared) < 2 * n - k or len(novel) < k:
+        raise SystemExit(f"{data}: not enough samples for n = {n} per side")
+    with_novel = torch.cat([shared[: n - k], novel[:k]])
+    without = shared[n - k : 2 * n - k]
+    gen_rows, ref_rows = (without, with_novel) if missing else (with_novel, without)
+    return x[gen_rows], x[ref_rows], y[gen_rows], y[ref_rows], held, sigma
+
+
+def bench_power(args: argparse.Namespace) -> None:
+    print(f"power: {args.trials} trials per row (held-out class = trial mod 10), 2r = {2 * args.r}, level 0.05; "
+          "purity: the held-out class's share of the top mode's 50 best samples (trials with a significant mode)")
+    print("| data | n per side | rho | side | prevalence | power | top eigenvalue: median | p-value: median | "
+          "purity: mean (min) |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for data in args.data:
+        for n in args.n:
+            for rho in args.rho:
+                for missing in (False, True):
+                    for prevalence in args.prevalence:
+                        found, tops, p_values, purities = 0, [], [], []
+                        for trial in range(args.trials):
+                            gen, ref, gen_y, ref_y, held, sigma = with_class(
+                                data, n, prevalence, trial, args.fashion, missing
+                            )
+                            metric = run(gen, ref, sigma, args.r, rho, seed=trial)
+                            modes = metric.missing_modes(1) if missing else metric.novel_modes(1)
+                            tops.append(float(modes.eigenvalues[0]))
+                            p_values.append(float(modes.p_values[0]))
+                            if not bool(modes.significant[0]):
+                                continue
+                            found += 1
+                            side, labels = (ref, ref_y) if missing else (gen, gen_y)
+                            (ids, _), = metric.top_samples([(side, torch.arange(len(side)))], k=1, per_mode=50,
+                                                           missing=missing)
+                            purities.append(float((labels[ids] == held).double().mean()))
+                        purity = f"{np.mean(purities):.3f} ({min(purities):.2f})" if purities else "-"
+                        print(f"| {data} | {n} | {rho:g} | {'missing' if missing else 'novel'} | {prevalence:.0%} | "
+                              f"{rate(found, args.trials)} | {float(np.median(tops)):.4f} | "
+                              f"{float(np.median(p_values)):.2g} | {purity} |", flush=True)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("which", choices=["fpr", "power"])
     parser.add_argument("--trials", type=int, default=100)
-    parser.add_argument("--rho", type=float, nargs="+", default=[1.0, 2.0])
-    parser.add_argument("--n-frequencies", type=int, default=512)
-    parser.add_argument("--significance", type=float, default=DEFAULT_SIGNIFICANCE, help="multiple of the floor")
-    parser.add_argument("--min-eigenvalue", type=float, default=DEFAULT_MIN_EIGENVALUE, help="absolute minimum")
+    parser.add_argument("--rho", type=float, nargs="+", default=None)
+    parser.add_argument("--n", type=int, nargs="+", default=None, help="samples per side")
+    parser.add_argument("--data", nargs="+", default=None, choices=["mixture", "digits", "fashion"])
+    parser.add_argument("--prevalence", type=float, nargs="+", default=[0.02, 0.05, 0.1, 0.2])
+    parser.add_argument("--r", type=int, default=256, help="n_frequencies (2r features)")
+    parser.add_argument("--fashion", default="/usr/share/datasets/fashion-mnist")
     args = parser.parse_args()
-    rule = {"significance": args.significance, "min_eigenvalue": args.min_eigenvalue}
-    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cpus, torch {torch.__version__}")
-    print(f"{args.trials} trials per row, 2r = {2 * args.n_frequencies}, significance {args.significance:g} x floor, "
-          f"min_eigenvalue {args.min_eigenvalue:g}; rate of trials with >= 1 significant mode")
-    print("| data | rho | halves | novel FP rate | missing FP rate |")
-    print("|---|---|---|---|---|")
-    for name, trial_fn in (("digits", digits_trial), ("mixture", mixture_trial)):
-        for rho in args.rho:
-            counts = {True: [0, 0], False: [0, 0]}
-            for trial in range(args.trials):
-                gen, ref, sigma = trial_fn(trial)
-                for by_content in (True, False):
-                    novel, missing = significant(gen, ref, sigma, args.n_frequencies, rho, by_content, rule)
-                    counts[by_content][0] += novel > 0
-                    counts[by_content][1] += missing > 0
-            for by_content, label in ((True, "by content (now)"), (False, "alternate (previous)")):
-                rates = [c / args.trials for c in counts[by_content]]
-                cells = " | ".join(f"{p:.3f} +- {math.sqrt(max(p * (1 - p), 1e-12) / args.trials):.3f}" for p in rates)
-                print(f"| {name} | {rho:g} | {label} | {cells} |", flush=True)
+    if args.which == "fpr":
+        args.rho = args.rho or [1.0, 2.0]
+        args.n = args.n or [500, 2000, 10000]
+        args.data = args.data or ["mixture", "digits", "fashion"]
+    else:
+        args.rho = args.rho or [1.0]
+        args.n = args.n or [2000]
+        args.data = args.data or ["fashion"]
+    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cpus, torch {torch.__version__}, "
+          f"{torch.get_num_threads()} threads")
+    (bench_fpr if args.which == "fpr" else bench_power)(args)
 
 
 if __name__ == "__main__":

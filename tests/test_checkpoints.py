@@ -16,7 +16,7 @@ def sizes(state):
 
 def test_an_empty_metric_writes_counts_only():
     state = FINCNovelty(sigma=1.0, n_frequencies=64, in_features=3).state_dict()
-    assert sizes(state) == {"gen": (1,), "ref_a": (1,), "ref_b": (1,)}
+    assert sizes(state) == {f"{side}_{j}": (1,) for side in ("gen", "ref") for j in range(4)}
     assert "feature_map.omega" not in state and state["_extra_state"]["in_features"] == 3
 
 
@@ -29,14 +29,17 @@ def test_after_reset_only_the_kept_reference_is_written_and_it_resumes_exactly()
     metric.reset()  # the end of a validation epoch
     state = metric.state_dict()
     width = 64
-    assert sizes(state)["ref_a"] == (1 + width + width * (width + 1) // 2,)  # count, sum, the upper triangle
-    assert sizes(state)["gen"] == (1,)  # no (2r)^2 zeros
+    for j in range(4):
+        assert sizes(state)[f"ref_{j}"] == (1 + width + width * (width + 1) // 2,)  # count, sum, the upper triangle
+        assert sizes(state)[f"gen_{j}"] == (1,)  # no (2r)^2 zeros
     restored = FINCNovelty(sigma=1.5, n_frequencies=32, reset_real_features=False)
     restored.load_state_dict(state)
     for m in (metric, restored):
         m.update(gen, real=False)
     assert float(restored.compute()) == float(metric.compute()) and restored.threshold() == metric.threshold()
-    torch.testing.assert_close(restored.ref_a.cov_sum, metric.ref_a.cov_sum, rtol=0, atol=0)
+    assert torch.equal(restored.novel_modes(3).p_values, metric.novel_modes(3).p_values)
+    for kept, original in zip(restored.ref, metric.ref, strict=True):
+        torch.testing.assert_close(kept.cov_sum, original.cov_sum, rtol=0, atol=0)
 
 
 def test_a_mid_epoch_state_with_pending_rows_resumes_exactly():

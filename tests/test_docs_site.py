@@ -19,15 +19,6 @@ PACKAGE = ROOT / "lightning_spectral"
 # A role as docstring Markdown renders it: :class:<code>~a.b.C</code> (or with its backticks left as text).
 HTML_ROLE = re.compile(r":(?:py:)?(class|meth|func|attr|mod|data|obj|exc|const|ref|doc):(?:<code>|`)([^<`]+)")
 SOURCE_ROLE = re.compile(r":(?:py:)?(class|meth|func|attr|mod|data|obj|exc|const):`(~?[^`]+)`")
-# Files other branches were changing when the roles were converted; the lead converts them after merging
-# (`python docs/tools/convert_roles.py`). Their roles are tolerated until then, and each entry must go once its
-# file holds no role (test_pending_files_still_hold_roles).
-PENDING = {
-    "lightning_spectral/metrics/finc.py",
-    "lightning_spectral/functional/finc.py",
-}
-
-
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The site, built strictly (any warning fails the build) into a temporary folder."""
@@ -41,42 +32,22 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-def pending_roles() -> set[tuple[str, str]]:
-    """(role, target) of every role still written in a PENDING file."""
-    found: set[tuple[str, str]] = set()
-    for name in PENDING:
-        path = ROOT / name
-        if path.exists():
-            found |= set(SOURCE_ROLE.findall(path.read_text(encoding="utf-8")))
-    return found
-
-
 def test_no_sphinx_roles_in_the_html(site: Path) -> None:
-    tolerated = pending_roles()
     shown = []
     for page in sorted(site.rglob("*.html")):
         for role, target in HTML_ROLE.findall(page.read_text(encoding="utf-8")):
-            if (role, target) not in tolerated:
-                shown.append(f"{page.relative_to(site)}: :{role}:`{target}`")
+            shown.append(f"{page.relative_to(site)}: :{role}:`{target}`")
     assert not shown, (
         "Sphinx role markup shows as text on the site; convert the docstrings with "
         "`python docs/tools/convert_roles.py` (mkdocstrings' [`name`][path] links):\n" + "\n".join(shown[:40])
     )
 
 
-def test_pending_files_still_hold_roles() -> None:
-    """An entry of PENDING whose file has no role any more must leave the list (else it would hide new roles)."""
-    converted = [name for name in sorted(PENDING) if (ROOT / name).exists()
-                 and not SOURCE_ROLE.search((ROOT / name).read_text(encoding="utf-8"))]  # fmt: skip
-    assert not converted, f"remove from PENDING in {Path(__file__).name}: {converted}"
-
-
-def test_no_roles_outside_pending_files() -> None:
-    """Every other module's docstrings are converted (roles there would reach the site once rendered)."""
+def test_no_roles_in_the_sources() -> None:
+    """Every module's docstrings are converted (roles there would reach the site once rendered)."""
     left = [
         f"{path.relative_to(ROOT)}: {match.group(0)}"
         for path in sorted(PACKAGE.rglob("*.py"))
-        if str(path.relative_to(ROOT)) not in PENDING
         for match in SOURCE_ROLE.finditer(path.read_text(encoding="utf-8"))
     ]
     assert not left, "run `python docs/tools/convert_roles.py`:\n" + "\n".join(left[:40])

@@ -72,6 +72,8 @@ def observe(rank, world_size, sharding):
         "threshold_missing": finc.threshold(missing=True),
         "novel": finc.novel_modes(4).significant,
         "missing": finc.missing_modes(4).significant,
+        "novel_p": finc.novel_modes(4).p_values,
+        "missing_p": finc.missing_modes(4).p_values,
         "novel_top": [ids for ids, _ in finc.top_samples(gen_batches, k=1, per_mode=20)],
         "missing_top": [ids for ids, _ in finc.top_samples(ref_batches, k=1, per_mode=20, missing=True)],
         "mmd": mmd.compute(),
@@ -154,9 +156,9 @@ def local_counts_after_synced_reads(rank, world_size):
     finc.update(gen[rows], real=False)
     finc.update(ref[rows], real=True)
     with finc.synced():  # one sync; every read inside it sees all ranks' sums
-        inside = (finc.sample_count(), float(finc.gen.count))
+        inside = (finc.sample_count(), sum(float(a.count) for a in finc.gen))
         finc.summary(), finc.novel_modes(2), finc.threshold()
-    return inside, float(finc.gen.count), finc.sample_count()
+    return inside, sum(float(a.count) for a in finc.gen), finc.sample_count()
 
 
 def test_synced_reads_see_every_rank_and_restore_the_local_sums(tmp_path):

@@ -377,16 +377,26 @@ def test_float32_eigenvalues_keep_vendi_and_rke_within_half_a_percent(monkeypatc
         psd_eigenvalues(cov, precision="half")
 
 
-@pytest.mark.parametrize("rho, n", [(1.0, 3000), (2.0, 300), (2.0, 3000)])  # Lanczos, Lanczos, dense (full rank)
-def test_finc_noise_floor_equals_the_dense_eigenvalues(rho, n):
-    """The first user of the Lanczos routines: split_noise_floor, against its former two dense eigvalsh."""
-    from lightning_spectral.functional.finc import Moment, NoiseSplit, split_noise_floor
+@pytest.mark.parametrize("rho", [1.0, 2.0])
+def test_finc_null_draws_by_lanczos_equal_the_dense_eigenvalues(rho):
+    """The first user of the Lanczos routines, FINC's significance rule (issue 23): its null draws (Lanczos at
+    rho = 1 on 2r = 1280 > 1024, both ends) against dense eigvalsh of the same matrices."""
+    import importlib
 
-    cov_a, cov_b = split_covariances(n=n, width=128)
-    dense = max(float(torch.linalg.eigvalsh(m)[-1]) for m in (cov_a - rho * cov_b, cov_b - rho * cov_a))
-    scale = math.sqrt((1 / 500 + rho**2 / 700) / (1 / (n // 2) + rho**2 / (n // 2)))
-    split = NoiseSplit(Moment((cov_a * (n // 2),), n // 2), Moment((cov_b * (n // 2),), n // 2))
-    floor = split_noise_floor(split, rho, 500, 700)
-    assert floor == pytest.approx(max(dense, 0.0) * scale, rel=1e-10, abs=1e-15)
+    finc = importlib.import_module("lightning_spectral.functional.finc")
+    g = torch.Generator().manual_seed(0)
+    means = 3 * torch.randn(8, 16, generator=g, dtype=torch.float64)
+    rff = GaussianRFF(16, 640, sigma=4.0, seed=0)
+    sides = []
+    for _ in range(2):
+        x = means[torch.randint(8, (600,), generator=g)] + torch.randn(600, 16, generator=g, dtype=torch.float64)
+        sides.append(finc.Groups.of(x, rff, 4))
+    null = finc.null_model(*sides, rho)
+    matrices = finc.combinations(list(sides[0].sums + sides[1].sums), finc.null_weights(*sides, rho), torch.float64)
+    dense = []
+    for matrix in matrices:
+        values = torch.linalg.eigvalsh(matrix)
+        dense += [float(values[-1]), -float(values[0])] if rho == 1.0 else [float(values[-1])]
+    torch.testing.assert_close(null.draws, torch.tensor(dense, dtype=torch.float64), rtol=1e-9, atol=1e-13)
 
 

@@ -55,6 +55,8 @@ modes = novelty.novel_modes(3)
 print(
     "top eigenvalues of C_gen - C_ref:",
     [round(float(v), 4) for v in modes.eigenvalues],
+    "p-values:",
+    [float(f"{float(p):.2g}") for p in modes.p_values],
     "significant:",
     modes.significant.tolist(),
 )
@@ -68,6 +70,8 @@ missing = novelty.missing_modes(3)
 print(
     "top eigenvalues of C_ref - C_gen:",
     [round(float(v), 4) for v in missing.eigenvalues],
+    "p-values:",
+    [float(f"{float(p):.2g}") for p in missing.p_values],
     "significant:",
     missing.significant.tolist(),
 )
@@ -78,7 +82,10 @@ zeros = float((reference_y[ids] == 0).float().mean())
 print(f"top-50 reference samples of the missing mode: {zeros:.0%} are zeros")
 
 null = novelty_against_reference(like_reference)
+top = null.novel_modes(1)
 print(
     "generated like the reference (other samples): "
-    f"novelty {float(null.compute()):.4f}"
+    f"novelty {float(null.compute()):.4f}, "
+    f"top eigenvalue {float(top.eigenvalues[0]):.4f} "
+    f"with p-value {float(top.p_values[0]):.2f}"
 )

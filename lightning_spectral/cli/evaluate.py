@@ -18,7 +18,7 @@ from lightning_spectral.cli.reader import EmbeddingFile, shard_rows
 from lightning_spectral.cli.runtime import Session, UsageError, positive_ints, same_width
 
 #: Defaults of the flags, equal to the metrics' own defaults (a test keeps them in sync).
-DEFAULTS = {"n_frequencies": 2048, "rho": 1.0, "significance": 2.0, "min_eigenvalue": 1e-3, "mmd_alpha": 0.05}
+DEFAULTS = {"n_frequencies": 2048, "rho": 1.0, "significance": 0.05, "min_eigenvalue": 1e-3, "mmd_alpha": 0.05}
 
 
 def add_parser(subparsers: Any, common: argparse.ArgumentParser) -> None:
@@ -62,7 +62,7 @@ def add_parser(subparsers: Any, common: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--significance", type=float, default=DEFAULTS["significance"],
-        help="FINC: eigenvalues must exceed this multiple of the noise floor (default: %(default)s)",
+        help="FINC: significance level of a mode's p-value (default: %(default)s)",
     )
     parser.add_argument(
         "--min-eigenvalue", type=float, default=DEFAULTS["min_eigenvalue"],
@@ -147,7 +147,7 @@ def run(args: argparse.Namespace, session: Session) -> dict[str, Any]:
             finc_options = dict(rho=args.rho, significance=args.significance, min_eigenvalue=args.min_eigenvalue)
             finc = FINCNovelty(args.sigma, **finc_options, **common).to(device)
             mmd = FastMMD(args.sigma, **common).to(device)
-            owner, side = finc, finc.gen
+            owner, side = finc, finc.pooled(real=False)
         else:
             vendi = FKEAVendi(args.sigma, alpha=orders, **common).to(device)
             owner, side = vendi, vendi.samples
@@ -313,6 +313,7 @@ def _finc(finc: Any, args: argparse.Namespace, batches: Any) -> tuple[dict[str, 
         "n_significant": int(novel.significant.sum()),
         "novel_eigenvalues": novel.eigenvalues[: args.top_k],
         "significant": novel.significant[: args.top_k],
+        "p_values": novel.p_values[: args.top_k],
     }
     if args.missing_modes:  # C_REF - rho C_FILE: one more eigendecomposition
         missing = finc.missing_modes(args.top_k)
@@ -321,6 +322,7 @@ def _finc(finc: Any, args: argparse.Namespace, batches: Any) -> tuple[dict[str, 
             "n_significant": int(missing.significant.sum()),
             "eigenvalues": missing.eigenvalues,
             "significant": missing.significant,
+            "p_values": missing.p_values,
         }
     if samples is not None:
         result["top_samples"] = as_lists(samples, novel.eigenvalues)

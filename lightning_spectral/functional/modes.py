@@ -32,11 +32,14 @@ class Modes(NamedTuple):
         eigenvalues: (k,) float64.
         eigenvectors: (2r, k) float64, unit columns, sign fixed by the fitting-set rule.
         significant: (k,) bool; which eigenvalues pass the method's threshold (all True where none applies).
+        p_values: (k,) float64, the chance that sampling noise alone reaches each eigenvalue (FINC), or ``None``
+            where the method has no test.
     """
 
     eigenvalues: Tensor
     eigenvectors: Tensor
     significant: Tensor
+    p_values: Optional[Tensor] = None
 
 
 def orient(eigenvectors: Tensor, feature_sum: Tensor) -> Tensor:

@@ -5,22 +5,65 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, Optional
 
+import torch
 from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor
 
-from lightning_spectral._checks import check_bool, check_positive, check_positive_int, check_side, check_state_memory
+from lightning_spectral._checks import check_bool, check_memory, check_positive, check_positive_int, check_side
 from lightning_spectral.features import GaussianRFF
 from lightning_spectral.functional.finc import (
+    DEFAULT_GROUPS,
     DEFAULT_MIN_EIGENVALUE,
     DEFAULT_SIGNIFICANCE,
+    NULL_BATCH,
     DifferentialSpectrum,
-    Moment,
-    NoiseSplit,
+    Groups,
+    check_groups,
+    check_significance,
+    content_groups,
     differential_spectrum,
-    reference_halves,
+    null_model,
 )
 from lightning_spectral.functional.modes import Ids, Modes, check_candidates_memory, mode_scores, orient, top_samples
+from lightning_spectral.linalg import symmetric_eigh, weighted_sum
+from lightning_spectral.metrics.accumulator import Accumulator
 from lightning_spectral.metrics.base import ModeGallery, SpectralMetric
+
+
+class PooledSide:
+    """One side of [`FINCNovelty`][lightning_spectral.metrics.FINCNovelty] (its content groups' accumulators) read as
+    one stream: ``C = sum_j Q_j / n``.
+
+    Has the reading methods of an [`Accumulator`][lightning_spectral.metrics.Accumulator] that a caller of the
+    whole side needs (the command line's Vendi of the generated side).
+    """
+
+    def __init__(self, accumulators: list[Accumulator]) -> None:
+        self.accumulators = accumulators
+
+    @property
+    def count(self) -> Tensor:
+        return sum((a.count for a in self.accumulators), torch.zeros((), dtype=torch.float64))
+
+    def _require(self) -> float:
+        n = float(self.count)
+        if n <= 0:
+            raise RuntimeError("FINCNovelty: this side holds no sample.")
+        return n
+
+    def mean(self) -> Tensor:
+        """``mu = s / n`` (D,), float64."""
+        return sum(a.feature_sum for a in self.accumulators) / self._require()
+
+    def second_moment(self) -> Tensor:
+        """``C = sum_j Q_j / n`` (D, D), float64."""
+        return weighted_sum([(1.0 / self._require(), a.cov_sum) for a in self.accumulators])
+
+    def modes(self) -> tuple[Tensor, Tensor]:
+        """Eigenvalues (descending) and eigenvectors of ``C``, oriented as
+        [`Accumulator.modes`][lightning_spectral.metrics.Accumulator.modes]."""
+        values, vectors = symmetric_eigh(self.second_moment())
+        return values, orient(vectors, self.mean())
 
 
 class FINCNovelty(SpectralMetric):
@@ -30,26 +73,30 @@ class FINCNovelty(SpectralMetric):
     ``L = C_gen - rho C_ref`` mark modes the generated data holds more than ``rho`` times as often as the
     reference (FINC eq. 4); the mirror ``C_ref - rho C_gen`` marks under-represented (missing) modes.
 
-    Score (``compute``): finite samples give ``L`` many small positive eigenvalues from noise alone, often
-    summing to more than a real novel class contributes, so only eigenvalues above a noise threshold count:
-    ``novelty = sum of eigenvalues > max(significance * floor, min_eigenvalue)``, where the floor is the
-    largest eigenvalue that two disjoint halves of the reference produce against each other (each reference
-    sample joins a half by a hash of its own values, so order, batching and sharding do not matter), rescaled
-    to the test's sample sizes. See
-    :mod:`lightning_spectral.functional.finc` for the formula. ``novel_modes(k).significant`` says which
-    modes pass. The rule assumes ``rho >= 1`` (the paper's range); 0 means no novel mode was found.
+    Score (``compute``): finite samples give ``L`` many small positive eigenvalues from noise alone, so only
+    significant eigenvalues count: ``novelty = sum of eigenvalues with p-value <= significance (and >
+    min_eigenvalue)``. The p-value of an eigenvalue is the chance that sampling noise alone puts the top
+    eigenvalue that high; its law is estimated from ``groups`` content groups per side (each sample joins a
+    group by a hash of its own values, so order, batching and sharding do not matter). On two samples of one
+    distribution at most a ``significance`` share of runs names any mode. See
+    [`lightning_spectral.functional.finc`][lightning_spectral.functional.finc] for the formula. ``novel_modes(k)``
+    carries each mode's eigenvalue
+    (its excess mass, weighted by its within-mode similarity), p-value and whether it is significant; 0 means no
+    novel mode was found.
 
     Args:
         sigma: Gaussian bandwidth (> 0).
         n_frequencies: r; covariances are 2r x 2r.
         rho: novelty threshold (>= 1 in the paper; 1, 5 and 10 are used there).
         seed: frequency seed, identical on every rank.
-        significance: margin over the noise floor (default 2).
+        significance: the level in (0, 1) (default 0.05): the share of same-distribution runs allowed to name a
+            mode.
         min_eigenvalue: absolute minimum of a significant eigenvalue (default 1e-3, about 0.1 % extra mass).
+        groups: content groups per side, a power of two (default 4): ``2 * groups`` (2r)^2 float64 sums are kept.
         reset_real_features: if False, ``reset()`` keeps the reference side (as torchmetrics' FID), so a
             reference is accumulated once per run.
         kwargs: ``in_features``, ``chunk_size``, ``feature``, ``normalize``, ``save_feature`` (see
-            :mod:`~lightning_spectral.metrics.base`) and torchmetrics' keyword arguments.
+            [`base`][lightning_spectral.metrics.base]) and torchmetrics' keyword arguments.
 
     Examples:
         >>> import torch
@@ -60,8 +107,9 @@ class FINCNovelty(SpectralMetric):
         >>> metric.update(torch.randn(100, 2, generator=g) * 0.1 + 10.0, real=False)    # novel mode
         >>> 0.25 < float(metric.compute()) < 0.4
         True
-        >>> int(metric.novel_modes(3).significant.sum())
-        1
+        >>> modes = metric.novel_modes(3)
+        >>> int(modes.significant.sum()), float(modes.p_values[0]) < 1e-3
+        (1, True)
     """
 
     inputs = "two"
@@ -76,72 +124,107 @@ class FINCNovelty(SpectralMetric):
         seed: int = 0,
         significance: float = DEFAULT_SIGNIFICANCE,
         min_eigenvalue: float = DEFAULT_MIN_EIGENVALUE,
+        groups: int = DEFAULT_GROUPS,
         reset_real_features: bool = True,
         in_features: Optional[int] = None,
         **kwargs: Any,
     ) -> None:
         rho = check_positive(rho, "rho")
-        significance = check_positive(significance, "significance")
+        significance = check_significance(significance)
         min_eigenvalue = check_positive(min_eigenvalue, "min_eigenvalue")
+        groups = check_groups(groups)
         check_bool(reset_real_features, "reset_real_features")
         rff = GaussianRFF(None, n_frequencies, sigma, seed, persistent=False)
-        check_state_memory(type(self).__name__, rff.n_frequencies, matrices=3, vectors=3)
+        self._check_memory(rff.n_frequencies, groups)
         super().__init__(feature_map=rff, **kwargs)
         if rho < 1:
             rank_zero_warn(
-                f"FINCNovelty: rho={rho} < 1 lets shared modes through as 'novel' and the noise floor "
+                f"FINCNovelty: rho={rho} < 1 lets shared modes through as 'novel' and the significance rule "
                 "assumes rho >= 1 (the FINC paper's range)."
             )
         self.sigma, self.n_frequencies, self.seed = rff.sigma, rff.n_frequencies, rff.seed
         self.rho, self.significance, self.min_eigenvalue = rho, significance, min_eigenvalue
+        self.groups = groups
+        self._null_cache: Optional[tuple[Any, Any]] = None  # `cached_null`'s (key, null)
         self.reset_real_features = reset_real_features
-        self.gen = self.add_accumulator("gen")
-        self.ref_a = self.add_accumulator("ref_a", reference=True)
-        self.ref_b = self.add_accumulator("ref_b", reference=True)
+        self.gen = [self.add_accumulator(f"gen_{j}") for j in range(groups)]
+        self.ref = [self.add_accumulator(f"ref_{j}", reference=True) for j in range(groups)]
         if in_features is not None:
             self.build(check_positive_int(in_features, "in_features"))
+
+    @staticmethod
+    def _check_memory(n_frequencies: int, groups: int) -> None:
+        """Refuse before allocating: ``2 groups`` (2r)^2 float64 sums, plus ``1 + NULL_BATCH`` matrices of the same
+        size at compute (the difference and a batch of the null's matrices)."""
+        width = 2 * n_frequencies
+        matrices = 2 * groups + 1 + NULL_BATCH
+        needed = 8 * (matrices * width * width + 2 * groups * width)
+        what = (
+            f"{2 * groups} float64 sums of {width} x {width} (`groups`={groups} per side) and {1 + NULL_BATCH} at "
+            "compute"
+        )
+        fix = f"use a smaller `n_frequencies` (2r = 4096 to 16384 is typical) or fewer `groups` (>= 2; {groups} now)"
+        check_memory("FINCNovelty", "n_frequencies", n_frequencies, needed, what, fix)
 
     def update(self, features: Tensor, real: bool) -> None:
         """Add embeddings (N, d) (or images, with ``feature``) of the reference (``real=True``) or of the
         generated side (``real=False``)."""
         check_side(real, "FINCNovelty")
         features = self.embeddings(features)
-        if not real:
-            self.gen.add(features)
-            return
-        in_a = reference_halves(features)  # a half per sample, from its content: order-free
-        self.ref_a.add(features[in_a])
-        self.ref_b.add(features[~in_a])
+        index = content_groups(features, self.groups)  # a group per sample, from its content: order-free
+        for j, accumulator in enumerate(self.ref if real else self.gen):
+            accumulator.add(features[index == j])
+
+    def pooled(self, real: bool = False) -> PooledSide:
+        """The generated (``real=False``) or reference side, its groups read as one stream."""
+        return PooledSide(self.ref if real else self.gen)
+
+    def _side(self, real: bool) -> Groups:
+        accumulators = self.ref if real else self.gen
+        return Groups(
+            tuple(a.cov_sum for a in accumulators), tuple(float(a.count) for a in accumulators)
+        )
 
     def _spectrum(self, missing: bool, vectors: bool = True) -> DifferentialSpectrum:
         name = ("missing" if missing else "novel") + ("" if vectors else "_values")
         return self.cached(name, lambda: self._decompose(missing, vectors))
 
     def _decompose(self, missing: bool, vectors: bool) -> DifferentialSpectrum:
-        n_gen, n_a, n_b = float(self.gen.count), float(self.ref_a.count), float(self.ref_b.count)
-        if n_gen <= 0:
+        gen_counts = [float(a.count) for a in self.gen]
+        ref_counts = [float(a.count) for a in self.ref]
+        if sum(gen_counts) <= 0:
             raise RuntimeError(
                 "FINCNovelty: no generated samples were accumulated (on any rank); call `update(x, real=False)`."
             )
-        if min(n_a, n_b) < 1:
-            raise RuntimeError(
-                f"FINCNovelty: the noise floor needs reference samples in both halves, got {n_a:.0f} and {n_b:.0f} "
-                "(on all ranks); call `update(x, real=True)` with more reference samples (or keep the reference "
-                "with `reset_real_features=False`)."
-            )
-        # the sums as they are: each matrix decomposed below is formed in one pass over them
-        gen = Moment((self.gen.cov_sum,), n_gen)
-        split = NoiseSplit(Moment((self.ref_a.cov_sum,), n_a), Moment((self.ref_b.cov_sum,), n_b))
-        ref = Moment((self.ref_a.cov_sum, self.ref_b.cov_sum), n_a + n_b)
+        for side, counts, call in (("reference", ref_counts, "real=True"), ("generated", gen_counts, "real=False")):
+            if min(counts) < 1:
+                raise RuntimeError(
+                    f"FINCNovelty: the significance rule needs {side} samples in each of the {self.groups} content "
+                    f"groups, got {[int(c) for c in counts]} (on all ranks); call `update(x, {call})` with more "
+                    f"{side} samples (or pass fewer `groups`"
+                    + (", or keep the reference with `reset_real_features=False`)." if side == "reference" else ").")
+                )
+        gen, ref = self._side(real=False), self._side(real=True)
         x, y = (ref, gen) if missing else (gen, ref)
-        return differential_spectrum(x, y, split, self.rho, self.significance, self.min_eigenvalue, vectors=vectors)
+        null = self.cached_null(missing, x, y)
+        return differential_spectrum(x, y, self.rho, self.significance, self.min_eigenvalue, vectors, null)
+
+    def cached_null(self, missing: bool, x: Groups, y: Groups) -> Any:
+        """The null of ``C_x - rho C_y``, kept beside the spectra (at ``rho = 1`` novel and missing share it)."""
+        key = (self.rho == 1.0 or not missing, tuple(float(a.state.sum()) for a in self.accumulators.values()))
+        if self._null_cache is not None and self._null_cache[0] == key:
+            return self._null_cache[1]
+        null = null_model(x, y, self.rho)
+        self._null_cache = (key, null)
+        return null
 
     def compute(self) -> Tensor:
         """Novelty score: the sum of the eigenvalues of ``C_gen - rho C_ref`` above the noise threshold."""
         return self._spectrum(missing=False, vectors=False).score
 
     def threshold(self, missing: bool = False) -> float:
-        """The significance threshold of the novel (or missing) modes: ``max(significance * floor, min_eigenvalue)``."""
+        """The eigenvalue at which a novel (or missing) mode becomes significant: ``max(the null's quantile at the
+        level, min_eigenvalue)``."""
         with self.synced():
             return self._spectrum(missing, vectors=False).threshold
 
@@ -150,14 +233,17 @@ class FINCNovelty(SpectralMetric):
         with self.synced():
             spectrum = self._spectrum(missing)
             k = min(k, spectrum.eigenvalues.shape[0])
-            feature_sum = self.ref_a.feature_sum + self.ref_b.feature_sum if missing else self.gen.feature_sum
+            feature_sum = sum(a.feature_sum for a in (self.ref if missing else self.gen))
             vectors = orient(spectrum.eigenvectors[:, :k], feature_sum)  # type: ignore[index]
-        return Modes(spectrum.eigenvalues[:k], vectors, spectrum.significant[:k])
+        return Modes(spectrum.eigenvalues[:k], vectors, spectrum.significant[:k], spectrum.p_values[:k])
 
     def novel_modes(self, k: int = 10) -> Modes:
         """Top-``k`` eigen-pairs of ``C_gen - rho C_ref``: modes over-represented in the generated data.
 
-        ``significant`` marks those above the noise threshold. A collective under DDP.
+        ``eigenvalues`` are the modes' excess masses (times their within-mode similarity), ``p_values`` the chance
+        that noise alone reaches them, ``significant`` those with ``p <= significance`` (and above
+        ``min_eigenvalue``): ``p = 0.08`` at level 0.05 is "not significant", ``p = 0.9`` "nothing there". A
+        collective under DDP.
         """
         return self._modes(k, missing=False)
 
@@ -188,7 +274,8 @@ class FINCNovelty(SpectralMetric):
             return self._spectrum(missing=True, vectors=False).score
 
     def summary(self) -> dict[str, Tensor]:
-        """The novelty score (``""``), the missing-mode score and how many novel / missing modes are significant."""
+        """The novelty score (``""``), the missing-mode score, how many novel / missing modes are significant, and
+        the top novel / missing mode's eigenvalue (excess mass) and p-value."""
         with self.synced():
             novel = self._spectrum(missing=False, vectors=False)
             missing = self._spectrum(missing=True, vectors=False)
@@ -197,6 +284,10 @@ class FINCNovelty(SpectralMetric):
             "missing": missing.score,
             "novel_modes": novel.significant.sum().double(),
             "missing_modes": missing.significant.sum().double(),
+            "novel_top": novel.eigenvalues[0],
+            "novel_top_p_value": novel.p_values[0],
+            "missing_top": missing.eigenvalues[0],
+            "missing_top_p_value": missing.p_values[0],
         }
 
     def galleries(
@@ -217,7 +308,8 @@ class FINCNovelty(SpectralMetric):
                 samples = self.top_samples(stream, k=count, per_mode=per_mode, missing=missing)
                 what = "missing mass (real images)" if missing else "excess mass (generated images)"
                 labels = [
-                    f"{name} mode {i + 1}: +{float(v):.3f} {what}" for i, v in enumerate(modes.eigenvalues[:count])
+                    f"{name} mode {i + 1}: +{float(v):.3f} {what} (p={float(p):.2g})"
+                    for i, (v, p) in enumerate(zip(modes.eigenvalues[:count], modes.p_values[:count], strict=True))
                 ]
                 title = f"{total} significant {name} mode{'' if total == 1 else 's'}"
                 title += f", {count} shown" if count != total else ""
