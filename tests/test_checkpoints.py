@@ -74,6 +74,24 @@ def test_a_checkpoint_with_other_frequencies_is_refused():
         other.load_state_dict(metric.state_dict())
 
 
+def test_a_checkpoint_of_another_configuration_is_refused_before_anything_is_restored():
+    metric = FINCNovelty(sigma=1.0, n_frequencies=8, groups=4)
+    metric.update(torch.randn(40, 3), real=True)
+    metric.update(torch.randn(40, 3), real=False)
+    other = FINCNovelty(sigma=1.0, n_frequencies=8, groups=2)
+    other.update(torch.randn(10, 3), real=False)
+    before = other.sample_count(real=False)
+    with pytest.raises(RuntimeError, match=r"sums \[.*'gen_3'.*\] where this metric keeps.*another configuration"):
+        other.load_state_dict(metric.state_dict())
+    assert other.sample_count(real=False) == before
+    old = metric.state_dict()  # as written before the significance level: `ref_a` / `ref_b` halves
+    key = next(k for k in old if k.endswith("_extra_state"))
+    old[key]["sums"] = {"gen": old[key]["sums"]["gen_0"], "ref_a": old[key]["sums"]["ref_0"],
+                        "ref_b": old[key]["sums"]["ref_1"]}  # fmt: skip
+    with pytest.raises(RuntimeError, match="`ref_a` / `ref_b`"):
+        FINCNovelty(sigma=1.0, n_frequencies=8).load_state_dict(old)
+
+
 def test_paired_and_multi_bandwidth_states_round_trip():
     a, b = torch.randn(80, 4, dtype=torch.float64), torch.randn(80, 3, dtype=torch.float64)
     spec = SPECDivergence("cosine")

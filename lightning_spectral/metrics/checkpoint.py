@@ -35,11 +35,19 @@ def load_extra_state(metric: Any, state: Any) -> None:
     """Restore `extra_state`'s output: size the sums from the input width, check the frequencies, unpack.
 
     Raises:
-        RuntimeError: the checkpoint's frequencies differ (another ``seed``, ``sigma`` or ``n_frequencies``).
+        RuntimeError: the checkpoint's frequencies differ (another ``seed``, ``sigma`` or ``n_frequencies``), or its
+            sums are not this metric's (another configuration or version), checked before anything is restored.
         ValueError: a packed sum of another size than these settings need.
     """
     if not isinstance(state, dict):
         raise RuntimeError(f"{type(metric).__name__}: the checkpoint holds no state of this metric.")
+    if "sums" in state and set(state["sums"]) != set(metric.accumulators):
+        raise RuntimeError(
+            f"{type(metric).__name__}: the checkpoint holds the sums {sorted(state['sums'])} where this metric keeps "
+            f"{sorted(metric.accumulators)}: it was written by another configuration or version of the metric (e.g. "
+            "another `groups`, or a FINCNovelty from before its significance level, which kept `ref_a` / `ref_b`). "
+            "Build the metric as it was saved, or accumulate its data again instead of resuming these sums."
+        )
     if state.get("in_features") is not None and metric.in_features is None:
         metric.build(state["in_features"])
     saved, mine = state.get("frequencies"), frequency_fingerprint(metric)
