@@ -27,7 +27,7 @@ from safetensors.torch import save_file
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from lightning_spectral.callbacks import EmbeddingMetrics, GeneratedSamples, KPCAOODMonitor, SPECAlign
+from lightning_spectral.callbacks import EmbeddingMetrics, GeneratedSamples, KPCAOODMonitor, SPECAlign, SpecAlignSolver
 from lightning_spectral.cli import main
 from lightning_spectral.data import DigitsImageText
 from lightning_spectral.encoders import (
@@ -48,7 +48,6 @@ from lightning_spectral.features import (
     median_bandwidth,
 )
 from lightning_spectral.files import EmbeddingFile
-from lightning_spectral.generative import DigitsImages, DigitsVAE, DropClassesSampler
 from lightning_spectral.functional import (
     fast_mmd,
     fast_mmd_test,
@@ -64,11 +63,11 @@ from lightning_spectral.functional import (
     spec_diff_exact,
     vendi_exact,
 )
-from lightning_spectral.functional.finc import reference_halves
-from lightning_spectral.callbacks import SpecAlignSolver
-from lightning_spectral.linalg import one_thread as linalg_one_thread
-from lightning_spectral.functional.fkea import renyi_entropy, vendi_score
 from lightning_spectral.functional.conditional import conditional_vendi, conditional_vendi_exact
+from lightning_spectral.functional.finc import reference_halves
+from lightning_spectral.functional.fkea import renyi_entropy, vendi_score
+from lightning_spectral.generative import DigitsImages, DigitsVAE, DropClassesSampler
+from lightning_spectral.linalg import one_thread as linalg_one_thread
 from lightning_spectral.metrics import ConditionalVendi, FastMMD, FINCNovelty, FKEAVendi, RFFCovariance, SPECDivergence
 from lightning_spectral.ood import KernelPCAOOD, detection_metrics
 

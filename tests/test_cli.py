@@ -15,9 +15,9 @@ import pytest
 import torch
 from PIL import Image
 
-from lightning_spectral.cli import main
 from lightning_spectral.cli import compare as compare_command
 from lightning_spectral.cli import evaluate as evaluate_command
+from lightning_spectral.cli import main
 from lightning_spectral.cli import ood as ood_command
 from lightning_spectral.encoders import save_features
 from lightning_spectral.functional import spec, spec_diff_exact

@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from lightning_spectral.features import PairedFeatureMap
 from lightning_spectral.callbacks import SpecAlignSolver
+from lightning_spectral.features import PairedFeatureMap
 from lightning_spectral.functional.spec import spec_align_loss
 
 

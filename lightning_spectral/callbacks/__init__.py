@@ -13,8 +13,8 @@ from lightning_spectral.callbacks.embeddings import EmbeddingSource, ReferenceEm
 from lightning_spectral.callbacks.galleries import ModeImages
 from lightning_spectral.callbacks.generated import GeneratedSamples
 from lightning_spectral.callbacks.kpca_monitor import KPCAOODMonitor, OODDriftWarning
-from lightning_spectral.callbacks.sampling import draw_samples, sample_chunks
 from lightning_spectral.callbacks.progress import StderrProgressBar
+from lightning_spectral.callbacks.sampling import draw_samples, sample_chunks
 from lightning_spectral.callbacks.spec_align import SPECAlign
 from lightning_spectral.callbacks.spec_align_solver import SpecAlignSolver
 
