@@ -1,22 +1,18 @@
 """Pictures to every logger of a Trainer: one call, whatever the user logs to.
 
 [`log_picture`][lightning_spectral.loggers.log_picture] sends an image (a (3, H, W) tensor in [0, 1]) or a matplotlib
-figure to each of a Trainer's
-loggers through the logger's public API:
+figure to each of a Trainer's loggers through the logger's public API:
 
-=================  =====================================================================================
-logger             how the picture is stored
-=================  =====================================================================================
-TensorBoard        ``experiment.add_image`` (any logger whose experiment has ``add_image`` and ``add_figure``)
-W&B                ``WandbLogger.log_image(key, [image], step)``: ``media/images`` of the run
-MLflow             ``MlflowClient.log_image(run_id, image, key=tag, step=step)``: the run's time-stepped images
-Comet              ``experiment.log_image(image, name=tag, step=step)``
-CSV                a PNG beside ``metrics.csv``: ``{log_dir}/{tag, '/' as '_'}-step{step}.png`` (written, then
-                   renamed)
-=================  =====================================================================================
+| logger | how the picture is stored |
+|---|---|
+| TensorBoard | ``experiment.add_image`` (any logger whose experiment has ``add_image`` and ``add_figure``) |
+| W&B | ``WandbLogger.log_image(key, [image], step)``: ``media/images`` of the run |
+| MLflow | ``MlflowClient.log_image(run_id, image, key=tag, step=step)``: the run's time-stepped images |
+| Comet | ``experiment.log_image(image, name=tag, step=step)`` |
+| CSV | a PNG beside ``metrics.csv``: ``{log_dir}/{tag, '/' as '_'}-step{step}.png`` (written, then renamed) |
 
-Figures are drawn into an RGB array (matplotlib's Agg canvas, no pyplot). A logger
-that cannot hold pictures gets one warning that says what to do (never a silent skip); a Trainer built with
+Figures are drawn into an RGB array (matplotlib's Agg canvas, no pyplot). A logger that cannot hold pictures gets
+one warning that says what to do (never a silent skip); a Trainer built with
 ``logger=False`` logs nothing, by the user's choice. Logging happens on rank 0 only.
 """
 
