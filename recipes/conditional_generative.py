@@ -4,7 +4,7 @@
     python recipes/conditional_generative.py --config recipes/configs/conditional_normal.yaml
     python recipes/conditional_generative.py --config recipes/configs/conditional_collapse.yaml  # 4, 9 collapse
 
-A LightningCLI over :class:`~lightning_spectral.generative.ConditionalDigitsVAE` (prompts: the captions "a photo of
+A LightningCLI over `ConditionalDigitsVAE` (prompts: the captions "a photo of
 the digit k", given to the model and the metric as the label k, one-hot) and
 :class:`~lightning_spectral.generative.DigitsImages`; the YAML adds
 :class:`~lightning_spectral.callbacks.GeneratedSamples` with ``prompts``: every ``every_n_epochs`` it draws the same
@@ -28,13 +28,11 @@ import sys
 from pathlib import Path
 from typing import Any, Optional
 
-from lightning.pytorch.cli import LightningCLI
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from generative import KIDAlongside  # the recipe beside this one
+from generative import GenerativeCLI, KIDAlongside  # the recipe beside this one
 
 from lightning_spectral.callbacks import GeneratedSamples
-from lightning_spectral.files import WriteError, check_writable, written
+from lightning_spectral.files import CheckpointError, WriteError, check_checkpoint, check_writable, written
 from lightning_spectral.generative import ConditionalDigitsVAE, DigitsImages
 from lightning_spectral.metrics import ConditionalVendi, FKEAVendi
 
@@ -112,22 +110,15 @@ def summary_text(result: dict[str, Any], generated: GeneratedSamples, names: Opt
     return "\n".join(lines)
 
 
-class ConditionalCLI(LightningCLI):
-    """LightningCLI plus KID alongside and a summary file."""
-
-    def add_arguments_to_parser(self, parser: Any) -> None:
-        parser.add_argument("--kid_subsets", type=int, default=100, help="KID subsets (0: no KID).")
-        parser.add_argument("--kid_subset_size", type=int, default=500, help="KID subset size.")
-        parser.add_argument("--summary_json", type=Optional[str], default=None, help="Also write the summary here.")
-
-
 def main(args: Optional[list[str]] = None) -> dict[str, Any]:
     """Run the recipe; returns ``{"epochs": [...], "collapsed": [...], "least_diverse": [...], "log_dir": ...}``."""
-    cli = ConditionalCLI(ConditionalDigitsVAE, DigitsImages, run=False, args=args, seed_everything_default=0,
+    cli = GenerativeCLI(ConditionalDigitsVAE, DigitsImages, run=False, args=args, seed_everything_default=0,
                          save_config_kwargs={"overwrite": True})
     config, trainer = cli.config, cli.trainer
     if config["summary_json"]:
         check_writable(config["summary_json"], "--summary_json")
+    if config["ckpt_path"] is not None:
+        check_checkpoint(config["ckpt_path"])  # a cut-off file: one clear line before any work
     generated = next((c for c in trainer.callbacks if isinstance(c, GeneratedSamples)), None)
     if generated is None or generated.prompts is None:
         raise ValueError("the config needs a lightning_spectral.callbacks.GeneratedSamples callback with `prompts`; "
@@ -136,7 +127,7 @@ def main(args: Optional[list[str]] = None) -> dict[str, Any]:
     if config["kid_subsets"] > 0:
         kid = KIDAlongside(generated, subsets=config["kid_subsets"], subset_size=config["kid_subset_size"])
         trainer.callbacks.append(kid)
-    trainer.fit(cli.model, datamodule=cli.datamodule)
+    trainer.fit(cli.model, datamodule=cli.datamodule, ckpt_path=config["ckpt_path"])
     result = summarise(generated, kid)
     result["log_dir"] = trainer.logger.log_dir if trainer.logger is not None else None
     cond = generated.metrics.get(roles(generated).get("cond", ""))
@@ -153,6 +144,6 @@ def main(args: Optional[list[str]] = None) -> dict[str, Any]:
 if __name__ == "__main__":
     try:
         main()
-    except WriteError as error:
+    except (CheckpointError, WriteError) as error:  # a bad --ckpt_path / output path: one line, exit code 2
         print(f"{Path(__file__).name}: error: {error}", file=sys.stderr)
         sys.exit(2)

@@ -83,7 +83,7 @@ def images_of(loader: DataLoader) -> tuple[Tensor, Tensor, Tensor]:
 
 def finc(sigma: float, rho: float, real: Tensor, generated: Tensor, args: argparse.Namespace, seed: int) -> FINCNovelty:
     """FINC of ``generated`` against the reference ``real`` (embeddings)."""
-    metric = FINCNovelty(sigma, args.n_frequencies, rho=rho, seed=seed)
+    metric = FINCNovelty(sigma, args.n_frequencies, rho=rho, seed=seed, min_eigenvalue=args.min_eigenvalue)
     metric.update(real, real=True)
     metric.update(generated, real=False)
     return metric
@@ -188,6 +188,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     parser.add_argument("--sigma-factor", type=float, default=0.5, help="sigma = factor x median distance")
     parser.add_argument("--n-frequencies", type=int, default=512)
     parser.add_argument("--rho", type=float, default=2.0)
+    parser.add_argument("--min-eigenvalue", type=float, default=0.01,
+                        help="smallest eigenvalue reported as a mode (~1 %% of the mass, as the recipe configs)")
     parser.add_argument("--k", type=int, default=10, help="modes examined")
     parser.add_argument("--per-mode", type=int, default=20, help="top real samples per missing mode")
     parser.add_argument("--kid-subsets", type=int, default=100)

@@ -16,6 +16,27 @@ from lightning_spectral._checks import check_positive, check_seed
 __all__ = ["DigitsVAE"]
 
 
+def step_noise(module: L.LightningModule, seed: Optional[int], step: int, stream: int) -> Optional[torch.Generator]:
+    """The CPU generator of one step's reparameterisation noise (``None`` when ``seed`` is ``None``: the global
+    RNG), seeded from (seed, stream, step, rank): a run resumed from a checkpoint draws the noise of the
+    uninterrupted run, whatever the RNG state it restarts with."""
+    if seed is None:
+        return None
+    try:
+        trainer = module.trainer
+    except RuntimeError:  # not attached to a Trainer (a direct call)
+        trainer = None
+    world, rank = (trainer.world_size, trainer.global_rank) if trainer is not None else (1, 0)
+    return torch.Generator().manual_seed((((seed * 2 + stream) * 1_000_003 + step) * world + rank) % 2**63)
+
+
+def gaussian_noise(like: Tensor, generator: Optional[torch.Generator]) -> Tensor:
+    """Standard normal noise shaped as ``like``, from ``generator`` (CPU) or the global RNG when ``None``."""
+    if generator is None:
+        return torch.randn_like(like)
+    return torch.randn(like.shape, generator=generator, dtype=like.dtype).to(like.device)
+
+
 def _mlp(sizes: list[int]) -> nn.Sequential:
     layers: list[nn.Module] = []
     for width_in, width_out in zip(sizes[:-1], sizes[1:]):
@@ -106,10 +127,7 @@ class DigitsVAE(L.LightningModule):
             size = self.hparams.image_size
             raise ValueError(f"DigitsVAE: expects images (N, 1, {size}, {size}), got {tuple(images.shape)}.")
         mean, log_var = self.encode(images)
-        if generator is None:
-            noise = torch.randn_like(mean)
-        else:
-            noise = torch.randn(mean.shape, generator=generator, dtype=mean.dtype).to(mean.device)
+        noise = gaussian_noise(mean, generator)
         z = mean + noise * (0.5 * log_var).exp()
         reconstruction = F.binary_cross_entropy_with_logits(self.decode(z), images, reduction="none")
         reconstruction = reconstruction.flatten(1).sum(1).mean()
@@ -120,11 +138,7 @@ class DigitsVAE(L.LightningModule):
     def _noise(self, step: int, stream: int) -> Optional[torch.Generator]:
         """The generator of one step's noise (``None`` without ``noise_seed``), seeded from (seed, stream, step,
         rank)."""
-        seed = self.hparams.get("noise_seed")
-        if seed is None:
-            return None
-        world, rank = (self.trainer.world_size, self.trainer.global_rank) if self._trainer is not None else (1, 0)
-        return torch.Generator().manual_seed((((seed * 2 + stream) * 1_000_003 + step) * world + rank) % 2**63)
+        return step_noise(self, self.hparams.get("noise_seed"), step, stream)
 
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> Tensor:
         terms = self.loss(batch["image"], self._noise(self.global_step, 0))
@@ -175,6 +189,8 @@ class ConditionalDigitsVAE(L.LightningModule):
         lr: Adam learning rate.
         collapse_prompts: labels whose samples stop varying from ``collapse_after_epoch`` on.
         collapse_after_epoch: the first epoch (counted from 0) of the collapse; ``None``: never.
+        noise_seed: if given, each step's reparameterisation noise comes from its own generator (as
+            [`DigitsVAE`][lightning_spectral.generative.DigitsVAE]'s): a resumed run trains as an uninterrupted one.
 
     Examples:
         >>> import torch
@@ -195,6 +211,7 @@ class ConditionalDigitsVAE(L.LightningModule):
         lr: float = 2e-3,
         collapse_prompts: Sequence[int] = (),
         collapse_after_epoch: Optional[int] = None,
+        noise_seed: Optional[int] = None,
     ) -> None:
         super().__init__()
         for name, value in (("image_size", image_size), ("num_classes", num_classes), ("latent_dim", latent_dim),
@@ -217,6 +234,8 @@ class ConditionalDigitsVAE(L.LightningModule):
                 "ConditionalDigitsVAE: `collapse_after_epoch` must be an epoch >= 0 or None, got "
                 f"{collapse_after_epoch!r}."
             )
+        if noise_seed is not None:
+            check_seed(noise_seed, "noise_seed")
         self.save_hyperparameters()
         pixels = image_size * image_size
         self.encoder = _mlp([pixels + num_classes, hidden, hidden, 2 * latent_dim])
@@ -230,22 +249,24 @@ class ConditionalDigitsVAE(L.LightningModule):
         size = self.hparams.image_size
         return self.decoder(torch.cat([z, self._one_hot(labels)], 1)).view(-1, 1, size, size)
 
-    def loss(self, images: Tensor, labels: Tensor) -> dict[str, Tensor]:
-        """Batch means of the negative ELBO (``"loss"``) and its terms (``"reconstruction"``, ``"kl"``)."""
+    def loss(self, images: Tensor, labels: Tensor, generator: Optional[torch.Generator] = None) -> dict[str, Tensor]:
+        """Batch means of the negative ELBO (``"loss"``) and its terms (``"reconstruction"``, ``"kl"``); the
+        reparameterisation noise comes from ``generator`` (a CPU generator; the global RNG when ``None``)."""
         mean, log_var = self.encoder(torch.cat([images.flatten(1), self._one_hot(labels)], 1)).chunk(2, dim=1)
-        z = mean + torch.randn_like(mean) * (0.5 * log_var).exp()
+        z = mean + gaussian_noise(mean, generator) * (0.5 * log_var).exp()
         reconstruction = F.binary_cross_entropy_with_logits(self.decode(z, labels), images, reduction="none")
         reconstruction = reconstruction.flatten(1).sum(1).mean()
         kl = 0.5 * (mean.square() + log_var.exp() - 1 - log_var).sum(1).mean()
         return {"loss": reconstruction + self.hparams.beta * kl, "reconstruction": reconstruction, "kl": kl}
 
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> Tensor:
-        terms = self.loss(batch["image"], batch["label"])
+        noise = step_noise(self, self.hparams.noise_seed, self.global_step, 0)
+        terms = self.loss(batch["image"], batch["label"], noise)
         self.log("train/loss", terms["loss"], prog_bar=True, batch_size=batch["image"].shape[0])
         return terms["loss"]
 
     def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
-        terms = self.loss(batch["image"], batch["label"])
+        terms = self.loss(batch["image"], batch["label"], step_noise(self, self.hparams.noise_seed, batch_idx, 1))
         self.log_dict({f"val/{key}": value for key, value in terms.items()}, batch_size=batch["image"].shape[0])
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
