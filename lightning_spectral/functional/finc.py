@@ -396,6 +396,7 @@ def content_groups(x: Tensor, groups: int) -> Tensor:
 
 def reference_halves(x: Tensor) -> Tensor:
     """(N,) bool: ``content_groups(x, 2) == 0``, the two-group split (kept for callers of the previous rule)."""
+    check_dense(x, "x", "reference_halves")
     return content_groups(x, 2) == 0
 
 
