@@ -59,7 +59,8 @@ bench: $(VENV)/.installed
 	$(BENCH_PY) benchmarks/bench_fkea_finc.py exact --sizes 1000 --frequencies 256
 	$(BENCH_PY) benchmarks/bench_fkea_finc.py stream --n 20000
 	$(BENCH_PY) benchmarks/bench_fkea_finc.py finc --n 5000
-	$(BENCH_PY) benchmarks/bench_finc_fpr.py --trials 2 --n-frequencies 128
+	$(BENCH_PY) benchmarks/bench_finc_fpr.py fpr --trials 2 --r 64 --n 500 --data mixture digits
+	$(BENCH_PY) benchmarks/bench_finc_fpr.py power --trials 2 --r 64 --n 750 --data digits --prevalence 0.1
 	$(BENCH_PY) benchmarks/bench_eigh.py floor --n 2000 --repeats 1
 	$(BENCH_PY) benchmarks/bench_eigh.py large --r 512 --n 2000 --repeats 1
 	$(BENCH_PY) benchmarks/bench_mmd.py calibration --trials 20 --frequencies 128
