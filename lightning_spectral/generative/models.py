@@ -275,7 +275,7 @@ class ConditionalDigitsVAE(L.LightningModule):
     def collapsed(self) -> tuple[int, ...]:
         """The labels whose samples do not vary now (the collapse switch at the current epoch)."""
         start = self.hparams.collapse_after_epoch
-        epoch = self.current_epoch if self._trainer is not None else 0
+        epoch = self.current_epoch  # 0 outside a Trainer (Lightning's property)
         return tuple(self.hparams.collapse_prompts) if start is not None and epoch >= start else ()
 
     @torch.no_grad()
