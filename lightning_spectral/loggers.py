@@ -88,14 +88,18 @@ def warn_no_pictures(logger: Any) -> None:
 
 
 def as_array(picture: Picture) -> np.ndarray:
-    """An (H, W, 3) uint8 RGB array of an image (C, H, W) / (H, W) in [0, 1] or of a matplotlib figure.
+    """An (H, W, 3) uint8 RGB array of an image (C, H, W) / (H, W) (floats in [0, 1], or uint8 in [0, 255] as
+    TensorBoard's ``add_image`` reads them) or of a matplotlib figure.
 
     Examples:
         >>> as_array(torch.ones(1, 2, 3)).shape
         (2, 3, 3)
+        >>> int(as_array(torch.full((3, 1, 1), 128, dtype=torch.uint8))[0, 0, 0])
+        128
     """
     if isinstance(picture, Tensor):
-        image = picture.detach().cpu().float()
+        image = picture.detach().cpu()
+        image = image.float() if image.is_floating_point() else image.float() / 255.0
         image = image[None] if image.ndim == 2 else image
         if image.ndim != 3 or image.shape[0] not in (1, 3, 4):
             raise ValueError(f"a picture must be an image (C, H, W) with C in 1, 3, 4, got {tuple(image.shape)}.")
@@ -109,8 +113,15 @@ def as_array(picture: Picture) -> np.ndarray:
 
 
 def _csv_path(log_dir: str, tag: str, step: Optional[int]) -> str:
+    """``{log_dir}/{tag}-step{step}.png``; without a step, ``{tag}-{k}.png`` with the first free k (never over an
+    earlier picture)."""
     name = re.sub(r"[^A-Za-z0-9_.=-]+", "_", tag.strip("/")) or "picture"
-    return os.path.join(log_dir, f"{name}-step{0 if step is None else int(step)}.png")
+    if step is not None:
+        return os.path.join(log_dir, f"{name}-step{int(step)}.png")
+    k = 0
+    while os.path.exists(os.path.join(log_dir, f"{name}-{k}.png")):
+        k += 1
+    return os.path.join(log_dir, f"{name}-{k}.png")
 
 
 def _save_png(array: np.ndarray, path: str) -> None:
@@ -128,14 +139,10 @@ def _save_png(array: np.ndarray, path: str) -> None:
 
 
 def _send(logger: Any, kind: str, tag: str, picture: Picture, step: Optional[int]) -> None:
-    is_image = isinstance(picture, Tensor)
-    if kind == "tensorboard":
-        if is_image:
-            logger.experiment.add_image(tag, picture, global_step=step)
-        else:  # drawn here (Agg canvas): add_figure would import pyplot and close the figure
-            logger.experiment.add_image(tag, as_array(picture), global_step=step, dataformats="HWC")
+    array = as_array(picture)  # one conversion for every logger: (H, W) and uint8 images read the same everywhere
+    if kind == "tensorboard":  # figures drawn here (Agg canvas): add_figure would import pyplot and close them
+        logger.experiment.add_image(tag, array, global_step=step, dataformats="HWC")
         return
-    array = as_array(picture)
     if kind == "wandb":
         logger.log_image(key=tag, images=[array], step=step)
     elif kind == "mlflow":

@@ -196,3 +196,20 @@ def test_compare_embeds_one_folder_with_two_encoders(folders, tmp_path, capsys):
         assert code == 2 and message in err, err
     code, _, err = cli(capsys, "compare", folders / "gen", folders / "real", "--encoder-b", "pixels:8")
     assert code == 2 and "list different images (100 and 120)" in err, err
+
+
+def test_sixteen_bit_greys_hidden_files_and_a_bom_list(tmp_path):
+    """16-bit PNGs keep their grey levels (PIL's RGB conversion clips them at 255: all white), macOS's ._ files are
+    not images, and a list saved with a byte-order mark reads its first path."""
+    folder = tmp_path / "imgs"
+    folder.mkdir()
+    Image.fromarray(np.full((8, 8), 20000, np.uint16)).save(folder / "a.png")
+    Image.fromarray(np.full((8, 8), 60000, np.uint16)).save(folder / "b.png")
+    (folder / "._a.png").write_bytes(b"\x00\x05\x16\x07 resource fork")
+    files = list_images(str(folder), "FILE")
+    assert [f.name for f in files] == ["a.png", "b.png"]
+    values = read_images(files, 8)[:, :, 0, 0]
+    assert values[:, 0].tolist() == pytest.approx([20000 / 65535, 60000 / 65535], abs=1 / 255)
+    listed = tmp_path / "list.txt"
+    listed.write_text("imgs/a.png\nimgs/b.png\n", encoding="utf-8-sig")
+    assert [f.name for f in list_images(str(listed), "FILE")] == ["a.png", "b.png"]

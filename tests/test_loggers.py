@@ -130,3 +130,22 @@ def test_log_picture_draws_figures_and_reports_who_took_them(tmp_path):
     assert takes_pictures(tb) and not takes_pictures(NoPictures())
     with pytest.warns(UserWarning, match="cannot hold pictures"):
         assert log_picture(NoPictures(), "tag", torch.zeros(3, 2, 2)) == []
+
+
+def test_uint8_and_two_dimensional_images_read_the_same_in_every_logger(tmp_path):
+    """A uint8 image (TensorBoard's convention: 0-255) is not clipped to white, and an (H, W) image goes to
+    TensorBoard as to the others."""
+    grey = torch.full((3, 4, 4), 128, dtype=torch.uint8)
+    assert as_array(grey)[0, 0].tolist() == [128, 128, 128]
+    assert (as_array(grey) == as_array(grey.float() / 255)).all()
+    tensorboard = TensorBoardLogger(tmp_path / "tb")
+    assert log_picture(tensorboard, "flat", torch.rand(8, 8), step=1) == ["tensorboard"]
+    assert log_picture(tensorboard, "grey", grey, step=1) == ["tensorboard"]
+
+
+def test_csv_pictures_without_a_step_never_overwrite_each_other(tmp_path):
+    csv = CSVLogger(tmp_path)
+    first, second = torch.zeros(3, 4, 4), torch.ones(3, 4, 4)
+    log_picture(csv, "val/modes", first)
+    log_picture(csv, "val/modes", second)
+    assert sorted(os.listdir(csv.log_dir)) == ["val_modes-0.png", "val_modes-1.png"]

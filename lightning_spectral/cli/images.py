@@ -92,7 +92,10 @@ def list_images(source: str, name: str) -> list[Path]:
     """
     path = Path(source).expanduser()
     if path.is_dir():
-        files = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES)
+        files = sorted(  # hidden files (macOS's ._name resource forks) are not images
+            p for p in path.rglob("*")
+            if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES and not p.name.startswith(".")
+        )
         if not files:
             raise ValueError(
                 f"`{name}`: the folder {source!r} holds no image ({', '.join(IMAGE_SUFFIXES)}, searched recursively)."
@@ -101,7 +104,7 @@ def list_images(source: str, name: str) -> list[Path]:
         if not path.is_file():
             raise FileNotFoundError(f"`{name}`: no list file at {source!r}; pass a folder or a .txt of image paths.")
         files = []
-        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        for number, line in enumerate(path.read_text(encoding="utf-8-sig").splitlines(), start=1):
             if not line.strip():
                 raise ValueError(f"`{name}`: line {number} of {source!r} is blank; list one image path per line.")
             item = Path(line.strip()).expanduser()
@@ -188,6 +191,18 @@ def build_encoder(spec: str, weights: Optional[str]) -> tuple[torch.nn.Module, i
     )
 
 
+def _rgb(image: Any) -> Any:
+    """An 8-bit RGB copy of a PIL image; 16- and 32-bit integer greys are scaled to 8 bits first (PIL's
+    ``convert("RGB")`` clips them at 255, which would read every 16-bit PNG as white)."""
+    if image.mode.startswith("I"):
+        from PIL import Image
+
+        values = np.asarray(image, dtype=np.float64)
+        top = 65535.0 if image.mode.startswith("I;16") or values.max(initial=0) > 255 else 255.0
+        image = Image.fromarray(np.clip(np.round(values / top * 255.0), 0, 255).astype(np.uint8), mode="L")
+    return image.convert("RGB")
+
+
 def read_images(files: Sequence[Path], size: int) -> Tensor:
     """Images (N, 3, size, size) in [0, 1]: RGB, shorter side resized to ``size`` (bilinear), centre-cropped."""
     from PIL import Image
@@ -197,7 +212,7 @@ def read_images(files: Sequence[Path], size: int) -> Tensor:
     for file in files:
         try:
             with Image.open(file) as image:
-                picture = F.center_crop(F.resize(F.pil_to_tensor(image.convert("RGB")), size, antialias=True), size)
+                picture = F.center_crop(F.resize(F.pil_to_tensor(_rgb(image)), size, antialias=True), size)
         except OSError as error:
             raise ValueError(f"cannot decode the image {str(file)!r} ({error}).") from None
         batch.append(picture.float() / 255.0)
