@@ -22,17 +22,16 @@ import os
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # passive OpenMP threads on shared cores (recipes/generative.py)
 
-import json
 import statistics
 import sys
 from pathlib import Path
 from typing import Any, Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from generative import GenerativeCLI, KIDAlongside  # the recipe beside this one
+from generative import GenerativeCLI, KIDAlongside, write_summary  # the recipe beside this one
 
 from lightning_spectral.callbacks import GeneratedSamples
-from lightning_spectral.files import CheckpointError, WriteError, check_checkpoint, check_writable, written
+from lightning_spectral.files import CheckpointError, WriteError, check_checkpoint, check_writable
 from lightning_spectral.generative import ConditionalDigitsVAE, DigitsImages
 from lightning_spectral.metrics import ConditionalVendi, FKEAVendi
 
@@ -134,10 +133,7 @@ def main(args: Optional[list[str]] = None) -> dict[str, Any]:
     names = getattr(cond, "prompt_names", None)
     if trainer.is_global_zero:
         print(summary_text(result, generated, names), flush=True)
-        in_log_dir = result["log_dir"] and str(Path(result["log_dir"]) / "summary.json")
-        for path in {config["summary_json"], in_log_dir} - {None, ""}:
-            with written(path, "--summary_json" if path == config["summary_json"] else "log_dir") as temporary:
-                temporary.write_text(json.dumps(result, indent=2))
+        write_summary(result, config["summary_json"])
     return result
 
 

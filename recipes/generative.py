@@ -215,11 +215,17 @@ def main(args: Optional[list[str]] = None) -> dict[str, Any]:
     result["timings"] = dict(generated.last_timings)
     if trainer.is_global_zero:
         print(summary_text(result, cli.datamodule, generated, result["log_dir"]), flush=True)
-        in_log_dir = result["log_dir"] and str(Path(result["log_dir"]) / "summary.json")
-        for path in {config["summary_json"], in_log_dir} - {None, ""}:
-            with written(path, "--summary_json" if path == config["summary_json"] else "log_dir") as temporary:
-                temporary.write_text(json.dumps(result, indent=2))
+        write_summary(result, config["summary_json"])
     return result
+
+
+def write_summary(result: dict[str, Any], summary_json: Optional[str]) -> None:
+    """``result`` as JSON into ``--summary_json`` (when given) and ``summary.json`` in the run's log dir, each
+    written whole or not at all."""
+    in_log_dir = result["log_dir"] and str(Path(result["log_dir"]) / "summary.json")
+    for path in {summary_json, in_log_dir} - {None, ""}:
+        with written(path, "--summary_json" if path == summary_json else "log_dir") as temporary:
+            temporary.write_text(json.dumps(result, indent=2))
 
 
 if __name__ == "__main__":

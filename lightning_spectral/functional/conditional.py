@@ -43,7 +43,7 @@ from torch import Tensor
 from lightning_spectral._checks import check_features, check_positive, check_positive_int, check_seed
 from lightning_spectral.features import FeatureMap, gaussian_kernel, standard_normal_draws
 from lightning_spectral.functional.fkea import Alpha, Orders, check_orders, parse_alpha, renyi_entropy
-from lightning_spectral.linalg import DEFAULT_CHUNK_SIZE, psd_eigenvalues
+from lightning_spectral.linalg import DEFAULT_CHUNK_SIZE, covariance, psd_eigenvalues
 
 #: The names of `conditional_scores`' values.
 SCORES = ("conditional", "information", "vendi", "prompt_vendi")
@@ -300,17 +300,11 @@ def conditional_covariances(
     samples, prompts = _pair(samples, prompts, "conditional_covariances")
     rff = JointGaussianRFF(sigma, prompt_sigma, n_frequencies, seed, (samples.shape[1], prompts.shape[1]))
     rows = torch.cat([samples, prompts], dim=1)
-    width = rff.out_features
-    names = ConditionalSpectra._fields
-    sums = {name: torch.zeros(width, width, dtype=torch.float64, device=rows.device) for name in names}
     rff = rff.to(rows.device)
-    for start in range(0, rows.shape[0], chunk_size):
-        chunk = rows[start : start + chunk_size]
-        for name in sums:
-            phi = rff(chunk, name).double()
-            sums[name] += phi.T @ phi
-    n = rows.shape[0]
-    return ConditionalSpectra(*(sums[name] / n for name in ConditionalSpectra._fields))
+    return ConditionalSpectra(*(
+        covariance(rows, lambda chunk, name=name: rff(chunk, name).double(), chunk_size)
+        for name in ConditionalSpectra._fields
+    ))  # fmt: skip
 
 
 def conditional_vendi(
