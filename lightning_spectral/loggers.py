@@ -138,9 +138,8 @@ def _save_png(array: np.ndarray, path: str) -> None:
             os.remove(temporary)
 
 
-def _send(logger: Any, kind: str, tag: str, picture: Picture, step: Optional[int]) -> None:
-    array = as_array(picture)  # one conversion for every logger: (H, W) and uint8 images read the same everywhere
-    if kind == "tensorboard":  # figures drawn here (Agg canvas): add_figure would import pyplot and close them
+def _send(logger: Any, kind: str, tag: str, array: np.ndarray, step: Optional[int]) -> None:
+    if kind == "tensorboard":  # figures arrive drawn (Agg): add_figure would import pyplot
         logger.experiment.add_image(tag, array, global_step=step, dataformats="HWC")
         return
     if kind == "wandb":
@@ -173,12 +172,14 @@ def log_picture(target: Any, tag: str, picture: Picture, step: Optional[int] = N
     """
     if step is None:
         step = getattr(target, "global_step", None)
-    taken = []
+    taken, array = [], None
     for logger in loggers_of(target):
         kind = _kind(logger)
         if kind is None:
             warn_no_pictures(logger)
             continue
-        _send(logger, kind, tag, picture, step)
+        if array is None:  # drawn once, the same pixels for every logger ((H, W) and uint8 images included)
+            array = as_array(picture)
+        _send(logger, kind, tag, array, step)
         taken.append(kind)
     return taken
