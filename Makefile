@@ -24,7 +24,7 @@ API_TESTS := tests/test_torchmetrics_api.py tests/test_checkpoints.py tests/test
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(if $(TORCH_INDEX),$(PIP) install --quiet --disable-pip-version-check torch torchvision --index-url $(TORCH_INDEX))
-	$(PIP) install --quiet --disable-pip-version-check -e .
+	$(PIP) install --quiet --disable-pip-version-check -e '.[recipes]'
 	touch $@
 
 $(VENV)/.installed-dev: $(VENV)/.installed

@@ -24,7 +24,7 @@ import numpy as np
 from PIL import Image
 
 from lightning_spectral.cli import main
-from lightning_spectral.generative import load_digit_images
+from lightning_spectral.data import load_digit_images
 
 
 def folders(root: Path, n: int, size: int) -> None:

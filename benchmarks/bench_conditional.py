@@ -20,8 +20,8 @@ import time
 
 import torch
 
+from lightning_spectral.data import load_digit_images
 from lightning_spectral.functional.conditional import conditional_scores, conditional_spectra_exact
-from lightning_spectral.generative import load_digit_images
 from lightning_spectral.metrics import ConditionalVendi, FKEAVendi
 
 SIGMA = 1.52

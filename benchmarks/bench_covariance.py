@@ -15,8 +15,8 @@ import time
 
 import torch
 
-from lightning_spectral.features import GaussianRFF
-from lightning_spectral.linalg import add_covariance_
+from lightning_spectral.algebra import add_covariance_
+from lightning_spectral.kernels import GaussianRFF
 
 
 def best_time(fn, repeats: int) -> float:

@@ -25,10 +25,11 @@ import time
 
 import torch
 
-from lightning_spectral.features import GaussianRFF
-from lightning_spectral.functional.finc import Groups, differential_spectrum, null_model
+from lightning_spectral.algebra import covariance, extreme_eigenpairs, psd_eigenvalues
+from lightning_spectral.functional.finc import differential_spectrum
+from lightning_spectral.functional.finc_null import Groups, null_model
 from lightning_spectral.functional.fkea import vendi_score
-from lightning_spectral.linalg import covariance, extreme_eigenpairs, psd_eigenvalues
+from lightning_spectral.kernels import GaussianRFF
 from lightning_spectral.metrics import FINCNovelty, FKEAVendi
 
 

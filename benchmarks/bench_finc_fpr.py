@@ -40,7 +40,7 @@ import numpy as np
 import torch
 from sklearn.datasets import load_digits
 
-from lightning_spectral.features import median_bandwidth
+from lightning_spectral.kernels import median_bandwidth
 from lightning_spectral.metrics import FINCNovelty
 
 SOURCES: dict[str, tuple[torch.Tensor, torch.Tensor, float]] = {}

@@ -22,13 +22,19 @@ import tempfile
 import time
 import warnings
 
+import sys
+from pathlib import Path
+
 import lightning as L
 import torch
 from lightning.pytorch.loggers import TensorBoardLogger
 
 from lightning_spectral.callbacks import GeneratedSamples
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "recipes"))
+from digits_vae import DigitsVAE  # noqa: E402  (the generative recipe's model)
+from lightning_spectral.data import DigitsImages
 from lightning_spectral.encoders import ClipImageFeature, PixelImageFeature
-from lightning_spectral.generative import DigitsImages, DigitsVAE
 from lightning_spectral.metrics import FastMMD, FINCNovelty, FKEAVendi
 
 TINY_CLIP = dict(

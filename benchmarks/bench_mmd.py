@@ -22,7 +22,6 @@ from pathlib import Path
 
 import torch
 
-from lightning_spectral.features import GaussianRFF, median_bandwidth
 from lightning_spectral.functional import fast_mmd, fast_mmd_test, mmd_exact, mmd_exact_test
 from lightning_spectral.functional.mmd import (
     asymptotic_p_value,
@@ -31,6 +30,7 @@ from lightning_spectral.functional.mmd import (
     pearson3_p_value,
     streaming_p_value,
 )
+from lightning_spectral.kernels import GaussianRFF, median_bandwidth
 from lightning_spectral.metrics import FastMMD
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))

@@ -28,9 +28,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from lightning_spectral.features import GaussianRFF, MultiBandwidthRFF
 from lightning_spectral.functional import mmd_exact
 from lightning_spectral.functional.mmd import mmd_from_means
+from lightning_spectral.kernels import GaussianRFF, MultiBandwidthRFF
 from lightning_spectral.metrics import FastMMD
 
 

@@ -19,7 +19,8 @@ import torch
 from sklearn.decomposition import KernelPCA
 from sklearn.metrics.pairwise import rbf_kernel
 
-from lightning_spectral.ood import KernelPCAOOD, detection_metrics
+from lightning_spectral.functional import detection_metrics
+from lightning_spectral.metrics import KernelPCAOOD
 
 D, CLASSES, SIGMA = 512, 10, 0.5
 

@@ -33,11 +33,11 @@ import open_clip
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
+from lightning_spectral.algebra import covariance, extreme_eigenpairs
 from lightning_spectral.callbacks import SPECAlign
-from lightning_spectral.features import PairedFeatureMap
 from lightning_spectral.functional import spec, spec_align_loss
 from lightning_spectral.functional.spec import differential_theta
-from lightning_spectral.linalg import covariance, extreme_eigenpairs
+from lightning_spectral.kernels import PairedFeatureMap
 
 
 class StepTimer(L.Callback):

@@ -20,8 +20,7 @@ from typing import Callable
 
 import torch
 
-from lightning_spectral.metrics import FastMMD, FINCNovelty, FKEAVendi, RFFCovariance, SPECDivergence
-from lightning_spectral.ood import KernelPCAOOD
+from lightning_spectral.metrics import FastMMD, FINCNovelty, FKEAVendi, KernelPCAOOD, RFFCovariance, SPECDivergence
 
 BATCHES = (32, 64, 256, 4096)
 

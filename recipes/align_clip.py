@@ -6,7 +6,7 @@
     python recipes/align_clip.py --config recipes/configs/tiny.yaml --trainer.max_epochs 2   # any override
     python recipes/align_clip.py --config recipes/configs/tiny.yaml --ckpt_path last.ckpt    # resume
 
-A LightningCLI over :class:`~lightning_spectral.clip.CLIPFineTune` (open_clip's contrastive loss) and a
+A LightningCLI over ``CLIPFineTune`` (``clip_finetune.py`` beside this script) (open_clip's contrastive loss) and a
 datamodule of :mod:`lightning_spectral.data`; the YAML adds the callbacks ``SPECAlign`` (weight x SPEC-diff to
 the reference), ``KPCAOODMonitor`` (kernel PCA of the image embeddings, scoring validation and held-out
 classes) and ``EmbeddingMetrics`` (Vendi of the validation embeddings; FINC novelty and FastMMD of
@@ -32,16 +32,15 @@ from pathlib import Path
 from typing import Any, Iterator, Optional
 
 import torch
+from clip_finetune import CLIPFineTune
 from lightning.pytorch.cli import LightningCLI
 from lightning.pytorch.utilities import rank_zero_info
 from torchmetrics.functional.classification import multiclass_accuracy
 
 from lightning_spectral.callbacks import EmbeddingMetrics, KPCAOODMonitor, SPECAlign
-from lightning_spectral.clip import CLIPFineTune
-from lightning_spectral.files import CheckpointError, WriteError, check_checkpoint, check_writable, written
-from lightning_spectral.functional import spec
-from lightning_spectral.metrics import FKEAVendi
-from lightning_spectral.ood import KernelPCAOOD, detection_metrics
+from lightning_spectral.functional import detection_metrics, spec
+from lightning_spectral.io import CheckpointError, WriteError, check_checkpoint, check_writable, written
+from lightning_spectral.metrics import FKEAVendi, KernelPCAOOD
 
 SUMMARY_ROWS = {
     "spec_diff_to_reference": "SPEC-diff to the reference, val (lower = aligned)",

@@ -6,7 +6,7 @@
 
 A LightningCLI over `ConditionalDigitsVAE` (prompts: the captions "a photo of
 the digit k", given to the model and the metric as the label k, one-hot) and
-:class:`~lightning_spectral.generative.DigitsImages`; the YAML adds
+:class:`~lightning_spectral.data.DigitsImages`; the YAML adds
 :class:`~lightning_spectral.callbacks.GeneratedSamples` with ``prompts``: every ``every_n_epochs`` it draws the same
 seeded samples, ``n_samples / 10`` per prompt, and logs the unconditional FKEA Vendi / RKE beside
 :class:`~lightning_spectral.metrics.ConditionalVendi` (Conditional-Vendi, Information-Vendi, each prompt's Vendi) and
@@ -28,11 +28,12 @@ from pathlib import Path
 from typing import Any, Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from digits_vae import ConditionalDigitsVAE
 from generative import GenerativeCLI, KIDAlongside, write_summary  # the recipe beside this one
 
 from lightning_spectral.callbacks import GeneratedSamples
-from lightning_spectral.files import CheckpointError, WriteError, check_checkpoint, check_writable
-from lightning_spectral.generative import ConditionalDigitsVAE, DigitsImages
+from lightning_spectral.data import DigitsImages
+from lightning_spectral.io import CheckpointError, WriteError, check_checkpoint, check_writable
 from lightning_spectral.metrics import ConditionalVendi, FKEAVendi
 
 

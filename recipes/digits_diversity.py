@@ -30,11 +30,11 @@ import torch
 from sklearn.datasets import load_digits
 from torchvision.utils import save_image
 
-from lightning_spectral.features import median_bandwidth
-from lightning_spectral.files import written
 from lightning_spectral.functional import vendi_exact
+from lightning_spectral.io import written
+from lightning_spectral.kernels import median_bandwidth
 from lightning_spectral.metrics import FINCNovelty, FKEAVendi
-from lightning_spectral.viz import mode_gallery, plot_spectrum
+from lightning_spectral.pictures import mode_gallery, plot_spectrum
 
 
 def fkea_scores(x: torch.Tensor, sigma: float, n_frequencies: int, seed: int) -> tuple[float, float]:

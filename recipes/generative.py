@@ -7,8 +7,8 @@
     python recipes/generative.py --config recipes/configs/generative_collapse.yaml \\
         --ckpt_path demo_output/generative_collapse/version_0/checkpoints/last.ckpt          # resume
 
-A LightningCLI over :class:`~lightning_spectral.generative.DigitsVAE` and
-:class:`~lightning_spectral.generative.DigitsImages`; the YAML adds the callback
+A LightningCLI over ``DigitsVAE`` (``digits_vae.py`` beside this script) and
+:class:`~lightning_spectral.data.DigitsImages`; the YAML adds the callback
 :class:`~lightning_spectral.callbacks.GeneratedSamples`, which every ``every_n_epochs`` draws a fixed, seeded set
 of samples, embeds them with a frozen extractor (the pixels, :class:`~lightning_spectral.encoders.PixelImageFeature`)
 and logs FKEA Vendi / RKE, FINC's novel and missing modes against the training split (with galleries of generated
@@ -37,6 +37,7 @@ from typing import Any, Optional
 
 import lightning as L
 import torch
+from digits_vae import DigitsVAE
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.cli import LightningCLI
 from torch import Tensor
@@ -44,8 +45,8 @@ from torchmetrics.image.kid import KernelInceptionDistance
 
 from lightning_spectral.callbacks import GeneratedSamples, draw_samples
 from lightning_spectral.callbacks.base import outside_inference_mode
-from lightning_spectral.files import CheckpointError, WriteError, check_checkpoint, check_writable, written
-from lightning_spectral.generative import DigitsImages, DigitsVAE
+from lightning_spectral.data import DigitsImages
+from lightning_spectral.io import CheckpointError, WriteError, check_checkpoint, check_writable, written
 from lightning_spectral.metrics import FastMMD, FINCNovelty, FKEAVendi
 
 

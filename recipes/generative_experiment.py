@@ -3,7 +3,7 @@
 
 Two runs per seed, identical except for the training stream:
 
-- ``normal``: a :class:`~lightning_spectral.generative.DigitsVAE` trained on every digit;
+- ``normal``: a ``DigitsVAE`` (``digits_vae.py`` beside this script) trained on every digit;
 - ``collapse``: the same, but the digits ``--drop`` leave the training stream from epoch ``--drop-after`` on,
   so the model forgets them.
 
@@ -45,14 +45,15 @@ from typing import Any, Optional
 
 import lightning as L
 import torch
+from digits_vae import DigitsVAE
 from torch import Tensor
 from torch.utils.data import DataLoader
 from torchmetrics.image.kid import KernelInceptionDistance
 
 from lightning_spectral.callbacks import StderrProgressBar
+from lightning_spectral.data import DigitsImages
 from lightning_spectral.encoders import PixelEncoder
-from lightning_spectral.features import median_bandwidth
-from lightning_spectral.generative import DigitsImages, DigitsVAE
+from lightning_spectral.kernels import median_bandwidth
 from lightning_spectral.metrics import FastMMD, FINCNovelty, FKEAVendi
 
 

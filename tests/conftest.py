@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Sequence
@@ -10,6 +11,9 @@ import lightning as L
 import torch
 from lightning.pytorch.loggers import TensorBoardLogger
 from torch import Tensor
+
+# the recipes' own modules (their models: digits_vae, clip_finetune), as a recipe script imports them
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "recipes"))
 
 
 @lru_cache

@@ -23,13 +23,15 @@ import lightning as L
 import numpy as np
 import pytest
 import torch
+from digits_vae import DigitsVAE
 from safetensors.torch import save_file
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
+from lightning_spectral.algebra import one_thread as linalg_one_thread
 from lightning_spectral.callbacks import EmbeddingMetrics, GeneratedSamples, KPCAOODMonitor, SPECAlign, SpecAlignSolver
 from lightning_spectral.cli import main
-from lightning_spectral.data import DigitsImageText
+from lightning_spectral.data import DigitsImages, DigitsImageText, DropClassesSampler
 from lightning_spectral.encoders import (
     InputAdapter,
     PixelEncoder,
@@ -39,16 +41,8 @@ from lightning_spectral.encoders import (
     load_weights,
     save_features,
 )
-from lightning_spectral.features import (
-    CosineMap,
-    GaussianRFF,
-    MultiBandwidthRFF,
-    gaussian_kernel,
-    kernel_feature_map,
-    median_bandwidth,
-)
-from lightning_spectral.files import EmbeddingFile
 from lightning_spectral.functional import (
+    detection_metrics,
     fast_mmd,
     fast_mmd_test,
     finc,
@@ -64,12 +58,26 @@ from lightning_spectral.functional import (
     vendi_exact,
 )
 from lightning_spectral.functional.conditional import conditional_vendi, conditional_vendi_exact
-from lightning_spectral.functional.finc import reference_halves
+from lightning_spectral.functional.content_groups import reference_halves
 from lightning_spectral.functional.fkea import renyi_entropy, vendi_score
-from lightning_spectral.generative import DigitsImages, DigitsVAE, DropClassesSampler
-from lightning_spectral.linalg import one_thread as linalg_one_thread
-from lightning_spectral.metrics import ConditionalVendi, FastMMD, FINCNovelty, FKEAVendi, RFFCovariance, SPECDivergence
-from lightning_spectral.ood import KernelPCAOOD, detection_metrics
+from lightning_spectral.io import EmbeddingFile
+from lightning_spectral.kernels import (
+    CosineMap,
+    GaussianRFF,
+    MultiBandwidthRFF,
+    gaussian_kernel,
+    kernel_feature_map,
+    median_bandwidth,
+)
+from lightning_spectral.metrics import (
+    ConditionalVendi,
+    FastMMD,
+    FINCNovelty,
+    FKEAVendi,
+    KernelPCAOOD,
+    RFFCovariance,
+    SPECDivergence,
+)
 
 
 class CLIError(Exception):

@@ -15,15 +15,14 @@ import pytest
 import torch
 from PIL import Image
 
+from lightning_spectral.algebra import one_thread as linalg_one_thread
 from lightning_spectral.cli import compare as compare_command
 from lightning_spectral.cli import evaluate as evaluate_command
 from lightning_spectral.cli import main
 from lightning_spectral.cli import ood as ood_command
 from lightning_spectral.encoders import save_features
-from lightning_spectral.functional import spec, spec_diff_exact
-from lightning_spectral.linalg import one_thread as linalg_one_thread
-from lightning_spectral.metrics import FastMMD, FINCNovelty, FKEAVendi, SPECDivergence
-from lightning_spectral.ood import KernelPCAOOD, detection_metrics, threshold_at_tpr
+from lightning_spectral.functional import detection_metrics, spec, spec_diff_exact, threshold_at_tpr
+from lightning_spectral.metrics import FastMMD, FINCNovelty, FKEAVendi, KernelPCAOOD, SPECDivergence
 
 SUFFIXES = (".npy", ".pt", ".safetensors")
 REPO = Path(__file__).resolve().parents[1]

@@ -12,7 +12,7 @@ from PIL import Image
 from lightning_spectral.cli import main
 from lightning_spectral.cli.images import build_encoder, list_images, read_images
 from lightning_spectral.cli.runtime import UsageError
-from lightning_spectral.generative import load_digit_images
+from lightning_spectral.data import load_digit_images
 from tests.test_cli import free_port, subprocess_env
 
 

@@ -5,9 +5,8 @@ import math
 import pytest
 import torch
 
-from lightning_spectral.features import gaussian_kernel
+from lightning_spectral.algebra import psd_eigenvalues
 from lightning_spectral.functional.conditional import (
-    JointGaussianRFF,
     conditional_covariances,
     conditional_rke_exact,
     conditional_scores,
@@ -18,7 +17,7 @@ from lightning_spectral.functional.conditional import (
     prompt_agnostic_eigenvalues_exact,
 )
 from lightning_spectral.functional.fkea import vendi_exact
-from lightning_spectral.linalg import psd_eigenvalues
+from lightning_spectral.kernels import JointGaussianRFF, gaussian_kernel
 
 ORDERS = [1, 2, "inf"]
 

@@ -73,7 +73,7 @@ def test_a_run_resumed_from_its_checkpoint_logs_what_the_uninterrupted_run_logs(
 
 
 def test_a_cut_off_checkpoint_is_refused_before_any_work(tmp_path, capsys):
-    from lightning_spectral.files import CheckpointError
+    from lightning_spectral.io import CheckpointError
 
     cut = tmp_path / "cut.ckpt"
     cut.write_bytes(b"PK\x03\x04 not a whole checkpoint")

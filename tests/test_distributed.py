@@ -2,8 +2,8 @@
 
 import torch
 
-from lightning_spectral.distributed import all_reduce_sum, disagreeing_ranks, fingerprint
 from lightning_spectral.metrics import RFFCovariance
+from lightning_spectral.sync import all_reduce_sum, disagreeing_ranks, fingerprint
 from tests.ddp import run_ddp
 
 N_PER_RANK = 300

@@ -92,5 +92,5 @@ def test_architecture_names_every_module() -> None:
 
 def test_the_path_check_reports_a_stale_module() -> None:
     """``encoders.py`` became the package ``encoders/``: a page naming the old module is reported."""
-    page = "| training | `callbacks/`, `encoders.py`, `files.py`, `data/` | ... |"
+    page = "| training | `callbacks/`, `encoders.py`, `io/`, `data/` | ... |"
     assert missing_paths(page) == ["encoders.py"]

@@ -417,7 +417,7 @@ def test_npy_is_memory_mapped_and_nan_is_found_per_lookup(tmp_path):
 
 
 def test_big_endian_npy_files_and_arrays_are_read_in_native_byte_order(tmp_path):
-    from lightning_spectral.files import EmbeddingFile
+    from lightning_spectral.io import EmbeddingFile
 
     features = np.random.default_rng(0).normal(size=(30, 4))
     index = np.arange(30)[::-1] * 2

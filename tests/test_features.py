@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from lightning_spectral._checks import all_finite
-from lightning_spectral.features import CosineMap, GaussianRFF, gaussian_kernel, median_bandwidth
+from lightning_spectral.kernels import CosineMap, GaussianRFF, gaussian_kernel, median_bandwidth
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])

@@ -4,9 +4,9 @@ import pytest
 import torch
 from sklearn.datasets import load_digits
 
-from lightning_spectral.features import GaussianRFF, median_bandwidth
 from lightning_spectral.functional import finc, finc_exact, finc_spectrum, ken_eigenvalues
-from lightning_spectral.functional.finc import content_groups, reference_halves
+from lightning_spectral.functional.content_groups import content_groups, reference_halves
+from lightning_spectral.kernels import GaussianRFF, median_bandwidth
 from lightning_spectral.metrics import FINCNovelty
 from tests.data import mixture_means, sample_mixture, within_mode_factor
 
@@ -302,7 +302,7 @@ def test_exact_oracle_is_finite_and_scale_equivariant_at_extreme_magnitudes(scal
 def test_student_t_survival_matches_scipy():
     from scipy import stats
 
-    from lightning_spectral.functional.finc import student_t_isf, student_t_sf
+    from lightning_spectral.functional.student_t import student_t_isf, student_t_sf
 
     t = torch.linspace(-6, 6, 41, dtype=torch.float64)
     for dof in (1, 2, 3, 6, 7, 14, 30):
@@ -315,7 +315,7 @@ def test_null_draws_and_p_values_equal_the_dense_oracle():
     """Each draw by the formula of the module doc, built sample by sample and decomposed densely."""
     from scipy import stats
 
-    from lightning_spectral.functional.finc import hadamard_contrasts
+    from lightning_spectral.functional.finc_null import hadamard_contrasts
 
     g = torch.Generator().manual_seed(7)
     gen = torch.randn(90, 3, generator=g, dtype=torch.float64)
@@ -358,8 +358,8 @@ def test_null_draws_and_p_values_equal_the_dense_oracle():
 
 def test_a_side_made_of_equal_groups_has_zero_noise_draws():
     """E(h) cancels the side's mean exactly: groups with the same second moment give the zero matrix."""
-    from lightning_spectral.functional.finc import Groups, hadamard_contrasts
-    from lightning_spectral.linalg import weighted_sum
+    from lightning_spectral.algebra import weighted_sum
+    from lightning_spectral.functional.finc_null import Groups, hadamard_contrasts
 
     base = torch.randn(6, 6, dtype=torch.float64)
     moment = base @ base.T

@@ -6,10 +6,10 @@ import pytest
 import torch
 from torchmetrics import MetricCollection
 
-from lightning_spectral.features import GaussianRFF, gaussian_kernel
+from lightning_spectral.algebra import covariance, psd_eigenvalues
 from lightning_spectral.functional import fkea_vendi, mode_scores, vendi_exact
 from lightning_spectral.functional.fkea import vendi_score
-from lightning_spectral.linalg import covariance, psd_eigenvalues
+from lightning_spectral.kernels import GaussianRFF, gaussian_kernel
 from lightning_spectral.metrics import FKEAVendi
 from tests.data import mixture_means, sample_mixture
 
@@ -273,7 +273,7 @@ def test_dropping_round_off_brings_float32_closer_to_float64_below_full_rank(n):
 
 
 def test_float32_eigendecomposition_keeps_every_order_within_1e_4(monkeypatch):
-    from lightning_spectral import linalg
+    from lightning_spectral.algebra import eigen as linalg
 
     monkeypatch.setattr(linalg, "FLOAT32_MIN_SIZE", 256)  # "auto" picks float32 at this test's 2r = 256
     assert linalg.eigen_dtype("auto", 256) == torch.float32 and linalg.eigen_dtype("auto", 255) == torch.float64

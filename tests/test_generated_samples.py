@@ -9,13 +9,14 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from digits_vae import DigitsVAE
 from lightning.pytorch.callbacks import ModelCheckpoint
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from lightning_spectral.callbacks import GeneratedSamples, draw_samples, sample_chunks
 from lightning_spectral.callbacks.base import flatten_values
+from lightning_spectral.data import DigitsImages, load_digit_images
 from lightning_spectral.encoders import ClipImageFeature, ImageFeature, PixelImageFeature, TimmImageFeature
-from lightning_spectral.generative import DigitsImages, DigitsVAE, load_digit_images
 from lightning_spectral.metrics import FastMMD, FINCNovelty, FKEAVendi
 from tests.conftest import quiet_trainer
 
@@ -418,7 +419,7 @@ def conditional_metrics():
 
 
 def test_a_conditional_generator_is_sampled_per_prompt_and_the_collapsed_prompt_is_named(tmp_path):
-    from lightning_spectral.generative import ConditionalDigitsVAE
+    from digits_vae import ConditionalDigitsVAE
 
     torch.manual_seed(0)
     module = ConditionalDigitsVAE(hidden=32, collapse_prompts=[3], collapse_after_epoch=1)

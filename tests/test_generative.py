@@ -7,8 +7,9 @@ from pathlib import Path
 import lightning as L
 import pytest
 import torch
+from digits_vae import DigitsVAE
 
-from lightning_spectral.generative import DigitsImages, DigitsVAE, DropClassesSampler, load_digit_images
+from lightning_spectral.data import DigitsImages, DropClassesSampler, load_digit_images
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -8,8 +8,7 @@ differences left are float64 summation orders (~1e-15 relative)."""
 import pytest
 import torch
 
-from lightning_spectral.metrics import FastMMD, FINCNovelty, FKEAVendi, SPECDivergence
-from lightning_spectral.ood import KernelPCAOOD
+from lightning_spectral.metrics import FastMMD, FINCNovelty, FKEAVendi, KernelPCAOOD, SPECDivergence
 from tests.data import mixture_means, sample_mixture
 from tests.ddp import run_ddp
 

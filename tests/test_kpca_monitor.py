@@ -14,7 +14,8 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from torch.utils.data import DataLoader, TensorDataset
 
 from lightning_spectral.callbacks.kpca_monitor import KPCAOODMonitor, OODDriftWarning
-from lightning_spectral.ood import KernelPCAOOD, detection_metrics, threshold_at_tpr
+from lightning_spectral.functional import detection_metrics, threshold_at_tpr
+from lightning_spectral.metrics import KernelPCAOOD
 from tests.conftest import DigitsClassifier, digits, quiet_trainer
 
 DETECTOR = dict(sigma=0.5, n_frequencies=128)

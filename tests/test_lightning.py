@@ -7,7 +7,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from torch.utils.data import DataLoader, TensorDataset
 
 from lightning_spectral.metrics import FastMMD, FINCNovelty, FKEAVendi
-from lightning_spectral.viz import log_figure, log_image, mode_gallery, plot_spectrum
+from lightning_spectral.pictures import log_picture, mode_gallery, plot_spectrum
 from tests.conftest import digits, quiet_trainer
 
 SIGMA = 2.0
@@ -58,8 +58,8 @@ class DigitsModule(L.LightningModule):
         loader = self.trainer.val_dataloaders
         batches = [(self.encoder(x), ids) for x, _, ids in loader]
         samples = self.vendi.top_samples(batches, k=3, per_mode=6)
-        log_image(self.trainer, "val/vendi_modes", mode_gallery(samples, lambda i: self.images[i].view(8, 8)))
-        log_figure(self.trainer, "val/vendi_spectrum", plot_spectrum(self.vendi.modes(20).eigenvalues))
+        log_picture(self.trainer, "val/vendi_modes", mode_gallery(samples, lambda i: self.images[i].view(8, 8)))
+        log_picture(self.trainer, "val/vendi_spectrum", plot_spectrum(self.vendi.modes(20).eigenvalues))
 
     def configure_optimizers(self):
         return torch.optim.SGD(self.parameters(), lr=0.1)

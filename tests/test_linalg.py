@@ -3,11 +3,7 @@ import math
 import pytest
 import torch
 
-from lightning_spectral.features import GaussianRFF, gaussian_kernel
-from lightning_spectral.functional.fkea import renyi_entropy, rke_from_covariance, vendi_score
-from lightning_spectral.functional.spec import differential_eigh, differential_theta
-from lightning_spectral.linalg import (
-    _lanczos,
+from lightning_spectral.algebra import (
     add_covariance_,
     add_gram_,
     eigen_dtype,
@@ -19,6 +15,10 @@ from lightning_spectral.linalg import (
     top_eigenvalue,
     weighted_sum,
 )
+from lightning_spectral.algebra.eigen import _lanczos
+from lightning_spectral.functional.fkea import renyi_entropy, rke_from_covariance, vendi_score
+from lightning_spectral.functional.spec import differential_eigh, differential_theta
+from lightning_spectral.kernels import GaussianRFF, gaussian_kernel
 
 ORDERS = [0.5, 1.0, 1.5, 2.0, 3.0, math.inf]
 
@@ -223,7 +223,7 @@ def test_lanczos_on_a_symmetric_input_skips_the_symmetrisation_and_answers_alike
     def no_pass(*args, **kwargs):
         raise AssertionError("symmetrised a matrix declared symmetric")
 
-    monkeypatch.setattr("lightning_spectral.linalg.symmetrize", no_pass)
+    monkeypatch.setattr("lightning_spectral.algebra.symmetrize", no_pass)
     found = [float(v) for v in extreme_eigenvalues(matrix, symmetric=True)]
     assert found == pytest.approx(expected, rel=1e-12)
     assert float(top_eigenvalue(matrix, symmetric=True)) == pytest.approx(expected[1], rel=1e-12)
@@ -383,7 +383,7 @@ def test_finc_null_draws_by_lanczos_equal_the_dense_eigenvalues(rho):
     rho = 1 on 2r = 1280 > 1024, both ends) against dense eigvalsh of the same matrices."""
     import importlib
 
-    finc = importlib.import_module("lightning_spectral.functional.finc")
+    finc = importlib.import_module("lightning_spectral.functional.finc_null")
     g = torch.Generator().manual_seed(0)
     means = 3 * torch.randn(8, 16, generator=g, dtype=torch.float64)
     rff = GaussianRFF(16, 640, sigma=4.0, seed=0)

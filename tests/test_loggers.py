@@ -13,9 +13,8 @@ from lightning.pytorch.loggers import CSVLogger, Logger, TensorBoardLogger
 from torch.utils.data import DataLoader, TensorDataset
 
 from lightning_spectral.callbacks import EmbeddingMetrics
-from lightning_spectral.loggers import as_array, log_picture, takes_pictures
 from lightning_spectral.metrics import FKEAVendi
-from lightning_spectral.viz import plot_spectrum
+from lightning_spectral.pictures import as_array, log_picture, plot_spectrum, takes_pictures
 from tests.conftest import DigitsClassifier, digits
 
 x, y = digits()

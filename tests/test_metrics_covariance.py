@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from lightning_spectral.features import GaussianRFF
+from lightning_spectral.kernels import GaussianRFF
 from lightning_spectral.metrics import RFFCovariance
 
 

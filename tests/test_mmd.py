@@ -7,7 +7,6 @@ import pytest
 import torch
 from sklearn.datasets import load_digits
 
-from lightning_spectral.features import GaussianRFF, gaussian_kernel, median_bandwidth
 from lightning_spectral.functional import fast_mmd, fast_mmd_test, mmd_exact
 from lightning_spectral.functional.mmd import (
     _trace_cube_u_statistic,
@@ -17,6 +16,7 @@ from lightning_spectral.functional.mmd import (
     pearson3_p_value,
     streaming_p_value,
 )
+from lightning_spectral.kernels import GaussianRFF, gaussian_kernel, median_bandwidth
 from lightning_spectral.metrics import FastMMD
 from tests.data import blobs
 

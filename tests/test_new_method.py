@@ -13,7 +13,7 @@ from torch import Tensor
 from torch.utils.data import DataLoader, TensorDataset
 
 from lightning_spectral.callbacks import EmbeddingMetrics
-from lightning_spectral.features import GaussianRFF, gaussian_kernel
+from lightning_spectral.kernels import GaussianRFF, gaussian_kernel
 from lightning_spectral.metrics import SpectralMetric
 from tests.conftest import DigitsClassifier, digits, quiet_trainer
 from tests.ddp import run_ddp

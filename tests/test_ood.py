@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from lightning_spectral.ood import KernelPCAOOD, detection_metrics, threshold_at_tpr
+from lightning_spectral.functional import detection_metrics, threshold_at_tpr
+from lightning_spectral.metrics import KernelPCAOOD
 
 
 def circle_data(seed=0, n_in=3000, n_out=1000, dim=16):

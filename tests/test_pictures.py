@@ -8,7 +8,7 @@ from torch.utils.data import TensorDataset
 
 from lightning_spectral.callbacks.galleries import IndexedImages
 from lightning_spectral.metrics import FINCNovelty, FKEAVendi, SPECDivergence
-from lightning_spectral.viz import mode_gallery, plot_signed_spectrum, plot_spectrum, plot_test_history
+from lightning_spectral.pictures import mode_gallery, plot_signed_spectrum, plot_spectrum, plot_test_history
 
 g = torch.Generator().manual_seed(0)
 

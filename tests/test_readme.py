@@ -27,8 +27,8 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
+from lightning_spectral.data import ImageDataset, load_digit_images
 from lightning_spectral.encoders import save_features
-from lightning_spectral.generative import ImageDataset, load_digit_images
 from lightning_spectral.metrics import FastMMD, FINCNovelty, FKEAVendi
 
 ROOT = Path(__file__).resolve().parents[1]

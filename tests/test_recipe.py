@@ -161,7 +161,7 @@ def test_accuracy_leaves_unknown_labels_out():
 
 
 def test_learning_rate_warms_up_linearly_then_decays_as_a_cosine():
-    from lightning_spectral.clip import CLIPFineTune
+    from clip_finetune import CLIPFineTune
 
     tiny = dict(
         embed_dim=16,
@@ -202,7 +202,7 @@ def _check_class_args(node, where):
 def test_configs_name_real_classes_and_arguments(name):
     config = yaml.safe_load((CONFIGS / name).read_text())
     _check_class_args(config, name)
-    from lightning_spectral.clip import CLIPFineTune
+    from clip_finetune import CLIPFineTune
 
     assert set(config["model"]) <= set(inspect.signature(CLIPFineTune.__init__).parameters)
     callbacks = [c["class_path"].rsplit(".", 1)[1] for c in config["trainer"]["callbacks"]]
@@ -247,7 +247,7 @@ def test_a_cut_off_checkpoint_is_one_clear_line_before_any_work(tmp_path):
 
 
 def test_the_generative_recipe_refuses_a_cut_off_or_missing_checkpoint(tmp_path):
-    from lightning_spectral.files import CheckpointError
+    from lightning_spectral.io import CheckpointError
 
     sys.path.insert(0, str(ROOT / "recipes"))
     from generative import main as generative_main

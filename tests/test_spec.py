@@ -5,9 +5,9 @@ import math
 import pytest
 import torch
 
-from lightning_spectral.features import PairedFeatureMap
 from lightning_spectral.functional import match_bandwidth, spec, spec_align_loss, spec_diff_exact
 from lightning_spectral.functional.spec import kernel_matrix, top_eigenvalue
+from lightning_spectral.kernels import PairedFeatureMap
 from lightning_spectral.metrics import SPECDivergence
 from tests.ddp import run_ddp
 

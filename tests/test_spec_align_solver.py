@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from lightning_spectral.callbacks import SpecAlignSolver
-from lightning_spectral.features import PairedFeatureMap
 from lightning_spectral.functional.spec import spec_align_loss
+from lightning_spectral.kernels import PairedFeatureMap
 
 
 def batches(n, d_student, d_reference, steps, seed=0, dtype=torch.float64):

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from lightning_spectral.viz import log_figure, log_image, mode_gallery, plot_spectrum
+from lightning_spectral.pictures import log_picture, mode_gallery, plot_spectrum
 
 
 def test_gallery_has_one_row_per_mode_best_first_and_pads_short_rows():
@@ -58,7 +58,7 @@ def test_importing_the_library_leaves_the_matplotlib_backend_alone():
 
     code = (
         "import matplotlib; matplotlib.use('svg'); "
-        "import lightning_spectral.callbacks, lightning_spectral.viz, lightning_spectral.metrics, lightning_spectral.cli; "
+        "import lightning_spectral.callbacks, lightning_spectral.pictures, lightning_spectral.metrics, lightning_spectral.cli; "
         "print(matplotlib.get_backend())"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
@@ -88,12 +88,12 @@ def test_logging_to_a_logger_without_images_warns_once_naming_what_to_do():
 
     target = NoImages()
     with pytest.warns(UserWarning, match="TensorBoardLogger, WandbLogger, MLFlowLogger"):
-        log_image(target, "tag", torch.zeros(3, 2, 2))
+        log_picture(target, "tag", torch.zeros(3, 2, 2))
     import warnings
 
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # the second picture to the same logger: no second warning
-        log_figure(target, "tag", plot_spectrum(torch.ones(2)))
+        log_picture(target, "tag", plot_spectrum(torch.ones(2)))
 
 
 def test_importing_the_callbacks_and_encoders_adds_no_heavy_dependency():

@@ -15,7 +15,7 @@ import torchvision.utils
 
 from lightning_spectral.cli import main as cli_main
 from lightning_spectral.encoders import PrecomputedFeatures, save_features
-from lightning_spectral.files import WriteError, check_writable, written
+from lightning_spectral.io import WriteError, check_writable, written
 
 ROOT = Path(__file__).resolve().parents[1]
 

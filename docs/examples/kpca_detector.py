@@ -9,7 +9,8 @@ Gaussian random features) can."""
 
 import torch
 
-from lightning_spectral.ood import KernelPCAOOD, detection_metrics
+from lightning_spectral.functional import detection_metrics
+from lightning_spectral.metrics import KernelPCAOOD
 
 g = torch.Generator().manual_seed(0)
 # (2, 16) orthonormal rows

@@ -13,12 +13,17 @@ import torch
 from lightning.pytorch.loggers import CSVLogger
 from torchvision.utils import save_image
 
+from lightning_spectral.data import load_digit_images
 from lightning_spectral.encoders import PixelImageFeature
-from lightning_spectral.generative import load_digit_images
-from lightning_spectral.loggers import as_array, log_picture
-from lightning_spectral.metrics import FastMMD, FINCNovelty, FKEAVendi, SPECDivergence
-from lightning_spectral.ood import KernelPCAOOD
-from lightning_spectral.viz import mode_gallery, plot_signed_spectrum, plot_spectrum, plot_test_history
+from lightning_spectral.metrics import FastMMD, FINCNovelty, FKEAVendi, KernelPCAOOD, SPECDivergence
+from lightning_spectral.pictures import (
+    as_array,
+    log_picture,
+    mode_gallery,
+    plot_signed_spectrum,
+    plot_spectrum,
+    plot_test_history,
+)
 
 out = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(tempfile.mkdtemp())
 out.mkdir(parents=True, exist_ok=True)

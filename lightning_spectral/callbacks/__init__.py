@@ -16,7 +16,7 @@ from lightning_spectral.callbacks.kpca_monitor import KPCAOODMonitor, OODDriftWa
 from lightning_spectral.callbacks.progress import StderrProgressBar
 from lightning_spectral.callbacks.sampling import draw_samples, sample_chunks
 from lightning_spectral.callbacks.spec_align import SPECAlign
-from lightning_spectral.callbacks.spec_align_solver import SpecAlignSolver
+from lightning_spectral.functional.spec_align_solver import SpecAlignSolver
 
 __all__ = [
     "EmbeddingCallback",

@@ -282,13 +282,13 @@ class EmbeddingCallback(Callback):
                 if gallery is not None and hasattr(metric, "galleries"):
                     self._galleries(trainer, name, f"{prefix}{name}", metric, gallery, pictures)
                 if spectrum and pictures:
-                    from lightning_spectral.viz import log_figure
+                    from lightning_spectral.pictures.loggers import log_picture
 
                     drawn_by_caller = spectrum(values) if callable(spectrum) else None
                     if drawn_by_caller is not None:
-                        log_figure(trainer, f"{prefix}{name}/{drawn_by_caller[0]}", drawn_by_caller[1])
+                        log_picture(trainer, f"{prefix}{name}/{drawn_by_caller[0]}", drawn_by_caller[1])
                     elif hasattr(metric, "plot_spectrum"):  # a collective: every rank draws
-                        log_figure(trainer, f"{prefix}{name}/spectrum", metric.plot_spectrum()[0])
+                        log_picture(trainer, f"{prefix}{name}/spectrum", metric.plot_spectrum()[0])
                 timings["pictures"] = timings.get("pictures", 0.0) + time.perf_counter() - drawn
         metric.reset()
         return values
@@ -296,8 +296,8 @@ class EmbeddingCallback(Callback):
     @staticmethod
     def can_log_pictures(trainer: L.Trainer) -> bool:
         """Whether any of the trainer's loggers holds pictures (TensorBoard, W&B, MLflow, Comet, CSV: see
-        [`lightning_spectral.loggers`][lightning_spectral.loggers]); each one that cannot is warned once, on rank 0."""
-        from lightning_spectral.loggers import _kind, loggers_of, warn_no_pictures
+        [`lightning_spectral.pictures.loggers`][lightning_spectral.pictures.loggers]); each one that cannot is warned once, on rank 0."""
+        from lightning_spectral.pictures.loggers import _kind, loggers_of, warn_no_pictures
 
         kinds = [(_kind(logger), logger) for logger in loggers_of(trainer)]
         if trainer.is_global_zero:
@@ -311,7 +311,8 @@ class EmbeddingCallback(Callback):
     ) -> None:
         """The metric's galleries from a second pass over ``gallery``'s batches, their images, and the grids."""
         from lightning_spectral.callbacks.galleries import ModeImages, for_display
-        from lightning_spectral.viz import log_image, mode_gallery
+        from lightning_spectral.pictures.gallery import mode_gallery
+        from lightning_spectral.pictures.loggers import log_picture
 
         found = metric.galleries(  # type: ignore[operator]
             gallery.batches("samples"), gallery.modes, gallery.per_mode, reference_batches=gallery.batches("reference")
@@ -337,4 +338,4 @@ class EmbeddingCallback(Callback):
                 grid = mode_gallery(
                     positions, for_display(images), labels=record.labels, title=title, captions=captions
                 )
-                log_image(trainer, f"{tag}/{gallery_name}", grid)
+                log_picture(trainer, f"{tag}/{gallery_name}", grid)

@@ -37,7 +37,7 @@ class ModeImages(NamedTuple):
 def for_display(images: Tensor, min_side: int = 64) -> Tensor:
     """Images (N, C, H, W) enlarged by a whole factor (nearest neighbour) until their shorter side is ``min_side``
     or more: 8x8 digits become readable in a gallery, and each row is tall enough for its label."""
-    from lightning_spectral.viz import enlarge
+    from lightning_spectral.pictures.gallery import enlarge
 
     return enlarge(images, min_side)
 

@@ -290,7 +290,7 @@ class GeneratedSamples(EmbeddingCallback):
         """``("over_epochs", figure)``: a two-sample test's statistic and p-value (``{name}_p_value``) at every
         measured epoch of `history` and this one (``values``); ``None`` for a metric with no p-value (its own
         spectrum is drawn instead)."""
-        from lightning_spectral.viz import plot_test_history
+        from lightning_spectral.pictures.plots import plot_test_history
 
         def series(records: Mapping[str, float], key: str) -> dict[str, float]:
             found = {"": records[key]} if key in records else {}

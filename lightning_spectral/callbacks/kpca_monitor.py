@@ -1,6 +1,6 @@
 """KPCAOODMonitor: kernel PCA out-of-distribution monitoring of a model's embeddings during training.
 
-The callback fits a [`KernelPCAOOD`][lightning_spectral.ood.KernelPCAOOD] detector on in-distribution embeddings (the
+The callback fits a [`KernelPCAOOD`][lightning_spectral.metrics.KernelPCAOOD] detector on in-distribution embeddings (the
 training batches, or a dataloader it iterates itself), calibrates a threshold on the in-distribution
 validation data, and every validation epoch scores the validation data and any out-of-distribution sets:
 
@@ -8,7 +8,7 @@ validation data, and every validation epoch scores the validation data and any o
   ``1 - tpr`` (up to rounding) on the epoch the threshold was calibrated; later it measures how far the
   embedding has drifted from the one the detector was fitted on.
 - per out-of-distribution set: the flagged rate (the detection rate at the fixed threshold), the AUROC and
-  the FPR at ``tpr`` TPR of this epoch's scores ([`detection_metrics`][lightning_spectral.ood.detection_metrics]).
+  the FPR at ``tpr`` TPR of this epoch's scores ([`detection_metrics`][lightning_spectral.functional.detection_metrics]).
 
 Embeddings come from [`EmbeddingCallback`][lightning_spectral.callbacks.EmbeddingCallback] (the lifecycle every
 callback here shares). Under DDP every decision rests on all-reduced sums and all-gathered scores, so all
@@ -31,7 +31,8 @@ from typing_extensions import override
 from lightning_spectral._checks import check_bool, check_embedding_source, check_fraction
 from lightning_spectral.callbacks.base import EmbeddingCallback, outside_inference_mode
 from lightning_spectral.callbacks.embeddings import BatchSelector, EmbeddingFn
-from lightning_spectral.ood import KernelPCAOOD, detection_metrics, threshold_at_tpr
+from lightning_spectral.functional.ood import detection_metrics, threshold_at_tpr
+from lightning_spectral.metrics.kernel_pca_ood import KernelPCAOOD
 
 __all__ = ["KPCAOODMonitor", "OODDriftWarning"]
 
@@ -79,7 +80,7 @@ class KPCAOODMonitor(EmbeddingCallback):
         fit_on: ``"train"`` (the training batches), a ``DataLoader`` of in-distribution data, or the name of a
             datamodule method returning one (e.g. ``"train_dataloader_for_eval"``), resolved at ``setup``.
         refit: ``"once"`` (fit on the first epoch, then monitor drift) or ``"epoch"`` (refit every epoch).
-        mapping: detector feature map, see [`KernelPCAOOD`][lightning_spectral.ood.KernelPCAOOD].
+        mapping: detector feature map, see [`KernelPCAOOD`][lightning_spectral.metrics.KernelPCAOOD].
         sigma: Gaussian bandwidth on the unit sphere for ``"corp"``.
         n_frequencies: random frequencies r for ``"corp"`` (2r features).
         explained_variance: keep the fewest components reaching this explained-variance ratio.
@@ -92,7 +93,7 @@ class KPCAOODMonitor(EmbeddingCallback):
         log_prefix: prefix of every logged name.
 
     Attributes:
-        detector: the [`KernelPCAOOD`][lightning_spectral.ood.KernelPCAOOD]; after training, ``detector.score`` and
+        detector: the [`KernelPCAOOD`][lightning_spectral.metrics.KernelPCAOOD]; after training, ``detector.score`` and
             ``detector.predict`` (with the calibrated ``detector.threshold``) work on any embeddings.
         n_fits: how many times the detector was (re)fitted.
 

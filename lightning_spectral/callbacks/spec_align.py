@@ -35,8 +35,8 @@ from lightning_spectral._checks import (
 )
 from lightning_spectral.callbacks.base import EmbeddingCallback, gather_rows
 from lightning_spectral.callbacks.embeddings import BatchSelector, EmbeddingFn, ReferenceEmbedding
-from lightning_spectral.callbacks.spec_align_solver import SpecAlignSolver
-from lightning_spectral.features import KERNELS
+from lightning_spectral.functional.spec_align_solver import SpecAlignSolver
+from lightning_spectral.kernels.by_name import KERNELS
 
 # str: a features file; nn.Module: a frozen encoder (a `class_path` in LightningCLI configs); Any: a tensor,
 # an array, a features table or a function of the batch.

@@ -95,7 +95,7 @@ def one_line(error: BaseException) -> str:
 
 def writable_outputs(args: argparse.Namespace) -> None:
     """Refuse, before any work, an ``--output``, ``--plot-dir`` or ``--scores-out`` that cannot be created."""
-    from lightning_spectral.files import check_writable
+    from lightning_spectral.io.writing import check_writable
 
     if args.output not in (None, "-"):
         check_writable(args.output, "--output")

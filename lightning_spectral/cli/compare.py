@@ -163,7 +163,7 @@ def run(args: argparse.Namespace, session: Session) -> dict[str, Any]:
     }
     if session.is_main and args.plot_dir is not None:
         from lightning_spectral.cli.pictures import save_figure, save_gallery
-        from lightning_spectral.viz import plot_signed_spectrum
+        from lightning_spectral.pictures.plots import plot_signed_spectrum
 
         plot_dir, pictures = Path(args.plot_dir), {}
         embedded = getattr(args, "_sources", {})  # A and B as one folder of images: name them by their encoders

@@ -102,7 +102,7 @@ def parse_sigma(text: str) -> Union[float, str]:
 
 def auto_sigma(files: list[Any]) -> float:
     """The median pairwise distance of the first 1000 rows of each file (every rank reads the same rows)."""
-    from lightning_spectral.features import median_bandwidth
+    from lightning_spectral.kernels.bandwidth import median_bandwidth
 
     rows = torch.cat([table.read(0, min(table.n, 1000)).double() for table in files])
     return float(median_bandwidth(rows, max_samples=2000, seed=0))
@@ -223,9 +223,9 @@ def _report(
     finc: Any, mmd: Any, wants_samples: bool,
 ) -> dict[str, Any]:
     """Every number of ``evaluate`` from the metrics' synced sums (inside their ``synced()`` blocks)."""
+    from lightning_spectral.algebra.eigen import psd_eigenvalues
     from lightning_spectral.functional.fkea import vendi_from_spectrum
     from lightning_spectral.functional.modes import mode_scores, top_samples
-    from lightning_spectral.linalg import psd_eigenvalues
 
     device = session.device
     spectrum = psd_eigenvalues(side.second_moment())  # one eigvalsh gives every order and the top eigenvalues

@@ -223,7 +223,7 @@ def embed(files: Sequence[Path], encoder: torch.nn.Module, size: int, batch_size
           label: str) -> Tensor:
     """Embeddings (N, d) float32 of ``files`` in their order: each rank embeds its contiguous share, gathered."""
     from lightning_spectral.cli.reader import shard_rows
-    from lightning_spectral.distributed import all_gather_rows
+    from lightning_spectral.sync.collectives import all_gather_rows
 
     rows = shard_rows(len(files), session.rank, session.world_size)
     starts = range(rows.start, rows.stop, batch_size)
@@ -248,7 +248,7 @@ def embed(files: Sequence[Path], encoder: torch.nn.Module, size: int, batch_size
 
 
 def _save(path: Path, features: Tensor, files: Sequence[Path]) -> None:
-    from lightning_spectral.files import written
+    from lightning_spectral.io.writing import written
 
     with written(path, "--save-features") as temporary, open(temporary, "wb") as handle:
         np.save(handle, features.numpy(), allow_pickle=False)
@@ -280,7 +280,7 @@ def resolve(args: argparse.Namespace, session: Session) -> dict[str, Any]:
         if args.images is not None and gallery in listed:
             check_image_list(args.images, len(listed[gallery]), None, dict((a, n) for a, n, _ in sources)[gallery])
         if args.save_features is not None:
-            from lightning_spectral.files import check_writable
+            from lightning_spectral.io.writing import check_writable
 
             check_writable(args.save_features, "--save-features", folder=True)
         specs = {attribute: _encoder_of(args, attribute) for attribute, _, _ in sources}

@@ -1,5 +1,5 @@
 """``lightning-spectral ood TRAIN TEST``: fit the kernel-PCA detector
-([`KernelPCAOOD`][lightning_spectral.ood.KernelPCAOOD])
+([`KernelPCAOOD`][lightning_spectral.metrics.KernelPCAOOD])
 on TRAIN (streamed), optionally calibrate a threshold on VAL, score TEST (and an OOD set: AUROC / FPR)."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from torch import Tensor
 from lightning_spectral.cli import images
 from lightning_spectral.cli.reader import EmbeddingFile, shard_rows
 from lightning_spectral.cli.runtime import Session, UsageError, positive_ints, same_width
-from lightning_spectral.distributed import all_gather_rows
-from lightning_spectral.files import written
+from lightning_spectral.io.writing import written
+from lightning_spectral.sync.collectives import all_gather_rows
 
 #: Defaults of the flags, equal to KernelPCAOOD's own (a test keeps them in sync).
 DEFAULTS = {"mapping": "corp", "sigma": 0.5, "n_frequencies": 1024, "explained_variance": 0.9}
@@ -80,7 +80,8 @@ def _statistics(scores: Tensor) -> dict[str, float]:
 
 
 def run(args: argparse.Namespace, session: Session) -> dict[str, Any]:
-    from lightning_spectral.ood import KernelPCAOOD, detection_metrics, threshold_at_tpr
+    from lightning_spectral.functional.ood import detection_metrics, threshold_at_tpr
+    from lightning_spectral.metrics.kernel_pca_ood import KernelPCAOOD
 
     if not 0 < args.tpr <= 1:
         raise UsageError(f"`--tpr` must be in (0, 1], got {args.tpr}.")
@@ -142,7 +143,7 @@ def run(args: argparse.Namespace, session: Session) -> dict[str, Any]:
 
 
 def save_array(path: Path, array: np.ndarray) -> None:
-    """``numpy.save`` to exactly ``path``, whole or not at all ([`written`][lightning_spectral.files.written])."""
+    """``numpy.save`` to exactly ``path``, whole or not at all ([`written`][lightning_spectral.io.written])."""
     with written(path, "--scores-out") as temporary, open(temporary, "wb") as handle:
         np.save(handle, array, allow_pickle=False)
 

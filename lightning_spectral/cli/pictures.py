@@ -1,5 +1,5 @@
-"""Pictures written by ``--plot-dir``: spectrum plots ([`plot_spectrum`][lightning_spectral.viz.plot_spectrum]) and mode
-galleries ([`mode_gallery`][lightning_spectral.viz.mode_gallery]) of images listed in ``--images`` (line i = sample
+"""Pictures written by ``--plot-dir``: spectrum plots ([`plot_spectrum`][lightning_spectral.pictures.plot_spectrum]) and mode
+galleries ([`mode_gallery`][lightning_spectral.pictures.mode_gallery]) of images listed in ``--images`` (line i = sample
 i)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Any, Optional
 
 from torch import Tensor
 
-from lightning_spectral.files import written
+from lightning_spectral.io.writing import written
 
 
 def save_figure(plot_dir: Path, name: str, figure: Any) -> str:
@@ -31,7 +31,7 @@ def save_spectrum(
 ) -> str:
     """Save a bar plot of ``eigenvalues`` (the significance ``threshold``, the ``cut`` of kept components) as
     ``plot_dir/name.png``; returns the path."""
-    from lightning_spectral.viz import plot_spectrum
+    from lightning_spectral.pictures.plots import plot_spectrum
 
     return save_figure(plot_dir, name, plot_spectrum(eigenvalues, threshold=threshold, title=title, cut=cut))
 
@@ -100,7 +100,7 @@ def save_gallery(
     image) of ``top_samples`` output as ``plot_dir/name.png`` (whole or not at all); returns the path."""
     from torchvision.utils import save_image
 
-    from lightning_spectral.viz import mode_gallery
+    from lightning_spectral.pictures.gallery import mode_gallery
 
     ids = [int(i) for sample_ids, _ in samples for i in sample_ids.tolist()]
     if not ids:

@@ -1,9 +1,9 @@
 """Row shards for the command line; embedding files are read by
-[`EmbeddingFile`][lightning_spectral.files.EmbeddingFile]."""
+[`EmbeddingFile`][lightning_spectral.io.EmbeddingFile]."""
 
 from __future__ import annotations
 
-from lightning_spectral.files import EmbeddingFile
+from lightning_spectral.io.embedding_file import EmbeddingFile
 
 __all__ = ["EmbeddingFile", "shard_rows"]
 

@@ -21,8 +21,8 @@ from typing import Any, Optional
 import torch
 import torch.distributed as dist
 
-from lightning_spectral.distributed import all_reduce_max
-from lightning_spectral.files import written
+from lightning_spectral.io.writing import written
+from lightning_spectral.sync.collectives import all_reduce_max
 
 
 class UsageError(ValueError):
@@ -132,7 +132,7 @@ def to_builtin(value: Any) -> Any:
 
 def write_json(result: dict[str, Any], output: Optional[str]) -> None:
     """Write ``result`` as indented JSON to ``output`` (parents created; whole or not at all, see
-    [`written`][lightning_spectral.files.written]) or to stdout."""
+    [`written`][lightning_spectral.io.written]) or to stdout."""
     text = json.dumps(to_builtin(result), indent=2) + "\n"
     if output is None or output == "-":
         sys.stdout.write(text)

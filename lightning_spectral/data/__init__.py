@@ -14,11 +14,13 @@ zero-shot classification.
 
 Modules: ``datasets`` (the items), ``transforms`` (image files to tensors), ``sampling`` (seeded splits and
 shuffles), ``resumable`` (training loaders that a run resumed mid-epoch continues where it stopped),
-``datamodule`` (what the datamodules share), ``digits``, ``csv_captions``, ``image_folder``.
+``datamodule`` (what the datamodules share), ``digits``, ``csv_captions``, ``image_folder``, ``digit_images``
+(8 x 8 digit images for small generative models, with classes dropped mid-run).
 """
 
 from lightning_spectral.data.csv_captions import CsvImageText
 from lightning_spectral.data.datasets import ImageTextDataset, Tokenizer, resolve_tokenizer
+from lightning_spectral.data.digit_images import DigitsImages, DropClassesSampler, ImageDataset, load_digit_images
 from lightning_spectral.data.digits import DigitsImageText, RenderDigit
 from lightning_spectral.data.image_folder import IMAGE_EXTENSIONS, ImageFolderText
 from lightning_spectral.data.resumable import LoaderPosition, ResumableDataLoader, ResumesMidEpoch
@@ -31,7 +33,10 @@ __all__ = [
     "OPENAI_DATASET_STD",
     "CsvImageText",
     "DigitsImageText",
+    "DigitsImages",
+    "DropClassesSampler",
     "EpochShuffle",
+    "ImageDataset",
     "ImageFolderText",
     "ImageTextDataset",
     "LoadImage",
@@ -41,6 +46,7 @@ __all__ = [
     "ResumesMidEpoch",
     "Tokenizer",
     "default_transform",
+    "load_digit_images",
     "resolve_tokenizer",
     "stratified_split",
 ]

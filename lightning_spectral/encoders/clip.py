@@ -10,7 +10,7 @@ import torch
 from torch import Tensor, nn
 
 from lightning_spectral.encoders.weights import WEIGHT_SUFFIXES, load_error, read_checkpoint, strip_prefixes
-from lightning_spectral.files import PathLike, existing_file
+from lightning_spectral.io.paths import PathLike, existing_file
 
 #: The precisions open_clip's ``create_model`` knows (its training script's choices).
 CLIP_PRECISIONS = ("fp32", "fp16", "bf16", "amp", "amp_bf16", "amp_bfloat16", "pure_fp16", "pure_bf16")
@@ -113,7 +113,7 @@ def create_clip(
         precision: one of `CLIP_PRECISIONS` (``"fp32"``, ``"fp16"``, ``"bf16"``, ``"amp"``, ...), as in open_clip.
         device: where the model is created.
         checkpoint_prefix: for a local file, keep only keys with this prefix (e.g. ``"model."`` for a Lightning
-            checkpoint of [`CLIPFineTune`][lightning_spectral.clip.CLIPFineTune]).
+            checkpoint of `CLIPFineTune`, the alignment recipe's module in ``recipes/clip_finetune.py``).
         **kwargs: passed to ``open_clip.create_model_and_transforms``: e.g. ``force_image_size=64``, or
             architecture overrides ``embed_dim=..., vision_cfg={...}, text_cfg={...}`` (tiny test models).
 

@@ -12,17 +12,16 @@ import torch
 from torch import Tensor
 
 from lightning_spectral._checks import all_finite, as_tensor, check_dense
-from lightning_spectral.files import (
+from lightning_spectral.io.embedding_file import (
     FEATURE_SUFFIXES,
     EmbeddingFile,
-    PathLike,
-    as_path,
     check_index,
     check_table,
     index_path,
     native_byte_order,
-    written,
 )
+from lightning_spectral.io.paths import PathLike, as_path
+from lightning_spectral.io.writing import written
 
 
 def _lookup_ids(ids: Any) -> Tensor:
@@ -54,12 +53,12 @@ def save_features(path: PathLike, features: Union[Tensor, np.ndarray], index: Un
     ``.npy``: the array itself (read memory-mapped), the index in a sibling ``<stem>.index.npy``; ``.pt``:
     ``{"features": tensor, "index": tensor}`` via ``torch.save``; ``.safetensors``: keys ``features`` and
     ``index``. Row ``i`` holds the features of dataset sample ``index[i]`` (``i`` itself without an index).
-    Each file is written whole or not at all ([`written`][lightning_spectral.files.written]).
+    Each file is written whole or not at all ([`written`][lightning_spectral.io.written]).
 
     Raises:
         ValueError: unsupported suffix, features not a finite floating (N, d) array, or an index that is not
             N distinct integers >= 0.
-        lightning_spectral.files.WriteError: the file could not be written (a full disk, a read-only folder);
+        lightning_spectral.io.WriteError: the file could not be written (a full disk, a read-only folder);
             the message names it, and no partial file is left.
 
     Examples:

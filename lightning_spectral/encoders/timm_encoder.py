@@ -11,7 +11,7 @@ from torch import Tensor, nn
 from lightning_spectral._checks import check_nonnegative_int, check_normalisation
 from lightning_spectral.encoders.input_adapter import InputAdapter
 from lightning_spectral.encoders.weights import WEIGHT_SUFFIXES, load_error, load_weights
-from lightning_spectral.files import PathLike, existing_file
+from lightning_spectral.io.paths import PathLike, existing_file
 
 
 class TimmEncoder(NamedTuple):

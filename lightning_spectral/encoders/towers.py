@@ -41,7 +41,7 @@ class ImageTower(_Tower):
         model: an open_clip model (``CLIP`` / ``CustomTextCLIP``).
         normalize: L2-normalise the embeddings.
         owns_model: register ``model`` as a submodule (default). ``False`` keeps a plain reference, for a
-            module that registers the model itself (e.g. [`CLIPFineTune`][lightning_spectral.clip.CLIPFineTune]).
+            module that registers the model itself (e.g. `CLIPFineTune`, the alignment recipe's module in ``recipes/clip_finetune.py``).
 
     Raises:
         ValueError: ``model`` has no ``encode_image``.

@@ -10,7 +10,8 @@ from typing import Any, Optional
 from torch import Tensor
 from torch.nn.modules.utils import consume_prefix_in_state_dict_if_present
 
-from lightning_spectral.files import PathLike, existing_file, torch_load_safe
+from lightning_spectral.io.paths import PathLike, existing_file
+from lightning_spectral.io.safe_load import torch_load_safe
 
 WEIGHT_SUFFIXES = (".safetensors", ".pt", ".pth", ".bin", ".ckpt")
 WRAPPER_PREFIXES = ("module.", "_orig_mod.")  # DistributedDataParallel, torch.compile
@@ -94,7 +95,7 @@ def load_weights(path: PathLike, prefix: str = "", argument: str = "weights") ->
     Args:
         path: the weights file.
         prefix: keep only keys starting with this prefix, with the prefix removed (e.g. ``"model."`` for the
-            open_clip model inside a Lightning checkpoint of [`CLIPFineTune`][lightning_spectral.clip.CLIPFineTune]).
+            open_clip model inside a Lightning checkpoint of `CLIPFineTune`, the alignment recipe's module in ``recipes/clip_finetune.py``).
         argument: the argument name used in error messages.
 
     Returns:

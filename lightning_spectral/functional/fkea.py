@@ -17,8 +17,10 @@ import torch
 from torch import Tensor
 
 from lightning_spectral._checks import all_finite, check_dense, check_features, check_order
-from lightning_spectral.features import GaussianRFF, gaussian_kernel
-from lightning_spectral.linalg import DEFAULT_CHUNK_SIZE, covariance, psd_eigenvalues
+from lightning_spectral.algebra.eigen import psd_eigenvalues
+from lightning_spectral.algebra.gram import DEFAULT_CHUNK_SIZE, covariance
+from lightning_spectral.kernels.exact import gaussian_kernel
+from lightning_spectral.kernels.gaussian_rff import GaussianRFF
 
 Alpha = Union[float, int, str]
 Orders = Union[Alpha, Sequence[Alpha]]
@@ -42,7 +44,7 @@ def renyi_entropy(eigenvalues: Tensor, alpha: Alpha = 1.0) -> Tensor:
     Zero eigenvalues contribute nothing (``0^a = 0``, ``0 log 0 = 0``), so the entropy of a spectrum padded
     with zeros is unchanged. Orders ``alpha < 1`` weigh tiny eigenvalues up (``p^alpha``), so round-off
     eigenvalues (~1e-16 in float64) shift them slightly; orders >= 1, the ones the papers report, are robust.
-    The eigenvalues must be >= 0 (use [`psd_eigenvalues`][lightning_spectral.linalg.psd_eigenvalues]). For a normalised
+    The eigenvalues must be >= 0 (use [`psd_eigenvalues`][lightning_spectral.algebra.psd_eigenvalues]). For a normalised
     kernel they already sum to 1
     (trace of the covariance); normalising makes the helper safe for any PSD input.
 

@@ -42,7 +42,9 @@ from lightning_spectral._checks import (
     check_positive_int,
     check_seed,
 )
-from lightning_spectral.features import GaussianRFF, MultiBandwidthRFF, gaussian_kernel
+from lightning_spectral.kernels.exact import gaussian_kernel
+from lightning_spectral.kernels.gaussian_rff import GaussianRFF
+from lightning_spectral.kernels.multi_bandwidth_rff import MultiBandwidthRFF
 
 
 class MMDTest(NamedTuple):
@@ -255,7 +257,7 @@ def streaming_p_value(
 
     Examples:
         >>> import torch
-        >>> from lightning_spectral.features import GaussianRFF
+        >>> from lightning_spectral.kernels import GaussianRFF
         >>> g = torch.Generator().manual_seed(0)
         >>> rff = GaussianRFF(2, 64, sigma=1.0)
         >>> z_x = rff(torch.randn(300, 2, generator=g, dtype=torch.float64))

@@ -19,8 +19,8 @@ import torch.distributed as dist
 from torch import Tensor
 
 from lightning_spectral._checks import check_memory, check_positive_int
-from lightning_spectral.distributed import collective_device, distributed_available
-from lightning_spectral.features import GaussianRFF
+from lightning_spectral.kernels.gaussian_rff import GaussianRFF
+from lightning_spectral.sync.collectives import collective_device, distributed_available
 
 Ids = Union[Tensor, Sequence[int]]
 

@@ -27,23 +27,13 @@ import torch
 from torch import Tensor
 
 from lightning_spectral._checks import check_features, check_positive, check_positive_int, check_seed
-from lightning_spectral.features import (
-    KERNELS,
-    CosineMap,
-    PairedFeatureMap,
-    gaussian_kernel,
-    median_bandwidth,
-)
-from lightning_spectral.linalg import (
-    DEFAULT_CHUNK_SIZE,
-    add_gram_,
-    covariance,
-    eigen_dtype,
-    extreme_eigenpairs,
-    jittered_cholesky,
-    symmetric_eigh,
-    symmetrize,
-)
+from lightning_spectral.algebra.eigen import eigen_dtype, extreme_eigenpairs, jittered_cholesky, symmetric_eigh
+from lightning_spectral.algebra.gram import DEFAULT_CHUNK_SIZE, add_gram_, covariance, symmetrize
+from lightning_spectral.kernels.bandwidth import median_bandwidth
+from lightning_spectral.kernels.by_name import KERNELS
+from lightning_spectral.kernels.cosine_map import CosineMap
+from lightning_spectral.kernels.exact import gaussian_kernel
+from lightning_spectral.kernels.paired_feature_map import PairedFeatureMap
 
 METHODS = ("auto", "exact", "covariance")
 
@@ -156,7 +146,7 @@ def differential_theta(
     gives $\Gamma v = \lambda v$ with $v = S L w$. One Cholesky replaces the eigendecomposition of $C$ that an
     exact square root needs.
 
-    The shift ``eps`` ([`jittered_cholesky`][lightning_spectral.linalg.jittered_cholesky], ``~D 2.2e-16 trace(C)``) lets
+    The shift ``eps`` ([`jittered_cholesky`][lightning_spectral.algebra.jittered_cholesky], ``~D 2.2e-16 trace(C)``) lets
     a singular ``C`` (fewer samples
     than features, near-dependent random features) factorise; ``Theta``'s eigenvalues are those of
     ``S (C + eps I)``, within ``~2 eps`` of ``Gamma``'s (measured) except where ``Gamma`` has Jordan blocks:
@@ -166,7 +156,7 @@ def differential_theta(
 
     Cost: ``L``'s first ``width_a`` rows vanish right of column ``width_a``, so
     ``Theta = [[L_11^T L_11, 0], [0, 0]] - L_b^T L_b`` (``L_b``: the other rows) costs about 5/8 of one
-    ``D^3`` product ([`add_gram_`][lightning_spectral.linalg.add_gram_]).
+    ``D^3`` product ([`add_gram_`][lightning_spectral.algebra.add_gram_]).
 
     Returns:
         ``(Theta (D, D) in dtype, L (D, D) float64, s (D,) float64, floor)``, ``s`` the diagonal of ``S``; the
@@ -293,7 +283,7 @@ def spec(
         precision: the covariance route's spectrum: ``"float64"``, ``"float32"`` (``eigvalsh`` of ``Theta`` rounded
             to float32: faster at D = 4096, eigenvalues within ~1e-7 max ``|eigenvalue|``, those below 1e-5 max
             ``|eigenvalue|`` count as zero; cluster eigenvectors to ~1e-5) or ``"auto"``: float32 from
-            D = [`FLOAT32_MIN_SIZE`][lightning_spectral.linalg.FLOAT32_MIN_SIZE].
+            D = [`FLOAT32_MIN_SIZE`][lightning_spectral.algebra.FLOAT32_MIN_SIZE].
 
     Returns:
         [`SPECResult`][lightning_spectral.functional.SPECResult].
@@ -451,7 +441,7 @@ def spec_align_loss(
         sigma_reference: Gaussian bandwidth of the reference.
         n_frequencies: random frequencies per embedding for the Gaussian kernel.
         seed: frequency seed.
-        feature_map: a prebuilt [`PairedFeatureMap`][lightning_spectral.features.PairedFeatureMap] (saves redrawing
+        feature_map: a prebuilt [`PairedFeatureMap`][lightning_spectral.kernels.PairedFeatureMap] (saves redrawing
             frequencies).
 
     Returns:

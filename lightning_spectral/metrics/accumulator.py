@@ -26,9 +26,10 @@ import torch
 from torch import Tensor
 from torchmetrics import Metric
 
-from lightning_spectral.features import FeatureMap
+from lightning_spectral.algebra.eigen import psd_eigenvalues, symmetric_eigh
+from lightning_spectral.algebra.gram import DEFAULT_CHUNK_SIZE, add_gram_
 from lightning_spectral.functional.modes import orient
-from lightning_spectral.linalg import DEFAULT_CHUNK_SIZE, add_gram_, psd_eigenvalues, symmetric_eigh
+from lightning_spectral.kernels.feature_map import FeatureMap
 
 
 class Accumulator:
@@ -222,7 +223,7 @@ class Accumulator:
 
     def eigenvalues(self, precision: str = "float64") -> Tensor:
         """Eigenvalues of ``C`` (descending, float64, round-off negatives zeroed; see
-        [`psd_eigenvalues`][lightning_spectral.linalg.psd_eigenvalues])."""
+        [`psd_eigenvalues`][lightning_spectral.algebra.psd_eigenvalues])."""
         return psd_eigenvalues(self.second_moment(), precision=precision)
 
     def modes(self) -> tuple[Tensor, Tensor]:

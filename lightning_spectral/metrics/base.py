@@ -3,14 +3,14 @@
 A [`SpectralMetric`][lightning_spectral.metrics.SpectralMetric] is a ``torchmetrics.Metric`` whose states are the sums
 of its
 [`Accumulator`][lightning_spectral.metrics.Accumulator]s, all under one
-[`FeatureMap`][lightning_spectral.features.FeatureMap] whose input width is fixed by the first batch. It does, once
+[`FeatureMap`][lightning_spectral.kernels.FeatureMap] whose input width is fixed by the first batch. It does, once
 for all metrics:
 
 - **input**: embeddings (N, d), or images through a frozen ``feature`` extractor
   ([`FrozenFeature`][lightning_spectral.metrics.FrozenFeature]);
 - **sync**: pending rows are flushed and the ranks agree on widths, sizes, frequencies and shifts
   (`agree_across_ranks`), then torchmetrics all-reduces each accumulator's
-  one state (``dist_sync_fn`` = [`all_reduce_sum`][lightning_spectral.distributed.all_reduce_sum]);
+  one state (``dist_sync_fn`` = [`all_reduce_sum`][lightning_spectral.sync.all_reduce_sum]);
 - **one sync for many reads**: inside [`synced`][lightning_spectral.metrics.SpectralMetric.synced] the sums cover every
   rank, and every method
   ([`summary`][lightning_spectral.metrics.SpectralMetric.summary], modes, galleries, plots) reads them without syncing
@@ -48,13 +48,13 @@ from torch import Tensor, nn
 from torchmetrics import Metric
 
 from lightning_spectral._checks import check_features, check_positive_int
-from lightning_spectral.distributed import all_reduce_sum, collective_device, distributed_available
-from lightning_spectral.features import FeatureMap
-from lightning_spectral.linalg import DEFAULT_CHUNK_SIZE
+from lightning_spectral.algebra.gram import DEFAULT_CHUNK_SIZE
+from lightning_spectral.kernels.feature_map import FeatureMap
 from lightning_spectral.metrics import checkpoint, plotting
 from lightning_spectral.metrics.accumulator import Accumulator
 from lightning_spectral.metrics.feature import FrozenFeature
-from lightning_spectral.metrics.sync import agree_across_ranks
+from lightning_spectral.sync.agreement import agree_across_ranks
+from lightning_spectral.sync.collectives import all_reduce_sum, collective_device, distributed_available
 
 
 class ModeGallery(NamedTuple):

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from lightning_spectral.metrics.sync import frequency_fingerprint
+from lightning_spectral.sync.agreement import frequency_fingerprint
 
 
 def extra_state(metric: Any, sums: bool = True) -> dict[str, Any]:

@@ -16,20 +16,21 @@ from lightning_spectral._checks import (
     check_positive_int,
     check_state_memory,
 )
-from lightning_spectral.distributed import all_reduce_sum, collective_device, distributed_available
-from lightning_spectral.features import FeatureMap
+from lightning_spectral.algebra.eigen import eigen_dtype, psd_eigenvalues, symmetric_eigh
+from lightning_spectral.algebra.gram import add_gram_
 from lightning_spectral.functional.conditional import (
     ConditionalSpectra,
-    JointGaussianRFF,
     conditional_scores,
     entropy_of,
     prompt_agnostic_covariance,
 )
 from lightning_spectral.functional.fkea import Orders, VendiResult, check_orders, vendi_score
 from lightning_spectral.functional.modes import Ids, Modes, check_candidates_memory, orient, top_samples
-from lightning_spectral.linalg import add_gram_, eigen_dtype, psd_eigenvalues, symmetric_eigh
+from lightning_spectral.kernels.feature_map import FeatureMap
+from lightning_spectral.kernels.joint_gaussian_rff import JointGaussianRFF
 from lightning_spectral.metrics.accumulator import Accumulator
 from lightning_spectral.metrics.base import ModeGallery, SpectralMetric
+from lightning_spectral.sync.collectives import all_reduce_sum, collective_device, distributed_available
 
 
 class ConditionalVendi(SpectralMetric):

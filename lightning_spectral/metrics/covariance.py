@@ -9,8 +9,9 @@ import torch
 from torch import Tensor
 
 from lightning_spectral._checks import check_positive_int, check_state_memory
-from lightning_spectral.features import FeatureMap, GaussianRFF
 from lightning_spectral.functional.modes import Ids, Modes, check_candidates_memory, mode_scores, top_samples
+from lightning_spectral.kernels.feature_map import FeatureMap
+from lightning_spectral.kernels.gaussian_rff import GaussianRFF
 from lightning_spectral.metrics.base import ModeGallery, SpectralMetric
 
 
@@ -23,7 +24,7 @@ class Covariance(SpectralMetric):
     uses the cosine and linear maps.
 
     Args:
-        feature_map: ``phi`` (a [`FeatureMap`][lightning_spectral.features.FeatureMap]).
+        feature_map: ``phi`` (a [`FeatureMap`][lightning_spectral.kernels.FeatureMap]).
         centre: accumulate around a shift near the mean, so that ``centred_covariance`` stays exact for features
             with a large offset (the values do not change).
         in_features: see [`base`][lightning_spectral.metrics.base] (as the other shared keyword arguments).
@@ -114,7 +115,7 @@ class Covariance(SpectralMetric):
             >>> len(axis.patches)
             10
         """
-        from lightning_spectral.viz import panels, plot_spectrum
+        from lightning_spectral.pictures.plots import panels, plot_spectrum
 
         values = self.modes(check_positive_int(top, "top")).eigenvalues
         figure, (axis,) = panels(1, ax)
@@ -125,7 +126,7 @@ class Covariance(SpectralMetric):
 class RFFCovariance(Covariance):
     r"""The Gaussian kernel's covariance ``C = (1/n) sum_i phi(x_i) phi(x_i)^T`` through random Fourier features.
 
-    ``phi`` is [`GaussianRFF`][lightning_spectral.features.GaussianRFF] (``2r`` features of unit norm), so ``trace(C) =
+    ``phi`` is [`GaussianRFF`][lightning_spectral.kernels.GaussianRFF] (``2r`` features of unit norm), so ``trace(C) =
     1``
     and the non-zero eigenvalues of ``C`` equal those of the proxy kernel matrix ``K~/n`` (FKEA eq. 2). State: one
     accumulator ([`Covariance`][lightning_spectral.metrics.Covariance]).

@@ -10,22 +10,21 @@ from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor
 
 from lightning_spectral._checks import check_bool, check_memory, check_positive, check_positive_int, check_side
-from lightning_spectral.features import GaussianRFF
+from lightning_spectral.algebra.eigen import symmetric_eigh
+from lightning_spectral.algebra.gram import weighted_sum
+from lightning_spectral.functional.content_groups import content_groups
 from lightning_spectral.functional.finc import (
     DEFAULT_GROUPS,
     DEFAULT_MIN_EIGENVALUE,
     DEFAULT_SIGNIFICANCE,
-    NULL_BATCH,
     DifferentialSpectrum,
-    Groups,
     check_groups,
     check_significance,
-    content_groups,
     differential_spectrum,
-    null_model,
 )
+from lightning_spectral.functional.finc_null import NULL_BATCH, Groups, null_model
 from lightning_spectral.functional.modes import Ids, Modes, check_candidates_memory, mode_scores, orient, top_samples
-from lightning_spectral.linalg import symmetric_eigh, weighted_sum
+from lightning_spectral.kernels.gaussian_rff import GaussianRFF
 from lightning_spectral.metrics.accumulator import Accumulator
 from lightning_spectral.metrics.base import ModeGallery, SpectralMetric
 
@@ -338,7 +337,7 @@ class FINCNovelty(SpectralMetric):
             >>> novel.get_title().startswith("novel")
             True
         """
-        from lightning_spectral.viz import panels, plot_spectrum
+        from lightning_spectral.pictures.plots import panels, plot_spectrum
 
         check_positive_int(top, "top")
         which = (False, True) if missing is None else (check_bool(missing, "missing"),)

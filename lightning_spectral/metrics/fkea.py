@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+from lightning_spectral.algebra.eigen import eigen_dtype, psd_eigenvalues
 from lightning_spectral.functional.fkea import (
     Orders,
     VendiResult,
@@ -11,7 +12,6 @@ from lightning_spectral.functional.fkea import (
     rke_from_covariance,
     vendi_from_spectrum,
 )
-from lightning_spectral.linalg import eigen_dtype, psd_eigenvalues
 from lightning_spectral.metrics.covariance import RFFCovariance
 
 
@@ -38,7 +38,7 @@ class FKEAVendi(RFFCovariance):
         n_frequencies: r; the covariance is 2r x 2r.
         alpha: an order in (0, inf] (``"inf"`` allowed) or a sequence of orders.
         seed: frequency seed, identical on every rank.
-        precision: the eigendecomposition's dtype, as [`psd_eigenvalues`][lightning_spectral.linalg.psd_eigenvalues]:
+        precision: the eigendecomposition's dtype, as [`psd_eigenvalues`][lightning_spectral.algebra.psd_eigenvalues]:
             ``"auto"`` (float32 from 2r = 4096, measured faster with the same scores to 0.002 %, see
             docs/benchmarks.md; float64 below), ``"float32"`` or ``"float64"``. The sums are float64 either way.
         kwargs: ``in_features``, ``chunk_size``, ``feature``, ``normalize``, ``save_feature`` (see

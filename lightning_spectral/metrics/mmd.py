@@ -15,8 +15,8 @@ from lightning_spectral._checks import (
     check_side,
     check_state_memory,
 )
-from lightning_spectral.features import MultiBandwidthRFF
 from lightning_spectral.functional.mmd import MMDTest, mmd_from_means, streaming_p_value
+from lightning_spectral.kernels.multi_bandwidth_rff import MultiBandwidthRFF
 from lightning_spectral.metrics.base import SpectralMetric
 
 
@@ -33,7 +33,7 @@ class FastMMD(SpectralMetric):
     - ``unbiased=False``: $\|\bar z_r - \bar z_g\|^2$.
 
     ``sigma`` may be a sequence: one estimate per bandwidth, all from the same standard-normal draws
-    (``W = Z / sigma``; [`MultiBandwidthRFF`][lightning_spectral.features.MultiBandwidthRFF] projects once and
+    (``W = Z / sigma``; [`MultiBandwidthRFF`][lightning_spectral.kernels.MultiBandwidthRFF] projects once and
     rescales), so
     estimates across bandwidths are correlated (as in the authors' code).
 

@@ -37,8 +37,8 @@ def plot_value(metric: Any, value: Any, ax: Any = None) -> tuple[Any, Any]:
     """
     steps = list(value) if isinstance(value, (list, tuple)) else [value]
     if steps and all(isinstance(v, Tensor) and v.ndim == 2 and v.shape[0] == v.shape[1] for v in steps):
-        from lightning_spectral.linalg import psd_eigenvalues
-        from lightning_spectral.viz import plot_spectra, plot_spectrum
+        from lightning_spectral.algebra.eigen import psd_eigenvalues
+        from lightning_spectral.pictures.plots import plot_spectra, plot_spectrum
 
         spectra = [psd_eigenvalues(v.double()) for v in steps]
         name = type(metric).__name__
@@ -67,7 +67,7 @@ def plot_summary(metric: Any, ax: Any = None, top: int = 50) -> tuple[Any, Any]:
     Returns:
         ``(figure, axis)``, or ``(figure, [axes])`` for several panels.
     """
-    from lightning_spectral.viz import plot_values
+    from lightning_spectral.pictures.plots import plot_values
 
     check_positive_int(top, "top")
     values = {

@@ -15,9 +15,10 @@ from lightning_spectral._checks import (
     check_state_memory,
     check_width_memory,
 )
-from lightning_spectral.features import KERNELS, PairedFeatureMap
 from lightning_spectral.functional.modes import Ids, Modes, check_candidates_memory, orient, top_samples
 from lightning_spectral.functional.spec import check_pair, differential_eigh, nonzero
+from lightning_spectral.kernels.by_name import KERNELS
+from lightning_spectral.kernels.paired_feature_map import PairedFeatureMap
 from lightning_spectral.metrics.base import ModeGallery, SpectralMetric
 
 
@@ -221,7 +222,7 @@ class SPECDivergence(SpectralMetric):
         Returns:
             ``(figure, axis)``.
         """
-        from lightning_spectral.viz import panels, plot_spectrum
+        from lightning_spectral.pictures.plots import panels, plot_spectrum
 
         values = self.spectrum()
         values = values[values.abs().argsort(descending=True)][: check_positive_int(top, "top")]

@@ -53,7 +53,7 @@ class DigitsVAE(L.LightningModule):
     learned mixture of ``n_components`` diagonal Gaussians: with a small ``beta`` the codes of different digits
     sit apart, and a single ``N(0, I)`` prior would put much of its mass between them, where the decoder
     draws blurred, ambiguous digits (a mode the data lacks). Samples
-    ([`sample`][lightning_spectral.generative.DigitsVAE.sample]) decode ``z ~ p(z)`` and
+    (`sample`) decode ``z ~ p(z)`` and
     return the Bernoulli means (grey levels), not binary draws.
 
     Args:
@@ -171,12 +171,12 @@ class DigitsVAE(L.LightningModule):
 class ConditionalDigitsVAE(L.LightningModule):
     r"""A class-conditional VAE of (1, H, W) digits: ``q(z | x, y)`` and ``p(x | z, y)`` are MLPs of the image (or
     code) beside the one-hot label, the prior ``p(z) = N(0, I)``;
-    [`sample`][lightning_spectral.generative.ConditionalDigitsVAE.sample] draws images for given labels.
+    `sample` draws images for given labels.
 
     Loss per image: ``BCE(decoder(z, y), x)`` summed over pixels ``+ beta * KL(q(z|x,y) || N(0, I))`` (closed form).
 
     The collapse switch (a controlled failure for the conditional recipe): from epoch ``collapse_after_epoch`` on,
-    [`sample`][lightning_spectral.generative.ConditionalDigitsVAE.sample] draws ``z = 0`` for the labels in
+    `sample` draws ``z = 0`` for the labels in
     ``collapse_prompts``: the model keeps drawing a plausible image
     of those digits, but always the same one (no variation within those prompts); the other prompts are untouched.
 
@@ -190,7 +190,7 @@ class ConditionalDigitsVAE(L.LightningModule):
         collapse_prompts: labels whose samples stop varying from ``collapse_after_epoch`` on.
         collapse_after_epoch: the first epoch (counted from 0) of the collapse; ``None``: never.
         noise_seed: if given, each step's reparameterisation noise comes from its own generator (as
-            [`DigitsVAE`][lightning_spectral.generative.DigitsVAE]'s): a resumed run trains as an uninterrupted one.
+            `DigitsVAE`'s): a resumed run trains as an uninterrupted one.
 
     Examples:
         >>> import torch

@@ -23,9 +23,11 @@ from lightning_spectral._checks import (
     check_positive_int,
     check_seed,
 )
-from lightning_spectral.features import KERNELS, CosineMap, PairedFeatureMap, unit_rows
+from lightning_spectral.algebra.eigen import one_thread
 from lightning_spectral.functional.spec import check_pair, spec_align_loss
-from lightning_spectral.linalg import one_thread
+from lightning_spectral.kernels.by_name import KERNELS
+from lightning_spectral.kernels.cosine_map import CosineMap, unit_rows
+from lightning_spectral.kernels.paired_feature_map import PairedFeatureMap
 
 #: Bounds of `SpecAlignSolver`'s Krylov settings (the defaults are block 2, 4 steps, 4 cycles).
 MAX_KRYLOV_BLOCK, MAX_KRYLOV_STEPS = 64, 100
@@ -72,7 +74,7 @@ class SpecAlignSolver:
         sigma_reference: Gaussian bandwidth of the reference.
         n_frequencies: random frequencies per embedding for the Gaussian kernel.
         seed: frequency seed, also the seed of the first call's start block.
-        feature_map: a prebuilt [`PairedFeatureMap`][lightning_spectral.features.PairedFeatureMap] (else built on the
+        feature_map: a prebuilt [`PairedFeatureMap`][lightning_spectral.kernels.PairedFeatureMap] (else built on the
             first
             call from the embeddings' widths).
         tol: accepted bound on the winning eigenvector's error (the gradient's relative error is ~2 tol).

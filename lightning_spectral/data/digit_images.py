@@ -2,7 +2,7 @@
 
 Items are dicts ``{"image": float (1, 8, 8) in [0, 1], "label": int, "index": int}``; ``"index"`` is the
 position in ``sklearn.datasets.load_digits()``, the same in every split.
-[`DropClassesSampler`][lightning_spectral.generative.DropClassesSampler] removes
+[`DropClassesSampler`][lightning_spectral.data.DropClassesSampler] removes
 (or starves) some classes from the training stream from a given epoch on, so that a model trained on it
 forgets them: the mode collapse the spectral metrics have to catch.
 """
@@ -19,7 +19,8 @@ from torch import Tensor
 from torch.utils.data import DataLoader, Dataset, Sampler
 
 from lightning_spectral._checks import check_fraction, check_nonnegative_int, check_positive_int, check_seed
-from lightning_spectral.data import ResumableDataLoader, ResumesMidEpoch, stratified_split
+from lightning_spectral.data.resumable import ResumableDataLoader, ResumesMidEpoch
+from lightning_spectral.data.sampling import stratified_split
 
 __all__ = ["DigitsImages", "DropClassesSampler", "ImageDataset", "load_digit_images"]
 
@@ -136,7 +137,7 @@ class DigitsImages(ResumesMidEpoch, L.LightningDataModule):
     ``val_fraction`` of every class goes to a held-out split (stratified, seeded). The training stream
     (``train_dataloader``) is shuffled every epoch from ``seed + epoch`` and, with ``drop_classes``, loses those
     classes from epoch ``drop_after_epoch`` on
-    ([`DropClassesSampler`][lightning_spectral.generative.DropClassesSampler]): a model trained on it forgets
+    ([`DropClassesSampler`][lightning_spectral.data.DropClassesSampler]): a model trained on it forgets
     them. ``reference_dataloader()`` is the whole training split in a fixed order, dropped classes included:
     the data distribution a model's samples are compared with.
 

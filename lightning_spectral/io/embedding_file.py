@@ -1,30 +1,10 @@
-"""Reading embedding and weight files safely (never unpickling arbitrary objects), and writing files whole.
-
-[`EmbeddingFile`][lightning_spectral.files.EmbeddingFile] opens a (N, d) floating table in a ``.npy``
-(``numpy.load(mmap_mode="r",
-allow_pickle=False)``), ``.pt`` (``torch.load(mmap=True, weights_only=True)``) or ``.safetensors``
-(``safetensors.safe_open``, row ranges read with ``get_slice``) file and reads it in row chunks. The conventions
-are those of [`save_features`][lightning_spectral.encoders.save_features]: in a ``.pt`` either a tensor or a dict with a
-``"features"`` tensor, in a ``.safetensors`` the key ``"features"`` (or the only key), and an optional dataset
-index (``"index"``, or ``<stem>.index.npy`` beside a ``.npy``): row ``i`` is sample ``index[i]``. Both
-[`PrecomputedFeatures`][lightning_spectral.encoders.PrecomputedFeatures] and the command line read files through it.
-
-[`written`][lightning_spectral.files.written] is how the library writes every file (the command line's JSON, scores and
-pictures,
-[`save_features`][lightning_spectral.encoders.save_features], the recipes' summaries): into a temporary file beside the
-target, renamed over it only once complete, so a full disk or a crash leaves the old file or none, never a
-truncated one, and the error names the file.
+"""Embedding files (``.npy``, ``.pt``, ``.safetensors``) read without unpickling, memory-mapped, row by row.
 """
 
 from __future__ import annotations
 
-import errno
 import os
-import pickle
-import secrets
-import zipfile
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Callable, Optional, Union
 
@@ -33,221 +13,10 @@ import torch
 from torch import Tensor
 
 from lightning_spectral._checks import check_dense, check_positive_int
+from lightning_spectral.io.paths import existing_file
+from lightning_spectral.io.safe_load import torch_load_safe
 
-PathLike = Union[str, "os.PathLike[str]"]
 FEATURE_SUFFIXES = (".npy", ".pt", ".safetensors")
-
-
-def as_path(path: Any, argument: str) -> Path:
-    """``path`` as a ``Path``, or a ``TypeError`` naming ``argument`` when it is no path at all (None, a number)."""
-    if not isinstance(path, (str, os.PathLike)) or isinstance(os.fspath(path), bytes):
-        raise TypeError(
-            f"`{argument}` must be a file path (a str or pathlib.Path), got {type(path).__name__} {path!r}."
-        )
-    return Path(os.fspath(path)).expanduser()
-
-
-def existing_file(path: PathLike, argument: str, suffixes: Sequence[str]) -> Path:
-    path = as_path(path, argument)
-    if not path.is_file():
-        raise FileNotFoundError(f"`{argument}`: no file at {str(path)!r}; pass the path of an existing local file.")
-    if path.suffix.lower() not in suffixes:
-        raise ValueError(
-            f"`{argument}`: {str(path)!r} has suffix {path.suffix!r}; supported: {', '.join(suffixes)}. "
-            "Convert the file to one of these formats."
-        )
-    return path
-
-
-def unpickler_reason(error: BaseException) -> str:
-    """The informative part of torch's ``weights_only`` error: what the unpickler met (a global, an operand).
-
-    Examples:
-        >>> unpickler_reason(Exception("Weights only load failed. ...\\n WeightsUnpickler error: Unsupported "
-        ...     "global: GLOBAL argparse.Namespace was not an allowed global by default. Please use ..."))
-        'Unsupported global: GLOBAL argparse.Namespace was not an allowed global by default'
-    """
-    text = str(error)
-    _, marker, after = text.partition("WeightsUnpickler error:")
-    lines = [line.strip() for line in (after if marker else text).splitlines() if line.strip()]
-    if not lines:
-        return type(error).__name__
-    return lines[0].split(". ")[0].rstrip(".")
-
-
-def torch_load_safe(path: Path, argument: str, mmap: bool = False) -> Any:
-    """``torch.load(weights_only=True)``: tensors and plain containers only, never arbitrary objects.
-
-    ``mmap=True`` maps the tensors' storage from the file instead of reading it (zip-format files only).
-    """
-    try:
-        return torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
-    except pickle.UnpicklingError as error:
-        reason = unpickler_reason(error)
-        if "global" not in reason.lower():  # not a refused object: the bytes are no pickle torch can read
-            raise ValueError(
-                f"`{argument}`: {str(path)!r} is not a readable PyTorch file ({reason}); re-save it with `torch.save` "
-                "(zip format)."
-            ) from None
-        raise ValueError(
-            f"`{argument}`: refused to load {str(path)!r}: it holds pickled objects other than tensors and plain "
-            f"containers, and only `torch.load(weights_only=True)` is used ({reason}). If you trust the file, "
-            "re-save just the tensors, e.g. `torch.save(model.state_dict(), 'weights.pt')` or "
-            "`safetensors.torch.save_file(state_dict, 'weights.safetensors')`."
-        ) from None
-    except (RuntimeError, EOFError, OSError) as error:
-        how = "memory-mappable " if mmap else ""
-        raise ValueError(
-            f"`{argument}`: {str(path)!r} is not a readable, {how}PyTorch file ({error}); re-save it with "
-            "`torch.save` (zip format)."
-        ) from None
-
-
-class WriteError(OSError):
-    """A file could not be written; nothing partial is left behind. The message names the file and the fix."""
-
-
-@contextmanager
-def written(path: PathLike, argument: str = "path") -> Iterator[Path]:
-    """Write a file whole: yields a temporary path beside ``path`` (same folder, same suffix) to write to, then
-    flushes it to disk and renames it over ``path`` (atomic on POSIX and Windows). If the block or the flush fails
-    the temporary file is removed and ``path`` is left as it was.
-
-    Args:
-        path: the file to write; missing parent folders are created.
-        argument: how ``path`` is named in error messages (e.g. ``"--output"``).
-
-    Raises:
-        WriteError: an ``OSError`` while writing (a full disk, a read-only folder, a quota), naming ``argument``,
-            the file and the fix; other errors of the block are re-raised as they are.
-
-    Examples:
-        >>> import tempfile
-        >>> target = Path(tempfile.mkdtemp()) / "out.txt"
-        >>> with written(target) as temporary:
-        ...     _ = temporary.write_text("hello")
-        >>> target.read_text(), sorted(p.name for p in target.parent.iterdir())
-        ('hello', ['out.txt'])
-    """
-    path = Path(os.fspath(path)).expanduser()
-    temporary = path.with_name(f".{path.stem}.{secrets.token_hex(4)}.partial{path.suffix}")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        yield temporary
-        with open(temporary, "rb+") as handle:  # on the disk before the rename: a crash cannot leave it empty
-            os.fsync(handle.fileno())
-        os.replace(temporary, path)
-    except WriteError:  # a nested write (e.g. an index beside its features) already named its file
-        _remove(temporary)
-        raise
-    except OSError as error:
-        _remove(temporary)
-        raise WriteError(_write_failure(path, argument, error)) from error
-    except BaseException:
-        _remove(temporary)
-        raise
-
-
-def _remove(path: Path) -> None:
-    try:
-        os.unlink(path)
-    except OSError:  # never created (no folder, a file in the way): nothing to remove
-        pass
-
-
-def _write_failure(path: Path, argument: str, error: OSError) -> str:
-    reason = error.strerror or str(error) or type(error).__name__
-    if error.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)):  # EDQUOT: not on Windows
-        fix = "free some space on that disk or write to another one"
-    elif error.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
-        fix = "choose a folder you can write to"
-    elif error.errno in (errno.EISDIR, errno.ENOTDIR):
-        fix = "give the path of a file, not of a folder"
-    else:
-        fix = "check the path and the disk"
-    return f"`{argument}`: could not write {str(path)!r} ({reason}); nothing was written there; {fix}."
-
-
-def check_writable(path: PathLike, argument: str, folder: bool = False) -> Path:
-    """``path`` if a file (``folder=False``) or the files of a folder (``folder=True``) can be created there: its
-    nearest existing ancestor is a writable folder. Called before any work, so that a typo fails at once.
-
-    Raises:
-        WriteError: naming ``argument``, the path and the fix.
-
-    Examples:
-        >>> import tempfile
-        >>> check_writable(Path(tempfile.mkdtemp()) / "new" / "out.json", "--output").name
-        'out.json'
-    """
-    path = Path(os.fspath(path)).expanduser()
-    if not folder and path.is_dir():
-        raise WriteError(f"`{argument}`: {str(path)!r} is a folder; give the path of a file.")
-    if folder and path.exists() and not path.is_dir():
-        raise WriteError(f"`{argument}`: {str(path)!r} is a file; give the path of a folder.")
-    ancestor = path if folder else path.parent
-    while not ancestor.exists() and ancestor != ancestor.parent:
-        ancestor = ancestor.parent
-    if not ancestor.is_dir():
-        raise WriteError(f"`{argument}`: cannot create {str(path)!r}: {str(ancestor)!r} is not a folder.")
-    if not os.access(ancestor, os.W_OK | os.X_OK):
-        raise WriteError(
-            f"`{argument}`: cannot write {str(path)!r}: the folder {str(ancestor)!r} is not writable; choose a "
-            "folder you can write to."
-        )
-    return path
-
-
-class CheckpointError(ValueError):
-    """A checkpoint to resume from is missing or incomplete. The message names the file and the fix."""
-
-
-#: ``ckpt_path`` values Lightning resolves itself (not file names).
-LIGHTNING_CKPT_ALIASES = ("last", "best", "hpc", "registry")
-
-
-def check_checkpoint(path: PathLike, argument: str = "--ckpt_path") -> None:
-    """Check that ``path`` is a whole checkpoint file, without loading it: a zip archive whose central directory,
-    written last, is there (or a legacy pickle). Lightning's aliases (``"last"``, ``"best"``, ...) and URLs pass
-    unchecked.
-
-    A checkpoint cut off while it was written or copied (a full disk, a killed job, an interrupted transfer)
-    otherwise fails deep inside ``Trainer.fit`` with torch's ``PytorchStreamReader failed reading zip archive``.
-
-    Raises:
-        CheckpointError: no file at ``path``, or an incomplete one; the message names ``argument``, the file, its
-            size and the fix.
-
-    Examples:
-        >>> import tempfile, torch
-        >>> path = Path(tempfile.mkdtemp()) / "last.ckpt"
-        >>> torch.save({"state_dict": {}}, path)
-        >>> check_checkpoint(path)
-        >>> _ = path.write_bytes(path.read_bytes()[:100])   # cut off
-        >>> check_checkpoint(path)
-        Traceback (most recent call last):
-        ...
-        lightning_spectral.files.CheckpointError: `--ckpt_path`: ... is not a complete checkpoint (100 bytes: ...
-    """
-    if str(path) in LIGHTNING_CKPT_ALIASES or "://" in str(path):
-        return
-    path = Path(os.fspath(path)).expanduser()
-    if not path.is_file():
-        raise CheckpointError(
-            f"`{argument}`: no checkpoint file at {str(path)!r}; pass a checkpoint the run wrote (its "
-            "`checkpoints/` folder, e.g. `.../version_0/checkpoints/last.ckpt`)."
-        )
-    if zipfile.is_zipfile(path):
-        return
-    with open(path, "rb") as handle:
-        head = handle.read(2)
-    if len(head) == 2 and head[0] == 0x80 and 2 <= head[1] <= 5:  # a pickle: torch.save's legacy format
-        return
-    raise CheckpointError(
-        f"`{argument}`: {str(path)!r} is not a complete checkpoint ({path.stat().st_size} bytes: the end of the "
-        "archive is missing, so it was cut off while being written or copied); resume from another checkpoint of "
-        "the run (e.g. the previous epoch's) or copy the file again."
-    )
 
 
 def native_byte_order(array: np.ndarray) -> np.ndarray:
@@ -318,7 +87,7 @@ class EmbeddingFile:
     """A (N, d) floating table in a ``.npy`` / ``.pt`` / ``.safetensors`` file, read chunk by chunk.
 
     Opening checks the suffix, the shape (2-D, N >= 1) and the dtype (floating) without reading the rows;
-    [`chunks`][lightning_spectral.files.EmbeddingFile.chunks] reads row ranges and refuses NaN / Inf naming the file and
+    [`chunks`][lightning_spectral.io.EmbeddingFile.chunks] reads row ranges and refuses NaN / Inf naming the file and
     the rows.
 
     Args:

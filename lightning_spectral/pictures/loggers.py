@@ -1,6 +1,6 @@
 """Pictures to every logger of a Trainer: one call, whatever the user logs to.
 
-[`log_picture`][lightning_spectral.loggers.log_picture] sends an image (a (3, H, W) tensor in [0, 1]) or a matplotlib
+[`log_picture`][lightning_spectral.pictures.log_picture] sends an image (a (3, H, W) tensor in [0, 1]) or a matplotlib
 figure to each of a Trainer's loggers through the logger's public API:
 
 | logger | how the picture is stored |

@@ -19,7 +19,8 @@ from typing import Any, Optional
 import torch
 from torch import Tensor
 
-from lightning_spectral.distributed import all_gather_rows, disagreeing_ranks, fingerprint
+from lightning_spectral.sync.collectives import all_gather_rows
+from lightning_spectral.sync.fingerprints import disagreeing_ranks, fingerprint
 
 
 def frequency_fingerprint(metric: Any) -> Optional[Tensor]:

@@ -1,0 +1,46 @@
+"""Linear algebra: chunked Gram accumulation in float64 and the symmetric eigen routes (dense, Lanczos, float32).
+"""
+
+from lightning_spectral.algebra.eigen import (
+    FLOAT32_MIN_SIZE,
+    PRECISIONS,
+    default_lanczos_steps,
+    eigen_dtype,
+    extreme_eigenpairs,
+    extreme_eigenvalues,
+    jittered_cholesky,
+    one_thread,
+    psd_eigenvalues,
+    symmetric_eigh,
+    top_eigenvalue,
+)
+from lightning_spectral.algebra.gram import (
+    DEFAULT_CHUNK_SIZE,
+    DEFAULT_TILE,
+    add_covariance_,
+    add_gram_,
+    covariance,
+    symmetrize,
+    weighted_sum,
+)
+
+__all__ = [
+    "add_covariance_",
+    "add_gram_",
+    "covariance",
+    "DEFAULT_CHUNK_SIZE",
+    "default_lanczos_steps",
+    "DEFAULT_TILE",
+    "eigen_dtype",
+    "extreme_eigenpairs",
+    "extreme_eigenvalues",
+    "FLOAT32_MIN_SIZE",
+    "jittered_cholesky",
+    "one_thread",
+    "PRECISIONS",
+    "psd_eigenvalues",
+    "symmetric_eigh",
+    "symmetrize",
+    "top_eigenvalue",
+    "weighted_sum",
+]

@@ -1,0 +1,35 @@
+"""Files: whole-file writes, checkpoint paths checked before any work, and embedding files read without unpickling.
+"""
+
+from lightning_spectral.io.checkpoints import LIGHTNING_CKPT_ALIASES, CheckpointError, check_checkpoint
+from lightning_spectral.io.embedding_file import (
+    FEATURE_SUFFIXES,
+    EmbeddingFile,
+    check_index,
+    check_table,
+    index_path,
+    native_byte_order,
+)
+from lightning_spectral.io.paths import PathLike, as_path, existing_file
+from lightning_spectral.io.safe_load import torch_load_safe, unpickler_reason
+from lightning_spectral.io.writing import WriteError, check_writable, written
+
+__all__ = [
+    "as_path",
+    "check_checkpoint",
+    "check_index",
+    "check_table",
+    "check_writable",
+    "CheckpointError",
+    "EmbeddingFile",
+    "existing_file",
+    "FEATURE_SUFFIXES",
+    "index_path",
+    "LIGHTNING_CKPT_ALIASES",
+    "native_byte_order",
+    "PathLike",
+    "torch_load_safe",
+    "unpickler_reason",
+    "WriteError",
+    "written",
+]
