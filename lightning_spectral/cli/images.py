@@ -30,6 +30,7 @@ import torch
 from torch import Tensor
 
 from lightning_spectral.cli.runtime import Session, UsageError
+from lightning_spectral.io.images import open_rgb
 
 #: Image files a folder source picks up (lower-case suffixes).
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff", ".ppm", ".pgm")
@@ -191,28 +192,14 @@ def build_encoder(spec: str, weights: Optional[str]) -> tuple[torch.nn.Module, i
     )
 
 
-def _rgb(image: Any) -> Any:
-    """An 8-bit RGB copy of a PIL image; 16- and 32-bit integer greys are scaled to 8 bits first (PIL's
-    ``convert("RGB")`` clips them at 255, which would read every 16-bit PNG as white)."""
-    if image.mode.startswith("I"):
-        from PIL import Image
-
-        values = np.asarray(image, dtype=np.float64)
-        top = 65535.0 if image.mode.startswith("I;16") or values.max(initial=0) > 255 else 255.0
-        image = Image.fromarray(np.clip(np.round(values / top * 255.0), 0, 255).astype(np.uint8), mode="L")
-    return image.convert("RGB")
-
-
 def read_images(files: Sequence[Path], size: int) -> Tensor:
     """Images (N, 3, size, size) in [0, 1]: RGB, shorter side resized to ``size`` (bilinear), centre-cropped."""
-    from PIL import Image
     from torchvision.transforms import functional as F
 
     batch = []
     for file in files:
         try:
-            with Image.open(file) as image:
-                picture = F.center_crop(F.resize(F.pil_to_tensor(_rgb(image)), size, antialias=True), size)
+            picture = F.center_crop(F.resize(F.pil_to_tensor(open_rgb(file)), size, antialias=True), size)
         except OSError as error:
             raise ValueError(f"cannot decode the image {str(file)!r} ({error}).") from None
         batch.append(picture.float() / 255.0)
