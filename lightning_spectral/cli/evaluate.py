@@ -223,14 +223,13 @@ def _report(
     finc: Any, mmd: Any, wants_samples: bool,
 ) -> dict[str, Any]:
     """Every number of ``evaluate`` from the metrics' synced sums (inside their ``synced()`` blocks)."""
-    from lightning_spectral.algebra.eigen import psd_eigenvalues
     from lightning_spectral.functional.fkea import vendi_from_spectrum
     from lightning_spectral.functional.modes import mode_scores, top_samples
 
     device = session.device
-    spectrum = psd_eigenvalues(side.second_moment())  # one eigvalsh gives every order and the top eigenvalues
+    spectrum = side.eigenvalues()  # one float64 eigvalsh gives every order and the top eigenvalues
     vectors = side.modes()[1][:, : args.top_k] if wants_samples else None  # eigenvectors only if needed
-    scores = vendi_from_spectrum(spectrum, orders)
+    scores = vendi_from_spectrum(spectrum, orders)  # FKEA's Vendi of a spectrum, as FKEAVendi.compute
     scores = scores if isinstance(scores, dict) else {orders[0]: scores}
     result: dict[str, Any] = {
         "inputs": {"file": data.describe(), **({"reference": files[1].describe()} if len(files) > 1 else {})},
