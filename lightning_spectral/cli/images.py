@@ -114,11 +114,11 @@ def list_images(source: str, name: str) -> list[Path]:
             raise ValueError(f"`{name}`: the list {source!r} is empty; list one image path per line.")
     else:
         raise FileNotFoundError(f"`{name}`: no folder at {source!r}.")
-    check_readable(files, name)
+    _check_readable(files, name)
     return files
 
 
-def check_readable(files: Sequence[Path], name: str) -> None:
+def _check_readable(files: Sequence[Path], name: str) -> None:
     """Open each image's header with PIL; raise naming the first file that is missing or not an image."""
     from PIL import Image, UnidentifiedImageError
 
@@ -141,7 +141,7 @@ def count_lines(list_file: str) -> int:
         return sum(1 for _ in handle)
 
 
-def check_image_list(list_file: Optional[str], rows: int, ids_max: Optional[int], name: str) -> None:
+def _check_image_list(list_file: Optional[str], rows: int, ids_max: Optional[int], name: str) -> None:
     """Refuse, before any work, an ``--images`` list too short for the input ``name`` it illustrates (``rows``
     samples, dataset ids up to ``ids_max`` when the input stores them)."""
     if list_file is None:
@@ -155,11 +155,11 @@ def check_image_list(list_file: Optional[str], rows: int, ids_max: Optional[int]
 
 
 def check_images_for(list_file: Optional[str], table: Any) -> None:
-    """`check_image_list` for an opened embedding file (its rows, or its stored dataset ids)."""
+    """`_check_image_list` for an opened embedding file (its rows, or its stored dataset ids)."""
     if list_file is None:
         return
     ids_max = None if table.index is None else int(table.index.max()) if table.n else 0
-    check_image_list(list_file, table.n, ids_max, table.name)
+    _check_image_list(list_file, table.n, ids_max, table.name)
 
 
 def build_encoder(spec: str, weights: Optional[str]) -> tuple[torch.nn.Module, int]:
@@ -265,7 +265,7 @@ def resolve(args: argparse.Namespace, session: Session) -> dict[str, Any]:
         if args.image_batch_size < 1:
             raise UsageError(f"`--image-batch-size` must be an integer >= 1, got {args.image_batch_size}.")
         if args.images is not None and gallery in listed:
-            check_image_list(args.images, len(listed[gallery]), None, dict((a, n) for a, n, _ in sources)[gallery])
+            _check_image_list(args.images, len(listed[gallery]), None, dict((a, n) for a, n, _ in sources)[gallery])
         if args.save_features is not None:
             from lightning_spectral.io.writing import check_writable
 
