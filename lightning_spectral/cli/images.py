@@ -234,11 +234,11 @@ def embed(files: Sequence[Path], encoder: torch.nn.Module, size: int, batch_size
     return all_gather_rows(torch.cat(parts).to(session.device)).cpu()
 
 
-def _save(path: Path, features: Tensor, files: Sequence[Path]) -> None:
+def _save(path: Path, embeddings: Tensor, files: Sequence[Path]) -> None:
     from lightning_spectral.io.writing import written
 
     with written(path, "--save-features") as temporary, open(temporary, "wb") as handle:
-        np.save(handle, features.numpy(), allow_pickle=False)
+        np.save(handle, embeddings.numpy(), allow_pickle=False)
     listing = path.with_suffix(".images.txt")
     with written(listing, "--save-features") as temporary:
         temporary.write_text("".join(f"{file.resolve()}\n" for file in files), encoding="utf-8")
@@ -282,12 +282,12 @@ def resolve(args: argparse.Namespace, session: Session) -> dict[str, Any]:
     for attribute, name, source in sources:
         files = listed[attribute]
         encoder, size = encoders[specs[attribute]]
-        features = embed(files, encoder, size, args.image_batch_size, session, name)
+        embeddings = embed(files, encoder, size, args.image_batch_size, session, name)
         target = (folder if folder is not None and session.is_main else scratch) / f"{attribute}.npy"
         if folder is not None and session.is_main:
-            _save(target, features, files)
+            _save(target, embeddings, files)
         else:
-            np.save(target, features.numpy(), allow_pickle=False)
+            np.save(target, embeddings.numpy(), allow_pickle=False)
             (scratch / f"{attribute}.images.txt").write_text("".join(f"{f.resolve()}\n" for f in files), "utf-8")
         args._sources = {**getattr(args, "_sources", {}), attribute: source}  # pictures name the images' source
         args._lists = {**getattr(args, "_lists", {}), attribute: str(target.with_suffix(".images.txt"))}

@@ -130,10 +130,10 @@ class FINCNovelty(SpectralMetric):
         """Add embeddings (N, d) (or images, with ``feature``) of the reference (``real=True``) or of the
         generated side (``real=False``)."""
         check_side(real, "FINCNovelty")
-        features = self.embeddings(features)
-        index = content_groups(features, self.groups)  # a group per sample, from its content: order-free
+        embeddings = self.embeddings(features)
+        index = content_groups(embeddings, self.groups)  # a group per sample, from its content: order-free
         for j, accumulator in enumerate(self.ref if real else self.gen):
-            accumulator.add(features[index == j])
+            accumulator.add(embeddings[index == j])
 
     def pooled(self, real: bool = False) -> PooledSums:
         """The generated (``real=False``) or reference side, its content groups read as one stream
