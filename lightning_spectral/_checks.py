@@ -1,4 +1,15 @@
-"""Input validation shared by every layer: one place for the error messages users see."""
+"""Generic input validation, shared by every layer: numbers, flags and seeds; tensors and batches (dense, finite,
+of a rank and width); memory budgets (``check_memory`` and the sizes of the RFF frequency matrices, sums and mapped
+batches); and the argument forms several modules take (selectors, embedding sources, normalisation statistics).
+
+The rule: a check that is not one owner's business lives here. A check of one owner's own inputs lives beside that
+owner: a method's settings and inputs in its functional module, whose metric and callbacks import it from there
+(FINC's ``check_significance`` in ``functional/finc.py``, SPEC's ``check_pair`` in ``functional/spec.py``, the Vendi
+orders' ``check_orders`` in ``functional/fkea.py``), a file's format in ``io/``, a command-line flag in ``cli/``, a
+feature map's phases in ``kernels/gaussian_rff.py``; it is private (``_check_*``) when only its module calls it.
+Owner-specific memory estimates (the candidates of ``top_samples`` in ``functional/modes.py``, ``FINCNovelty``'s
+sums, the SPEC-align solver's frequencies) compute their bytes beside the owner and refuse through ``check_memory``.
+"""
 
 from __future__ import annotations
 
@@ -137,6 +148,19 @@ def check_width_memory(owner: str, in_features: object, width: int, matrices: in
         owner, "in_features", in_features, needed, f"{matrices} float64 matrices of {width} x {width}",
         "reduce the embedding width first (e.g. a PCA or a linear projection), or use the Gaussian kernel, whose "
         "sums have the width 2 * n_frequencies",
+    )
+
+
+def check_batch_memory(owner: str, x: Tensor, n_frequencies: int) -> None:
+    """Raise before mapping a batch whose phases and (N, 2r) features cannot fit in memory (about 5 N r values).
+
+    Raises:
+        ValueError: naming ``n_frequencies``, the batch size and the bytes.
+    """
+    needed = 5 * x.shape[0] * n_frequencies * x.element_size()
+    check_memory(
+        owner, "n_frequencies", n_frequencies, needed, f"the features of a batch of {x.shape[0]} rows",
+        "use a smaller `n_frequencies`, or smaller batches (`chunk_size`)",
     )
 
 

@@ -213,3 +213,20 @@ def test_sixteen_bit_greys_hidden_files_and_a_bom_list(tmp_path):
     listed = tmp_path / "list.txt"
     listed.write_text("imgs/a.png\nimgs/b.png\n", encoding="utf-8-sig")
     assert [f.name for f in list_images(str(listed), "FILE")] == ["a.png", "b.png"]
+
+
+def test_sixteen_bit_greys_reach_the_plot_dir_thumbnails(tmp_path, capsys):
+    """The ``--plot-dir`` galleries read their images as the encoders do: a 16-bit grey PNG is shown grey (PIL's
+    RGB conversion alone clips it at 255: a white thumbnail)."""
+    for i in range(4):
+        Image.fromarray(np.full((8, 8), 20000, np.uint16)).save(tmp_path / f"{i}.png")
+    (tmp_path / "list.txt").write_text("".join(f"{i}.png\n" for i in range(4)))
+    np.save(tmp_path / "x.npy", np.random.default_rng(0).normal(size=(4, 3)).astype(np.float32))
+    code, out, err = cli(capsys, "evaluate", tmp_path / "x.npy", "--sigma", "1", "--n-frequencies", "16",
+                         "--top-k", "1", "--per-mode", "2", "--images", tmp_path / "list.txt",
+                         "--plot-dir", tmp_path / "plots", "--no-progress")
+    assert code == 0, err
+    with Image.open(out["pictures"]["modes"]) as gallery:
+        pixels = np.asarray(gallery.convert("RGB")).reshape(-1, 3)
+    grey = round(20000 / 65535 * 255)
+    assert (np.abs(pixels.astype(int) - grey).max(axis=1) <= 1).sum() >= 2 * 8 * 8  # two thumbnails of that grey

@@ -398,3 +398,14 @@ def test_caption_noise_relabels_a_seeded_fraction_of_training_captions_only():
     assert again.train_set.captions == noisy.train_set.captions
     with pytest.raises(ValueError, match="caption_noise"):
         DigitsImageText(caption_noise=1.5)
+
+
+def test_load_image_scales_sixteen_bit_greys(tmp_path):
+    """`LoadImage` reads as the command line does: a 16-bit grey PNG keeps its level (not clipped to white)."""
+    from torchvision.transforms.functional import pil_to_tensor
+
+    from lightning_spectral.data import LoadImage
+
+    Image.fromarray(np.full((4, 4), 20000, np.uint16)).save(tmp_path / "a.png")
+    pixels = LoadImage(pil_to_tensor)(tmp_path / "a.png")
+    assert pixels.shape == (3, 4, 4) and pixels.unique().tolist() == [round(20000 / 65535 * 255)]

@@ -162,7 +162,7 @@ class GeneratedSamples(EmbeddingCallback):
                     "one-sample metrics (update(x)), two-sample metrics (update(x, real=...)) and conditional metrics "
                     "(update(x, prompts)) only."
                 )
-        self.prompts, self.prompt_embeddings = check_prompts(prompts, prompt_embeddings)
+        self.prompts, self.prompt_embeddings = _check_prompts(prompts, prompt_embeddings)
         if references is not None and not isinstance(references, Mapping):
             raise ValueError(
                 "GeneratedSamples: `references` must map each two-sample metric's name to a loader of real images (or "
@@ -431,7 +431,7 @@ class GeneratedSamples(EmbeddingCallback):
         self.last_values = dict(state_dict["last_values"])
 
 
-def check_prompts(prompts: Any, embeddings: Any) -> tuple[Any, Optional[Tensor]]:
+def _check_prompts(prompts: Any, embeddings: Any) -> tuple[Any, Optional[Tensor]]:
     """``prompts``: ``None``, a callable, or a non-empty tensor of ``(P,)`` integer labels or ``(P, d)`` finite
     embeddings; ``embeddings``: ``None`` or ``(P, d_t)`` finite floats for tensor prompts.
 

@@ -155,24 +155,24 @@ def run(args: argparse.Namespace, session: Session) -> dict[str, Any]:
         if not 0 < args.mmd_alpha < 1:
             raise UsageError(f"`--mmd-alpha` must be a test level in (0, 1), got {args.mmd_alpha}.")
         rows = shard_rows(data.n, session.rank, session.world_size)
-        for features, _ in data.chunks(args.batch_size, rows, session.progress, "evaluate FILE"):
-            features = features.to(device)
+        for embeddings, _ in data.chunks(args.batch_size, rows, session.progress, "evaluate FILE"):
+            embeddings = embeddings.to(device)
             if finc is not None and mmd is not None:
-                finc.update(features, real=False)
-                mmd.update(features, real=False)
+                finc.update(embeddings, real=False)
+                mmd.update(embeddings, real=False)
             else:
-                vendi.update(features)
+                vendi.update(embeddings)
         if conditional is not None:
             chunks = zip(data.chunks(args.batch_size, rows), prompts.chunks(args.batch_size, rows), strict=True)
-            for (features, _), (prompt_rows, _) in chunks:
-                conditional.update(features.to(device), prompt_rows.to(device))
+            for (embeddings, _), (prompt_rows, _) in chunks:
+                conditional.update(embeddings.to(device), prompt_rows.to(device))
         if finc is not None and mmd is not None:
             reference = files[1]
             rows = shard_rows(reference.n, session.rank, session.world_size)
-            for features, _ in reference.chunks(args.batch_size, rows, session.progress, "evaluate REF"):
-                features = features.to(device)
-                finc.update(features, real=True)
-                mmd.update(features, real=True)
+            for embeddings, _ in reference.chunks(args.batch_size, rows, session.progress, "evaluate REF"):
+                embeddings = embeddings.to(device)
+                finc.update(embeddings, real=True)
+                mmd.update(embeddings, real=True)
 
     # collectives from here on: every rank computes the same synced values, each metric synced once
     wants_samples = args.images is not None or args.mode_samples
@@ -223,14 +223,13 @@ def _report(
     finc: Any, mmd: Any, wants_samples: bool,
 ) -> dict[str, Any]:
     """Every number of ``evaluate`` from the metrics' synced sums (inside their ``synced()`` blocks)."""
-    from lightning_spectral.algebra.eigen import psd_eigenvalues
     from lightning_spectral.functional.fkea import vendi_from_spectrum
     from lightning_spectral.functional.modes import mode_scores, top_samples
 
     device = session.device
-    spectrum = psd_eigenvalues(side.second_moment())  # one eigvalsh gives every order and the top eigenvalues
+    spectrum = side.eigenvalues()  # one float64 eigvalsh gives every order and the top eigenvalues
     vectors = side.modes()[1][:, : args.top_k] if wants_samples else None  # eigenvectors only if needed
-    scores = vendi_from_spectrum(spectrum, orders)
+    scores = vendi_from_spectrum(spectrum, orders)  # FKEA's Vendi of a spectrum, as FKEAVendi.compute
     scores = scores if isinstance(scores, dict) else {orders[0]: scores}
     result: dict[str, Any] = {
         "inputs": {"file": data.describe(), **({"reference": files[1].describe()} if len(files) > 1 else {})},
@@ -241,8 +240,8 @@ def _report(
     rows = shard_rows(data.n, session.rank, session.world_size)
 
     def batches():  # a second pass over this rank's rows of FILE, for top_samples
-        for features, ids in data.chunks(args.batch_size, rows, session.progress, "modes FILE"):
-            yield features.to(device), ids
+        for embeddings, ids in data.chunks(args.batch_size, rows, session.progress, "modes FILE"):
+            yield embeddings.to(device), ids
 
     samples = None
     if vectors is not None:
@@ -273,8 +272,8 @@ def _missing_samples(args: argparse.Namespace, session: Session, finc: Any, refe
         return None
     rows = shard_rows(reference.n, session.rank, session.world_size)
     batches = (
-        (features.to(session.device), ids)
-        for features, ids in reference.chunks(args.batch_size, rows, session.progress, "missing modes REF")
+        (embeddings.to(session.device), ids)
+        for embeddings, ids in reference.chunks(args.batch_size, rows, session.progress, "missing modes REF")
     )
     return finc.top_samples(batches, k=count, per_mode=args.per_mode, missing=True)
 

@@ -30,6 +30,7 @@ import torch
 from torch import Tensor
 
 from lightning_spectral.cli.runtime import Session, UsageError
+from lightning_spectral.io.images import open_rgb
 
 #: Image files a folder source picks up (lower-case suffixes).
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff", ".ppm", ".pgm")
@@ -113,11 +114,11 @@ def list_images(source: str, name: str) -> list[Path]:
             raise ValueError(f"`{name}`: the list {source!r} is empty; list one image path per line.")
     else:
         raise FileNotFoundError(f"`{name}`: no folder at {source!r}.")
-    check_readable(files, name)
+    _check_readable(files, name)
     return files
 
 
-def check_readable(files: Sequence[Path], name: str) -> None:
+def _check_readable(files: Sequence[Path], name: str) -> None:
     """Open each image's header with PIL; raise naming the first file that is missing or not an image."""
     from PIL import Image, UnidentifiedImageError
 
@@ -140,7 +141,7 @@ def count_lines(list_file: str) -> int:
         return sum(1 for _ in handle)
 
 
-def check_image_list(list_file: Optional[str], rows: int, ids_max: Optional[int], name: str) -> None:
+def _check_image_list(list_file: Optional[str], rows: int, ids_max: Optional[int], name: str) -> None:
     """Refuse, before any work, an ``--images`` list too short for the input ``name`` it illustrates (``rows``
     samples, dataset ids up to ``ids_max`` when the input stores them)."""
     if list_file is None:
@@ -154,11 +155,11 @@ def check_image_list(list_file: Optional[str], rows: int, ids_max: Optional[int]
 
 
 def check_images_for(list_file: Optional[str], table: Any) -> None:
-    """`check_image_list` for an opened embedding file (its rows, or its stored dataset ids)."""
+    """`_check_image_list` for an opened embedding file (its rows, or its stored dataset ids)."""
     if list_file is None:
         return
     ids_max = None if table.index is None else int(table.index.max()) if table.n else 0
-    check_image_list(list_file, table.n, ids_max, table.name)
+    _check_image_list(list_file, table.n, ids_max, table.name)
 
 
 def build_encoder(spec: str, weights: Optional[str]) -> tuple[torch.nn.Module, int]:
@@ -191,28 +192,14 @@ def build_encoder(spec: str, weights: Optional[str]) -> tuple[torch.nn.Module, i
     )
 
 
-def _rgb(image: Any) -> Any:
-    """An 8-bit RGB copy of a PIL image; 16- and 32-bit integer greys are scaled to 8 bits first (PIL's
-    ``convert("RGB")`` clips them at 255, which would read every 16-bit PNG as white)."""
-    if image.mode.startswith("I"):
-        from PIL import Image
-
-        values = np.asarray(image, dtype=np.float64)
-        top = 65535.0 if image.mode.startswith("I;16") or values.max(initial=0) > 255 else 255.0
-        image = Image.fromarray(np.clip(np.round(values / top * 255.0), 0, 255).astype(np.uint8), mode="L")
-    return image.convert("RGB")
-
-
 def read_images(files: Sequence[Path], size: int) -> Tensor:
     """Images (N, 3, size, size) in [0, 1]: RGB, shorter side resized to ``size`` (bilinear), centre-cropped."""
-    from PIL import Image
     from torchvision.transforms import functional as F
 
     batch = []
     for file in files:
         try:
-            with Image.open(file) as image:
-                picture = F.center_crop(F.resize(F.pil_to_tensor(_rgb(image)), size, antialias=True), size)
+            picture = F.center_crop(F.resize(F.pil_to_tensor(open_rgb(file)), size, antialias=True), size)
         except OSError as error:
             raise ValueError(f"cannot decode the image {str(file)!r} ({error}).") from None
         batch.append(picture.float() / 255.0)
@@ -247,11 +234,11 @@ def embed(files: Sequence[Path], encoder: torch.nn.Module, size: int, batch_size
     return all_gather_rows(torch.cat(parts).to(session.device)).cpu()
 
 
-def _save(path: Path, features: Tensor, files: Sequence[Path]) -> None:
+def _save(path: Path, embeddings: Tensor, files: Sequence[Path]) -> None:
     from lightning_spectral.io.writing import written
 
     with written(path, "--save-features") as temporary, open(temporary, "wb") as handle:
-        np.save(handle, features.numpy(), allow_pickle=False)
+        np.save(handle, embeddings.numpy(), allow_pickle=False)
     listing = path.with_suffix(".images.txt")
     with written(listing, "--save-features") as temporary:
         temporary.write_text("".join(f"{file.resolve()}\n" for file in files), encoding="utf-8")
@@ -278,7 +265,7 @@ def resolve(args: argparse.Namespace, session: Session) -> dict[str, Any]:
         if args.image_batch_size < 1:
             raise UsageError(f"`--image-batch-size` must be an integer >= 1, got {args.image_batch_size}.")
         if args.images is not None and gallery in listed:
-            check_image_list(args.images, len(listed[gallery]), None, dict((a, n) for a, n, _ in sources)[gallery])
+            _check_image_list(args.images, len(listed[gallery]), None, dict((a, n) for a, n, _ in sources)[gallery])
         if args.save_features is not None:
             from lightning_spectral.io.writing import check_writable
 
@@ -295,12 +282,12 @@ def resolve(args: argparse.Namespace, session: Session) -> dict[str, Any]:
     for attribute, name, source in sources:
         files = listed[attribute]
         encoder, size = encoders[specs[attribute]]
-        features = embed(files, encoder, size, args.image_batch_size, session, name)
+        embeddings = embed(files, encoder, size, args.image_batch_size, session, name)
         target = (folder if folder is not None and session.is_main else scratch) / f"{attribute}.npy"
         if folder is not None and session.is_main:
-            _save(target, features, files)
+            _save(target, embeddings, files)
         else:
-            np.save(target, features.numpy(), allow_pickle=False)
+            np.save(target, embeddings.numpy(), allow_pickle=False)
             (scratch / f"{attribute}.images.txt").write_text("".join(f"{f.resolve()}\n" for f in files), "utf-8")
         args._sources = {**getattr(args, "_sources", {}), attribute: source}  # pictures name the images' source
         args._lists = {**getattr(args, "_lists", {}), attribute: str(target.with_suffix(".images.txt"))}

@@ -10,6 +10,7 @@ from typing import Any, Optional
 
 from torch import Tensor
 
+from lightning_spectral.io.images import open_rgb
 from lightning_spectral.io.writing import written
 
 
@@ -72,15 +73,15 @@ def image_paths(list_file: Path, ids: Sequence[int]) -> dict[int, Path]:
 
 
 def load_image(path: Path, size: int) -> Tensor:
-    """An image file as a (3, size, size) float tensor in [0, 1], centre-cropped to a square."""
-    from PIL import Image, ImageOps
+    """An image file as a (3, size, size) float tensor in [0, 1] ([`open_rgb`][lightning_spectral.io.open_rgb]:
+    16-bit greys scaled), centre-cropped to a square."""
+    from PIL import ImageOps
     from torchvision.transforms.functional import pil_to_tensor
 
     if not path.is_file():
         raise FileNotFoundError(f"`--images`: no image at {str(path)!r}.")
     try:
-        with Image.open(path) as image:
-            square = ImageOps.fit(image.convert("RGB"), (size, size))
+        square = ImageOps.fit(open_rgb(path), (size, size))
     except OSError as error:
         raise ValueError(f"`--images`: cannot read the image {str(path)!r} ({error}).") from None
     return pil_to_tensor(square).float() / 255.0

@@ -8,22 +8,22 @@ from typing import Any, Callable, Optional, Union
 
 from torch import Tensor
 
+from lightning_spectral.io.images import open_rgb
+
 # open_clip.constants.OPENAI_DATASET_MEAN / _STD, copied so that importing this module does not import open_clip
 OPENAI_DATASET_MEAN = (0.48145466, 0.4578275, 0.40821073)
 OPENAI_DATASET_STD = (0.26862954, 0.26130258, 0.27577711)
 
 
 class LoadImage:
-    """A local image file as the tensor ``transform(PIL RGB image)`` returns."""
+    """A local image file as the tensor ``transform(PIL RGB image)`` returns (read by
+    [`open_rgb`][lightning_spectral.io.open_rgb]: 16-bit greys scaled, not clipped to white)."""
 
     def __init__(self, transform: Callable[[Any], Tensor]) -> None:
         self.transform = transform
 
     def __call__(self, path: Union[str, Path]) -> Tensor:
-        from PIL import Image
-
-        with Image.open(path) as image:
-            return self.transform(image.convert("RGB"))
+        return self.transform(open_rgb(path))
 
 
 def default_transform(

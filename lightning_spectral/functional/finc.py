@@ -178,11 +178,11 @@ def finc_spectrum(
     sides = {}
     for name, side in (("generated", generated), ("reference", reference)):
         sides[name] = Groups.of(side, rff, groups, chunk_size)
-        check_group_counts("finc", name, sides[name].counts)
+        _check_group_counts("finc", name, sides[name].counts)
     return differential_spectrum(sides["generated"], sides["reference"], rho, significance, min_eigenvalue)
 
 
-def check_group_counts(owner: str, side: str, counts: tuple[float, ...]) -> None:
+def _check_group_counts(owner: str, side: str, counts: tuple[float, ...]) -> None:
     """Raise ``ValueError`` unless every content group of ``side`` holds at least one sample."""
     if min(counts) < 1:
         raise ValueError(

@@ -53,7 +53,7 @@ def detection_metrics(
         ValueError: ``tpr`` outside (0, 1]; scores that are not 1-D, hold NaN, or an empty side.
     """
     tpr = check_fraction(tpr, "tpr")
-    in_scores, out_scores = check_scores(in_scores, "in_scores"), check_scores(out_scores, "out_scores")
+    in_scores, out_scores = _check_scores(in_scores, "in_scores"), _check_scores(out_scores, "out_scores")
     if in_scores.numel() == 0 or out_scores.numel() == 0:
         raise ValueError("detection_metrics: both in- and out-of-distribution scores are needed.")
     preds = torch.cat([in_scores, out_scores.to(in_scores.device)])
@@ -66,7 +66,7 @@ def detection_metrics(
     }
 
 
-def check_scores(scores: Any, name: str) -> Tensor:
+def _check_scores(scores: Any, name: str) -> Tensor:
     """Scores as a 1-D float64 tensor without NaN (a tensor, a NumPy array or a list of numbers; +-inf allowed).
 
     Raises:

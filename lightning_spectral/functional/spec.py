@@ -350,8 +350,10 @@ def spec_diff_exact(
     return values.abs().max()
 
 
-def top_eigenvalue(x: Tensor, sigma: float) -> float:
-    """Largest eigenvalue of the normalised Gaussian kernel matrix ``K / n`` (exact; increasing in ``sigma``)."""
+def kernel_top_eigenvalue(x: Tensor, sigma: float) -> float:
+    """Largest eigenvalue of the normalised Gaussian kernel matrix ``K / n`` of samples ``x`` (N, d) at bandwidth
+    ``sigma`` (exact; increasing in ``sigma``; for the top eigenvalue of a given symmetric matrix see
+    ``lightning_spectral.algebra.top_eigenvalue``)."""
     return float(torch.linalg.eigvalsh(gaussian_kernel(x, sigma=sigma) / x.shape[0])[-1])
 
 
@@ -392,15 +394,15 @@ def match_bandwidth(
         generator = torch.Generator(device="cpu").manual_seed(seed)
         keep = torch.randperm(reference.shape[0], generator=generator)[:max_samples].to(reference.device)
         reference, embedding = reference[keep], embedding[keep]
-    target = top_eigenvalue(reference, sigma_reference)
+    target = kernel_top_eigenvalue(reference, sigma_reference)
     start = low = high = median_bandwidth(embedding, max_samples=max_samples, seed=seed)
-    while top_eigenvalue(embedding, low) > target and low > 1e-12 * start:
+    while kernel_top_eigenvalue(embedding, low) > target and low > 1e-12 * start:
         low /= 2
-    while top_eigenvalue(embedding, high) < target and high < 1e12 * start and math.isfinite(2 * high):
+    while kernel_top_eigenvalue(embedding, high) < target and high < 1e12 * start and math.isfinite(2 * high):
         high *= 2
     while high / low > 1 + rtol:
         middle = low * math.sqrt(high / low)
-        if top_eigenvalue(embedding, middle) < target:
+        if kernel_top_eigenvalue(embedding, middle) < target:
             low = middle
         else:
             high = middle

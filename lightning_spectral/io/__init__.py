@@ -1,4 +1,5 @@
-"""Files: whole-file writes, checkpoint paths checked before any work, and embedding files read without unpickling.
+"""Files: image files read as 8-bit RGB (16-bit greys scaled), whole-file writes, checkpoint paths checked before any
+work, and embedding files read without unpickling.
 """
 
 from lightning_spectral.io.checkpoints import LIGHTNING_CKPT_ALIASES, CheckpointError, check_checkpoint
@@ -10,12 +11,14 @@ from lightning_spectral.io.embedding_file import (
     index_path,
     native_byte_order,
 )
+from lightning_spectral.io.images import as_rgb, open_rgb
 from lightning_spectral.io.paths import PathLike, as_path, existing_file
 from lightning_spectral.io.safe_load import torch_load_safe, unpickler_reason
 from lightning_spectral.io.writing import WriteError, check_writable, written
 
 __all__ = [
     "as_path",
+    "as_rgb",
     "check_checkpoint",
     "check_index",
     "check_table",
@@ -27,6 +30,7 @@ __all__ = [
     "index_path",
     "LIGHTNING_CKPT_ALIASES",
     "native_byte_order",
+    "open_rgb",
     "PathLike",
     "torch_load_safe",
     "unpickler_reason",

@@ -3,12 +3,13 @@ exact kernel matrices and the bandwidth rule. Every map gives rows of norm 1 (Ga
 traces are exactly 1.
 """
 
+from lightning_spectral._checks import check_batch_memory
 from lightning_spectral.kernels.bandwidth import median_bandwidth
 from lightning_spectral.kernels.by_name import KERNELS, kernel_feature_map
 from lightning_spectral.kernels.cosine_map import CosineMap, unit_rows
 from lightning_spectral.kernels.exact import gaussian_kernel, scaled_distances
 from lightning_spectral.kernels.feature_map import FeatureMap, standard_normal_draws
-from lightning_spectral.kernels.gaussian_rff import GaussianRFF, check_batch_memory, check_phases
+from lightning_spectral.kernels.gaussian_rff import GaussianRFF, check_phases
 from lightning_spectral.kernels.joint_gaussian_rff import JointGaussianRFF
 from lightning_spectral.kernels.linear_map import LinearMap
 from lightning_spectral.kernels.multi_bandwidth_rff import MultiBandwidthRFF

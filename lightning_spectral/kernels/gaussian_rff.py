@@ -14,9 +14,9 @@ from torch import Tensor
 
 from lightning_spectral._checks import (
     all_finite,
+    check_batch_memory,
     check_features,
     check_frequency_memory,
-    check_memory,
     check_positive,
     check_positive_int,
     check_seed,
@@ -125,19 +125,6 @@ class GaussianRFF(FeatureMap):
             f"in_features={self.in_features}, n_frequencies={self.n_frequencies}, "
             f"sigma={self.sigma:g}, seed={self.seed}"
         )
-
-
-def check_batch_memory(owner: str, x: Tensor, n_frequencies: int) -> None:
-    """Raise before mapping a batch whose phases and (N, 2r) features cannot fit in memory (about 5 N r values).
-
-    Raises:
-        ValueError: naming ``n_frequencies``, the batch size and the bytes.
-    """
-    needed = 5 * x.shape[0] * n_frequencies * x.element_size()
-    check_memory(
-        owner, "n_frequencies", n_frequencies, needed, f"the features of a batch of {x.shape[0]} rows",
-        "use a smaller `n_frequencies`, or smaller batches (`chunk_size`)",
-    )
 
 
 def check_phases(phases: Tensor, owner: str, x: Optional[Tensor] = None, frequencies: Optional[Tensor] = None) -> Tensor:

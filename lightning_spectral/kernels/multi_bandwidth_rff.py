@@ -12,13 +12,14 @@ from torch import Tensor
 
 from lightning_spectral._checks import (
     check_bandwidths,
+    check_batch_memory,
     check_features,
     check_frequency_memory,
     check_positive_int,
     check_seed,
 )
 from lightning_spectral.kernels.feature_map import FeatureMap, standard_normal_draws
-from lightning_spectral.kernels.gaussian_rff import check_batch_memory, check_phases
+from lightning_spectral.kernels.gaussian_rff import check_phases
 
 
 class MultiBandwidthRFF(FeatureMap):

@@ -27,12 +27,116 @@ from torch import Tensor
 from torchmetrics import Metric
 
 from lightning_spectral.algebra.eigen import psd_eigenvalues, symmetric_eigh
-from lightning_spectral.algebra.gram import DEFAULT_CHUNK_SIZE, add_gram_
+from lightning_spectral.algebra.gram import DEFAULT_CHUNK_SIZE, add_gram_, weighted_sum
 from lightning_spectral.functional.modes import orient
 from lightning_spectral.kernels.feature_map import FeatureMap
 
 
-class Accumulator:
+class StreamSums:
+    """The readings of one stream's sums ``n``, ``s``, ``Q``: its mean, second moment, centred covariance, spectrum
+    and modes (written once, for an [`Accumulator`][lightning_spectral.metrics.Accumulator] and for several read as
+    one stream).
+
+    A subclass provides ``count`` (n), ``feature_sum`` (s, (B?, D)), ``cov_sum`` (Q, (B?, D, D)), ``shift`` (c, or
+    ``None``) and the message of an empty stream.
+    """
+
+    shift: Optional[Tensor] = None
+
+    @property
+    def count(self) -> Tensor:
+        raise NotImplementedError
+
+    @property
+    def feature_sum(self) -> Tensor:
+        raise NotImplementedError
+
+    @property
+    def cov_sum(self) -> Tensor:
+        raise NotImplementedError
+
+    def _empty_message(self) -> str:
+        raise NotImplementedError
+
+    def _require(self) -> float:
+        n = float(self.count)
+        if n <= 0:
+            raise RuntimeError(self._empty_message())
+        return n
+
+    def _scaled_cov_sum(self, n: float) -> Tensor:
+        """``Q / n``."""
+        return self.cov_sum / n
+
+    def mean(self) -> Tensor:
+        """``mu = c + s / n`` (B?, D), float64."""
+        n = self._require()
+        mean = self.feature_sum / n
+        return mean if self.shift is None else mean + self.shift
+
+    def second_moment(self) -> Tensor:
+        """The uncentred ``C = (1/n) sum_i phi(x_i) phi(x_i)^T`` (B?, D, D) (``C = Q / n`` for an unshifted side)."""
+        n = self._require()
+        moment = self._scaled_cov_sum(n)
+        if self.shift is None:
+            return moment
+        mean, shift = self.feature_sum / n, self.shift
+        return moment + _outer(mean, shift) + _outer(shift, mean) + _outer(shift, shift)
+
+    def centred_covariance(self) -> Tensor:
+        """``S = (1/n) sum_i (phi(x_i) - mu)(phi(x_i) - mu)^T = Q / n - (s / n)(s / n)^T`` (B?, D, D)."""
+        n = self._require()
+        mean = self.feature_sum / n
+        return self._scaled_cov_sum(n) - _outer(mean, mean)
+
+    def eigenvalues(self, precision: str = "float64") -> Tensor:
+        """Eigenvalues of ``C`` (descending, float64, round-off negatives zeroed; see
+        [`psd_eigenvalues`][lightning_spectral.algebra.psd_eigenvalues])."""
+        return psd_eigenvalues(self.second_moment(), precision=precision)
+
+    def modes(self) -> tuple[Tensor, Tensor]:
+        """Eigenvalues (descending, float64) and eigenvectors (columns) of ``C``, each vector's sign fixed so that
+        the mode scores sum to >= 0 over this stream's samples (``v . mu >= 0``; FKEA and FINC code)."""
+        values, vectors = symmetric_eigh(self.second_moment())
+        return values, orient(vectors, self.mean())
+
+
+class PooledSums(StreamSums):
+    """Several [`Accumulator`][lightning_spectral.metrics.Accumulator]s of one feature map (unshifted) read as one
+    stream: ``n = sum_j n_j``, ``s = sum_j s_j``, ``C = sum_j Q_j / n``.
+
+    Args:
+        accumulators: the accumulators pooled.
+        empty_message: the error of a read with no sample.
+    """
+
+    def __init__(self, accumulators: list[Accumulator], empty_message: str) -> None:
+        self.accumulators, self._empty = accumulators, empty_message
+
+    def _empty_message(self) -> str:
+        return self._empty
+
+    @property
+    def count(self) -> Tensor:
+        """``n = sum_j n_j``, float64 scalar."""
+        return sum((a.count for a in self.accumulators), torch.zeros((), dtype=torch.float64))
+
+    @property
+    def feature_sum(self) -> Tensor:
+        """``s = sum_j s_j`` (B?, D)."""
+        return sum(a.feature_sum for a in self.accumulators)  # type: ignore[return-value]
+
+    @property
+    def cov_sum(self) -> Tensor:
+        """``Q = sum_j Q_j`` (B?, D, D)."""
+        return sum(a.cov_sum for a in self.accumulators)  # type: ignore[return-value]
+
+    def _scaled_cov_sum(self, n: float) -> Tensor:
+        """``sum_j Q_j / n`` row block by row block (no full-size temporary per term)."""
+        return weighted_sum([(1.0 / n, a.cov_sum) for a in self.accumulators])
+
+
+class Accumulator(StreamSums):
     """The sums ``n``, ``s``, ``Q`` of one stream of samples under ``feature_map``, as one float64 state of ``metric``.
 
     Args:
@@ -188,49 +292,14 @@ class Accumulator:
         """Drop the pending rows (``reset``)."""
         self._pending.clear()
 
-    # ---- reading -----------------------------------------------------------------------------------------------
-    def _require(self) -> float:
-        n = float(self.count)
-        if n <= 0:
-            several = len(getattr(self.metric, "accumulators", ())) > 1
-            where = f" on the {self.name!r} side" if several else ""
-            raise RuntimeError(
-                f"{type(self.metric).__name__}.compute(): no samples were accumulated{where} (on any rank). Call "
-                "`update(...)` with at least one sample first, or `reset()` was called since."
-            )
-        return n
-
-    def mean(self) -> Tensor:
-        """``mu = c + s / n`` (B?, D), float64."""
-        n = self._require()
-        mean = self.feature_sum / n
-        return mean + self.shift if self.centre and self.shift is not None else mean
-
-    def second_moment(self) -> Tensor:
-        """The uncentred ``C = (1/n) sum_i phi(x_i) phi(x_i)^T`` (B?, D, D) (``C = Q / n`` for an unshifted side)."""
-        n = self._require()
-        moment = self.cov_sum / n
-        if not self.centre or self.shift is None:
-            return moment
-        mean, shift = self.feature_sum / n, self.shift
-        return moment + _outer(mean, shift) + _outer(shift, mean) + _outer(shift, shift)
-
-    def centred_covariance(self) -> Tensor:
-        """``S = (1/n) sum_i (phi(x_i) - mu)(phi(x_i) - mu)^T = Q / n - (s / n)(s / n)^T`` (B?, D, D)."""
-        n = self._require()
-        mean = self.feature_sum / n
-        return self.cov_sum / n - _outer(mean, mean)
-
-    def eigenvalues(self, precision: str = "float64") -> Tensor:
-        """Eigenvalues of ``C`` (descending, float64, round-off negatives zeroed; see
-        [`psd_eigenvalues`][lightning_spectral.algebra.psd_eigenvalues])."""
-        return psd_eigenvalues(self.second_moment(), precision=precision)
-
-    def modes(self) -> tuple[Tensor, Tensor]:
-        """Eigenvalues (descending, float64) and eigenvectors (columns) of ``C``, each vector's sign fixed so that
-        the mode scores sum to >= 0 over this stream's samples (``v . mu >= 0``; FKEA and FINC code)."""
-        values, vectors = symmetric_eigh(self.second_moment())
-        return values, orient(vectors, self.mean())
+    # ---- reading (StreamSums) --------------------------------------------------------------------------------
+    def _empty_message(self) -> str:
+        several = len(getattr(self.metric, "accumulators", ())) > 1
+        where = f" on the {self.name!r} side" if several else ""
+        return (
+            f"{type(self.metric).__name__}.compute(): no samples were accumulated{where} (on any rank). Call "
+            "`update(...)` with at least one sample first, or `reset()` was called since."
+        )
 
     # ---- checkpoints and ranks ---------------------------------------------------------------------------------
     def pack(self, flat: Tensor) -> Tensor:

@@ -5,13 +5,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, Optional
 
-import torch
 from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor
 
 from lightning_spectral._checks import check_bool, check_memory, check_positive, check_positive_int, check_side
-from lightning_spectral.algebra.eigen import symmetric_eigh
-from lightning_spectral.algebra.gram import weighted_sum
 from lightning_spectral.functional.content_groups import content_groups
 from lightning_spectral.functional.finc import (
     DEFAULT_GROUPS,
@@ -25,44 +22,8 @@ from lightning_spectral.functional.finc import (
 from lightning_spectral.functional.finc_null import NULL_BATCH, Groups, null_model
 from lightning_spectral.functional.modes import Ids, Modes, check_candidates_memory, mode_scores, orient, top_samples
 from lightning_spectral.kernels.gaussian_rff import GaussianRFF
-from lightning_spectral.metrics.accumulator import Accumulator
+from lightning_spectral.metrics.accumulator import PooledSums
 from lightning_spectral.metrics.base import ModeGallery, SpectralMetric
-
-
-class PooledSide:
-    """One side of [`FINCNovelty`][lightning_spectral.metrics.FINCNovelty] (its content groups' accumulators) read as
-    one stream: ``C = sum_j Q_j / n``.
-
-    Has the reading methods of an [`Accumulator`][lightning_spectral.metrics.Accumulator] that a caller of the
-    whole side needs (the command line's Vendi of the generated side).
-    """
-
-    def __init__(self, accumulators: list[Accumulator]) -> None:
-        self.accumulators = accumulators
-
-    @property
-    def count(self) -> Tensor:
-        return sum((a.count for a in self.accumulators), torch.zeros((), dtype=torch.float64))
-
-    def _require(self) -> float:
-        n = float(self.count)
-        if n <= 0:
-            raise RuntimeError("FINCNovelty: this side holds no sample.")
-        return n
-
-    def mean(self) -> Tensor:
-        """``mu = s / n`` (D,), float64."""
-        return sum(a.feature_sum for a in self.accumulators) / self._require()
-
-    def second_moment(self) -> Tensor:
-        """``C = sum_j Q_j / n`` (D, D), float64."""
-        return weighted_sum([(1.0 / self._require(), a.cov_sum) for a in self.accumulators])
-
-    def modes(self) -> tuple[Tensor, Tensor]:
-        """Eigenvalues (descending) and eigenvectors of ``C``, oriented as
-        [`Accumulator.modes`][lightning_spectral.metrics.Accumulator.modes]."""
-        values, vectors = symmetric_eigh(self.second_moment())
-        return values, orient(vectors, self.mean())
 
 
 class FINCNovelty(SpectralMetric):
@@ -169,14 +130,15 @@ class FINCNovelty(SpectralMetric):
         """Add embeddings (N, d) (or images, with ``feature``) of the reference (``real=True``) or of the
         generated side (``real=False``)."""
         check_side(real, "FINCNovelty")
-        features = self.embeddings(features)
-        index = content_groups(features, self.groups)  # a group per sample, from its content: order-free
+        embeddings = self.embeddings(features)
+        index = content_groups(embeddings, self.groups)  # a group per sample, from its content: order-free
         for j, accumulator in enumerate(self.ref if real else self.gen):
-            accumulator.add(features[index == j])
+            accumulator.add(embeddings[index == j])
 
-    def pooled(self, real: bool = False) -> PooledSide:
-        """The generated (``real=False``) or reference side, its groups read as one stream."""
-        return PooledSide(self.ref if real else self.gen)
+    def pooled(self, real: bool = False) -> PooledSums:
+        """The generated (``real=False``) or reference side, its content groups read as one stream
+        (``C = sum_j Q_j / n``)."""
+        return PooledSums(self.ref if real else self.gen, "FINCNovelty: this side holds no sample.")
 
     def _side(self, real: bool) -> Groups:
         accumulators = self.ref if real else self.gen
@@ -232,8 +194,7 @@ class FINCNovelty(SpectralMetric):
         with self.synced():
             spectrum = self._spectrum(missing)
             k = min(k, spectrum.eigenvalues.shape[0])
-            feature_sum = sum(a.feature_sum for a in (self.ref if missing else self.gen))
-            vectors = orient(spectrum.eigenvectors[:, :k], feature_sum)  # type: ignore[index]
+            vectors = orient(spectrum.eigenvectors[:, :k], self.pooled(real=missing).feature_sum)  # type: ignore[index]
         return Modes(spectrum.eigenvalues[:k], vectors, spectrum.significant[:k], spectrum.p_values[:k])
 
     def novel_modes(self, k: int = 10) -> Modes:
