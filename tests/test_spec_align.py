@@ -148,7 +148,6 @@ def test_two_instances_share_one_fit_and_each_adds_its_penalty(tmp_path):
         make_trainer(tmp_path, callbacks=clash).fit(ToyModule(lr=0.0), loader(x, 64))
 
 
-
 def test_the_users_training_step_is_restored_at_teardown_and_after_a_failed_fit(tmp_path):
     """SPECAlign wraps `training_step` while it fits (no public hook can add to the loss, see its docstring): the
     user's step comes back when the fit ends, when it raises (Lightning then calls `on_exception` but no
@@ -176,6 +175,7 @@ def test_the_users_training_step_is_restored_at_teardown_and_after_a_failed_fit(
     module.training_step = own_step
     make_trainer(tmp_path, callbacks=[align]).fit(module, loader(x, 64))
     assert vars(module)["training_step"] is own_step and align.penalised_steps == 3
+
 
 def test_student_function_and_dict_output(tmp_path):
     x, _, reference = toy_data(n=128)

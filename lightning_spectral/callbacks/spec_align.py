@@ -190,7 +190,10 @@ class SPECAlign(EmbeddingCallback):
     @property
     def state_key(self) -> str:
         return self._generate_state_key(
-            student=self._identity(), reference=self.reference.describe(), kernel=self.kernel, log_prefix=self.log_prefix
+            student=self._identity(),
+            reference=self.reference.describe(),
+            kernel=self.kernel,
+            log_prefix=self.log_prefix,
         )
 
     def weight_at(self, step: int) -> float:
