@@ -276,8 +276,8 @@ def test_ddp_logs_the_single_process_values(tmp_path):
     assert float(metrics["ood_train/flagged_rate"]) == exactly(0.05)
 
     state = torch.load(tmp_path / "ckpt" / "last.ckpt", weights_only=True)["callbacks"]
-    assert float(state[own.state_key]["detector"]["n_fitted"]) == 800
-    assert float(state[on_train.state_key]["detector"]["n_fitted"]) == 800  # both ranks' training batches
+    assert float(state[own.state_key]["detector"]["n_fitted_"]) == 800
+    assert float(state[on_train.state_key]["detector"]["n_fitted_"]) == 800  # both ranks' training batches
     assert state[on_train.state_key]["world_size"] == 2
 
 
@@ -353,3 +353,23 @@ def test_pending_sums_survive_a_single_process_checkpoint_and_are_dropped_after_
         with pytest.warns(UserWarning, match="partial sums are dropped"):
             restored.load_state_dict(state)
         assert restored.detector.sums.sample_count() == 0 and restored.detector.in_features == 16
+
+
+def test_a_checkpoint_from_before_the_underscored_fitted_state_resumes_the_monitor():
+    """The detector's fitted state is saved as `mean_`, ..., `threshold_`, `n_fitted_`; a monitor checkpoint
+    written with the names without the underscore restores the same detector."""
+    g = torch.Generator().manual_seed(0)
+    z, val = torch.randn(300, 16, generator=g), torch.randn(100, 16, generator=g)
+    monitor = KPCAOODMonitor(fit_on="train", **DETECTOR)
+    monitor.detector.fit(z)
+    monitor.detector.calibrate(val, tpr=TPR)
+    monitor.phase = "monitoring"
+    state = monitor.state_dict()
+    old = {**state, "detector": {k[:-1] if k.endswith("_") else k: v for k, v in state["detector"].items()}}
+    assert {"threshold", "n_fitted", "components"} <= set(old["detector"])
+    for saved in (state, old):
+        restored = KPCAOODMonitor(fit_on="train", **DETECTOR)
+        restored.load_state_dict(saved)
+        assert restored.phase == "monitoring" and restored.detector.fitted
+        assert float(restored.detector.threshold_) == float(monitor.detector.threshold_)
+        torch.testing.assert_close(restored.detector.score(val), monitor.detector.score(val), rtol=0, atol=0)

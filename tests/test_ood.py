@@ -8,6 +8,7 @@ import torch
 
 from lightning_spectral.functional import detection_metrics, threshold_at_tpr
 from lightning_spectral.metrics import KernelPCAOOD
+from lightning_spectral.metrics.kernel_pca_ood import FITTED
 
 
 def circle_data(seed=0, n_in=3000, n_out=1000, dim=16):
@@ -115,6 +116,47 @@ def test_calibration_predict_and_state_round_trip(tmp_path):
     assert float(restored.threshold) == threshold
     torch.testing.assert_close(restored.score(outside), detector.score(outside))
     assert torch.equal(restored.predict(outside), detector.predict(outside))
+
+
+def old_format(state):
+    """A state_dict as written before the fitted state took its trailing underscore: the names without it, and
+    a NaN threshold and a zero count where they were unset."""
+    old = {key[:-1] if key.endswith("_") else key: value for key, value in state.items()}
+    old.setdefault("threshold", torch.tensor(float("nan"), dtype=torch.float64))
+    old.setdefault("n_fitted", torch.zeros((), dtype=torch.float64))
+    return old
+
+
+def test_fitted_state_is_underscored_unset_before_the_fit_and_old_checkpoints_load():
+    inside, outside = circle_data(seed=3, n_in=900, n_out=100)
+    detector = KernelPCAOOD("corp", sigma=0.5, n_frequencies=32)
+    assert all(getattr(detector, name) is None for name in FITTED)  # `__init__` stores the settings only
+    assert list(detector.state_dict()) == ["sums._extra_state"]
+    assert not detector.fitted and math.isnan(float(detector.threshold)) and float(detector.n_fitted) == 0
+    detector.fit(inside[:600])
+    threshold = detector.calibrate(inside[600:], tpr=0.9)
+    assert list(detector.state_dict()) == [*FITTED, "sums._extra_state"]
+    assert detector.components is detector.components_ and detector.threshold is detector.threshold_
+    assert float(detector.n_fitted_) == 600 and detector.eigenvalues is detector.eigenvalues_
+    other = KernelPCAOOD("corp", sigma=0.5, n_frequencies=32).fit(inside[:600])
+    # the monitor's route: scores it computed and gathered itself
+    assert other.calibrate_from_scores(detector.score(inside[600:]), tpr=0.9) == threshold
+    with pytest.raises(AttributeError, match="read-only.*calibrate"):
+        detector.threshold = 0.0
+    with pytest.raises(AttributeError):
+        detector.components = None
+    with pytest.raises(ValueError, match="`scores` must be a non-empty tensor"):
+        detector.calibrate_from_scores(torch.zeros(0))
+    for state in (detector.state_dict(), old_format(detector.state_dict())):
+        restored = KernelPCAOOD("corp", sigma=0.5, n_frequencies=32)
+        restored.load_state_dict(state)
+        assert float(restored.threshold_) == threshold and float(restored.n_fitted_) == 600
+        torch.testing.assert_close(restored.score(outside), detector.score(outside), rtol=0, atol=0)
+    partial = KernelPCAOOD("corp", sigma=0.5, n_frequencies=32).partial_fit(inside[:10])  # a fit under way
+    for state in (partial.state_dict(), old_format(partial.state_dict())):
+        restored = KernelPCAOOD("corp", sigma=0.5, n_frequencies=32)
+        restored.load_state_dict(state)
+        assert all(getattr(restored, name) is None for name in FITTED) and restored.sums.sample_count() == 10
 
 
 def test_detection_metrics_conventions_and_mann_whitney_reference():

@@ -148,6 +148,35 @@ def test_two_instances_share_one_fit_and_each_adds_its_penalty(tmp_path):
         make_trainer(tmp_path, callbacks=clash).fit(ToyModule(lr=0.0), loader(x, 64))
 
 
+def test_the_users_training_step_is_restored_at_teardown_and_after_a_failed_fit(tmp_path):
+    """SPECAlign wraps `training_step` while it fits (no public hook can add to the loss, see its docstring): the
+    user's step comes back when the fit ends, when it raises (Lightning then calls `on_exception` but no
+    `teardown`), and when it was an instance attribute."""
+    x, _, reference = toy_data(n=128)
+    align = SPECAlign(reference=reference, weight=0.3, index=1)
+    module = ToyModule(lr=0.0)
+
+    class Fails(L.Callback):
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+            assert "training_step" in vars(pl_module)  # wrapped during the fit
+            raise RuntimeError("the fit fails")
+
+    with pytest.raises(RuntimeError, match="the fit fails"):
+        make_trainer(tmp_path, callbacks=[align, Fails()]).fit(module, loader(x, 64))
+    assert align.penalised_steps == 1 and not {"training_step", "_lightning_spectral_penalties"} & set(vars(module))
+    make_trainer(tmp_path).fit(module, loader(x, 64))  # a later fit without SPECAlign backpropagates the task alone
+    with torch.no_grad():
+        task = [1e-3 * float(torch.nn.functional.mse_loss(module.decoder(module.encoder(b)), b)) for b in x.split(64)]
+    assert module.backward_losses[-2:] == pytest.approx(task, rel=1e-6)
+
+    def own_step(batch, batch_idx):  # a step set on the instance: the wrapper calls it, teardown puts it back
+        return ToyModule.training_step(module, batch, batch_idx)
+
+    module.training_step = own_step
+    make_trainer(tmp_path, callbacks=[align]).fit(module, loader(x, 64))
+    assert vars(module)["training_step"] is own_step and align.penalised_steps == 3
+
+
 def test_student_function_and_dict_output(tmp_path):
     x, _, reference = toy_data(n=128)
 

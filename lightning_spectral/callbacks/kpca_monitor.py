@@ -31,7 +31,7 @@ from typing_extensions import override
 from lightning_spectral._checks import check_bool, check_embedding_source, check_fraction
 from lightning_spectral.callbacks.base import EmbeddingCallback, outside_inference_mode
 from lightning_spectral.callbacks.embeddings import BatchSelector, EmbeddingFn
-from lightning_spectral.functional.ood import detection_metrics, threshold_at_tpr
+from lightning_spectral.functional.ood import detection_metrics
 from lightning_spectral.metrics.kernel_pca_ood import KernelPCAOOD
 
 __all__ = ["KPCAOODMonitor", "OODDriftWarning"]
@@ -94,7 +94,7 @@ class KPCAOODMonitor(EmbeddingCallback):
 
     Attributes:
         detector: the [`KernelPCAOOD`][lightning_spectral.metrics.KernelPCAOOD]; after training, ``detector.score`` and
-            ``detector.predict`` (with the calibrated ``detector.threshold``) work on any embeddings.
+            ``detector.predict`` (with the calibrated ``detector.threshold_``) work on any embeddings.
         n_fits: how many times the detector was (re)fitted.
 
     Raises:
@@ -301,15 +301,15 @@ class KPCAOODMonitor(EmbeddingCallback):
             )
             return
         calibrating = self.phase == CALIBRATING
-        if calibrating:
+        if calibrating:  # the scores are all ranks' already: no collective
             with outside_inference_mode():
-                self.detector.threshold = threshold_at_tpr(inside, self.tpr).clone().to(self.detector.threshold.device)
+                self.detector.calibrate_from_scores(inside, self.tpr)
             self.phase = MONITORING
-        threshold = float(self.detector.threshold)
+        threshold = float(self.detector.threshold_)
         flagged_rate = float((inside > threshold).double().mean())
         metrics = {
             "threshold": threshold,
-            "n_components": float(self.detector.components.shape[1]),
+            "n_components": float(self.detector.components_.shape[1]),
             "flagged_rate": flagged_rate,
             "score_mean": float(inside.mean()),
             "score_std": float(inside.std(correction=0)),
@@ -342,7 +342,7 @@ class KPCAOODMonitor(EmbeddingCallback):
 
     # ---- helpers -----------------------------------------------------------------------------------------------
     def _on_device(self, pl_module: L.LightningModule) -> KernelPCAOOD:
-        if self.detector.threshold.device != pl_module.device:
+        if self.detector.device != pl_module.device:
             with outside_inference_mode():
                 self.detector.to(pl_module.device)
         return self.detector

@@ -1,14 +1,15 @@
 """SPECAlign: add ``weight * SPEC-diff(student, reference)`` to the training loss of any LightningModule.
 
-Lightning gives callbacks no hook that can change the loss (``on_before_backward`` receives it read-only,
-and a second ``backward`` would break DDP's one-reduction-per-step contract and AMP scaling). SPECAlign
-therefore wraps the module's ``training_step`` for the duration of ``fit`` (the same instance-level patch
-Lightning itself uses to redirect ``forward`` under DDP): the wrapper calls the user's step, takes the
-student embedding the step produced (a forward hook on a named submodule, so no extra forward pass), adds
-the penalty to the returned loss and returns it. Everything downstream is Lightning's own: the division by
-``accumulate_grad_batches``, AMP / ``bf16-mixed``, gradient clipping, DDP gradient averaging. One wrapper
-serves every SPECAlign of a fit (two references, say): each registers its penalty with it, and the original
-method is restored when the last one's ``fit`` ends.
+No public Lightning hook lets a callback change the loss that is backpropagated (the class docstring lists
+the hooks and why each falls short), so SPECAlign wraps the module's ``training_step`` for the duration of
+``fit``, an instance attribute (Lightning Fabric's ``_FabricModule`` redirects ``forward`` the same way):
+the wrapper calls the user's step, takes the student embedding the step produced (a forward hook on a
+named submodule, so no extra forward pass), adds the penalty to the returned loss and returns it.
+Everything downstream is Lightning's own: the division by ``accumulate_grad_batches``, AMP /
+``bf16-mixed``, gradient clipping, DDP gradient averaging, the loss ``optimizer.step(closure)`` returns.
+One wrapper serves every SPECAlign of a fit (two references, say): each registers its penalty with it,
+and the user's method is restored when the last one's ``fit`` ends (``teardown``) or fails
+(``on_exception``: Lightning calls no ``teardown`` after an exception).
 """
 
 from __future__ import annotations
@@ -80,6 +81,29 @@ class SPECAlign(EmbeddingCallback):
         gather: gather the batch over DDP ranks before computing SPEC (the loss then sees the global batch).
         log_prefix: prefix of the logged values ``spec_diff``, ``penalty``, ``task_loss`` and ``weight``; several
             SPECAlign callbacks in one fit (one per reference) need distinct prefixes.
+
+    Why ``training_step`` is wrapped: in automatic optimisation Lightning backpropagates the value
+    ``training_step`` returns, divided by ``accumulate_grad_batches`` and scaled by the precision plugin,
+    and no callback hook returns a new loss. The hooks that see the loss or the gradients were considered:
+
+    - ``on_before_backward(trainer, pl_module, loss)`` gets the loss already divided and AMP-scaled (inside
+      ``strategy.backward``). Adding the penalty in place changes what is backpropagated only because
+      Lightning passes the very tensor it then backpropagates (not a documented contract); the penalty would
+      need the precision plugin's scale re-applied by hand (``GradScaler.scale`` under ``16-mixed``, none
+      where DeepSpeed scales inside its engine); and the detached copy Lightning took before the hook keeps
+      the task loss alone: ``optimizer.step(closure)`` would return it (LBFGS's line search would compare
+      losses without the penalty with gradients that include it) and ``outputs["loss"]`` of
+      ``on_train_batch_end`` would change.
+    - A second backward of the penalty inside ``on_before_backward`` (``retain_graph=True``, through
+      ``trainer.strategy.backward`` for the scaling) calls ``on_before_backward``, ``on_after_backward`` and
+      the module's ``backward`` again for every callback and the module (a gradient-norm logger would see
+      a partial gradient), and under DDP marks the student's parameters ready twice in one step:
+      ``RuntimeError: Expected to mark a variable ready only once`` (when the penalty reaches every
+      parameter, the second backward's gradients are silently left out of the all-reduce instead).
+    - ``on_after_backward`` and ``on_before_optimizer_step`` come after the loss's backward has freed the
+      graph of the forward pass the penalty shares: the penalty's gradient would need a second forward
+      pass (other dropout masks and batch-norm statistics, twice the cost).
+    - ``on_train_batch_end`` comes after the optimizer step.
 
     Examples:
         >>> import torch
@@ -166,7 +190,10 @@ class SPECAlign(EmbeddingCallback):
     @property
     def state_key(self) -> str:
         return self._generate_state_key(
-            student=self._identity(), reference=self.reference.describe(), kernel=self.kernel, log_prefix=self.log_prefix
+            student=self._identity(),
+            reference=self.reference.describe(),
+            kernel=self.kernel,
+            log_prefix=self.log_prefix,
         )
 
     def weight_at(self, step: int) -> float:
@@ -204,6 +231,11 @@ class SPECAlign(EmbeddingCallback):
     def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
         _unregister_penalty(pl_module, self)
         super().teardown(trainer, pl_module, stage)
+
+    @override
+    def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
+        # Lightning calls `on_exception` but no `teardown` when a fit fails: restore the user's step here.
+        self.teardown(trainer, pl_module, trainer.state.fn.value if trainer.state.fn is not None else "fit")
 
     # ------------------------------------------------------------------ the penalty
 

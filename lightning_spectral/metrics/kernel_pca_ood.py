@@ -48,6 +48,12 @@ from lightning_spectral.sync.collectives import all_gather_rows
 
 MAPPINGS = ("corp", "cop", "linear")
 
+#: The fitted state (scikit-learn's trailing underscore), ``None`` until ``finalize`` / ``calibrate`` set it.
+FITTED = ("mean_", "components_", "eigenvalues_", "threshold_", "n_fitted_")
+
+#: The checkpoint keys the fitted state had before it took the trailing underscore; such checkpoints still load.
+LEGACY_KEYS = {name[:-1]: name for name in FITTED}
+
 
 class KernelPCAOOD(nn.Module):
     """Kernel PCA reconstruction-error detector: fit on in-distribution features, score anything.
@@ -61,9 +67,22 @@ class KernelPCAOOD(nn.Module):
         seed: frequency seed (identical on every rank).
         chunk_size: rows per chunk when accumulating.
 
-    State: the fit's sums (``sums``, a [`Covariance`][lightning_spectral.metrics.Covariance] accumulated around a
-    shift near the mean, emptied once the fit is final) and the fitted subspace: ``mean`` (M,), ``components``
-    (M, q), ``eigenvalues`` (M,), ``threshold`` and ``n_fitted`` (samples of the last fit, all ranks).
+    ``__init__`` only checks and stores these settings. The fit's sums (``sums``, a
+    [`Covariance`][lightning_spectral.metrics.Covariance] accumulated around a shift near the mean, emptied once
+    the fit is final) get their storage and frequencies at the first ``partial_fit``.
+
+    Attributes:
+        mean_: ``mu`` (M,), set by ``finalize`` (``None`` before; so are the others).
+        components_: ``U_q`` (M, q), the kept eigenvectors.
+        eigenvalues_: all M eigenvalues of the centred covariance, descending.
+        threshold_: the calibrated threshold (a float64 scalar), set by
+            [`calibrate`][lightning_spectral.metrics.KernelPCAOOD.calibrate] or
+            [`calibrate_from_scores`][lightning_spectral.metrics.KernelPCAOOD.calibrate_from_scores].
+        n_fitted_: samples of the last fit, all ranks (a float64 scalar).
+
+    The same names without the underscore read them (``threshold``: NaN and ``n_fitted``: 0 while unset) and
+    cannot be assigned. ``state_dict`` keys are the attribute names; checkpoints written with the names
+    without the underscore load as well.
 
     Examples:
         >>> import torch
@@ -77,8 +96,11 @@ class KernelPCAOOD(nn.Module):
         True
     """
 
-    threshold: Tensor
-    n_fitted: Tensor
+    mean_: Optional[Tensor]
+    components_: Optional[Tensor]
+    eigenvalues_: Optional[Tensor]
+    threshold_: Optional[Tensor]
+    n_fitted_: Optional[Tensor]
 
     def __init__(
         self,
@@ -106,18 +128,22 @@ class KernelPCAOOD(nn.Module):
             phi = LinearMap()
         # CoRP and CoP map L2-normalised inputs (`feature_map`); the sums are kept around a shift near their
         # mean, so that a large offset of the features (linear PCA of raw embeddings) does not cancel.
+        # A torchmetrics metric declaring its states, so that `.to(device)` before the fit places the sums.
         self.sums = Covariance(phi, centre=True, chunk_size=chunk_size)
-        for name in ("mean", "components", "eigenvalues"):
+        for name in FITTED:
             self.register_buffer(name, None)
-        self.register_buffer("threshold", torch.tensor(float("nan"), dtype=torch.float64))
-        self.register_buffer("n_fitted", torch.zeros((), dtype=torch.float64))
-        self.register_load_state_dict_pre_hook(self._size_buffers)
+        self.register_load_state_dict_pre_hook(self._fitted_from_checkpoint)
 
     # ---- mapping -------------------------------------------------------------------------------------------
     @property
     def in_features(self) -> Optional[int]:
         """Width d of the inputs (``None`` until the first ``partial_fit``)."""
         return self.sums.in_features
+
+    @property
+    def device(self) -> torch.device:
+        """Where the sums and the fitted state live (``.to(device)`` moves them)."""
+        return self.sums.device
 
     @property
     def width(self) -> int:
@@ -157,9 +183,8 @@ class KernelPCAOOD(nn.Module):
     def reset(self) -> None:
         """Forget the accumulated sums and the fitted subspace (the frequencies stay)."""
         self.sums.reset()
-        self.mean = self.components = self.eigenvalues = None
-        self.threshold = torch.full_like(self.threshold, float("nan"))
-        self.n_fitted = torch.zeros_like(self.n_fitted)
+        for name in FITTED:
+            setattr(self, name, None)
 
     def partial_fit(self, features: Tensor) -> KernelPCAOOD:
         """Add in-distribution features (N, d) to the sums (detached). Call
@@ -194,8 +219,8 @@ class KernelPCAOOD(nn.Module):
         values, vectors = symmetric_eigh(covariance)
         values = values.clamp_min(0)
         q = self._n_kept(values)
-        self.mean, self.components, self.eigenvalues = mean, vectors[:, :q].contiguous(), values
-        self.n_fitted = torch.full_like(self.n_fitted, total)
+        self.mean_, self.components_, self.eigenvalues_ = mean, vectors[:, :q].contiguous(), values
+        self.n_fitted_ = torch.tensor(total, dtype=torch.float64, device=self.device)
         self.sums.reset()
         return self
 
@@ -234,7 +259,45 @@ class KernelPCAOOD(nn.Module):
 
     @property
     def fitted(self) -> bool:
-        return self.components is not None
+        """Whether ``finalize`` (or ``fit``) formed the subspace."""
+        return self.components_ is not None
+
+    # ---- the fitted state under its names without the underscore (read-only) ----------------------------------
+    @property
+    def mean(self) -> Optional[Tensor]:
+        """``mean_``, read-only."""
+        return self.mean_
+
+    @property
+    def components(self) -> Optional[Tensor]:
+        """``components_``, read-only."""
+        return self.components_
+
+    @property
+    def eigenvalues(self) -> Optional[Tensor]:
+        """``eigenvalues_``, read-only."""
+        return self.eigenvalues_
+
+    @property
+    def n_fitted(self) -> Tensor:
+        """``n_fitted_``, read-only; 0 before the first fit."""
+        if self.n_fitted_ is None:
+            return torch.zeros((), dtype=torch.float64, device=self.device)
+        return self.n_fitted_
+
+    @property
+    def threshold(self) -> Tensor:
+        """``threshold_``, read-only; NaN before calibration."""
+        if self.threshold_ is None:
+            return torch.tensor(float("nan"), dtype=torch.float64, device=self.device)
+        return self.threshold_
+
+    @threshold.setter
+    def threshold(self, value: Any) -> None:
+        raise AttributeError(
+            "KernelPCAOOD.threshold is read-only: set it with `calibrate(in_distribution_features, tpr)` or "
+            "`calibrate_from_scores(in_distribution_scores, tpr)`."
+        )
 
     # ---- scoring -------------------------------------------------------------------------------------------
     def score(self, features: Tensor) -> Tensor:
@@ -249,8 +312,8 @@ class KernelPCAOOD(nn.Module):
         scores = []
         for start in range(0, features.shape[0], self.sums.chunk_size):
             rows = self._inputs(features[start : start + self.sums.chunk_size])
-            residual = self.sums.feature_map(rows).double() - self.mean
-            kept = residual @ self.components
+            residual = self.sums.feature_map(rows).double() - self.mean_
+            kept = residual @ self.components_
             scores.append((residual.square().sum(1) - kept.square().sum(1)).clamp_min(0).sqrt())
         return torch.cat(scores) if scores else torch.zeros(0, dtype=torch.float64, device=features.device)
 
@@ -264,19 +327,54 @@ class KernelPCAOOD(nn.Module):
         scores = all_gather_rows(self.score(in_distribution))
         if scores.numel() == 0:
             raise ValueError("KernelPCAOOD.calibrate: no in-distribution samples to calibrate on.")
-        self.threshold = threshold_at_tpr(scores, tpr).to(self.threshold.device)
-        return float(self.threshold)
+        return self.calibrate_from_scores(scores, tpr)
+
+    def calibrate_from_scores(self, scores: Tensor, tpr: float = 0.95) -> float:
+        """Set the threshold from in-distribution scores already computed: their ``ceil(tpr * n)``-th smallest.
+
+        For a caller that scored (and, under DDP, gathered) the in-distribution samples itself, as
+        [`KPCAOODMonitor`][lightning_spectral.callbacks.KPCAOODMonitor] does; no collective. Returns the threshold.
+
+        Args:
+            scores: ``score`` values (n,) of in-distribution samples, n >= 1.
+            tpr: the fraction of them the threshold accepts, in (0, 1].
+
+        Raises:
+            ValueError: ``tpr`` out of range, no scores, or NaN scores.
+        """
+        tpr = check_fraction(tpr, "tpr")
+        if not isinstance(scores, Tensor) or scores.numel() == 0 or bool(scores.isnan().any()):
+            raise ValueError(
+                "KernelPCAOOD.calibrate_from_scores: `scores` must be a non-empty tensor of `score` values without "
+                "NaN (score in-distribution samples with `detector.score(features)`)."
+            )
+        # a copy: the order statistic is a view of the sorted scores, whose storage a checkpoint would carry
+        self.threshold_ = threshold_at_tpr(scores, tpr).to(self.device).clone()
+        return float(self.threshold_)
 
     def predict(self, features: Tensor) -> Tensor:
         """True where a sample is flagged out-of-distribution (score above the calibrated threshold)."""
-        if math.isnan(float(self.threshold)):
+        if self.threshold_ is None:
             raise RuntimeError("KernelPCAOOD.predict: no threshold; call `calibrate(in_distribution_features)`.")
-        return self.score(features) > self.threshold
+        return self.score(features) > self.threshold_
 
     # ---- state ---------------------------------------------------------------------------------------------
     @staticmethod
-    def _size_buffers(module: nn.Module, state_dict: dict, prefix: str, *args: Any) -> None:
-        """Load pre-hook: the fitted subspace's buffers take their shapes from the checkpoint."""
-        for name in ("mean", "components", "eigenvalues"):
+    def _fitted_from_checkpoint(module: KernelPCAOOD, state_dict: dict, prefix: str, *args: Any) -> None:
+        """Load pre-hook: the fitted state takes its shapes from the checkpoint, on this detector's device.
+
+        A checkpoint written before the trailing underscore has its keys renamed (``mean`` -> ``mean_``, ...), with
+        its markers of unset values dropped (a NaN ``threshold``, a zero ``n_fitted``). An unset threshold or count
+        is not saved, so one the checkpoint lacks is unset here.
+        """
+        for old, new in LEGACY_KEYS.items():
+            if prefix + old in state_dict and prefix + new not in state_dict:
+                value = state_dict.pop(prefix + old)
+                unset = (new == "threshold_" and bool(value.isnan().all())) or (new == "n_fitted_" and not value.any())
+                if not unset:
+                    state_dict[prefix + new] = value
+        for name in FITTED:
             if prefix + name in state_dict:
-                setattr(module, name, torch.empty_like(state_dict[prefix + name]))
+                setattr(module, name, torch.empty_like(state_dict[prefix + name], device=module.device))
+            elif name in ("n_fitted_", "threshold_"):
+                setattr(module, name, None)
