@@ -34,7 +34,7 @@ class FKEAVendi(RFFCovariance):
     fixed values. At small r FKEA underestimates (Vendi-1 most); 2r = 4096 to 16k is typical.
 
     Which orders depend on n and r: Vendi-1 (and every order below 2) keeps rising with the sample size n and with
-    2r on a flat spectrum (on Fashion-MNIST at the median-rule sigma it rose 9.5 % from n = 1,000 to 4,000, 40 % at
+    2r on a flat spectrum (on Fashion-MNIST at the median-rule sigma it rose 5 % from n = 1,000 to 4,000, 37 % at
     half that sigma: docs/benchmarks.md); RKE (order 2) and the $t$-truncated score (``truncation=t``, Ospanov and
     Farnia, UAI 2025, arXiv 2410.21719) converge once n and 2r exceed a few times t and move by about 1 %.
     [`summary`][lightning_spectral.metrics.FKEAVendi.summary] reports n and 2r beside the score.
