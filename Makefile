@@ -78,6 +78,8 @@ bench: $(VENV)/.installed
 	$(BENCH_PY) benchmarks/bench_spec.py reference --n 1000 --r 256 --repeats 1
 	$(BENCH_PY) benchmarks/bench_spec_align.py penalty --steps 5
 	$(BENCH_PY) benchmarks/bench_spec_align.py omp --size 256 --seconds 5
+	$(BENCH_PY) benchmarks/bench_truncated_vendi.py n --data digits --sizes 400 800 --features 512 --t 10 50 --draws 1
+	$(BENCH_PY) benchmarks/bench_truncated_vendi.py r --data digits --n 400 --features 256 512 --t 10 50 --draws 1
 	$(BENCH_PY) benchmarks/bench_generated.py --n-samples 1000 --frequencies 256
 	$(BENCH_PY) benchmarks/bench_cli_images.py --n 200 --encoders pixels
 	$(BENCH_PY) benchmarks/bench_conditional.py agreement --frequencies 128

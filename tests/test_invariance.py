@@ -45,12 +45,14 @@ def observe(rank, world_size, sharding):
     rows = rows_of(rank, world_size, sharding)
     batch = 64 + 37 * rank + (13 if sharding == "shuffled" else 0)
     vendi = FKEAVendi(sigma=3.0, n_frequencies=96, alpha=[1, 2, "inf"], chunk_size=200)
+    truncated = FKEAVendi(sigma=3.0, n_frequencies=96, alpha=[1, 2], chunk_size=200, truncation=4)
     finc = FINCNovelty(sigma=3.0, n_frequencies=96, chunk_size=200)
     mmd = FastMMD(sigma=[2.0, 5.0], n_frequencies=64, chunk_size=200)
     spec = SPECDivergence("cosine", chunk_size=200)  # widths learnt from the data, agreed across ranks
     detectors = {m: KernelPCAOOD(m, sigma=0.7, n_frequencies=48, explained_variance=0.8) for m in ("corp", "cop", "linear")}
     for part in rows.split(batch):
         vendi.update(gen[part])
+        truncated.update(gen[part])
         finc.update(gen[part], real=False)
         finc.update(ref[part], real=True)
         mmd.update(gen[part], real=False)
@@ -64,6 +66,7 @@ def observe(rank, world_size, sharding):
     test = mmd.test()
     out = {
         "vendi": vendi.compute(),
+        "vendi_truncated": truncated.summary(),
         "vendi_modes": vendi.modes(4).eigenvalues,
         "vendi_top": [ids for ids, _ in vendi.top_samples(gen_batches, k=3, per_mode=10)],
         "finc": finc.summary(),

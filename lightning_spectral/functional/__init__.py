@@ -8,7 +8,7 @@ from lightning_spectral.functional.conditional import (
 )
 from lightning_spectral.functional.content_groups import content_groups, reference_halves
 from lightning_spectral.functional.finc import finc, finc_exact, finc_spectrum, ken_eigenvalues
-from lightning_spectral.functional.fkea import fkea_vendi, vendi_exact
+from lightning_spectral.functional.fkea import fkea_vendi, truncated_vendi, vendi_exact
 from lightning_spectral.functional.mmd import MMDTest, fast_mmd, fast_mmd_test, mmd_exact, mmd_exact_test
 from lightning_spectral.functional.modes import Modes, mode_scores, top_samples
 from lightning_spectral.functional.ood import detection_metrics, threshold_at_tpr
@@ -49,5 +49,6 @@ __all__ = [
     "spec_align_loss",
     "spec_diff_exact",
     "top_samples",
+    "truncated_vendi",
     "vendi_exact",
 ]

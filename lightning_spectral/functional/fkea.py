@@ -5,18 +5,23 @@ $$\mathrm{VENDI}_\alpha = \exp\big(H_\alpha(C)\big), \qquad C = \frac{1}{n} \sum
 $C$ the (2r x 2r) RFF covariance, whose non-zero eigenvalues approximate those of the normalised kernel matrix
 $K/n$ (FKEA eqs. 3-4, Algorithm 1). $\alpha = 2$ is RKE; $\alpha = 1$ the Shannon limit; $\alpha = \infty$ is
 $1 / \lambda_{\max}$.
+
+The $t$-truncated Vendi score (Ospanov and Farnia, "Do Vendi Scores Converge with Finite Samples? Truncated Vendi
+Score for Finite-Sample Convergence Guarantees", UAI 2025, arXiv 2410.21719) keeps the top $t$ eigenvalues and
+spreads the rest of the mass evenly over them (`truncate_spectrum`); unlike Vendi-1 it converges with $n = O(t)$
+samples, and FKEA's and Nystrom's estimates converge to it (the paper's Nystrom / FKEA results).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Union
+from typing import Optional, Union
 
 import torch
 from torch import Tensor
 
-from lightning_spectral._checks import all_finite, check_dense, check_features, check_order
+from lightning_spectral._checks import all_finite, check_dense, check_features, check_order, check_positive_int
 from lightning_spectral.algebra.eigen import psd_eigenvalues
 from lightning_spectral.algebra.gram import DEFAULT_CHUNK_SIZE, covariance
 from lightning_spectral.kernels.exact import gaussian_kernel
@@ -121,9 +126,83 @@ def check_orders(alpha: Orders) -> tuple[list[Alpha], bool]:
     return orders, single
 
 
-def vendi_from_spectrum(eigenvalues: Tensor, alpha: Orders) -> VendiResult:
-    """Vendi score(s) of a spectrum: a scalar tensor for one order, a dict ``{order: score}`` for several."""
+def check_truncation(truncation: Optional[int]) -> Optional[int]:
+    """``None`` (no truncation) or ``t`` as an ``int`` >= 1.
+
+    Raises:
+        ValueError: anything else (a bool, a float such as ``100.0``, a string, 0 or less), naming ``truncation``.
+    """
+    return None if truncation is None else check_positive_int(truncation, "truncation")
+
+
+def truncate_spectrum(eigenvalues: Tensor, t: int) -> Tensor:
+    r"""The $t$-truncated spectrum (Ospanov and Farnia, arXiv 2410.21719: the paper's definition of the
+    $t$-truncated Vendi score; the authors' code, ``truncated_vendi.py``, does the same): the top $t$ eigenvalues of the trace-normalised spectrum, each raised by an equal share of the
+    mass left out,
+
+    $$\tilde\lambda_i = \lambda_i + \frac{1 - S_t}{t} \quad (i \le t), \qquad S_t = \sum_{i \le t} \lambda_i,$$
+
+    with $\lambda_1 \ge \lambda_2 \ge \dots$ summing to 1. It sums to 1; with $t$ at least the number of eigenvalues
+    it is the spectrum itself (nothing is left out).
+
+    Args:
+        eigenvalues: 1-D tensor of non-negative eigenvalues (any order, any positive sum; normalised here).
+        t: how many eigenvalues to keep, an integer >= 1.
+
+    Returns:
+        (min(t, len),) float64 tensor, descending, summing to 1.
+
+    Examples:
+        >>> import torch
+        >>> [round(v, 6) for v in truncate_spectrum(torch.tensor([0.5, 0.3, 0.2]), 2).tolist()]
+        [0.6, 0.4]
+    """
+    t = check_positive_int(t, "t")
+    if not isinstance(eigenvalues, Tensor):
+        raise TypeError(f"truncate_spectrum: `eigenvalues` must be a 1-D tensor, got {type(eigenvalues).__name__}.")
+    values = check_dense(eigenvalues, "eigenvalues", "truncate_spectrum").double().flatten()
+    if values.numel() == 0 or not all_finite(values) or bool((values < 0).any()) or float(values.sum()) <= 0:
+        raise ValueError("truncate_spectrum: eigenvalues must be a non-empty, finite, non-negative 1-D tensor with a "
+                         "positive sum.")
+    p = torch.sort(values / values.sum(), descending=True).values
+    if t >= p.numel():
+        return p
+    top = p[:t]
+    return top + p[t:].sum() / t  # the tail's mass summed directly: 1 - S_t would cancel digits when S_t is near 1
+
+
+def truncated_vendi(eigenvalues: Tensor, t: int, alpha: Orders = 1.0) -> VendiResult:
+    r"""The $t$-truncated Vendi score(s) of order ``alpha`` of a spectrum: $\exp\big(H_\alpha(\tilde\lambda)\big)$ of
+    [`truncate_spectrum`][lightning_spectral.functional.fkea.truncate_spectrum] (Ospanov and Farnia, arXiv 2410.21719:
+    the truncated spectrum's order-``alpha`` entropy, as the authors' code computes it for every order).
+
+    Identities: 1 at $t = 1$; the ordinary Vendi score once $t$ reaches the rank; between 1 and $t$; never above the
+    ordinary score, and non-decreasing in $t$ at every order (the $t$-truncated spectrum, padded with a zero,
+    majorizes the $(t+1)$-truncated one, and Renyi entropies are Schur-concave).
+
+    Args:
+        eigenvalues: 1-D tensor of non-negative eigenvalues (e.g. of $K/n$ or of the RFF covariance).
+        t: the truncation, an integer >= 1.
+        alpha: an order in (0, inf] or a sequence of orders.
+
+    Returns:
+        A scalar float64 tensor for one order, a dict ``{order: score}`` for several.
+
+    Examples:
+        >>> import torch
+        >>> round(float(truncated_vendi(torch.tensor([0.5, 0.3, 0.2]), t=2)), 4)  # exp(H(0.6, 0.4))
+        1.9601
+    """
+    check_orders(alpha)
+    return vendi_from_spectrum(truncate_spectrum(eigenvalues, t), alpha)
+
+
+def vendi_from_spectrum(eigenvalues: Tensor, alpha: Orders, truncation: Optional[int] = None) -> VendiResult:
+    """Vendi score(s) of a spectrum: a scalar tensor for one order, a dict ``{order: score}`` for several; with
+    ``truncation`` the $t$-truncated score(s) (`truncated_vendi`)."""
     orders, single = check_orders(alpha)
+    if truncation is not None:
+        eigenvalues = truncate_spectrum(eigenvalues, truncation)
     scores = {order: vendi_score(eigenvalues, order) for order in orders}
     return scores[orders[0]] if single else scores
 
@@ -135,8 +214,13 @@ def fkea_vendi(
     alpha: Orders = 1.0,
     seed: int = 0,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
+    truncation: Optional[int] = None,
 ) -> VendiResult:
     r"""FKEA Vendi score(s) of embeddings (N, d): $\exp(H_\alpha)$ of the RFF covariance spectrum.
+
+    With ``truncation=t``, the $t$-truncated score of that spectrum (`truncated_vendi`), the FKEA estimate of the
+    truncated Vendi score (Ospanov and Farnia, arXiv 2410.21719, who show FKEA converges to it): it moves little with N and r once
+    N and 2r exceed a few times t, where Vendi-1 keeps rising with both.
 
     Args:
         features: (N, d) embeddings, N >= 1.
@@ -144,6 +228,7 @@ def fkea_vendi(
         n_frequencies: r (covariance 2r x 2r). FKEA underestimates at small r (Vendi-1 converges slowest).
         alpha: an order in (0, inf] or a sequence of orders (2 = RKE).
         seed: frequency seed.
+        truncation: ``None`` (the Vendi score) or t, an integer >= 1 (the t-truncated score).
 
     Returns:
         A scalar float64 tensor for one order, a dict keyed by order for several.
@@ -155,16 +240,20 @@ def fkea_vendi(
         2.0
     """
     check_orders(alpha)
+    truncation = check_truncation(truncation)
     features = check_features(features, "features", owner="fkea_vendi")
     if features.shape[0] == 0:
         raise ValueError("fkea_vendi: `features` is empty; at least one sample is needed.")
     rff = GaussianRFF(features.shape[1], n_frequencies, sigma, seed).to(features.device)
-    return vendi_from_spectrum(psd_eigenvalues(covariance(features, rff, chunk_size)), alpha)
+    return vendi_from_spectrum(psd_eigenvalues(covariance(features, rff, chunk_size)), alpha, truncation)
 
 
-def vendi_exact(features: Tensor, sigma: float, alpha: Orders = 1.0) -> VendiResult:
+def vendi_exact(
+    features: Tensor, sigma: float, alpha: Orders = 1.0, truncation: Optional[int] = None
+) -> VendiResult:
     r"""Exact Vendi score(s) from the n x n Gaussian kernel matrix: $\exp\big(H_\alpha(K/n)\big)$, in
-    $O(n^2 d + n^3)$.
+    $O(n^2 d + n^3)$; with ``truncation=t`` the exact $t$-truncated score(s) of $K/n$ (`truncated_vendi`;
+    Ospanov and Farnia, arXiv 2410.21719).
 
     The oracle FKEA converges to as r grows. For RKE alone, $1 / \operatorname{mean}(K^2)$ needs no
     eigendecomposition.
@@ -175,8 +264,9 @@ def vendi_exact(features: Tensor, sigma: float, alpha: Orders = 1.0) -> VendiRes
         3.0
     """
     check_orders(alpha)
+    truncation = check_truncation(truncation)
     features = check_features(features, "features", owner="vendi_exact")
     if features.shape[0] == 0:
         raise ValueError("vendi_exact: `features` is empty; at least one sample is needed.")
     kernel = gaussian_kernel(features, sigma=sigma)
-    return vendi_from_spectrum(psd_eigenvalues(kernel / kernel.shape[0]), alpha)
+    return vendi_from_spectrum(psd_eigenvalues(kernel / kernel.shape[0]), alpha, truncation)

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+import torch
+from torch import Tensor
+
 from lightning_spectral.algebra.eigen import eigen_dtype, psd_eigenvalues
 from lightning_spectral.functional.fkea import (
     Orders,
     VendiResult,
     check_orders,
+    check_truncation,
     rke_from_covariance,
     vendi_from_spectrum,
 )
@@ -29,6 +33,17 @@ class FKEAVendi(RFFCovariance):
     equally likely modes much tighter than sigma. It depends on sigma, the embedding and n; compare runs at
     fixed values. At small r FKEA underestimates (Vendi-1 most); 2r = 4096 to 16k is typical.
 
+    Which orders depend on n and r: Vendi-1 (and every order below 2) keeps rising with the sample size n and with
+    2r on a flat spectrum (on Fashion-MNIST at the median-rule sigma it rose 5 % from n = 1,000 to 4,000, 37 % at
+    half that sigma: docs/benchmarks.md); RKE (order 2) and the $t$-truncated score (``truncation=t``, Ospanov and
+    Farnia, UAI 2025, arXiv 2410.21719) converge once n and 2r exceed a few times t and move by about 1 %.
+    [`summary`][lightning_spectral.metrics.FKEAVendi.summary] reports n and 2r beside the score.
+
+    With ``truncation=t`` every order is the $t$-truncated Vendi score
+    ([`truncated_vendi`][lightning_spectral.functional.fkea.truncated_vendi]): the top t eigenvalues of $C$, each
+    raised by an equal share of the mass of the others. It is 1 at t = 1, the plain score once t reaches the rank,
+    non-decreasing in t and at most t; RKE then needs the eigendecomposition too.
+
     State: the float64 covariance sum, feature sum and count (``RFFCovariance``), all-reduced under DDP;
     memory is ``O(r^2)`` whatever the number of samples. Modes: [`modes`][lightning_spectral.metrics.Covariance.modes],
     [`top_samples`][lightning_spectral.metrics.Covariance.top_samples].
@@ -38,6 +53,7 @@ class FKEAVendi(RFFCovariance):
         n_frequencies: r; the covariance is 2r x 2r.
         alpha: an order in (0, inf] (``"inf"`` allowed) or a sequence of orders.
         seed: frequency seed, identical on every rank.
+        truncation: ``None`` (default: the Vendi score) or t, an integer >= 1: the t-truncated Vendi score.
         precision: the eigendecomposition's dtype, as [`psd_eigenvalues`][lightning_spectral.algebra.psd_eigenvalues]:
             ``"auto"`` (float32 from 2r = 4096, measured faster with the same scores to 0.002 %, see
             docs/benchmarks.md; float64 below), ``"float32"`` or ``"float64"``. The sums are float64 either way.
@@ -49,7 +65,7 @@ class FKEAVendi(RFFCovariance):
         ``{order: score}`` for several (log it with ``self.log_dict`` after ``compute``).
 
     Raises:
-        ValueError: bad ``sigma`` / ``n_frequencies`` / ``alpha``; bad batches (rank, width change, NaN / Inf).
+        ValueError: bad ``sigma`` / ``n_frequencies`` / ``alpha`` / ``truncation``; bad batches (rank, width change, NaN / Inf).
         RuntimeError: ``compute`` before any sample.
 
     Examples:
@@ -72,17 +88,31 @@ class FKEAVendi(RFFCovariance):
         alpha: Orders = 1.0,
         seed: int = 0,
         precision: str = "auto",
+        truncation: Optional[int] = None,
         **kwargs: Any,
     ) -> None:
         orders, single = check_orders(alpha)  # before the (2r)^2 state is allocated
+        truncation = check_truncation(truncation)
         eigen_dtype(precision, 0)  # an unknown precision fails here, not at the first compute
         super().__init__(sigma, n_frequencies, seed=seed, **kwargs)
         self.orders, self._single_order, self.alpha = orders, single, alpha
         self.precision = precision
+        self.truncation = truncation
 
     def compute(self) -> VendiResult:
-        """Vendi score(s) of everything accumulated (over all ranks)."""
+        """Vendi score(s) of everything accumulated (over all ranks); t-truncated with ``truncation``."""
         covariance = self.samples.second_moment()
-        if self._single_order and self.orders[0] == 2:
+        if self._single_order and self.orders[0] == 2 and self.truncation is None:
             return rke_from_covariance(covariance)
-        return vendi_from_spectrum(psd_eigenvalues(covariance, precision=self.precision), self.alpha)
+        spectrum = psd_eigenvalues(covariance, precision=self.precision)
+        return vendi_from_spectrum(spectrum, self.alpha, self.truncation)
+
+    def summary(self) -> dict[str, Tensor]:
+        """The score (``""``), beside the sample size ``n`` and the feature count ``n_features`` (2r) it was
+        computed at: Vendi-1 depends on both (see the class doc), so a logged value names them. A collective
+        under DDP."""
+        with self.synced():
+            values = {"": self.value()}
+            values["n"] = torch.tensor(float(self.sample_count()), dtype=torch.float64)
+            values["n_features"] = torch.tensor(float(self.feature_map.out_features), dtype=torch.float64)
+        return values
