@@ -92,7 +92,7 @@ def all_gather_rows(
     if local.shape[0] < largest:
         local = torch.cat([local, local.new_zeros(largest - local.shape[0], *local.shape[1:])])
     parts = gather(local.contiguous(), sync_grads)
-    return torch.cat([part[:count] for part, count in zip(parts, counts)]).to(x.device)
+    return torch.cat([part[:count] for part, count in zip(parts, counts, strict=True)]).to(x.device)
 
 
 def all_reduce_max(value: float, group: Optional[Any] = None) -> float:
