@@ -10,7 +10,8 @@ One rank back end per caller:
 
 The metrics' own sync is torchmetrics': every state is a sum, all-reduced by ``dist_sync_fn`` =
 [`all_reduce_sum`][lightning_spectral.sync.all_reduce_sum] on the metric's process group (torchmetrics owns that path,
-inside a Trainer too), after the ranks agree on widths, sizes, frequencies and shifts (`agree_across_ranks`).
+inside a Trainer too), after the ranks agree on widths, sizes, frequencies and shifts (`agree_across_ranks`); a
+metric's counts (``sample_count``, a plain torchmetrics metric's ``update_count``) cross ranks on that path too.
 """
 
 from lightning_spectral.sync.agreement import agree_across_ranks, frequency_fingerprint
