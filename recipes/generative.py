@@ -44,7 +44,7 @@ from torch import Tensor
 from torchmetrics.image.kid import KernelInceptionDistance
 
 from lightning_spectral.callbacks import GeneratedSamples, draw_samples
-from lightning_spectral.callbacks.base import outside_inference_mode
+from lightning_spectral.callbacks.embedding_callback import outside_inference_mode
 from lightning_spectral.data import DigitsImages
 from lightning_spectral.io import CheckpointError, WriteError, check_checkpoint, check_writable, written
 from lightning_spectral.metrics import FastMMD, FINCNovelty, FKEAVendi

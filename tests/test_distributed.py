@@ -3,7 +3,7 @@
 import torch
 
 from lightning_spectral.metrics import RFFCovariance
-from lightning_spectral.sync import all_reduce_sum, disagreeing_ranks, fingerprint
+from lightning_spectral.sync import all_gather_rows, all_reduce_sum, disagreeing_ranks, fingerprint
 from tests.ddp import run_ddp
 
 N_PER_RANK = 300
@@ -104,3 +104,51 @@ def test_fingerprint_tells_seeds_sigmas_and_shapes_apart():
     assert not torch.equal(fingerprint(base), fingerprint(base * 1.01))
     assert not torch.equal(fingerprint(base), fingerprint(base.reshape(5, 4)))
     assert not torch.equal(fingerprint(base), fingerprint(base.flip(0)))
+
+
+def gathers(rank, world_size):
+    """The one gather of rows, through torch.distributed and through the Lightning strategy a Trainer holds."""
+    from lightning.fabric.plugins.environments import LightningEnvironment
+    from lightning.pytorch.strategies import DDPStrategy
+
+    environment = LightningEnvironment()
+    environment.set_world_size(world_size)
+    environment.set_global_rank(rank)
+    strategy = DDPStrategy(
+        parallel_devices=[torch.device("cpu")] * world_size, cluster_environment=environment,
+        process_group_backend="gloo",
+    )
+    rows = torch.arange(6.0 * rank).reshape(3 * rank, 2) + 100 * rank  # rank 0 holds no row, rank 1 three
+    results = {"plain": all_gather_rows(rows), "strategy": all_gather_rows(rows, strategy=strategy)}
+    for name, given in (("plain_grad", None), ("strategy_grad", strategy)):
+        leaf = torch.ones(rank + 1, 2, dtype=torch.float64, requires_grad=True)
+        gathered = all_gather_rows(leaf * (rank + 1), sync_grads=True, strategy=given)
+        (gathered * torch.arange(1.0, gathered.shape[0] + 1, dtype=torch.float64)[:, None]).sum().backward()
+        results[name] = (gathered.detach(), leaf.grad)
+    return results
+
+
+def test_one_gather_inside_and_outside_a_trainer(tmp_path):
+    """``all_gather_rows`` gives the same rows, and sends each rank the same gradient, whether it runs through
+    torch.distributed (outside a Trainer) or through the Lightning strategy (inside one)."""
+    outcomes = run_ddp(gathers, tmp_path=tmp_path)
+    want = torch.arange(6.0).reshape(3, 2) + 100
+    for rank, (status, *value) in enumerate(outcomes):
+        assert status == "ok", value
+        results = value[0]
+        assert torch.equal(results["plain"], want) and torch.equal(results["strategy"], want)
+        plain, grad = results["plain_grad"]
+        through, strategy_grad = results["strategy_grad"]
+        torch.testing.assert_close(plain, torch.tensor([[1.0, 1.0], [2.0, 2.0], [2.0, 2.0]], dtype=torch.float64))
+        assert torch.equal(plain, through) and torch.equal(grad, strategy_grad)
+        # rank r's rows sit at positions 1.. of the gathered rows; each rank's loss weighs row i by i + 1
+        assert grad.shape == (rank + 1, 2) and bool((grad != 0).all())
+
+
+def test_one_process_gathers_nothing():
+    """In one process the gather returns its rows, with or without a (single-device) strategy."""
+    from lightning.pytorch.strategies import SingleDeviceStrategy
+
+    rows = torch.randn(4, 3)
+    assert all_gather_rows(rows) is rows
+    assert all_gather_rows(rows, strategy=SingleDeviceStrategy(torch.device("cpu"))) is rows

@@ -1,17 +1,19 @@
 """EmbeddingMetrics in a real Trainer.fit: logged values equal the metrics computed by hand on the trained
 encoder, galleries reach TensorBoard, the state survives a checkpoint, and DDP gives the single-process values."""
 
+import contextlib
 import json
 
 import lightning as L
 import pytest
 import torch
+import torchmetrics
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from torch.utils.data import DataLoader, TensorDataset
 
 from lightning_spectral.callbacks import EmbeddingMetrics
 from lightning_spectral.functional import spec
-from lightning_spectral.metrics import FastMMD, FINCNovelty, FKEAVendi, SPECDivergence
+from lightning_spectral.metrics import ConditionalVendi, FastMMD, FINCNovelty, FKEAVendi, SPECDivergence
 from tests.conftest import CollectiveBytes, DigitsClassifier, digits, quiet_trainer
 
 SIGMA = 2.0
@@ -176,3 +178,65 @@ def test_an_epoch_end_all_reduces_what_one_compute_does(tmp_path):
         width = 2 * 128
         assert record["compute"] >= 8 * 4 * width * width  # the four covariance sums of FKEA and FINC, at least
         assert record["epoch_end"] <= 1.25 * record["compute"], record
+
+
+class _NoGalleries(torchmetrics.Metric):
+    """A metric that keeps the protocol in part: values and counts, but no ``galleries`` (here misspelt)."""
+
+    inputs = "one"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.add_state("total", torch.zeros(()), dist_reduce_fx="sum")
+
+    def update(self, z) -> None:
+        self.total += z.shape[0]
+
+    def compute(self):
+        return self.total
+
+    def synced(self):
+        return contextlib.nullcontext()
+
+    def summary(self):
+        return {"": self.total}
+
+    def sample_count(self, real=False):
+        return int(self.total)
+
+    def gallery(self, *args, **kwargs):  # a typo: the callback asks for `galleries`
+        return {}
+
+
+def test_a_metric_lacking_what_the_callback_calls_is_refused_by_name():
+    """Checked when the callback is built: a metric that lacks a member the callback will call is named (with the
+    argument that asks for it), never skipped at an epoch's end."""
+    with pytest.raises(TypeError, match=r"EmbeddingMetrics: `metrics\['counts'\]` \(_NoGalleries\) has no galleries "
+                                        r"\(asked for by `images`\)"):
+        EmbeddingMetrics({"counts": _NoGalleries()}, index=2, images=digit_image)
+    EmbeddingMetrics({"counts": _NoGalleries()})  # no images: no galleries asked for
+    from lightning_spectral.encoders import PixelImageFeature
+    from lightning_spectral.callbacks import GeneratedSamples
+
+    with pytest.raises(TypeError, match=r"GeneratedSamples: `metrics\['counts'\]` .*galleries"):
+        GeneratedSamples({"counts": _NoGalleries()}, feature=PixelImageFeature(size=8))
+    with pytest.raises(TypeError, match=r"`galleries` names 'mean', a plain torchmetrics MeanMetric"):
+        GeneratedSamples({"mean": torchmetrics.MeanMetric()}, feature=PixelImageFeature(size=8), galleries=["mean"])
+    with pytest.raises(ValueError, match=r"`metrics\['cond'\]` \(ConditionalVendi\) takes 'conditional' inputs"):
+        EmbeddingMetrics({"cond": ConditionalVendi(sigma=1.0, prompt_sigma=0.1, n_frequencies=16)})
+
+
+def test_a_plain_torchmetrics_metric_logs_its_compute(tmp_path):
+    """A plain torchmetrics metric beside a gallery metric: ``update(z)``, its ``compute()`` logged, no gallery."""
+    callback = EmbeddingMetrics(
+        {"mean": torchmetrics.MeanMetric(), "vendi": FKEAVendi(sigma=SIGMA, n_frequencies=64)},
+        index=2, images=digit_image, gallery_modes=2, gallery_per_mode=2,
+    )
+    module = Module()
+    trainer = make_trainer(tmp_path, callback, limit_train_batches=2)
+    trainer.fit(module, DataLoader(TRAIN, batch_size=100), DataLoader(VAL, batch_size=100))
+    with torch.no_grad():
+        want = float(module.encoder(x[1000:1600]).mean())
+    assert float(trainer.callback_metrics["val/mean"]) == pytest.approx(want, rel=1e-5)
+    assert "vendi/modes" in callback.last_galleries and not any(k.startswith("mean/") for k in callback.last_galleries)
+    assert callback.metrics["mean"].update_count == 0  # reset after logging

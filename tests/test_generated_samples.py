@@ -14,7 +14,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from lightning_spectral.callbacks import GeneratedSamples, draw_samples, sample_chunks
-from lightning_spectral.callbacks.base import flatten_values
+from lightning_spectral.callbacks.report import flatten_values
 from lightning_spectral.data import DigitsImages, load_digit_images
 from lightning_spectral.encoders import ClipImageFeature, ImageFeature, PixelImageFeature, TimmImageFeature
 from lightning_spectral.metrics import FastMMD, FINCNovelty, FKEAVendi

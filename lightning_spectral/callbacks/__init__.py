@@ -3,16 +3,18 @@ EmbeddingMetrics (metrics of validation embeddings) and GeneratedSamples (metric
 StderrProgressBar (progress on stderr: bars on a terminal, quiet lines in a log).
 
 All are built on [`EmbeddingCallback`][lightning_spectral.callbacks.EmbeddingCallback] (the capture lifecycle, loader
-sharding, gathering, logging), and obtain embeddings through
-[`EmbeddingSource`][lightning_spectral.callbacks.EmbeddingSource].
+sharding, gathering), obtain embeddings through [`EmbeddingSource`][lightning_spectral.callbacks.EmbeddingSource], and
+end each metric's epoch in [`report`][lightning_spectral.callbacks.report.report] (one sync, values, galleries,
+spectrum, reset).
 """
 
-from lightning_spectral.callbacks.base import EmbeddingCallback, shard_loader
+from lightning_spectral.callbacks.embedding_callback import EmbeddingCallback
 from lightning_spectral.callbacks.embedding_metrics import EmbeddingMetrics
 from lightning_spectral.callbacks.embeddings import EmbeddingSource, ReferenceEmbedding
 from lightning_spectral.callbacks.galleries import ModeImages
 from lightning_spectral.callbacks.generated import GeneratedSamples
 from lightning_spectral.callbacks.kpca_monitor import KPCAOODMonitor, OODDriftWarning
+from lightning_spectral.callbacks.loaders import shard_loader
 from lightning_spectral.callbacks.progress import StderrProgressBar
 from lightning_spectral.callbacks.sampling import draw_samples, sample_chunks
 from lightning_spectral.callbacks.spec_align import SPECAlign

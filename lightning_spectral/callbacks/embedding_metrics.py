@@ -2,8 +2,9 @@
 
 Embeddings come from the module's own validation forward (a hook on a named submodule, see
 [`EmbeddingCallback`][lightning_spectral.callbacks.EmbeddingCallback]); the metrics are torchmetrics ``Metric`` objects
-fed according to their ``inputs`` protocol; each validation epoch ends with ``summary()`` (all-reduced under
-DDP), ``log``, optional mode galleries to every logger that holds pictures, and ``reset()``.
+fed according to their ``inputs`` ([`feed`][lightning_spectral.metrics.protocol.feed]); each validation epoch ends
+with one [`report`][lightning_spectral.callbacks.report.report] per metric: ``summary()`` (all-reduced under DDP),
+``log``, optional mode galleries to every logger that holds pictures, and ``reset()``.
 """
 
 from __future__ import annotations
@@ -19,21 +20,20 @@ from torchmetrics import Metric
 from typing_extensions import override
 
 from lightning_spectral._checks import check_embedding_source, check_features, check_positive_int, check_selector
-from lightning_spectral.callbacks.base import EmbeddingCallback, outside_inference_mode
+from lightning_spectral.callbacks.embedding_callback import EmbeddingCallback, outside_inference_mode
 from lightning_spectral.callbacks.embeddings import BatchSelector, EmbeddingFn, ReferenceEmbedding, select
 from lightning_spectral.callbacks.galleries import IndexedImages
+from lightning_spectral.callbacks.report import report
 from lightning_spectral.functional.modes import check_candidates_memory
-
-
-def metric_inputs(metric: Metric) -> str:
-    """How a metric's ``update`` is called: ``"one"`` (any torchmetrics metric), ``"two"`` or ``"paired"``."""
-    return getattr(metric, "inputs", "one")
+from lightning_spectral.metrics.protocol import PlainMetric, ReportedMetric, as_reported, feed
 
 
 class EmbeddingMetrics(EmbeddingCallback):
     """Computes and logs embedding metrics of the validation data every validation epoch.
 
-    Each metric is fed by its ``inputs`` protocol, never by its type, so any metric works:
+    Each metric is fed by its ``inputs`` ([`feed`][lightning_spectral.metrics.protocol.feed]), never by its type, so
+    any metric that keeps the [protocol][lightning_spectral.metrics.protocol.ReportedMetric] works, and a plain
+    torchmetrics ``Metric`` (``update(z)``, ``compute()``) too:
 
     - ``"one"`` (``FKEAVendi``, ``RFFCovariance``, any ``Metric`` with ``update(z)``): the validation embeddings;
     - ``"two"`` (``FINCNovelty``, ``FastMMD``): validation embeddings as the generated / test side
@@ -114,7 +114,14 @@ class EmbeddingMetrics(EmbeddingCallback):
             )
         check_selector(index, "index", "EmbeddingMetrics")
         self.metrics = dict(metrics)
-        two_sample = [n for n, m in self.metrics.items() if metric_inputs(m) == "two"]
+        # What the epoch end calls, checked now: a metric lacking a member it will call is named here.
+        self._reported: dict[str, ReportedMetric] = {
+            name: as_reported(
+                metric, name, "EmbeddingMetrics", _needs(metric, reference_dataloader, images), ("one", "two", "paired")
+            )
+            for name, metric in self.metrics.items()
+        }
+        two_sample = [n for n, m in self._reported.items() if m.inputs == "two"]
         if two_sample and reference_dataloader is None and reference_features is None:
             raise ValueError(
                 f"EmbeddingMetrics: {two_sample} compare against a reference; pass `reference_dataloader` "
@@ -131,7 +138,7 @@ class EmbeddingMetrics(EmbeddingCallback):
             check_features(reference_features, "reference_features", owner="EmbeddingMetrics")
             if reference_features.shape[0] == 0:
                 raise ValueError("EmbeddingMetrics: `reference_features` has no rows; pass the reference embeddings.")
-        paired = [n for n, m in self.metrics.items() if metric_inputs(m) == "paired"]
+        paired = [n for n, m in self._reported.items() if m.inputs == "paired"]
         if paired and spec_reference is None:
             raise ValueError(
                 f"EmbeddingMetrics: {paired} compare against a reference embedding of the same samples; pass "
@@ -173,8 +180,8 @@ class EmbeddingMetrics(EmbeddingCallback):
     def state_key(self) -> str:
         return self._generate_state_key(metrics=tuple(sorted(self.metrics)), prefix=self.log_prefix)
 
-    def _with(self, inputs: str) -> list[Metric]:
-        return [metric for metric in self.metrics.values() if metric_inputs(metric) == inputs]
+    def _with(self, inputs: str) -> list[ReportedMetric]:
+        return [metric for metric in self._reported.values() if metric.inputs == inputs]
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -199,15 +206,16 @@ class EmbeddingMetrics(EmbeddingCallback):
         with outside_inference_mode():
             if self._reference_loader is not None:  # the model changed since last epoch: embed the reference again
                 for metric in two_sample:
-                    metric.reset_reference()  # type: ignore[operator]
+                    metric.reset_reference()
                 for z, _ in self.embed_loader(self._reference_loader, trainer, pl_module):
                     for metric in two_sample:
-                        metric.update(z, real=True)
+                        feed(metric, z, real=True)
             else:  # fixed features: once, or again each epoch for metrics whose reset() clears the reference
                 shard = self.reference_features[trainer.global_rank :: trainer.world_size].to(pl_module.device)  # type: ignore[index]
                 for metric in two_sample:
+                    # torchmetrics' convention (FID): a metric built with reset_real_features=False keeps its reference
                     if not self.reference_accumulated or getattr(metric, "reset_real_features", True):
-                        metric.update(shard, real=True)
+                        feed(metric, shard, real=True)
         self.reference_accumulated = True
 
     @override
@@ -225,14 +233,8 @@ class EmbeddingMetrics(EmbeddingCallback):
         z = self.batch_embedding(pl_module, batch).detach()
         reference = None if self.spec_reference is None else self.spec_reference(batch, pl_module.device)
         with outside_inference_mode():
-            for metric in self.metrics.values():
-                inputs = metric_inputs(metric)
-                if inputs == "two":
-                    metric.update(z, real=False)
-                elif inputs == "paired":
-                    metric.update(z, reference)
-                else:
-                    metric.update(z)
+            for metric in self._reported.values():
+                feed(metric, z, reference)
         if self._gallery is not None and self._gallery.rows < self.max_gallery_samples:
             self._gallery.keep(z, reference, torch.as_tensor(select(batch, self.index, "index")).long().flatten())
 
@@ -240,9 +242,11 @@ class EmbeddingMetrics(EmbeddingCallback):
     def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if trainer.sanity_checking:
             return
-        for name, metric in self.metrics.items():
-            gallery = None if self._gallery is None else self._gallery.view(metric_inputs(metric) == "paired")
-            self.last_values.update(self.report(trainer, pl_module, name, metric, self.log_prefix, gallery))
+        for name, metric in self._reported.items():
+            pictured = self._gallery is not None and not isinstance(metric, PlainMetric)
+            gallery = self._gallery.view(metric.inputs == "paired") if pictured else None  # type: ignore[union-attr]
+            values = report(trainer, pl_module, name, metric, self.log_prefix, gallery, kept=self.last_galleries)
+            self.last_values.update(values)
         self._gallery = None
 
     # ------------------------------------------------------------------ resume
@@ -261,3 +265,12 @@ class EmbeddingMetrics(EmbeddingCallback):
             metric.load_state_dict(state_dict["metrics"][name])
         self.reference_accumulated = bool(state_dict["reference_accumulated"])
         self.last_values = dict(state_dict["last_values"])
+
+
+def _needs(metric: Metric, reference_dataloader: Any, images: Any) -> dict[str, str]:
+    """Members `EmbeddingMetrics` calls besides the report's, with the argument that asks: galleries with
+    ``images``; ``reset_reference`` for a two-sample metric whose reference is embedded again every epoch."""
+    needs = {"galleries": "images"} if images is not None else {}
+    if getattr(metric, "inputs", "one") == "two" and reference_dataloader is not None:
+        needs["reset_reference"] = "reference_dataloader"
+    return needs

@@ -19,7 +19,7 @@ import lightning as L
 import torch
 from torch import Tensor
 
-from lightning_spectral.callbacks.base import gather_rows
+from lightning_spectral.sync.collectives import all_gather_rows
 
 #: Kept rows of a stream: (features (n, d), global ids (n,), images (n, C, H, W), labels (n,) or None).
 Row = tuple[Tensor, Tensor, Tensor, Optional[Tensor]]
@@ -32,14 +32,6 @@ class ModeImages(NamedTuple):
     labels: list[str]
     images: list[Tensor]
     classes: list[Optional[Tensor]]
-
-
-def for_display(images: Tensor, min_side: int = 64) -> Tensor:
-    """Images (N, C, H, W) enlarged by a whole factor (nearest neighbour) until their shorter side is ``min_side``
-    or more: 8x8 digits become readable in a gallery, and each row is tall enough for its label."""
-    from lightning_spectral.pictures.gallery import enlarge
-
-    return enlarge(images, min_side)
 
 
 def as_image(item: Any) -> Tensor:
@@ -196,7 +188,7 @@ class KeptImages(GalleryImages):
         name = self._stream(stream)
         rows = self._rows(name) if name is not None else []
         shape = next((tuple(images.shape[1:]) for _, _, images, _ in rows), None)
-        shapes = gather_rows(trainer, torch.tensor([shape or (0, 0, 0)], dtype=torch.float64))
+        shapes = all_gather_rows(torch.tensor([shape or (0, 0, 0)], dtype=torch.float64), strategy=trainer.strategy)
         known = shapes[shapes[:, 0] > 0]
         shape = tuple(int(v) for v in known[0].tolist()) if len(known) else (1, 1, 1)
         mine = torch.cat([kept_ids for _, kept_ids, _, _ in rows]) if rows else torch.zeros(0, dtype=torch.long)
@@ -208,7 +200,7 @@ class KeptImages(GalleryImages):
         else:
             labels = torch.full((len(images),), -1.0)
         table = torch.cat([mine[wanted].double()[:, None], labels[:, None], images.flatten(1).double()], 1)
-        table = gather_rows(trainer, table)  # the wanted rows of every rank: (R, 2 + C H W)
+        table = all_gather_rows(table, strategy=trainer.strategy)  # the wanted rows of every rank: (R, 2 + C H W)
         position = {int(i): row for row, i in enumerate(table[:, 0].long().tolist())}
         found = table[torch.tensor([position[int(i)] for i in ids], dtype=torch.long)]
         classes = found[:, 1].long()

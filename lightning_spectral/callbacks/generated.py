@@ -2,9 +2,10 @@
 
 Every validation epoch (or every ``every_n_epochs``) the callback draws a fixed, seeded set of samples from the
 module (`callbacks.sampling`: sharded over DDP ranks, the same union for any world size),
-embeds them with one frozen feature extractor, feeds them to the metrics by their ``inputs`` protocol and reports
-each metric ([`report`][lightning_spectral.callbacks.EmbeddingCallback.report]: every value of its ``summary()``,
-its galleries and spectrum, one sync):
+embeds them with one frozen feature extractor, feeds them to the metrics by their ``inputs``
+([`feed`][lightning_spectral.metrics.protocol.feed]) and reports each metric
+([`report`][lightning_spectral.callbacks.report.report]: every value of its ``summary()``, its galleries and spectrum,
+one sync):
 
 - ``"one"`` metrics (``FKEAVendi`` with ``alpha=[1, 2]``: Vendi and RKE) take the generated embeddings;
 - ``"conditional"`` metrics (``ConditionalVendi``), with ``prompts``: the generated embeddings and the prompt each
@@ -32,7 +33,7 @@ import math
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from functools import partial
-from typing import Any, Callable, Optional, Union
+from typing import Any, Callable, Optional, Union, cast
 
 import lightning as L
 import torch
@@ -48,13 +49,15 @@ from lightning_spectral._checks import (
     check_seed,
     check_selector,
 )
-from lightning_spectral.callbacks.base import EmbeddingCallback, outside_inference_mode, shard_loader
-from lightning_spectral.callbacks.embedding_metrics import metric_inputs
+from lightning_spectral.callbacks.embedding_callback import EmbeddingCallback, outside_inference_mode
 from lightning_spectral.callbacks.embeddings import BatchSelector, select, to_device
 from lightning_spectral.callbacks.galleries import KeptImages
+from lightning_spectral.callbacks.loaders import shard_loader
+from lightning_spectral.callbacks.report import SpectrumFn, report
 from lightning_spectral.callbacks.sampling import SampleFn, draw_samples
 from lightning_spectral.functional.modes import check_candidates_memory
 from lightning_spectral.metrics.feature import FrozenFeature
+from lightning_spectral.metrics.protocol import PicturedMetric, PlainMetric, ReportedMetric, as_reported, feed
 
 
 class GeneratedSamples(EmbeddingCallback):
@@ -90,8 +93,9 @@ class GeneratedSamples(EmbeddingCallback):
         label_key: where a reference batch holds class labels (optional): `last_galleries` then gives the
             classes of the real images of each mode.
         every_n_epochs: measure every n-th epoch (and at the last one); ``trainer.validate`` always measures.
-        galleries: build galleries (and keep images for them): ``True`` for every metric that has them, ``False``, or
-            the names of the metrics whose galleries to build (each costs the metric's eigenvectors).
+        galleries: build galleries (and keep images for them): ``True`` for every metric but plain torchmetrics ones
+            (which have none), ``False``, or the names of the metrics whose galleries to build (each costs the
+            metric's eigenvectors).
         gallery_modes: modes per gallery.
         gallery_per_mode: images per mode.
         max_gallery_images: images kept for galleries, per stream (the generated samples, each reference), over
@@ -107,6 +111,7 @@ class GeneratedSamples(EmbeddingCallback):
 
     Raises:
         ValueError: bad arguments; a two-sample metric without a reference; a metric with its own ``feature``.
+        TypeError: a metric lacks a member the callback calls (its galleries when asked for, its spectrum).
 
     Examples:
         >>> from lightning_spectral.encoders import PixelImageFeature
@@ -151,14 +156,15 @@ class GeneratedSamples(EmbeddingCallback):
                     f"GeneratedSamples: metric {name!r} has its own `feature`; the callback embeds the images once "
                     "with its `feature` and feeds embeddings: build the metric without `feature=`."
                 )
-            if metric_inputs(metric) == "conditional" and prompts is None:
+            inputs = getattr(metric, "inputs", "one")
+            if inputs == "conditional" and prompts is None:
                 raise ValueError(
                     f"GeneratedSamples: metric {name!r} measures samples per prompt; pass `prompts=` (a tensor of "
                     "labels or prompt embeddings, or fn(ids) -> prompts) so that the module is sampled per prompt."
                 )
-            if metric_inputs(metric) not in ("one", "two", "conditional"):
+            if inputs not in ("one", "two", "conditional"):
                 raise ValueError(
-                    f"GeneratedSamples: metric {name!r} takes {metric_inputs(metric)!r} inputs; generated samples feed "
+                    f"GeneratedSamples: metric {name!r} takes {inputs!r} inputs; generated samples feed "
                     "one-sample metrics (update(x)), two-sample metrics (update(x, real=...)) and conditional metrics "
                     "(update(x, prompts)) only."
                 )
@@ -175,7 +181,7 @@ class GeneratedSamples(EmbeddingCallback):
                     f"GeneratedSamples: `references[{name!r}]` must be a loader of real images (an iterable of "
                     f"batches) or the name of a datamodule method returning one, got {type(loader).__name__}."
                 )
-        two_sample = sorted(n for n, m in self.metrics.items() if metric_inputs(m) == "two")
+        two_sample = sorted(n for n, m in self.metrics.items() if getattr(m, "inputs", "one") == "two")
         missing = [name for name in two_sample if name not in references]
         unknown = sorted(set(references) - set(two_sample))
         if missing or unknown:
@@ -213,6 +219,20 @@ class GeneratedSamples(EmbeddingCallback):
                 f"GeneratedSamples: `galleries` must be True, False or names of metrics {sorted(self.metrics)}, got "
                 f"{galleries!r}."
             )
+        # What the epoch end calls, checked now: a metric lacking a member it will call is named here. Every metric
+        # draws its spectrum; galleries where `galleries` asks (a plain torchmetrics metric has none to give).
+        self._reported: dict[str, ReportedMetric] = {}
+        for name, metric in self.metrics.items():
+            needs = {"plot_spectrum": "metrics"}  # drawn at every measured epoch
+            if name in self.galleries:
+                needs["galleries"] = f"galleries={galleries!r}"
+            self._reported[name] = as_reported(metric, name, "GeneratedSamples", needs, ("one", "two", "conditional"))
+            if not isinstance(galleries, bool) and name in galleries and isinstance(self._reported[name], PlainMetric):
+                raise TypeError(
+                    f"GeneratedSamples: `galleries` names {name!r}, a plain torchmetrics {type(metric).__name__}, "
+                    "which has no galleries; leave it out of `galleries`."
+                )
+        self.galleries = tuple(n for n in self.galleries if not isinstance(self._reported[n], PlainMetric))
         self.gallery_modes = check_positive_int(gallery_modes, "gallery_modes")
         self.gallery_per_mode = check_positive_int(gallery_per_mode, "gallery_per_mode")
         check_candidates_memory("GeneratedSamples", self.gallery_modes, self.gallery_per_mode, "gallery_per_mode")
@@ -274,17 +294,33 @@ class GeneratedSamples(EmbeddingCallback):
             self.last_timings["reference"] = time.perf_counter() - start
             self._feed_samples(trainer, pl_module)
             values: dict[str, float] = {}
-            for name, metric in self.metrics.items():
+            for name, metric in self._reported.items():
                 gallery = self._kept.view(name if name in self._loaders else None) if name in self.galleries else None
-                picture = partial(self.test_history, name, trainer.current_epoch, getattr(metric, "alpha", 0.05))
-                if gallery is not None and metric_inputs(metric) == "conditional":
+                if gallery is not None and metric.inputs == "conditional":
                     gallery = _PromptLabelled(gallery, self._prompt_labels)
+                spectrum = self._spectrum(name, metric, trainer.current_epoch)
                 values.update(
-                    self.report(trainer, pl_module, name, metric, self.log_prefix, gallery, picture, self.last_timings)
+                    report(
+                        trainer, pl_module, name, metric, self.log_prefix, gallery, spectrum, self.last_timings,  # type: ignore[arg-type]
+                        self.last_galleries,
+                    )
                 )
         self.last_values = values
         self.history[trainer.current_epoch] = values
         self._kept.clear("samples")
+
+    def _spectrum(self, name: str, metric: ReportedMetric, epoch: int) -> SpectrumFn:
+        """The report's picture of ``metric``: a two-sample test's statistic and p-value over epochs
+        (`test_history`), else the metric's own spectrum (``"spectrum"``; none for a plain torchmetrics metric)."""
+        history = partial(self.test_history, name, epoch, getattr(metric, "alpha", 0.05))
+
+        def draw(values: dict[str, float]) -> Optional[tuple[str, Any]]:
+            drawn = history(values)
+            if drawn is None and not isinstance(metric, PlainMetric):  # a collective: every rank draws
+                drawn = "spectrum", cast(PicturedMetric, metric).plot_spectrum()[0]
+            return drawn
+
+        return draw
 
     def test_history(self, name: str, epoch: int, alpha: float, values: Mapping[str, float]) -> Optional[tuple]:
         """``("over_epochs", figure)``: a two-sample test's statistic and p-value (``{name}_p_value``) at every
@@ -369,10 +405,10 @@ class GeneratedSamples(EmbeddingCallback):
         """Embed each reference into the metrics that hold none (a collective: every rank asks every metric); metrics
         naming the same reference share one pass."""
         groups: dict[Any, list[str]] = {}
-        for name, metric in self.metrics.items():
+        for name, metric in self._reported.items():
             if name not in self._loaders:
                 continue
-            held = metric.sample_count(real=True) if hasattr(metric, "sample_count") else 0
+            held = metric.sample_count(real=True)
             if held == 0:
                 value = self.references[name]
                 groups.setdefault(value if isinstance(value, str) else id(value), []).append(name)
@@ -380,7 +416,7 @@ class GeneratedSamples(EmbeddingCallback):
             self.reference_passes += 1
             for z, _, _ in self._reference_batches(trainer, pl_module, names[0]):
                 for name in names:
-                    self.metrics[name].update(z, real=True)
+                    feed(self._reported[name], z, real=True)
 
     def _feed_samples(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         share, kept = self._share(trainer), 0
@@ -397,15 +433,10 @@ class GeneratedSamples(EmbeddingCallback):
             sampled = time.perf_counter()
             z = self.feature(images, "generated images")
             embedded = time.perf_counter()
-            for metric in self.metrics.values():
-                if metric_inputs(metric) == "two":
-                    metric.update(z, real=False)
-                elif metric_inputs(metric) == "conditional":
-                    prompts, labels = self._conditional_inputs(ids, z.device)
-                    keep_labels = labels is not None and getattr(metric, "num_classes", None) is not None
-                    metric.update(z, prompts, **({"labels": labels} if keep_labels else {}))
-                else:
-                    metric.update(z)
+            for metric in self._reported.values():
+                conditional = metric.inputs == "conditional"
+                prompts, labels = self._conditional_inputs(ids, z.device) if conditional else (None, None)
+                feed(metric, z, prompts, labels=labels)
             self.last_timings["sample"] += sampled - start
             self.last_timings["embed"] += embedded - sampled
             self.last_timings["update"] += time.perf_counter() - embedded

@@ -29,8 +29,9 @@ from torch.utils.data import DataLoader
 from typing_extensions import override
 
 from lightning_spectral._checks import check_bool, check_embedding_source, check_fraction
-from lightning_spectral.callbacks.base import EmbeddingCallback, outside_inference_mode
+from lightning_spectral.callbacks.embedding_callback import EmbeddingCallback, outside_inference_mode
 from lightning_spectral.callbacks.embeddings import BatchSelector, EmbeddingFn
+from lightning_spectral.callbacks.report import log_values
 from lightning_spectral.functional.ood import detection_metrics
 from lightning_spectral.metrics.kernel_pca_ood import KernelPCAOOD
 
@@ -324,7 +325,7 @@ class KPCAOODMonitor(EmbeddingCallback):
             metrics[f"{name}/score_mean"] = float(outside.mean())
             metrics[f"{name}/auroc"] = float(detection["auroc"])
             metrics[f"{name}/fpr{100 * self.tpr:g}"] = float(detection["fpr"])
-        self.log_values(pl_module, metrics, self.log_prefix)  # global already: computed from gathered scores
+        log_values(pl_module, metrics, self.log_prefix)  # global already: computed from gathered scores
         if not calibrating and self.max_flagged_rate is not None and flagged_rate > self.max_flagged_rate:
             self._drifted(trainer, flagged_rate)
 

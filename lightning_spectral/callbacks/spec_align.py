@@ -34,7 +34,7 @@ from lightning_spectral._checks import (
     check_seed,
     check_selector,
 )
-from lightning_spectral.callbacks.base import EmbeddingCallback, gather_rows
+from lightning_spectral.callbacks.embedding_callback import EmbeddingCallback
 from lightning_spectral.callbacks.embeddings import BatchSelector, EmbeddingFn, ReferenceEmbedding
 from lightning_spectral.functional.spec_align_solver import SpecAlignSolver
 from lightning_spectral.kernels.by_name import KERNELS
@@ -252,8 +252,8 @@ class SPECAlign(EmbeddingCallback):
         if self.gather and trainer.world_size > 1:
             # Every rank computes the same loss on the global batch; the gather's backward sends each rank the
             # gradient of its own slice, and DDP averages parameter gradients: the global-batch penalty's gradient.
-            student = gather_rows(trainer, student, sync_grads=True)
-            reference = gather_rows(trainer, reference)
+            student = EmbeddingCallback.gather(trainer, student, sync_grads=True)
+            reference = EmbeddingCallback.gather(trainer, reference)
         spec_diff = self.solver(student, reference)
         penalty = weight * spec_diff
         total = loss + penalty.to(loss.dtype)

@@ -15,12 +15,11 @@ from collections.abc import Iterable, Sequence
 from typing import Any, Callable, NamedTuple, Optional, Union
 
 import torch
-import torch.distributed as dist
 from torch import Tensor
 
 from lightning_spectral._checks import check_memory, check_positive_int
 from lightning_spectral.kernels.gaussian_rff import GaussianRFF
-from lightning_spectral.sync.collectives import collective_device, distributed_available
+from lightning_spectral.sync.collectives import all_gather_rows, collective_device, distributed_available
 
 Ids = Union[Tensor, Sequence[int]]
 
@@ -141,10 +140,9 @@ def _top(scores: Tensor, ids: Tensor, per_mode: int) -> tuple[Tensor, Tensor]:
 
 
 def _gather_candidates(scores: Tensor, ids: Tensor, per_mode: int, group: Optional[Any]) -> tuple[Tensor, Tensor]:
+    """Every rank's candidates (k, per_mode), merged on the collective's device (the same on every rank): the
+    columns of all ranks side by side, then the top again."""
     device = collective_device(group)
-    world = dist.get_world_size(group)
-    gathered_scores = [torch.empty_like(scores, device=device) for _ in range(world)]
-    gathered_ids = [torch.empty_like(ids, device=device) for _ in range(world)]
-    dist.all_gather(gathered_scores, scores.to(device), group=group)
-    dist.all_gather(gathered_ids, ids.to(device), group=group)
-    return _top(torch.cat(gathered_scores, 1), torch.cat(gathered_ids, 1), per_mode)
+    gathered_scores = all_gather_rows(scores.T.to(device), group).T  # (k, world * per_mode), rank order
+    gathered_ids = all_gather_rows(ids.T.to(device), group).T
+    return _top(gathered_scores, gathered_ids, per_mode)

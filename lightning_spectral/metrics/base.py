@@ -19,11 +19,14 @@ for all metrics:
   ``reset_real_features=False`` (as torchmetrics' FID keeps its real features);
 - **checkpoints** (`metrics.checkpoint`) and **plots**
   (`metrics.plotting`), beside this file;
-- **the protocol callbacks and the command line use**: ``inputs``,
+- **the protocol callbacks and the command line use**
+  ([`PicturedMetric`][lightning_spectral.metrics.protocol.PicturedMetric], every member implemented here): ``inputs``,
+  [`synced`][lightning_spectral.metrics.SpectralMetric.synced],
   [`sample_count`][lightning_spectral.metrics.SpectralMetric.sample_count],
   [`reset_reference`][lightning_spectral.metrics.SpectralMetric.reset_reference],
   [`summary`][lightning_spectral.metrics.SpectralMetric.summary],
-  [`galleries`][lightning_spectral.metrics.SpectralMetric.galleries].
+  [`galleries`][lightning_spectral.metrics.SpectralMetric.galleries],
+  [`plot_spectrum`][lightning_spectral.metrics.SpectralMetric.plot_spectrum].
 
 Shared constructor arguments (documented here once; every metric takes them as keywords):
 
@@ -86,8 +89,9 @@ class SpectralMetric(Metric):
 
     full_state_update = False
     is_differentiable = False
-    #: How ``update`` is called: ``"one"`` (``update(x)``), ``"two"`` (``update(x, real=...)``) or ``"paired"``
-    #: (``update(emb_a, emb_b)``, two embeddings of the same samples).
+    #: How ``update`` is called: ``"one"`` (``update(x)``), ``"two"`` (``update(x, real=...)``), ``"paired"``
+    #: (``update(emb_a, emb_b)``, two embeddings of the same samples) or ``"conditional"`` (``update(x, prompts)``);
+    #: see [`feed`][lightning_spectral.metrics.protocol.feed].
     inputs: str = "one"
     feature_map: FeatureMap
 

@@ -1,8 +1,10 @@
-"""The one sync path: all-reduce of sum states, and a check that every rank uses the same frequencies.
+"""The collectives: the all-reduce of sum states, the one gather of rows, the largest value over ranks.
 
 Every state in this library is a sum (feature sums, covariance sums, counts), so merging ranks is a
 single all-reduce per state: ``O((2r)^2)`` bytes moved whatever the world size, where torchmetrics'
-default all_gather would move ``world_size x (2r)^2`` and then sum.
+default all_gather would move ``world_size x (2r)^2`` and then sum. Rows (scores, candidates, images) cross
+ranks through [`all_gather_rows`][lightning_spectral.sync.all_gather_rows], through a Lightning strategy when the
+caller has one.
 """
 
 from __future__ import annotations
@@ -45,39 +47,52 @@ def all_reduce_sum(tensor: Tensor, group: Optional[Any] = None) -> list[Tensor]:
     return [reduced]
 
 
-def all_gather_rows(x: Tensor, group: Optional[Any] = None, sync_grads: bool = False) -> Tensor:
+def all_gather_rows(
+    x: Tensor, group: Optional[Any] = None, sync_grads: bool = False, *, strategy: Optional[Any] = None
+) -> Tensor:
     """Rows (N_rank, ...) of every rank concatenated in rank order; ranks may hold different N (even 0).
 
-    The one gather of this library (scores, top-sample candidates, votes, SPECAlign's batch). Ranks first
-    exchange their row counts, pad to the largest and trim after the all_gather. With ``sync_grads`` the result
-    is differentiable (``torch.distributed.nn.all_gather``): each rank's slice sends its gradient back to it.
-    Outside a process group it returns ``x``.
+    The one gather of this library (scores, top-sample candidates, votes, gallery images, SPECAlign's batch). Ranks
+    first exchange their row counts, pad to the largest and trim after the all-gather. The collective runs
+    through ``strategy`` (a Lightning strategy, ``trainer.strategy``: what every callback passes inside a Trainer),
+    or, without one, through ``torch.distributed`` on ``group`` (code outside a Trainer: the command line under
+    torchrun, a metric's own methods). With ``sync_grads`` the result is differentiable: each rank's slice sends
+    its gradient back to it. In one process (a strategy of world size 1, or no process group) it returns ``x``.
 
     Examples:
         >>> import torch
         >>> all_gather_rows(torch.ones(2, 3)).shape  # not distributed here
         torch.Size([2, 3])
     """
-    if not distributed_available():
-        return x
-    device = collective_device(group)
-    world = dist.get_world_size(group)
-    size = torch.tensor([x.shape[0]], device=device)
-    sizes = [torch.empty_like(size) for _ in range(world)]
-    dist.all_gather(sizes, size, group=group)
-    counts = [int(s) for s in sizes]
+    if strategy is not None:
+        if getattr(strategy, "world_size", 1) == 1:
+            return x
+        device = strategy.root_device  # NCCL gathers only the device's tensors
+
+        def gather(tensor: Tensor, grads: bool = False) -> Any:  # (world, *tensor.shape)
+            return strategy.all_gather(tensor, group=group, sync_grads=grads)
+
+    else:
+        if not distributed_available():
+            return x
+        device = collective_device(group)
+
+        def gather(tensor: Tensor, grads: bool = False) -> Any:  # world tensors shaped like ``tensor``
+            if grads:
+                from torch.distributed.nn.functional import all_gather as differentiable_all_gather
+
+                return differentiable_all_gather(tensor, group=group or dist.group.WORLD)
+            parts = [torch.empty_like(tensor) for _ in range(dist.get_world_size(group))]
+            dist.all_gather(parts, tensor, group=group)
+            return parts
+
+    counts = [int(count) for count in gather(torch.tensor([x.shape[0]], device=device))]
     largest = max(counts)
     local = x.to(device)
     if local.shape[0] < largest:
         local = torch.cat([local, local.new_zeros(largest - local.shape[0], *local.shape[1:])])
-    if sync_grads:
-        from torch.distributed.nn.functional import all_gather as differentiable_all_gather
-
-        parts = differentiable_all_gather(local.contiguous(), group=group or dist.group.WORLD)
-    else:
-        parts = [torch.empty_like(local) for _ in range(world)]
-        dist.all_gather(parts, local.contiguous(), group=group)
-    return torch.cat([part[:count] for part, count in zip(parts, counts)]).to(x.device)
+    parts = gather(local.contiguous(), sync_grads)
+    return torch.cat([part[:count] for part, count in zip(parts, counts, strict=True)]).to(x.device)
 
 
 def all_reduce_max(value: float, group: Optional[Any] = None) -> float:

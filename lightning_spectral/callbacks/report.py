@@ -1,0 +1,169 @@
+"""A metric's epoch-end report: one sync, every value logged, its galleries and spectrum drawn, then ``reset()``.
+
+Every callback that measures metrics ends its validation epoch here, once per metric
+([`report`][lightning_spectral.callbacks.report.report]); values are flattened to ``{name: float}``
+([`flatten_values`][lightning_spectral.callbacks.report.flatten_values]) and logged without a further sync
+([`log_values`][lightning_spectral.callbacks.report.log_values]: they are global already). The pictures go to every
+logger that holds them (`lightning_spectral.pictures.loggers`), imported only when drawn.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Mapping
+from typing import Any, Callable, Optional
+
+import lightning as L
+import torch
+from torch import Tensor
+
+from lightning_spectral.callbacks.galleries import GalleryImages, ModeImages
+from lightning_spectral.metrics.protocol import PicturedMetric, ReportedMetric
+
+#: ``fn(values) -> (tag suffix, figure)`` or ``None``: the spectrum picture of a report.
+SpectrumFn = Callable[[dict[str, float]], Optional[tuple[str, Any]]]
+
+
+def flatten_values(name: str, value: Any) -> dict[str, float]:
+    """``{name: float}`` pairs of a computed value: a dict becomes ``name/key``, a vector ``name/i``.
+
+    Orders given as whole floats (``1.0``, as a config file parses them) are named as integers (``name/1``).
+
+    Examples:
+        >>> import torch
+        >>> flatten_values("vendi", {1.0: torch.tensor(3.0), "inf": torch.tensor(2.0)})
+        {'vendi/1': 3.0, 'vendi/inf': 2.0}
+    """
+    if isinstance(value, Mapping):
+        out: dict[str, float] = {}
+        for key, item in value.items():
+            key = int(key) if isinstance(key, float) and key.is_integer() else key
+            out.update(flatten_values(f"{name}/{key}", item))
+        return out
+    if isinstance(value, Tensor) and value.numel() > 1:
+        out = {}
+        for index, item in enumerate(value.flatten()):
+            out.update(flatten_values(f"{name}/{index}", item))
+        return out
+    return {name: float(value)}
+
+
+def log_values(pl_module: L.LightningModule, values: Mapping[str, float], prefix: str = "") -> None:
+    """Log values that are already global (computed from all-reduced sums or gathered rows): no further sync."""
+    for name, value in values.items():
+        pl_module.log(prefix + name, float(value), sync_dist=False, rank_zero_only=False)
+
+
+def can_log_pictures(trainer: L.Trainer) -> bool:
+    """Whether any of the trainer's loggers holds pictures (TensorBoard, W&B, MLflow, Comet, CSV: see
+    [`lightning_spectral.pictures.loggers`][lightning_spectral.pictures.loggers]); each one that cannot is warned
+    once, on rank 0."""
+    from lightning_spectral.pictures.loggers import _kind, loggers_of, warn_no_pictures
+
+    kinds = [(_kind(logger), logger) for logger in loggers_of(trainer)]
+    if trainer.is_global_zero:
+        for kind, logger in kinds:
+            if kind is None:
+                warn_no_pictures(logger)
+    return any(kind is not None for kind, _ in kinds)
+
+
+def report(
+    trainer: L.Trainer,
+    pl_module: L.LightningModule,
+    name: str,
+    metric: ReportedMetric,
+    prefix: str,
+    gallery: Optional[GalleryImages] = None,
+    spectrum: Optional[SpectrumFn] = None,
+    timings: Optional[dict[str, float]] = None,
+    kept: Optional[dict[str, ModeImages]] = None,
+) -> dict[str, float]:
+    """Report one metric at an epoch's end (a collective under DDP: every rank calls it).
+
+    Inside one ``metric.synced()`` block (every read comes from the same all-reduced sums): when any rank saw a
+    sample, every value of ``metric.summary()`` is logged as ``{prefix}{name}`` / ``{prefix}{name}_{key}``; with
+    ``gallery`` (a [`PicturedMetric`][lightning_spectral.metrics.protocol.PicturedMetric], and where its images are)
+    its galleries are built, kept in ``kept`` as ``{name}/{gallery}``
+    ([`ModeImages`][lightning_spectral.callbacks.ModeImages]) and logged as ``{prefix}{name}/{gallery}``; with
+    ``spectrum`` the figure it returns for the values is logged as ``{prefix}{name}/{suffix}``. Pictures go out only
+    when a logger holds them. Then ``metric.reset()``.
+
+    Args:
+        trainer: the trainer (ranks, loggers).
+        pl_module: the module that logs.
+        name: the metric's name.
+        metric: the metric (see [`as_reported`][lightning_spectral.metrics.protocol.as_reported]).
+        prefix: prefix of the logged names.
+        gallery: the second pass's batches and images, for a metric that draws galleries.
+        spectrum: ``fn(values) -> (tag suffix, figure)`` or ``None`` (nothing drawn).
+        timings: gains the seconds spent on the values (``"compute"``) and on the pictures (``"pictures"``).
+        kept: gains the galleries as images.
+
+    Returns:
+        The values logged (empty when no rank saw a sample).
+    """
+    values: dict[str, float] = {}
+    timings = {} if timings is None else timings
+    start = time.perf_counter()
+    with metric.synced():
+        if metric.sample_count() > 0:
+            for key, value in metric.summary().items():
+                values.update(flatten_values(name if key == "" else f"{name}_{key}", value))
+            # Values are global already (the metrics all-reduce their sums): no further sync.
+            log_values(pl_module, {k: v for k, v in values.items() if math.isfinite(v)}, prefix)
+            drawn = time.perf_counter()
+            timings["compute"] = timings.get("compute", 0.0) + drawn - start
+            pictures = (gallery is not None or spectrum is not None) and can_log_pictures(trainer)
+            if gallery is not None:
+                galleries(trainer, name, f"{prefix}{name}", metric, gallery, pictures, {} if kept is None else kept)
+            if spectrum is not None and pictures:
+                from lightning_spectral.pictures.loggers import log_picture
+
+                figure = spectrum(values)  # a collective: every rank draws
+                if figure is not None:
+                    log_picture(trainer, f"{prefix}{name}/{figure[0]}", figure[1])
+            timings["pictures"] = timings.get("pictures", 0.0) + time.perf_counter() - drawn
+    metric.reset()
+    return values
+
+
+def galleries(
+    trainer: L.Trainer,
+    name: str,
+    tag: str,
+    metric: PicturedMetric,
+    gallery: GalleryImages,
+    log: bool,
+    kept: dict[str, ModeImages],
+) -> None:
+    """The metric's galleries from a second pass over ``gallery``'s batches, their images (kept in ``kept`` as
+    ``{name}/{gallery}``), and the grids (logged as ``{tag}/{gallery}`` when ``log``). A collective under DDP."""
+    from lightning_spectral.pictures.gallery import enlarge, mode_gallery
+    from lightning_spectral.pictures.loggers import log_picture
+
+    found = metric.galleries(
+        gallery.batches("samples"), gallery.modes, gallery.per_mode, reference_batches=gallery.batches("reference")
+    )
+    for gallery_name, rows in found.items():
+        shown = [(ids, label) for (ids, _), label in zip(rows.samples, rows.labels, strict=False) if len(ids)]
+        ids = torch.cat([ids for ids, _ in shown]) if shown else torch.zeros(0, dtype=torch.long)
+        images, classes = gallery.images(trainer, rows.source, ids)  # a collective: every rank asks
+        record, positions, start = ModeImages([], [], []), [], 0
+        for row_ids, label in shown:
+            span = torch.arange(start, start + len(row_ids))  # the row's images in `images`
+            start += len(row_ids)
+            positions.append((span, torch.zeros(len(span))))
+            record.labels.append(label)
+            record.images.append(images[span])
+            record.classes.append(None if classes is None else classes[span])
+        kept[f"{name}/{gallery_name}"] = record
+        if shown and log:
+            captions = None
+            if all(classes is not None for classes in record.classes):  # the caller's labels, under each image
+                captions = [[f"class {int(c)}" for c in row] for row in record.classes]  # type: ignore[union-attr]
+            grid = mode_gallery(
+                positions, enlarge(images, 64), labels=record.labels, title=rows.title, captions=captions
+            )
+            log_picture(trainer, f"{tag}/{gallery_name}", grid)
