@@ -427,7 +427,8 @@ def spec_align_loss(
     - $n \le D_s + D_r$: $\lambda = u^\top \Lambda u$ with $\Lambda = (K_s - K_r)/n$ and the unit eigenvector
       $u$ of the n x n matrix;
     - otherwise $\lambda = \|A v\|^2 / (n\, v^\top D v)$ with $v$ the eigenvector of $\Gamma = D C$ (the
-      biorthonormal normalisation Proposition 2's formula omits, see the research digest section 5.13).
+      biorthonormal normalisation $u_{left}^\top u_{right} = 1$ that Proposition 2 of Jalali et al. (ICML 2025) leaves
+      implicit; with unit-norm eigenvectors the ratio divides by it).
 
     Both give the gradient of the eigenvalue (first-order perturbation with the eigenvector fixed). Taking
     the larger of ``lambda_+`` and ``-lambda_-`` from a dense eigendecomposition (no power iteration) keeps

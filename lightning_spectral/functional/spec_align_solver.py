@@ -263,7 +263,7 @@ class _CosinePenalty(torch.autograd.Function):
 
     Its gradient in closed form, with ``p = Y^T u``: ``dL/dx_i = (2 sign / n) (u_i / ||x_i||) (p - (y_i . p) y_i)``,
     one matrix-vector product, one pass over (n, d) and one rank-one update, on one thread; autograd through
-    the map took 3-4x longer (docs/benchmarks.md, issue 14). ``x`` only ties the result to the caller's graph.
+    the map took 3-4x longer (docs/benchmarks.md, "SPEC-align penalty"). ``x`` only ties the result to the caller's graph.
     """
 
     @staticmethod
@@ -292,7 +292,7 @@ class _OneThreadBackward(torch.autograd.Function):
 
     The penalty's backward is a few dozen small elementwise ops on (n, d) tensors; with two or more threads
     each one wakes the OpenMP pool, which under ``OMP_WAIT_POLICY=PASSIVE`` costs more than the op
-    (docs/benchmarks.md, issue 14). Autograd would run them with the process's thread count.
+    (docs/benchmarks.md, "SPEC-align penalty"). Autograd would run them with the process's thread count.
     """
 
     @staticmethod
