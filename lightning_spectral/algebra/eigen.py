@@ -35,7 +35,8 @@ def one_thread() -> Iterator[None]:
     """Run the enclosed torch calls on one intra-op thread, then restore the previous count.
 
     For small LAPACK calls (an eigendecomposition of a few dozen rows): waking the OpenMP pool costs more
-    than the call itself, ~10x more under ``OMP_WAIT_POLICY=PASSIVE`` (docs/benchmarks.md, "Is `OMP_WAIT_POLICY=PASSIVE` still needed?").
+    than the call itself, ~10x more under ``OMP_WAIT_POLICY=PASSIVE`` (docs/benchmarks.md, "Is
+    `OMP_WAIT_POLICY=PASSIVE` still needed?").
     """
     previous = torch.get_num_threads()
     torch.set_num_threads(1)

@@ -263,7 +263,8 @@ class _CosinePenalty(torch.autograd.Function):
 
     Its gradient in closed form, with ``p = Y^T u``: ``dL/dx_i = (2 sign / n) (u_i / ||x_i||) (p - (y_i . p) y_i)``,
     one matrix-vector product, one pass over (n, d) and one rank-one update, on one thread; autograd through
-    the map took 3-4x longer (docs/benchmarks.md, "SPEC-align penalty"). ``x`` only ties the result to the caller's graph.
+    the map took 3-4x longer (docs/benchmarks.md, "SPEC-align penalty"). ``x`` only ties the result to the
+    caller's graph.
     """
 
     @staticmethod
