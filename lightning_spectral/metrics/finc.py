@@ -270,12 +270,38 @@ class FINCNovelty(SpectralMetric):
         with self.synced():
             return self._spectrum(missing=True, vectors=False).score
 
+    def standard_errors(self, missing: bool = False) -> tuple[Tensor, Tensor]:
+        """Standard errors of the novelty (or missing) score and of the top eigenvalue, from the multiplier draws.
+
+        First order in the noise (the delta method; Kato 1995 for eigenvalues): a draw ``D_a = E_x(a) - rho E_y(a)``
+        of the noise of ``L`` moves the sum of the significant eigenvalues by ``tr(V^T D_a V)`` (``V`` their
+        eigenvectors) and the top eigenvalue by ``u_1^T D_a u_1``; the standard error is the root mean square over
+        the ``draws`` replicates ([`standard_error`][lightning_spectral.functional.sampling_noise.standard_error]).
+        A collective under DDP.
+        """
+        with self.synced():
+            spectrum = self._spectrum(missing)
+            gen, ref = self._side(real=False), self._side(real=True)
+            x, y = (ref, gen) if missing else (gen, ref)
+            vectors = spectrum.eigenvectors[:, spectrum.significant]  # type: ignore[index]
+            top = spectrum.eigenvectors[:, :1]  # type: ignore[index]
+            score, first = [], []
+            for a in range(x.draws):
+                draw = x.draw(a) - self.rho * y.draw(a)
+                score.append((vectors * (draw @ vectors)).sum())
+                first.append((top * (draw @ top)).sum())
+        return standard_error(torch.stack(score)), standard_error(torch.stack(first))
+
     def summary(self) -> dict[str, Tensor]:
         """The novelty score (``""``), the missing-mode score, how many novel / missing modes are significant, and
-        the top novel / missing mode's eigenvalue (excess mass) and p-value."""
+        the top novel / missing mode's eigenvalue (excess mass) and p-value; ``se``, ``missing_se``,
+        ``novel_top_se`` and ``missing_top_se``: the standard errors of the scores and top eigenvalues
+        ([`standard_errors`][lightning_spectral.metrics.FINCNovelty.standard_errors])."""
         with self.synced():
             novel = self._spectrum(missing=False, vectors=False)
             missing = self._spectrum(missing=True, vectors=False)
+            novel_se, novel_top_se = self.standard_errors(missing=False)
+            missing_se, missing_top_se = self.standard_errors(missing=True)
         return {
             "": novel.score,
             "missing": missing.score,
@@ -285,6 +311,10 @@ class FINCNovelty(SpectralMetric):
             "novel_top_p_value": novel.p_values[0],
             "missing_top": missing.eigenvalues[0],
             "missing_top_p_value": missing.p_values[0],
+            "se": novel_se,
+            "missing_se": missing_se,
+            "novel_top_se": novel_top_se,
+            "missing_top_se": missing_top_se,
         }
 
     def galleries(
