@@ -4,7 +4,7 @@ purity on a class that only one side holds.
     python benchmarks/bench_finc_fpr.py fpr [--trials 100] [--rho 1 2] [--n 500 2000 10000] [--data mixture ...]
     python benchmarks/bench_finc_fpr.py power [--trials 100] [--prevalence 0.02 0.05 0.1 0.2] [--n 2000] [--data ...]
 
-Every trial runs ``FINCNovelty`` (default ``significance`` 0.05, ``groups`` 4, ``min_eigenvalue`` 1e-3) as a user
+Every trial runs ``FINCNovelty`` (default ``significance`` 0.05, ``draws`` 3, ``min_eigenvalue`` 1e-3) as a user
 would: ``update`` of both sides, ``summary()``, ``novel_modes`` / ``missing_modes`` and ``top_samples``.
 
 Data (nothing here was tuned on: the rule was designed on a Gaussian mixture and the digits, its constants fixed

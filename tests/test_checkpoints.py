@@ -16,7 +16,7 @@ def sizes(state):
 
 def test_an_empty_metric_writes_counts_only():
     state = FINCNovelty(sigma=1.0, n_frequencies=64, in_features=3).state_dict()
-    assert sizes(state) == {f"{side}_{j}": (1,) for side in ("gen", "ref") for j in range(4)}
+    assert sizes(state) == {"gen": (1,), "ref": (1,)}
     assert "feature_map.omega" not in state and state["_extra_state"]["in_features"] == 3
 
 
@@ -29,9 +29,9 @@ def test_after_reset_only_the_kept_reference_is_written_and_it_resumes_exactly()
     metric.reset()  # the end of a validation epoch
     state = metric.state_dict()
     width = 64
-    for j in range(4):
-        assert sizes(state)[f"ref_{j}"] == (1 + width + width * (width + 1) // 2,)  # count, sum, the upper triangle
-        assert sizes(state)[f"gen_{j}"] == (1,)  # no (2r)^2 zeros
+    triangle = width * (width + 1) // 2  # count, sum, the upper triangle; 3 multiplier sums and their triangles
+    assert sizes(state)["ref"] == (1 + width + triangle + 3 * (1 + triangle),)
+    assert sizes(state)["gen"] == (1,)  # no (2r)^2 zeros
     restored = FINCNovelty(sigma=1.5, n_frequencies=32, reset_real_features=False)
     restored.load_state_dict(state)
     for m in (metric, restored):
@@ -40,6 +40,8 @@ def test_after_reset_only_the_kept_reference_is_written_and_it_resumes_exactly()
     assert torch.equal(restored.novel_modes(3).p_values, metric.novel_modes(3).p_values)
     for kept, original in zip(restored.ref, metric.ref, strict=True):
         torch.testing.assert_close(kept.cov_sum, original.cov_sum, rtol=0, atol=0)
+        for a, b in zip(kept.noise_sums()[1:3], original.noise_sums()[1:3], strict=True):
+            torch.testing.assert_close(a, b, rtol=0, atol=0)  # the multiplier sums travel too
 
 
 def test_a_mid_epoch_state_with_pending_rows_resumes_exactly():
@@ -75,17 +77,20 @@ def test_a_checkpoint_with_other_frequencies_is_refused():
 
 
 def test_a_checkpoint_of_another_configuration_is_refused_before_anything_is_restored():
-    metric = FINCNovelty(sigma=1.0, n_frequencies=8, groups=4)
+    metric = FINCNovelty(sigma=1.0, n_frequencies=8, draws=3)
     metric.update(torch.randn(40, 3), real=True)
     metric.update(torch.randn(40, 3), real=False)
-    other = FINCNovelty(sigma=1.0, n_frequencies=8, groups=2)
+    other = FINCNovelty(sigma=1.0, n_frequencies=8, draws=2)
     other.update(torch.randn(10, 3), real=False)
     before = other.sample_count(real=False)
-    with pytest.raises(RuntimeError, match=r"sums \[.*'gen_3'.*\] where this metric keeps.*another configuration"):
+    with pytest.raises(ValueError, match="checkpoint's 'gen' state has .* entries where these settings need"):
         other.load_state_dict(metric.state_dict())
     assert other.sample_count(real=False) == before
-    old = metric.state_dict()  # as written before the significance level: `ref_a` / `ref_b` halves
+    old = metric.state_dict()  # as written with content groups: `gen_0` .. `ref_3`
     key = next(k for k in old if k.endswith("_extra_state"))
+    old[key]["sums"] = {f"{side}_{j}": old[key]["sums"][side][:1] for side in ("gen", "ref") for j in range(4)}
+    with pytest.raises(RuntimeError, match=r"sums \[.*'gen_3'.*\] where this metric keeps.*content groups"):
+        FINCNovelty(sigma=1.0, n_frequencies=8).load_state_dict(old)
     old[key]["sums"] = {"gen": old[key]["sums"]["gen_0"], "ref_a": old[key]["sums"]["ref_0"],
                         "ref_b": old[key]["sums"]["ref_1"]}  # fmt: skip
     with pytest.raises(RuntimeError, match="`ref_a` / `ref_b`"):

@@ -5,7 +5,7 @@ import torch
 from sklearn.datasets import load_digits
 
 from lightning_spectral.functional import finc, finc_exact, finc_spectrum, ken_eigenvalues
-from lightning_spectral.functional.content_groups import content_groups, reference_halves
+from lightning_spectral.functional.content_groups import reference_halves
 from lightning_spectral.kernels import GaussianRFF, median_bandwidth
 from lightning_spectral.metrics import FINCNovelty
 from tests.data import mixture_means, sample_mixture, within_mode_factor
@@ -167,9 +167,7 @@ def test_streamed_reference_split_matches_the_functional_split():
     for batch in ref.split(13):  # odd batch sizes: each sample's half depends on its content alone
         metric.update(batch, real=True)
     metric.update(gen, real=False)
-    index = content_groups(ref, 4)
-    assert [float(a.count) for a in metric.ref] == [int((index == j).sum()) for j in range(4)]
-    assert all(20 < int((index == j).sum()) < 60 for j in range(4))
+    assert float(metric.ref[0].count) == 157
     functional = finc_spectrum(gen, ref, sigma=1.0, n_frequencies=32, rho=1.0)
     assert metric.threshold() == pytest.approx(functional.threshold, rel=1e-10)
     assert float(metric.compute()) == pytest.approx(float(functional.score), rel=1e-10, abs=1e-14)
@@ -206,7 +204,7 @@ def test_reference_kept_across_reset_when_asked():
         metric.update(gen, real=False)
     assert keep.sample_count(real=True) == 100 and keep.sample_count() == 100
     keep.compute()
-    with pytest.raises(RuntimeError, match="reference samples in each of the 4 content groups"):
+    with pytest.raises(RuntimeError, match="no reference samples were accumulated"):
         drop.compute()
 
 
@@ -244,7 +242,7 @@ def test_bad_input_errors_name_the_metric_and_the_fix():
         metric.update(torch.randn(5, 3), real="yes")
     other = FINCNovelty(sigma=1.0, n_frequencies=8)
     other.update(torch.randn(10, 3), real=False)
-    with pytest.raises(RuntimeError, match="reference samples in each of the 4 content groups"):
+    with pytest.raises(RuntimeError, match="no reference samples were accumulated.*real=True"):
         other.compute()
     with pytest.raises(ValueError, match="rho"):
         FINCNovelty(sigma=1.0, rho=0.0)
@@ -315,27 +313,26 @@ def test_null_draws_and_p_values_equal_the_dense_oracle():
     """Each draw by the formula of the module doc, built sample by sample and decomposed densely."""
     from scipy import stats
 
-    from lightning_spectral.functional.finc_null import hadamard_contrasts
+    from lightning_spectral.functional.sampling_noise import DEFAULT_RATIO, Multipliers
 
     g = torch.Generator().manual_seed(7)
     gen = torch.randn(90, 3, generator=g, dtype=torch.float64)
     ref = torch.randn(70, 3, generator=g, dtype=torch.float64) + 0.3
     rff = GaussianRFF(3, 12, sigma=1.5)
+    multipliers = Multipliers(3, 1.5, 0, DEFAULT_RATIO)
     for rho in (1.0, 2.0):
         spectrum = finc_spectrum(gen, ref, sigma=1.5, n_frequencies=12, rho=rho)
         phi = {"gen": rff(gen), "ref": rff(ref)}
-        index = {"gen": content_groups(gen, 4), "ref": content_groups(ref, 4)}
+        weights = {"gen": multipliers(gen), "ref": multipliers(ref)}  # s_a(x_i), (n, 3)
 
-        def noise(side, h, phi=phi, index=index):
-            n_j = torch.stack([(index[side] == j).sum() for j in range(4)]).double()
-            hbar = float((h * n_j).sum() / n_j.sum())
-            weights = (h[index[side]] - hbar) / (len(phi[side]) * (1 - hbar**2) ** 0.5)  # per sample
-            return (phi[side] * weights[:, None]).T @ phi[side]
+        def noise(side, a, phi=phi, weights=weights):  # E_a = (1/n) sum_i (s_a(x_i) - sbar_a) phi_i phi_i^T
+            centred = weights[side][:, a] - weights[side][:, a].mean()
+            return (phi[side] * centred[:, None]).T @ phi[side] / len(phi[side])
 
         pooled = torch.cat([phi["gen"], phi["ref"]])
         shift = (1 - rho) * pooled.T @ pooled / len(pooled)
         draws = []
-        for a in hadamard_contrasts(4):  # contrast a of one side paired with contrast a of the other
+        for a in range(3):  # draw a of one side paired with draw a of the other
             for sign in (1.0, -1.0):
                 if rho == 1.0:
                     values = torch.linalg.eigvalsh(noise("gen", a) - sign * noise("ref", a))
@@ -349,20 +346,19 @@ def test_null_draws_and_p_values_equal_the_dense_oracle():
         exact = (phi["gen"].T @ phi["gen"] / 90) - rho * (phi["ref"].T @ phi["ref"] / 70)
         values = torch.linalg.eigvalsh(exact).flip(0)
         torch.testing.assert_close(spectrum.eigenvalues, values, rtol=0, atol=1e-12)
-        scale = float(draws.std()) * (1 + 1 / 3) ** 0.5  # nu = G - 1 = 3 independent contrast pairs
+        scale = float(draws.std()) * (1 + 1 / 3) ** 0.5  # nu = A = 3 independent draw pairs
         p_values = torch.from_numpy(stats.t.sf(((values - draws.mean()) / scale).numpy(), 3))
         torch.testing.assert_close(spectrum.p_values, p_values, rtol=1e-9, atol=1e-12)
         assert spectrum.significant.tolist() == ((p_values <= 0.05) & (values > 1e-3)).tolist()
         assert spectrum.threshold == pytest.approx(max(float(draws.mean()) + scale * stats.t.isf(0.05, 3), 1e-3))
 
 
-def test_a_side_made_of_equal_groups_has_zero_noise_draws():
-    """E(h) cancels the side's mean exactly: groups with the same second moment give the zero matrix."""
-    from lightning_spectral.algebra import weighted_sum
-    from lightning_spectral.functional.finc_null import Groups, hadamard_contrasts
+def test_a_side_of_equal_samples_has_zero_noise_draws():
+    """E_a cancels the side's mean: a side collapsed onto one point has no sampling noise."""
+    from lightning_spectral.functional.sampling_noise import Multipliers, NoiseSums
 
-    base = torch.randn(6, 6, dtype=torch.float64)
-    moment = base @ base.T
-    side = Groups(tuple(n * moment for n in (10.0, 13.0, 7.0, 11.0)), (10.0, 13.0, 7.0, 11.0))
-    for h in hadamard_contrasts(4):
-        assert float(weighted_sum(side.contrast_terms(h, 1.0)).abs().max()) < 1e-12
+    rff = GaussianRFF(4, 16, sigma=1.0)
+    side = NoiseSums.of(torch.randn(1, 4, dtype=torch.float64).expand(50, 4), rff, Multipliers(3, 1.0, 0))
+    scale = float(side.moment().abs().max())
+    for a in range(3):
+        assert float(side.draw(a).abs().max()) < 1e-12 * scale

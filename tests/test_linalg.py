@@ -384,13 +384,14 @@ def test_finc_null_draws_by_lanczos_equal_the_dense_eigenvalues(rho):
     import importlib
 
     finc = importlib.import_module("lightning_spectral.functional.finc_null")
+    from lightning_spectral.functional.sampling_noise import Multipliers, NoiseSums
     g = torch.Generator().manual_seed(0)
     means = 3 * torch.randn(8, 16, generator=g, dtype=torch.float64)
     rff = GaussianRFF(16, 640, sigma=4.0, seed=0)
     sides = []
     for _ in range(2):
         x = means[torch.randint(8, (600,), generator=g)] + torch.randn(600, 16, generator=g, dtype=torch.float64)
-        sides.append(finc.Groups.of(x, rff, 4))
+        sides.append(NoiseSums.of(x, rff, Multipliers(3, 4.0, 0)))
     null = finc.null_model(*sides, rho)
     matrices = finc.combinations(list(sides[0].sums + sides[1].sums), finc.null_weights(*sides, rho), torch.float64)
     dense = []

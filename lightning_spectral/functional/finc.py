@@ -14,35 +14,32 @@ and more generally, with fewer than k positive eigenvalues in ``E[L]``, ``lambda
 p-value of the k-th eigenvalue is ``P(lambda_max(N) >= lambda_k)``, and declaring the eigenvalues with p-value
 ``<= significance`` significant names a spurious extra mode with probability at most ``significance``.
 
-The law of ``lambda_max(N)`` is estimated from the data. Each side is split into ``G`` groups by a hash of each
-sample's values (`content_groups`); ``Q_j`` is group j's outer-product sum and ``n_j`` its size. For a
-contrast ``h`` (a row of the G x G Hadamard matrix other than the all-ones one, entries +-1)::
-
-    E(h) = sum_j (h_j - hbar) Q_j / (n sqrt(1 - hbar^2)),   hbar = sum_j h_j n_j / n
-
-is a draw of ``C - E C`` for that side: the side's mean cancels (``sum_j (h_j - hbar) n_j = 0``) and, groups
-being independent, its covariance equals that of ``C - E C`` (``sum_j (h_j - hbar)^2 n_j = n (1 - hbar^2)``).
-The draws of ``N`` are ``+-(E_gen(h_a) - s rho E_ref(h_a))``, the ``a``-th contrast of one side paired with the
-``a``-th of the other, ``s = +-1``: ``lambda_max`` and ``-lambda_min`` of ``2 (G - 1)`` matrices, ``4 (G - 1)``
-draws from ``G - 1`` independent contrast pairs. At ``rho > 1`` this bound is loose: the noise is largest along
-the shared modes, where ``E[L] = (1 - rho) C`` is far below 0 on one distribution. There the null is one distribution on
-both sides ("same distribution", the case the level is stated for) and each draw is the top eigenvalue of
-``(1 - rho) C_pool + N*`` (`null_model`; ``4 (G - 1)`` draws). With their mean ``m`` and standard
-deviation ``s``, the p-value is the Student-t prediction interval's, with ``nu = G - 1`` degrees of freedom (the
-independent pairs behind the draws; the draws of one pair share its contrasts)::
+The law of ``lambda_max(N)`` is estimated from the data by ``A`` multiplier draws per side
+([`sampling_noise`][lightning_spectral.functional.sampling_noise]): ``E_a = (1/n) sum_i (s_a(x_i) - sbar_a)
+phi_i phi_i^T`` with ``s_a`` a smooth random Fourier function of the sample (mean 0, variance 1, uncorrelated
+between samples farther apart than ``sigma / ratio``), a replicate of ``C - E C`` for that side (multiplier
+bootstrap, Chernozhukov, Chetverikov and Kato 2013). The draws of ``N`` are ``+-(E_gen(a) - s rho E_ref(a))``,
+draw ``a`` of one side paired with draw ``a`` of the other, ``s = +-1``: ``lambda_max`` and ``-lambda_min`` of
+``2 A`` matrices, ``4 A`` draws from ``A`` independent pairs. At ``rho > 1`` this bound is loose: the noise is
+largest along the shared modes, where ``E[L] = (1 - rho) C`` is far below 0 on one distribution. There the null
+is one distribution on both sides ("same distribution", the case the level is stated for) and each draw is the
+top eigenvalue of ``(1 - rho) C_pool + s E_gen(a) - t rho E_ref(a)`` (`null_model`; ``4 A`` draws). With their
+mean ``m`` and standard deviation ``s``, the p-value is the Student-t prediction interval's, with ``nu = A``
+degrees of freedom (the independent pairs behind the draws; the draws of one pair share its multipliers)::
 
     p(lambda) = P(T_nu >= (lambda - m) / (s sqrt(1 + 1/nu)))
 
 An eigenvalue is significant when ``p <= significance`` (default 0.05) and it exceeds ``min_eigenvalue``
-(default 1e-3: anything worth less than about 0.1 % of extra probability mass is not reported). The groups
-depend on each sample's values alone, so groups, draws and every number are the same for any order, batch size,
-sharding or float dtype of the same samples. ``novelty = sum of the significant eigenvalues`` (about the extra
+(default 1e-3: anything worth less than about 0.1 % of extra probability mass is not reported). The multipliers
+depend on each sample's values alone and continuously, so draws and every number are the same for any order,
+batch size or sharding of the same samples, and move by float round-off only when the embeddings do. ``novelty = sum of the significant eigenvalues`` (about the extra
 probability mass of the novel modes times their within-mode kernel similarity; FINC section 3).
 """
 
 from __future__ import annotations
 
 import math
+import warnings
 from typing import NamedTuple, Optional
 
 import torch
@@ -51,7 +48,14 @@ from torch import Tensor
 from lightning_spectral._checks import check_features, check_positive
 from lightning_spectral.algebra.eigen import eigen_dtype, symmetric_eigh
 from lightning_spectral.algebra.gram import DEFAULT_CHUNK_SIZE, symmetrize, weighted_sum
-from lightning_spectral.functional.finc_null import Groups, NullModel, null_model
+from lightning_spectral.functional.finc_null import NullModel, null_model
+from lightning_spectral.functional.sampling_noise import (
+    DEFAULT_DRAWS,
+    DEFAULT_RATIO,
+    Multipliers,
+    NoiseSums,
+    check_draws,
+)
 from lightning_spectral.kernels.exact import gaussian_kernel
 from lightning_spectral.kernels.gaussian_rff import GaussianRFF
 
@@ -63,10 +67,6 @@ DEFAULT_SIGNIFICANCE = 0.05
 DEFAULT_MIN_EIGENVALUE = 1e-3
 
 
-#: Default number of content groups per side (the null's draws come from their contrasts).
-DEFAULT_GROUPS = 4
-
-
 def check_significance(value: float, name: str = "significance") -> float:
     """Return ``float(value)`` or raise ``ValueError`` unless it is a level in (0, 1)."""
     value = check_positive(value, name)
@@ -75,11 +75,19 @@ def check_significance(value: float, name: str = "significance") -> float:
     return value
 
 
-def check_groups(value: int, name: str = "groups") -> int:
-    """Return ``int(value)`` or raise ``ValueError`` unless it is a power of two in [2, 64]."""
-    if isinstance(value, bool) or not isinstance(value, int) or value not in {2**k for k in range(1, 7)}:
-        raise ValueError(f"`{name}` must be a power of two in [2, 64] (the groups per side; default 4), got {value!r}.")
-    return value
+def draws_from_groups(groups: Optional[int], draws: int, owner: str) -> int:
+    """``draws``, or ``groups - 1`` (the same independent pairs) with a ``FutureWarning`` for the old ``groups``."""
+    if groups is None:
+        return check_draws(draws)
+    if isinstance(groups, bool) or not isinstance(groups, int) or not 2 <= groups <= 65:
+        raise ValueError(f"`groups` is deprecated (use `draws`, default 3); got {groups!r}.")
+    warnings.warn(
+        f"{owner}: `groups` is deprecated: the content groups were replaced by smooth multiplier draws; "
+        f"`groups={groups}` is read as `draws={groups - 1}` (the same independent pairs). Pass `draws` instead.",
+        FutureWarning,
+        stacklevel=3,
+    )
+    return check_draws(groups - 1, "groups - 1")
 
 
 class DifferentialSpectrum(NamedTuple):
@@ -116,8 +124,8 @@ class DifferentialSpectrum(NamedTuple):
 
 
 def differential_spectrum(
-    x: Groups,
-    y: Groups,
+    x: NoiseSums,
+    y: NoiseSums,
     rho: float,
     significance: float = DEFAULT_SIGNIFICANCE,
     min_eigenvalue: float = DEFAULT_MIN_EIGENVALUE,
@@ -128,15 +136,15 @@ def differential_spectrum(
 
     Without ``vectors`` one ``eigvalsh`` suffices (the score needs no eigenvectors), in float32 from
     [`FLOAT32_MIN_SIZE`][lightning_spectral.algebra.FLOAT32_MIN_SIZE] rows (the FINC score within 0.001 % of float64's at
-    2r = 4096 and 8192, docs/benchmarks.md). ``null`` reuses a `null_model` of the same groups.
+    2r = 4096 and 8192, docs/benchmarks.md). ``null`` reuses a `null_model` of the same sums.
     """
     if null is None:
         null = null_model(x, y, rho)
-    terms = x.moment().terms(1.0) + y.moment().terms(-rho)
+    terms = [(1.0 / x.count, x.total), (-rho / y.count, y.total)]
     if vectors:
         values, eigenvectors = symmetric_eigh(weighted_sum(terms))
     else:  # float32 from FLOAT32_MIN_SIZE rows, as FKEAVendi; eigvalsh reads one triangle of the symmetric difference
-        dtype = eigen_dtype("auto", x.sums[0].shape[0])
+        dtype = eigen_dtype("auto", x.total.shape[0])
         values = torch.linalg.eigvalsh(weighted_sum(terms, dtype)).double().flip(0)
         eigenvectors = None
     threshold = max(null.threshold(significance), min_eigenvalue)
@@ -155,40 +163,30 @@ def finc_spectrum(
     significance: float = DEFAULT_SIGNIFICANCE,
     min_eigenvalue: float = DEFAULT_MIN_EIGENVALUE,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
-    groups: int = DEFAULT_GROUPS,
+    groups: Optional[int] = None,
+    draws: int = DEFAULT_DRAWS,
 ) -> DifferentialSpectrum:
     """FINC on two embedding sets (N, d) and (M, d): the spectrum of ``C_gen - rho C_ref``, p-values, threshold.
 
-    Each side is split into ``groups`` content groups (`content_groups`) for the null (module doc).
+    Each side keeps ``draws`` multiplier draws of its sampling noise for the null (module doc); ``groups`` is
+    deprecated (read as ``draws = groups - 1``).
 
     Raises:
         ValueError: an empty side, widths that differ, NaN / Inf, ``rho`` or ``min_eigenvalue`` not a number
-            > 0, ``significance`` not in (0, 1), ``groups`` not a power of two in [2, 64], a side with fewer
-            samples than groups.
+            > 0, ``significance`` not in (0, 1), ``draws`` not an integer in [2, 64].
     """
     rho = check_positive(rho, "rho")
     significance = check_significance(significance)
     min_eigenvalue = check_positive(min_eigenvalue, "min_eigenvalue")
-    groups = check_groups(groups)
+    draws = draws_from_groups(groups, draws, "finc")
     generated = check_features(generated, "generated", owner="finc")
     reference = check_features(reference, "reference", width=generated.shape[1], owner="finc")
     if generated.shape[0] == 0 or reference.shape[0] < 2:
         raise ValueError("finc: needs at least 1 generated and 2 reference samples.")
     rff = GaussianRFF(generated.shape[1], n_frequencies, sigma, seed).to(generated.device)
-    sides = {}
-    for name, side in (("generated", generated), ("reference", reference)):
-        sides[name] = Groups.of(side, rff, groups, chunk_size)
-        _check_group_counts("finc", name, sides[name].counts)
-    return differential_spectrum(sides["generated"], sides["reference"], rho, significance, min_eigenvalue)
-
-
-def _check_group_counts(owner: str, side: str, counts: tuple[float, ...]) -> None:
-    """Raise ``ValueError`` unless every content group of ``side`` holds at least one sample."""
-    if min(counts) < 1:
-        raise ValueError(
-            f"{owner}: the {side} side needs samples in each of its {len(counts)} content groups (its groups hold "
-            f"{[int(c) for c in counts]}); pass more {side} samples (at least a few per group) or fewer `groups`."
-        )
+    multipliers = Multipliers(draws, rff.sigma, seed, DEFAULT_RATIO)
+    x, y = (NoiseSums.of(side, rff, multipliers, chunk_size) for side in (generated, reference))
+    return differential_spectrum(x, y, rho, significance, min_eigenvalue)
 
 
 def finc(
@@ -200,7 +198,8 @@ def finc(
     seed: int = 0,
     significance: float = DEFAULT_SIGNIFICANCE,
     min_eigenvalue: float = DEFAULT_MIN_EIGENVALUE,
-    groups: int = DEFAULT_GROUPS,
+    groups: Optional[int] = None,
+    draws: int = DEFAULT_DRAWS,
 ) -> Tensor:
     """FINC novelty score: the sum of the significant eigenvalues of ``C_gen - rho C_ref`` (module doc).
 
@@ -214,7 +213,7 @@ def finc(
         True
     """
     return finc_spectrum(
-        generated, reference, sigma, n_frequencies, rho, seed, significance, min_eigenvalue, groups=groups
+        generated, reference, sigma, n_frequencies, rho, seed, significance, min_eigenvalue, groups=groups, draws=draws
     ).score
 
 

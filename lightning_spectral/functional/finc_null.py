@@ -1,98 +1,18 @@
-"""FINC's null model: draws of the sampling noise of the differential covariance from contrasts of content groups.
+"""FINC's null model: draws of the sampling noise of the differential covariance from the multiplier draws of each side
+([`sampling_noise`][lightning_spectral.functional.sampling_noise]).
 """
 
 from __future__ import annotations
 
 import math
-from typing import Callable, NamedTuple
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
 
 from lightning_spectral.algebra.eigen import eigen_dtype, extreme_eigenvalues
-from lightning_spectral.algebra.gram import DEFAULT_CHUNK_SIZE, add_covariance_
-from lightning_spectral.functional.content_groups import content_groups
+from lightning_spectral.functional.sampling_noise import NoiseSums
 from lightning_spectral.functional.student_t import student_t_isf, student_t_sf
-
-
-class Moment(NamedTuple):
-    """An uncentred second moment kept as the sums it was accumulated in: ``C = (Q_1 + ... + Q_k) / count``.
-
-    The matrices FINC decomposes are weighted sums of such moments, formed in one pass
-    ([`weighted_sum`][lightning_spectral.algebra.weighted_sum]) instead of one full-size temporary per operation.
-
-    Attributes:
-        sums: (D, D) outer-product sums ``Q_j = sum_i phi(x_i) phi(x_i)^T``, symmetric (as
-            [`add_gram_`][lightning_spectral.algebra.add_gram_] leaves them); float64 in this library.
-        count: the number of samples behind them.
-    """
-
-    sums: tuple[Tensor, ...]
-    count: float
-
-    @classmethod
-    def of(cls, x: Tensor, feature_map: Callable[[Tensor], Tensor], chunk_size: int = DEFAULT_CHUNK_SIZE) -> Moment:
-        """The moment of the samples ``x`` (N, d) under ``feature_map``, accumulated chunk by chunk."""
-        width = feature_map(x[:1]).shape[1]
-        total = torch.zeros(width, width, dtype=torch.float64, device=x.device)
-        return cls((add_covariance_(total, x, feature_map, chunk_size),), float(x.shape[0]))
-
-    def terms(self, scale: float) -> list[tuple[float, Tensor]]:
-        """``scale * C`` as ``(weight, matrix)`` terms of [`weighted_sum`][lightning_spectral.algebra.weighted_sum]."""
-        return [(scale / self.count, total) for total in self.sums]
-
-
-class Groups(NamedTuple):
-    """One side's samples in ``G`` content groups (`content_groups`): group j's sum ``Q_j`` and size ``n_j``.
-
-    Attributes:
-        sums: G (D, D) outer-product sums.
-        counts: G group sizes.
-    """
-
-    sums: tuple[Tensor, ...]
-    counts: tuple[float, ...]
-
-    @classmethod
-    def of(
-        cls, x: Tensor, feature_map: Callable[[Tensor], Tensor], groups: int, chunk_size: int = DEFAULT_CHUNK_SIZE
-    ) -> Groups:
-        """The groups of the samples ``x`` (N, d) under ``feature_map``."""
-        index = content_groups(x, groups)
-        width = feature_map(x[:1]).shape[1]
-        sums = []
-        for j in range(groups):
-            total = torch.zeros(width, width, dtype=torch.float64, device=x.device)
-            part = x[index == j]
-            sums.append(add_covariance_(total, part, feature_map, chunk_size) if len(part) else total)
-        return cls(tuple(sums), tuple(float((index == j).sum()) for j in range(groups)))
-
-    @property
-    def count(self) -> float:
-        """The side's sample count."""
-        return float(sum(self.counts))
-
-    def moment(self) -> Moment:
-        """The side's second moment ``C = sum_j Q_j / n``."""
-        return Moment(self.sums, self.count)
-
-    def contrast_terms(self, contrast: Tensor, scale: float) -> list[tuple[float, Tensor]]:
-        """``scale * E(h)`` (module doc) for the +-1 contrast ``h`` (G,), as ``(weight, matrix)`` terms."""
-        counts = torch.tensor(self.counts, dtype=torch.float64)
-        n = float(counts.sum())
-        mean = float((contrast * counts).sum()) / n
-        norm = n * math.sqrt(max(1.0 - mean**2, 1e-12))
-        pairs = zip(contrast.tolist(), self.sums, strict=True)
-        return [(scale * (float(h) - mean) / norm, total) for h, total in pairs]
-
-
-def hadamard_contrasts(groups: int) -> Tensor:
-    """(G - 1, G) float64: the rows of the Sylvester Hadamard matrix other than the all-ones one (entries +-1,
-    mutually orthogonal, each summing to 0)."""
-    matrix = torch.ones(1, 1, dtype=torch.float64)
-    while matrix.shape[0] < groups:
-        matrix = torch.cat([torch.cat([matrix, matrix], 1), torch.cat([matrix, -matrix], 1)], 0)
-    return matrix[1:]
 
 
 class NullModel(NamedTuple):
@@ -100,7 +20,7 @@ class NullModel(NamedTuple):
 
     Attributes:
         draws: (K,) float64, the ``lambda_max`` draws.
-        dof: ``nu``, the independent contrast pairs behind them.
+        dof: ``nu``, the independent draw pairs behind them.
     """
 
     draws: Tensor
@@ -125,26 +45,26 @@ class NullModel(NamedTuple):
         return self.mean + self.scale * student_t_isf(significance, self.dof)
 
 
-def null_weights(x: Groups, y: Groups, rho: float) -> Tensor:
-    """(K, G_x + G_y) float64: the weights on ``x``'s then ``y``'s group sums of each matrix of `null_model`.
+def null_weights(x: NoiseSums, y: NoiseSums, rho: float) -> Tensor:
+    """(K, J) float64: the weights on ``x.sums + y.sums`` of each matrix of `null_model`.
 
-    The ``a``-th contrast of one side is paired with the ``a``-th of the other (``G_x = G_y``). At ``rho = 1``:
-    ``E_x(h_a) - s E_y(h_a)``, ``s = +-1``; at ``rho != 1``: ``(1 - rho) C_pool + s E_x(h_a) - t rho E_y(h_a)``,
-    ``s, t = +-1``.
+    Draw ``a`` of one side is paired with draw ``a`` of the other. At ``rho = 1``: ``E_x(a) - s E_y(a)``,
+    ``s = +-1``; at ``rho != 1``: ``(1 - rho) C_pool + s E_x(a) - t rho E_y(a)``, ``s, t = +-1``
+    ([`NoiseSums`][lightning_spectral.functional.sampling_noise.NoiseSums]).
     """
-
-    def weights(side: Groups, contrast: Tensor, scale: float) -> list[float]:
-        return [weight for weight, _ in side.contrast_terms(contrast, scale)]
-
-    pooled = [(1.0 - rho) / (x.count + y.count)] * (len(x.sums) + len(y.sums))
+    if x.draws != y.draws:
+        raise ValueError(f"null_model: both sides need the same number of draws, got {x.draws} and {y.draws}.")
+    pooled_scale = (1.0 - rho) / (x.count + y.count)
+    pooled = [pooled_scale] + [0.0] * x.draws
+    pooled = pooled + pooled
     rows = []
-    for a, b in zip(hadamard_contrasts(len(x.sums)), hadamard_contrasts(len(y.sums)), strict=True):
+    for a in range(x.draws):
         for sign in (1.0, -1.0):
             if rho == 1.0:
-                rows.append(weights(x, a, 1.0) + weights(y, b, -sign))
+                rows.append(x.draw_weights(a, 1.0) + y.draw_weights(a, -sign))
                 continue
             for flip in (1.0, -1.0):
-                row = weights(x, a, sign) + weights(y, b, -flip * rho)
+                row = x.draw_weights(a, sign) + y.draw_weights(a, -flip * rho)
                 rows.append([w + p for w, p in zip(row, pooled, strict=True)])
     return torch.tensor(rows, dtype=torch.float64)
 
@@ -172,15 +92,15 @@ def combinations(sums: list[Tensor], weights: Tensor, dtype: torch.dtype, rows: 
 NULL_BATCH = 6
 
 
-def null_model(x: Groups, y: Groups, rho: float) -> NullModel:
-    """Draws of ``lambda_max`` of ``C_x - rho C_y`` on one distribution, from the groups' contrasts (module doc).
+def null_model(x: NoiseSums, y: NoiseSums, rho: float) -> NullModel:
+    """Draws of ``lambda_max`` of ``C_x - rho C_y`` on one distribution, from the sides' multiplier draws.
 
-    Contrast ``a`` of one side is paired with contrast ``a`` of the other, so draws of different ``a`` are
+    Draw ``a`` of one side is paired with draw ``a`` of the other, so draws of different ``a`` are
     independent. At ``rho = 1`` each of the ``2 (G - 1)`` matrices ``E_x(h_a) - s E_y(h_a)`` (``s = +-1``) gives two
     draws, its largest eigenvalue and minus its smallest (the draw of the negated contrasts). At ``rho != 1`` one
     distribution gives ``E[C_x - rho C_y] = (1 - rho) C``: each draw is the largest eigenvalue of
     ``(1 - rho) C_pool + s E_x(h_a) - t rho E_y(h_a)`` (``C_pool`` both sides' second moment, ``s, t = +-1``).
-    Either way ``4 (G - 1)`` draws. The matrices are formed `NULL_BATCH` at a time in one pass over the group
+    Either way ``4 A`` draws. The matrices are formed `NULL_BATCH` at a time in one pass over the
     sums (float32 from [`FLOAT32_MIN_SIZE`][lightning_spectral.algebra.FLOAT32_MIN_SIZE] rows, as the score's
     ``eigvalsh``);
     their ends by Lanczos ([`extreme_eigenvalues`][lightning_spectral.algebra.extreme_eigenvalues], residual ``1e-10
@@ -190,11 +110,9 @@ def null_model(x: Groups, y: Groups, rho: float) -> NullModel:
     Lanczos exhausts its budget; docs/benchmarks.md, issue 14).
 
     Raises:
-        ValueError: the two sides have different numbers of groups.
+        ValueError: the two sides have different numbers of draws.
     """
-    if len(x.sums) != len(y.sums):
-        raise ValueError(f"null_model: both sides need the same number of groups, got {len(x.sums)} and {len(y.sums)}.")
-    size = x.sums[0].shape[0]
+    size = x.total.shape[0]
     dense = rho != 1.0 and (size <= 1024 or min(x.count, y.count) >= size)
     dtype = eigen_dtype("auto", size)
     rtol = 1e-5 if dtype == torch.float32 else 1e-10
@@ -210,4 +128,4 @@ def null_model(x: Groups, y: Groups, rho: float) -> NullModel:
                 draws += [float(highest), -float(lowest)]
             else:
                 draws.append(float(extreme_eigenvalues(matrix, rtol=rtol, which="largest", symmetric=True)[1]))
-    return NullModel(torch.tensor(draws, dtype=torch.float64), len(x.sums) - 1)
+    return NullModel(torch.tensor(draws, dtype=torch.float64), x.draws)

@@ -29,6 +29,7 @@ from torchmetrics import Metric
 from lightning_spectral.algebra.eigen import psd_eigenvalues, symmetric_eigh
 from lightning_spectral.algebra.gram import DEFAULT_CHUNK_SIZE, add_gram_, weighted_sum
 from lightning_spectral.functional.modes import orient
+from lightning_spectral.functional.sampling_noise import Multipliers, NoiseSums, add_weighted_gram_
 from lightning_spectral.kernels.feature_map import FeatureMap
 
 
@@ -150,6 +151,9 @@ class Accumulator(StreamSums):
         centre: accumulate around a shift ``c`` (the mean of the first flushed chunk, agreed across ranks before
             the sums are all-reduced, see [`rebase`][lightning_spectral.metrics.Accumulator.rebase]).
         chunk_size: rows mapped and summed at once.
+        multipliers: also keep the ``A`` multiplier sums of the stream's sampling noise
+            ([`NoiseSums`][lightning_spectral.functional.sampling_noise.NoiseSums]: ``w_a`` and ``S_a``, appended to
+            the flat state as ``[n, s, Q, w, S]``); needs ``covariance``, one lane and no ``centre``.
 
     Examples:
         >>> import torch
@@ -169,8 +173,12 @@ class Accumulator(StreamSums):
         covariance: bool = True,
         centre: bool = False,
         chunk_size: int = DEFAULT_CHUNK_SIZE,
+        multipliers: Optional[Multipliers] = None,
     ) -> None:
         self.metric, self.name, self.feature_map = metric, name, feature_map
+        self.multipliers = multipliers
+        if multipliers is not None and (not covariance or centre or getattr(feature_map, "bandwidths", None)):
+            raise ValueError(f"{name}: multiplier sums need `covariance=True`, no `centre` and a one-lane map.")
         self.state_name = f"{name}_sums"
         self.covariance, self.centre, self.chunk_size = covariance, centre, chunk_size
         self.bandwidths: Optional[int] = getattr(feature_map, "bandwidths", None)
@@ -190,9 +198,18 @@ class Accumulator(StreamSums):
         return () if self.bandwidths is None else (self.bandwidths,)
 
     def size(self, width: int) -> int:
-        """Entries of the flat state for features of width ``D``: ``1 + B D (1 + D)`` (``1 + B D`` without ``Q``)."""
+        """Entries of the flat state for features of width ``D``: ``1 + B D (1 + D)`` (``1 + B D`` without ``Q``;
+        ``+ A (1 + D^2)`` with ``A`` multiplier draws)."""
         lanes = 1 if self.bandwidths is None else self.bandwidths
-        return 1 + lanes * width * ((1 + width) if self.covariance else 1)
+        return 1 + lanes * width * ((1 + width) if self.covariance else 1) + self._noise_size(width)
+
+    @property
+    def draws(self) -> int:
+        """``A``, the multiplier draws kept (0 without multipliers)."""
+        return 0 if self.multipliers is None else self.multipliers.draws
+
+    def _noise_size(self, width: int) -> int:
+        return self.draws * (1 + width * width)
 
     def allocate(self, width: int) -> None:
         """Size the sums for features of width ``D`` (zeros; a no-op when they have that size already)."""
@@ -217,8 +234,16 @@ class Accumulator(StreamSums):
             raise RuntimeError(f"{type(self.metric).__name__}: no feature width yet (no sample was seen).")
         width, lanes = self.width, 1 if self.bandwidths is None else self.bandwidths
         sums = flat[1 : 1 + lanes * width].view(*self._lead, width)
-        outer = flat[1 + lanes * width :].view(*self._lead, width, width) if self.covariance else None
+        end = flat.numel() - self._noise_size(width)
+        outer = flat[1 + lanes * width : end].view(*self._lead, width, width) if self.covariance else None
         return flat[0], sums, outer
+
+    def _noise_parts(self, flat: Tensor) -> tuple[Tensor, Tensor]:
+        """Views ``(w (A,), S (A, D, D))`` into a flat state with multipliers."""
+        width, draws = self.width, self.draws
+        start = flat.numel() - self._noise_size(width)  # type: ignore[arg-type]
+        weights = flat[start : start + draws]
+        return weights, flat[start + draws :].view(draws, width, width)  # type: ignore[arg-type]
 
     # ---- the sums ----------------------------------------------------------------------------------------------
     @property
@@ -239,6 +264,18 @@ class Accumulator(StreamSums):
     def feature_sum(self) -> Tensor:
         """``s``, the (shifted) feature sum (B?, D)."""
         return self._parts(self.state)[1]
+
+    def noise_sums(self) -> NoiseSums:
+        """``Q``, ``S_a``, ``w_a`` and ``n`` ([`NoiseSums`][lightning_spectral.functional.sampling_noise.NoiseSums]).
+
+        Raises:
+            RuntimeError: an accumulator without multipliers.
+        """
+        if self.multipliers is None:
+            raise RuntimeError(f"{type(self.metric).__name__}: {self.name!r} keeps no multiplier sums.")
+        flat = self.state
+        weights, weighted = self._noise_parts(flat)
+        return NoiseSums(self._parts(flat)[2], weighted, weights, float(flat[0]))  # type: ignore[arg-type]
 
     @property
     def cov_sum(self) -> Tensor:
@@ -268,7 +305,9 @@ class Accumulator(StreamSums):
         self._pending.clear()
         if self.width is None:  # the metric fixed the map's input width before adding rows
             self.allocate(self.feature_map.out_features)  # type: ignore[arg-type]
-        count, sums, outer = self._parts(getattr(self.metric, self.state_name))
+        flat = getattr(self.metric, self.state_name)
+        count, sums, outer = self._parts(flat)
+        noise = None if self.multipliers is None else self._noise_parts(flat)
         if self.bandwidths is None:  # one lane: the loop below treats every map as (B, N, D)
             sums, outer = sums[None], None if outer is None else outer[None]
         with torch.no_grad():
@@ -287,6 +326,10 @@ class Accumulator(StreamSums):
                     sums[lane] += features.sum(0)
                     if outer is not None:
                         add_gram_(outer[lane], features)
+                if noise is not None:  # one lane, uncentred (checked at construction)
+                    weights = self.multipliers(chunk)  # type: ignore[misc]
+                    noise[0].add_(weights.sum(0))
+                    add_weighted_gram_(noise[1], phi, weights)
 
     def discard(self) -> None:
         """Drop the pending rows (``reset``)."""
@@ -311,6 +354,9 @@ class Accumulator(StreamSums):
         if outer is not None:
             rows, cols = torch.triu_indices(self.width, self.width, device=flat.device)
             parts.append(outer[..., rows, cols].reshape(-1))
+            if self.draws:
+                weights, weighted = self._noise_parts(flat)
+                parts += [weights, weighted[..., rows, cols].reshape(-1)]
         return torch.cat(parts)
 
     def unpack(self, packed: Tensor) -> Tensor:
@@ -326,7 +372,7 @@ class Accumulator(StreamSums):
         width = self.width
         lanes = 1 if self.bandwidths is None else self.bandwidths
         triangle = 0 if width is None or not self.covariance else width * (width + 1) // 2
-        expected = None if width is None else 1 + lanes * (width + triangle)
+        expected = None if width is None else 1 + lanes * (width + triangle) + self.draws * (1 + triangle)
         if expected != packed.numel():
             raise ValueError(
                 f"{type(self.metric).__name__}: the checkpoint's {self.name!r} state has {packed.numel()} entries "
@@ -338,9 +384,17 @@ class Accumulator(StreamSums):
         sums.copy_(packed[1 : 1 + lanes * width].view_as(sums))  # type: ignore[operator]
         if outer is not None:
             rows, cols = torch.triu_indices(width, width, device=flat.device)  # type: ignore[arg-type]
-            upper = packed[1 + lanes * width :].view(*self._lead, -1)  # type: ignore[operator]
+            start = 1 + lanes * width  # type: ignore[operator]
+            upper = packed[start : start + lanes * triangle].view(*self._lead, -1)
             outer[..., rows, cols] = upper
             outer[..., cols, rows] = upper
+            if self.draws:
+                weights, weighted = self._noise_parts(flat)
+                start += lanes * triangle
+                weights.copy_(packed[start : start + self.draws])
+                upper = packed[start + self.draws :].view(self.draws, -1)
+                weighted[:, rows, cols] = upper
+                weighted[:, cols, rows] = upper
         return flat
 
     def rebase(self, shift: Tensor) -> None:

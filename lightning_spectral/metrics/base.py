@@ -52,6 +52,7 @@ from torchmetrics import Metric
 
 from lightning_spectral._checks import check_features, check_positive_int
 from lightning_spectral.algebra.gram import DEFAULT_CHUNK_SIZE
+from lightning_spectral.functional.sampling_noise import Multipliers
 from lightning_spectral.kernels.feature_map import FeatureMap
 from lightning_spectral.metrics import checkpoint, plotting
 from lightning_spectral.metrics.accumulator import Accumulator
@@ -120,15 +121,21 @@ class SpectralMetric(Metric):
 
     # ---- declaring -----------------------------------------------------------------------------------------------
     def add_accumulator(
-        self, name: str, covariance: bool = True, centre: bool = False, reference: bool = False
+        self,
+        name: str,
+        covariance: bool = True,
+        centre: bool = False,
+        reference: bool = False,
+        multipliers: Optional[Multipliers] = None,
     ) -> Accumulator:
         """Declare an [`Accumulator`][lightning_spectral.metrics.Accumulator] of this metric's feature map.
 
         ``reference=True`` marks a stream of the reference ("real") data: kept by ``reset()`` when
         ``reset_real_features=False`` and cleared by
-        [`reset_reference`][lightning_spectral.metrics.SpectralMetric.reset_reference].
+        [`reset_reference`][lightning_spectral.metrics.SpectralMetric.reset_reference]. ``multipliers`` keeps the
+        stream's sampling-noise draws ([`sampling_noise`][lightning_spectral.functional.sampling_noise]).
         """
-        accumulator = Accumulator(self, name, self.feature_map, covariance, centre, self.chunk_size)
+        accumulator = Accumulator(self, name, self.feature_map, covariance, centre, self.chunk_size, multipliers)
         self.accumulators[name] = accumulator
         if reference:
             self.reference_names = (*self.reference_names, name)

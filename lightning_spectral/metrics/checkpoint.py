@@ -45,7 +45,8 @@ def load_extra_state(metric: Any, state: Any) -> None:
         raise RuntimeError(
             f"{type(metric).__name__}: the checkpoint holds the sums {sorted(state['sums'])} where this metric keeps "
             f"{sorted(metric.accumulators)}: it was written by another configuration or version of the metric (e.g. "
-            "another `groups`, or a FINCNovelty from before its significance level, which kept `ref_a` / `ref_b`). "
+            "a FINCNovelty with content groups, which kept `gen_0` .. `ref_3`, or one from before its significance "
+            "level, which kept `ref_a` / `ref_b`). "
             "Build the metric as it was saved, or accumulate its data again instead of resuming these sums."
         )
     if state.get("in_features") is not None and metric.in_features is None:
@@ -58,11 +59,15 @@ def load_extra_state(metric: Any, state: Any) -> None:
                 f"{type(metric).__name__}: the checkpoint was written with other random frequencies; build the "
                 "metric with the `seed`, `sigma` and `n_frequencies` it was saved with."
             )
+    unpacked = {}  # every sum checked (unpacked) before any is restored
     for name, packed in state.get("sums", {}).items():
         accumulator = metric.accumulators[name]
         device = getattr(metric, accumulator.state_name).device
+        unpacked[name] = accumulator.unpack(packed.to(device=device, dtype=torch.float64))
+    for name, flat in unpacked.items():
+        accumulator = metric.accumulators[name]
         accumulator.discard()
-        setattr(metric, accumulator.state_name, accumulator.unpack(packed.to(device=device, dtype=torch.float64)))
+        setattr(metric, accumulator.state_name, flat)
     for name, shift in state.get("shifts", {}).items():
         accumulator = metric.accumulators[name]
         accumulator.shift = shift.to(device=getattr(metric, accumulator.state_name).device, dtype=torch.float64)

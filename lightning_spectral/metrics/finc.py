@@ -5,22 +5,28 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, Optional
 
+import torch
 from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor
 
 from lightning_spectral._checks import check_bool, check_memory, check_positive, check_positive_int, check_side
-from lightning_spectral.functional.content_groups import content_groups
 from lightning_spectral.functional.finc import (
-    DEFAULT_GROUPS,
     DEFAULT_MIN_EIGENVALUE,
     DEFAULT_SIGNIFICANCE,
     DifferentialSpectrum,
-    check_groups,
     check_significance,
     differential_spectrum,
+    draws_from_groups,
 )
-from lightning_spectral.functional.finc_null import NULL_BATCH, Groups, null_model
+from lightning_spectral.functional.finc_null import NULL_BATCH, null_model
 from lightning_spectral.functional.modes import Ids, Modes, check_candidates_memory, mode_scores, orient, top_samples
+from lightning_spectral.functional.sampling_noise import (
+    DEFAULT_DRAWS,
+    DEFAULT_RATIO,
+    Multipliers,
+    NoiseSums,
+    standard_error,
+)
 from lightning_spectral.kernels.gaussian_rff import GaussianRFF
 from lightning_spectral.metrics.accumulator import PooledSums
 from lightning_spectral.metrics.base import ModeGallery, SpectralMetric
@@ -36,8 +42,9 @@ class FINCNovelty(SpectralMetric):
     Score (``compute``): finite samples give ``L`` many small positive eigenvalues from noise alone, so only
     significant eigenvalues count: ``novelty = sum of eigenvalues with p-value <= significance (and >
     min_eigenvalue)``. The p-value of an eigenvalue is the chance that sampling noise alone puts the top
-    eigenvalue that high; its law is estimated from ``groups`` content groups per side (each sample joins a
-    group by a hash of its own values, so order, batching and sharding do not matter). On two samples of one
+    eigenvalue that high; its law is estimated from ``draws`` multiplier draws per side (each sample's multiplier
+    is a smooth random function of its own values, so order, batching and sharding do not matter, and neither do
+    the last bits of the embeddings). On two samples of one
     distribution at most a ``significance`` share of runs names any mode. See
     [`lightning_spectral.functional.finc`][lightning_spectral.functional.finc] for the formula. ``novel_modes(k)``
     carries each mode's eigenvalue
@@ -52,7 +59,10 @@ class FINCNovelty(SpectralMetric):
         significance: the level in (0, 1) (default 0.05): the share of same-distribution runs allowed to name a
             mode.
         min_eigenvalue: absolute minimum of a significant eigenvalue (default 1e-3, about 0.1 % extra mass).
-        groups: content groups per side, a power of two (default 4): ``2 * groups`` (2r)^2 float64 sums are kept.
+        draws: multiplier draws of the sampling noise per side, in [2, 64] (default 3): ``2 (1 + draws)`` (2r)^2
+            float64 sums are kept.
+        groups: deprecated (the content groups are gone): read as ``draws = groups - 1`` with a
+            ``FutureWarning``.
         reset_real_features: if False, ``reset()`` keeps the reference side (as torchmetrics' FID), so a
             reference is accumulated once per run.
         kwargs: ``in_features``, ``chunk_size``, ``feature``, ``normalize``, ``save_feature`` (see
@@ -84,7 +94,8 @@ class FINCNovelty(SpectralMetric):
         seed: int = 0,
         significance: float = DEFAULT_SIGNIFICANCE,
         min_eigenvalue: float = DEFAULT_MIN_EIGENVALUE,
-        groups: int = DEFAULT_GROUPS,
+        draws: int = DEFAULT_DRAWS,
+        groups: Optional[int] = None,
         reset_real_features: bool = True,
         in_features: Optional[int] = None,
         **kwargs: Any,
@@ -92,10 +103,10 @@ class FINCNovelty(SpectralMetric):
         rho = check_positive(rho, "rho")
         significance = check_significance(significance)
         min_eigenvalue = check_positive(min_eigenvalue, "min_eigenvalue")
-        groups = check_groups(groups)
+        draws = draws_from_groups(groups, draws, "FINCNovelty")
         check_bool(reset_real_features, "reset_real_features")
         rff = GaussianRFF(None, n_frequencies, sigma, seed, persistent=False)
-        self._check_memory(rff.n_frequencies, groups)
+        self._check_memory(rff.n_frequencies, draws)
         super().__init__(feature_map=rff, **kwargs)
         if rho < 1:
             rank_zero_warn(
@@ -104,26 +115,27 @@ class FINCNovelty(SpectralMetric):
             )
         self.sigma, self.n_frequencies, self.seed = rff.sigma, rff.n_frequencies, rff.seed
         self.rho, self.significance, self.min_eigenvalue = rho, significance, min_eigenvalue
-        self.groups = groups
+        self.draws = draws
         self._null_cache: Optional[tuple[Any, Any]] = None  # `cached_null`'s (key, null)
         self.reset_real_features = reset_real_features
-        self.gen = [self.add_accumulator(f"gen_{j}") for j in range(groups)]
-        self.ref = [self.add_accumulator(f"ref_{j}", reference=True) for j in range(groups)]
+        multipliers = Multipliers(draws, rff.sigma, rff.seed, DEFAULT_RATIO)
+        self.gen = [self.add_accumulator("gen", multipliers=multipliers)]
+        self.ref = [self.add_accumulator("ref", reference=True, multipliers=multipliers)]
         if in_features is not None:
             self.build(check_positive_int(in_features, "in_features"))
 
     @staticmethod
-    def _check_memory(n_frequencies: int, groups: int) -> None:
-        """Refuse before allocating: ``2 groups`` (2r)^2 float64 sums, plus ``1 + NULL_BATCH`` matrices of the same
-        size at compute (the difference and a batch of the null's matrices)."""
+    def _check_memory(n_frequencies: int, draws: int) -> None:
+        """Refuse before allocating: ``2 (1 + draws)`` (2r)^2 float64 sums, plus ``1 + NULL_BATCH`` matrices of the
+        same size at compute (the difference and a batch of the null's matrices)."""
         width = 2 * n_frequencies
-        matrices = 2 * groups + 1 + NULL_BATCH
-        needed = 8 * (matrices * width * width + 2 * groups * width)
+        kept = 2 * (1 + draws)
+        matrices = kept + 1 + NULL_BATCH
+        needed = 8 * (matrices * width * width + 2 * width)
         what = (
-            f"{2 * groups} float64 sums of {width} x {width} (`groups`={groups} per side) and {1 + NULL_BATCH} at "
-            "compute"
+            f"{kept} float64 sums of {width} x {width} (`draws`={draws} per side) and {1 + NULL_BATCH} at compute"
         )
-        fix = f"use a smaller `n_frequencies` (2r = 4096 to 16384 is typical) or fewer `groups` (>= 2; {groups} now)"
+        fix = f"use a smaller `n_frequencies` (2r = 4096 to 16384 is typical) or fewer `draws` (>= 2; {draws} now)"
         check_memory("FINCNovelty", "n_frequencies", n_frequencies, needed, what, fix)
 
     def update(self, features: Tensor, real: bool) -> None:
@@ -131,46 +143,32 @@ class FINCNovelty(SpectralMetric):
         generated side (``real=False``)."""
         check_side(real, "FINCNovelty")
         embeddings = self.embeddings(features)
-        index = content_groups(embeddings, self.groups)  # a group per sample, from its content: order-free
-        for j, accumulator in enumerate(self.ref if real else self.gen):
-            accumulator.add(embeddings[index == j])
+        (self.ref if real else self.gen)[0].add(embeddings)
 
     def pooled(self, real: bool = False) -> PooledSums:
-        """The generated (``real=False``) or reference side, its content groups read as one stream
-        (``C = sum_j Q_j / n``)."""
+        """The generated (``real=False``) or reference side as one stream (``C = Q / n``)."""
         return PooledSums(self.ref if real else self.gen, "FINCNovelty: this side holds no sample.")
 
-    def _side(self, real: bool) -> Groups:
-        accumulators = self.ref if real else self.gen
-        return Groups(
-            tuple(a.cov_sum for a in accumulators), tuple(float(a.count) for a in accumulators)
-        )
+    def _side(self, real: bool) -> NoiseSums:
+        return (self.ref if real else self.gen)[0].noise_sums()
 
     def _spectrum(self, missing: bool, vectors: bool = True) -> DifferentialSpectrum:
         name = ("missing" if missing else "novel") + ("" if vectors else "_values")
         return self.cached(name, lambda: self._decompose(missing, vectors))
 
     def _decompose(self, missing: bool, vectors: bool) -> DifferentialSpectrum:
-        gen_counts = [float(a.count) for a in self.gen]
-        ref_counts = [float(a.count) for a in self.ref]
-        if sum(gen_counts) <= 0:
-            raise RuntimeError(
-                "FINCNovelty: no generated samples were accumulated (on any rank); call `update(x, real=False)`."
-            )
-        for side, counts, call in (("reference", ref_counts, "real=True"), ("generated", gen_counts, "real=False")):
-            if min(counts) < 1:
+        for side, accumulator, call in (("generated", self.gen[0], "real=False"), ("reference", self.ref[0], "real=True")):
+            if float(accumulator.count) < 1:
                 raise RuntimeError(
-                    f"FINCNovelty: the significance rule needs {side} samples in each of the {self.groups} content "
-                    f"groups, got {[int(c) for c in counts]} (on all ranks); call `update(x, {call})` with more "
-                    f"{side} samples (or pass fewer `groups`"
-                    + (", or keep the reference with `reset_real_features=False`)." if side == "reference" else ").")
+                    f"FINCNovelty: no {side} samples were accumulated (on any rank); call `update(x, {call})`"
+                    + (" (or keep the reference with `reset_real_features=False`)." if side == "reference" else ".")
                 )
         gen, ref = self._side(real=False), self._side(real=True)
         x, y = (ref, gen) if missing else (gen, ref)
         null = self.cached_null(missing, x, y)
         return differential_spectrum(x, y, self.rho, self.significance, self.min_eigenvalue, vectors, null)
 
-    def cached_null(self, missing: bool, x: Groups, y: Groups) -> Any:
+    def cached_null(self, missing: bool, x: NoiseSums, y: NoiseSums) -> Any:
         """The null of ``C_x - rho C_y``, kept beside the spectra (at ``rho = 1`` novel and missing share it)."""
         key = (self.rho == 1.0 or not missing, tuple(float(a.state.sum()) for a in self.accumulators.values()))
         if self._null_cache is not None and self._null_cache[0] == key:
@@ -233,12 +231,38 @@ class FINCNovelty(SpectralMetric):
         with self.synced():
             return self._spectrum(missing=True, vectors=False).score
 
+    def standard_errors(self, missing: bool = False) -> tuple[Tensor, Tensor]:
+        """Standard errors of the novelty (or missing) score and of the top eigenvalue, from the multiplier draws.
+
+        First order in the noise (the delta method; Kato 1995 for eigenvalues): a draw ``D_a = E_x(a) - rho E_y(a)``
+        of the noise of ``L`` moves the sum of the significant eigenvalues by ``tr(V^T D_a V)`` (``V`` their
+        eigenvectors) and the top eigenvalue by ``u_1^T D_a u_1``; the standard error is the root mean square over
+        the ``draws`` replicates ([`standard_error`][lightning_spectral.functional.sampling_noise.standard_error]).
+        A collective under DDP.
+        """
+        with self.synced():
+            spectrum = self._spectrum(missing)
+            gen, ref = self._side(real=False), self._side(real=True)
+            x, y = (ref, gen) if missing else (gen, ref)
+            vectors = spectrum.eigenvectors[:, spectrum.significant]  # type: ignore[index]
+            top = spectrum.eigenvectors[:, :1]  # type: ignore[index]
+            score, first = [], []
+            for a in range(x.draws):
+                draw = x.draw(a) - self.rho * y.draw(a)
+                score.append((vectors * (draw @ vectors)).sum())
+                first.append((top * (draw @ top)).sum())
+        return standard_error(torch.stack(score)), standard_error(torch.stack(first))
+
     def summary(self) -> dict[str, Tensor]:
         """The novelty score (``""``), the missing-mode score, how many novel / missing modes are significant, and
-        the top novel / missing mode's eigenvalue (excess mass) and p-value."""
+        the top novel / missing mode's eigenvalue (excess mass) and p-value; ``se``, ``missing_se``,
+        ``novel_top_se`` and ``missing_top_se``: the standard errors of the scores and top eigenvalues
+        ([`standard_errors`][lightning_spectral.metrics.FINCNovelty.standard_errors])."""
         with self.synced():
             novel = self._spectrum(missing=False, vectors=False)
             missing = self._spectrum(missing=True, vectors=False)
+            novel_se, novel_top_se = self.standard_errors(missing=False)
+            missing_se, missing_top_se = self.standard_errors(missing=True)
         return {
             "": novel.score,
             "missing": missing.score,
@@ -248,6 +272,10 @@ class FINCNovelty(SpectralMetric):
             "novel_top_p_value": novel.p_values[0],
             "missing_top": missing.eigenvalues[0],
             "missing_top_p_value": missing.p_values[0],
+            "se": novel_se,
+            "missing_se": missing_se,
+            "novel_top_se": novel_top_se,
+            "missing_top_se": missing_top_se,
         }
 
     def galleries(

@@ -1,0 +1,192 @@
+"""The sampling noise of a second moment, from smooth random multipliers of each sample (a multiplier bootstrap).
+
+A stream of samples gives ``C = Q / n`` with ``Q = sum_i phi_i phi_i^T`` (``phi_i = phi(x_i)``, D features). Its
+sampling noise ``C - E[C]`` is estimated by ``A`` draws, each a multiplier-bootstrap replicate
+(Chernozhukov, Chetverikov and Kato 2013, "Gaussian approximations and multiplier bootstrap for maxima of sums of
+high-dimensional random vectors", Ann. Statist. 41(6); the wild bootstrap of Wu 1986 and Mammen 1993)::
+
+    E_a = (1 / n) sum_i (s_a(x_i) - sbar_a) phi_i phi_i^T = (S_a - sbar_a Q) / n,   sbar_a = (1 / n) sum_i s_a(x_i)
+
+with the multiplier a smooth random function of the sample (a random Fourier function)::
+
+    s_a(x) = sqrt(2) cos(<omega_a, x> + b_a),   omega_a ~ N(0, (ratio / bandwidth)^2 I),   b_a ~ U[0, 2 pi)
+
+drawn from the seed, so it is the same on every rank and for every order or batching of the samples, and it moves
+with ``x`` continuously (a change of ``x`` by ``delta`` moves ``s_a`` by at most ``sqrt(2) |omega_a| |delta|``):
+the last bits of an embedding do not matter. Over the random phase ``E[s_a] = 0`` and ``E[s_a^2] = 1``; for
+samples farther apart than about ``1 / |omega|`` (``bandwidth / ratio`` per coordinate) the multipliers are
+uncorrelated (``E[s_a(x) s_a(y)] = exp(-|x - y|^2 ratio^2 / (2 bandwidth^2))``, the Gaussian kernel at a
+``ratio`` times finer scale, Rahimi and Recht 2007), and draws of different ``a`` are uncorrelated. So, conditional
+on the samples, ``E_a`` has mean 0 and covariance ``(1/n^2) sum_i (phi_i phi_i^T - C)^{(x)2}``, the covariance of
+``C - E[C]`` under i.i.d. sampling: the multiplier bootstrap's replicate.
+
+What it assumes: the samples are i.i.d. and distinct at the scale ``bandwidth / ratio``. Equal samples share their
+multiplier: a side collapsed onto one point gives ``E_a = 0`` exactly (its noise is 0: every draw of it is that
+point); duplicated or near-duplicated samples (closer than ``bandwidth / ratio``) count as one sample of their
+total weight, which over-states their noise (a conservative bias: ``k`` tight clusters behave as ``k`` samples,
+not ``n``; measured in docs/benchmarks.md).
+
+State per stream: ``n``, ``Q``, the ``A`` multiplier sums ``w_a = sum_i s_a(x_i)`` and the ``A`` matrices
+``S_a = sum_i s_a(x_i) phi_i phi_i^T``: ``(1 + A)`` D x D float64 sums, all plain sums (order-free, all-reduced
+with the rest).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import torch
+from torch import Tensor
+
+from lightning_spectral._checks import check_positive, check_positive_int
+
+#: Default number of multiplier draws per stream (each a D x D float64 sum).
+DEFAULT_DRAWS = 3
+
+#: The multipliers' frequencies are this many times the kernel's (``omega ~ N(0, (ratio / bandwidth)^2 I)``).
+DEFAULT_RATIO = 100.0
+
+_frequencies: dict[tuple, tuple[Tensor, Tensor]] = {}
+
+
+def check_draws(value: int, name: str = "draws") -> int:
+    """Return ``int(value)`` or raise ``ValueError`` unless it is an integer in [2, 64]."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 2 <= value <= 64:
+        raise ValueError(
+            f"`{name}` must be an integer in [2, 64] (the sampling-noise draws per side; default 3), got {value!r}."
+        )
+    return value
+
+
+class Multipliers:
+    """The multiplier functions ``s_a(x) = sqrt(2) cos(<omega_a, x> + b_a)``, ``a = 1..A`` (module doc).
+
+    Args:
+        draws: ``A``.
+        bandwidth: the kernel's bandwidth ``sigma`` (> 0); the frequencies are ``ratio / sigma`` per coordinate.
+        seed: identical on every rank.
+        ratio: the multipliers' frequency over the kernel's (> 0).
+
+    Examples:
+        >>> import torch
+        >>> weights = Multipliers(3, bandwidth=1.0, seed=0)
+        >>> x = torch.randn(1000, 4)
+        >>> w = weights(x)
+        >>> w.shape, bool((w.mean(0).abs() < 0.15).all()), bool(((w**2).mean(0) - 1).abs().max() < 0.15)
+        (torch.Size([1000, 3]), True, True)
+        >>> torch.equal(weights(x.flip(0)), w.flip(0))     # a function of each sample alone
+        True
+    """
+
+    def __init__(self, draws: int, bandwidth: float, seed: int, ratio: float = DEFAULT_RATIO) -> None:
+        self.draws = check_positive_int(draws, "draws")
+        self.bandwidth = check_positive(bandwidth, "bandwidth")
+        self.seed, self.ratio = int(seed), check_positive(ratio, "ratio")
+
+    def frequencies(self, width: int, device: torch.device) -> tuple[Tensor, Tensor]:
+        """``omega`` (d, A) and ``b`` (A,), float64, drawn from the seed (CPU generator) for input width ``d``."""
+        key = (width, self.draws, self.bandwidth, self.seed, self.ratio, str(device))
+        if key not in _frequencies:
+            generator = torch.Generator().manual_seed(self.seed + 7_919)
+            omega = torch.randn(width, self.draws, generator=generator, dtype=torch.float64)
+            phase = torch.rand(self.draws, generator=generator, dtype=torch.float64) * (2 * math.pi)
+            _frequencies[key] = ((omega * (self.ratio / self.bandwidth)).to(device), phase.to(device))
+        return _frequencies[key]
+
+    def __call__(self, x: Tensor) -> Tensor:
+        """(N, A) float64: ``s_a(x_i)`` for the samples ``x`` (N, d), computed in float64."""
+        omega, phase = self.frequencies(x.shape[1], x.device)
+        return math.sqrt(2.0) * torch.cos(x.double() @ omega + phase)
+
+
+def add_weighted_gram_(total: Tensor, phi: Tensor, weights: Tensor) -> Tensor:
+    """In place ``total[a] += sum_i weights[i, a] phi_i phi_i^T`` for ``total`` (A, D, D), ``phi`` (N, D),
+    ``weights`` (N, A); each product in ``phi``'s dtype, symmetrised, added in ``total``'s dtype. Returns ``total``."""
+    for a in range(weights.shape[1]):
+        product = (phi * weights[:, a : a + 1].to(phi.dtype)).T @ phi
+        total[a] += (product + product.T) / 2
+    return total
+
+
+class NoiseSums(NamedTuple):
+    """One stream's second moment and its multiplier sums (module doc).
+
+    Attributes:
+        total: ``Q`` (D, D).
+        weighted: ``S_a`` (A, D, D).
+        weight_sums: ``w_a`` (A,).
+        count: ``n``.
+    """
+
+    total: Tensor
+    weighted: Tensor
+    weight_sums: Tensor
+    count: float
+
+    @classmethod
+    def of(cls, x: Tensor, feature_map, multipliers: Multipliers, chunk_size: int = 4096) -> NoiseSums:
+        """The sums of the samples ``x`` (N, d) under ``feature_map``, accumulated chunk by chunk."""
+        width = feature_map(x[:1]).shape[1]
+        total = torch.zeros(width, width, dtype=torch.float64, device=x.device)
+        weighted = torch.zeros(multipliers.draws, width, width, dtype=torch.float64, device=x.device)
+        weight_sums = torch.zeros(multipliers.draws, dtype=torch.float64, device=x.device)
+        for start in range(0, x.shape[0], chunk_size):
+            chunk = x[start : start + chunk_size]
+            phi = feature_map(chunk)
+            product = phi.T @ phi
+            total += (product + product.T) / 2
+            weights = multipliers(chunk)
+            weight_sums += weights.sum(0)
+            add_weighted_gram_(weighted, phi, weights)
+        return cls(total, weighted, weight_sums, float(x.shape[0]))
+
+    @property
+    def draws(self) -> int:
+        return int(self.weighted.shape[0])
+
+    @property
+    def sums(self) -> tuple[Tensor, ...]:
+        """``(Q, S_1, ..., S_A)``: every matrix, in the order of `moment_weights` and `draw_weights`."""
+        return (self.total, *self.weighted.unbind(0))
+
+    def moment_weights(self, scale: float) -> list[float]:
+        """Weights on `sums` of ``scale * C``."""
+        return [scale / self.count] + [0.0] * self.draws
+
+    def draw_weights(self, a: int, scale: float) -> list[float]:
+        """Weights on `sums` of ``scale * E_a = scale (S_a - sbar_a Q) / n``."""
+        mean = float(self.weight_sums[a]) / self.count
+        row = [-scale * mean / self.count] + [0.0] * self.draws
+        row[1 + a] = scale / self.count
+        return row
+
+    def moment(self) -> Tensor:
+        """``C = Q / n`` (D, D)."""
+        return self.total / self.count
+
+    def draw(self, a: int) -> Tensor:
+        """``E_a`` (D, D)."""
+        return (self.weighted[a] - (float(self.weight_sums[a]) / self.count) * self.total) / self.count
+
+
+def draws_exact(x: Tensor, feature_map, multipliers: Multipliers) -> tuple[Tensor, Tensor]:
+    """The oracle, sample by sample: ``C`` (D, D) and the draws ``E_a`` (A, D, D) as n x n formulas.
+
+    ``C = Phi^T Phi / n`` and ``E_a = Phi^T diag(s_a - sbar_a) Phi / n`` in float64, ``Phi`` (n, D).
+    """
+    phi = feature_map(x).double()
+    weights = multipliers(x)
+    centred = weights - weights.mean(0)
+    n = x.shape[0]
+    draws = torch.stack([phi.T @ (centred[:, a : a + 1] * phi) / n for a in range(weights.shape[1])])
+    return phi.T @ phi / n, draws
+
+
+def standard_error(replicates: Tensor) -> Tensor:
+    """The standard error from ``A`` replicate draws of a scalar's noise ``d_a`` (A,): ``sqrt(mean_a d_a^2)``.
+
+    The draws have mean 0 by construction (multipliers of mean 0), so their root mean square is the estimate, with
+    about ``A`` degrees of freedom.
+    """
+    return replicates.double().pow(2).mean().sqrt()
