@@ -129,6 +129,37 @@ def updated(metric: Any, *batches: Any, **kwargs: Any) -> Any:
     return metric
 
 
+def labelled_conditional(num_classes: int = 3, **kwargs: Any) -> ConditionalVendi:
+    """A ConditionalVendi with per-label sums, fed 12 labelled samples."""
+    metric = ConditionalVendi(1.0, 0.5, 8, num_classes=num_classes, **kwargs)
+    metric.update(x(12, 3), torch.arange(12) % num_classes)
+    return metric
+
+
+def tampered(metric: Any, side: str, index: int, value: float) -> dict[str, Any]:
+    """``metric``'s state_dict with one packed sum entry replaced (an edited or corrupted checkpoint)."""
+    state = metric.state_dict()
+    state["_extra_state"]["sums"][side][index] = value
+    return state
+
+
+def prompt_agnostic(**kwargs: Any) -> ConditionalVendi:
+    return updated(ConditionalVendi(1.0, 1.0, 8, prompt_agnostic=True, **kwargs), (x(16), x(16, 2, seed=1)))
+
+
+def huge_prompts_file(root: Any, columns: int, rows: int = 40) -> str:
+    """A .npy file whose header says (rows, columns) float32, its data a sparse hole (no memory, no disk)."""
+    path = root / "huge_prompts.npy"
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(
+        header, {"descr": "<f4", "fortran_order": False, "shape": (rows, columns)}
+    )
+    with open(path, "wb") as handle:
+        handle.write(header.getvalue())
+        handle.truncate(len(header.getvalue()) + 4 * rows * columns)
+    return str(path)
+
+
 def quietly(fn: Callable[[], Any]) -> Any:
     """``fn()`` without torchmetrics' warning about ``compute`` before ``update`` (the row tests the error)."""
     with warnings.catch_warnings():
@@ -314,6 +345,76 @@ CASES = [
     row("ConditionalVendi.prompt_agnostic_modes without prompt_agnostic",
         lambda f: (lambda m: (m.update(x(4), x(4)), m.prompt_agnostic_modes()))(ConditionalVendi(1.0, 1.0, 8)),
         RuntimeError, r"`prompt_agnostic=True`"),
+    # ---- ConditionalVendi checkpoints: checked whole before anything loads ---------------------------------------
+    row("ConditionalVendi.load_state_dict another num_classes",
+        lambda f: ConditionalVendi(1.0, 0.5, 8, num_classes=4).load_state_dict(labelled_conditional().state_dict()),
+        RuntimeError, r"checkpoint was written with num_classes=3 where this metric has num_classes=4"),
+    row("ConditionalVendi.load_state_dict another per_prompt_frequencies",
+        lambda f: ConditionalVendi(1.0, 0.5, 8, num_classes=3, per_prompt_frequencies=2).load_state_dict(
+            labelled_conditional().state_dict()), RuntimeError,
+        r"per_prompt_frequencies=8 where this metric has per_prompt_frequencies=2.*settings it was saved with"),
+    row("ConditionalVendi.load_state_dict sums tampered to 1e308",
+        lambda f: ConditionalVendi(1.0, 0.5, 8, num_classes=3).load_state_dict(
+            tampered(labelled_conditional(), "joint", -1, 1e308)), ValueError,
+        r"'joint' sums .*edited or corrupted.*resume from another checkpoint"),
+    row("ConditionalVendi.load_state_dict NaN sums",
+        lambda f: ConditionalVendi(1.0, 0.5, 8, num_classes=3).load_state_dict(
+            tampered(labelled_conditional(), "per_prompt", 3, float("nan"))), ValueError,
+        r"'per_prompt' sums hold 1 NaN or infinite entries"),
+    row("ConditionalVendi.load_state_dict counts that disagree",
+        lambda f: ConditionalVendi(1.0, 0.5, 8, num_classes=3).load_state_dict(
+            tampered(labelled_conditional(), "samples", 0, 13.0)), ValueError,
+        r"'samples' sums count 13 samples and its 'joint' sums 12, where both see the same samples"),
+    row("ConditionalVendi.load_state_dict another prompt width",
+        lambda f: updated(ConditionalVendi(1.0, 0.5, 8), (x(4), x(4, 5))).load_state_dict(
+            updated(ConditionalVendi(1.0, 0.5, 8), (x(4), x(4, 2))).state_dict()), RuntimeError,
+        r"written for inputs of width \(3, 2\) where this metric takes \(3, 5\)"),
+    row("FKEAVendi.load_state_dict a trace that is not the count",
+        lambda f: FKEAVendi(1.0, 8).load_state_dict(tampered(updated(FKEAVendi(1.0, 8), x(10)), "samples", -1, 5.0)),
+        ValueError, r"'samples' sums .*(outer-product|trace).*edited or corrupted"),
+    row("FastMMD.load_state_dict negative count",
+        lambda f: FastMMD(1.0, 8).load_state_dict(
+            tampered(updated(FastMMD(1.0, 8), x(10), real=False), "gen", 0, -10.0)), ValueError,
+        r"'gen' sums count -10 samples \(a count is a non-negative integer\)"),
+    row("GeneratedSamples.load_state_dict another num_classes",
+        lambda f: GeneratedSamples({"c": ConditionalVendi(1.0, 0.5, 8, num_classes=4)}, nn.Flatten(),
+                                   prompts=[0, 1, 2, 3]).load_state_dict(
+            {"metrics": {"c": labelled_conditional().state_dict()}, "history": {}, "last_values": {}}),
+        RuntimeError, r"GeneratedSamples: the checkpoint's state of metric 'c'.*num_classes=3 where this metric has "
+        r"num_classes=4"),
+    # ---- ConditionalVendi outside update, and its allocations ----------------------------------------------------
+    row("ConditionalVendi.prompt_agnostic_top_samples wrong width",
+        lambda f: prompt_agnostic().prompt_agnostic_top_samples([(x(4, 5), torch.arange(4))]), ValueError,
+        r"prompt_agnostic_top_samples: `batches` has width 5 but 3 was expected"),
+    row("ConditionalVendi.prompt_agnostic_top_samples NaN rows",
+        lambda f: prompt_agnostic().prompt_agnostic_top_samples(
+            [(torch.tensor([[0.0, 1.0, float("nan")], [0.0, 1.0, 2.0]]), torch.arange(2))]), ValueError,
+        r"`batches` contains NaN or Inf in 1 of 2 rows"),
+    row("ConditionalVendi prompt_names=42", lambda f: ConditionalVendi(1.0, 1.0, num_classes=3, prompt_names=42),
+        ValueError, r"`prompt_names` must be a sequence of `num_classes` names"),
+    row("ConditionalVendi in_features=4", lambda f: ConditionalVendi(1.0, 1.0, in_features=4), ValueError,
+        r"`in_features` must be a pair \(d_samples, d_prompts\), got 4"),
+    row("ConditionalVendi.galleries bare tensors",
+        lambda f: labelled_conditional().galleries([x(12, 3)], 2, 4), TypeError,
+        r"galleries: `batches` must yield \(\(features, labels \(N,\)\), ids \(N,\)\)"),
+    row("ConditionalVendi.galleries float labels",
+        lambda f: labelled_conditional().galleries([((x(4), x(4, 1)[:, 0]), torch.arange(4))], 2, 4), ValueError,
+        r"galleries: `batches` must yield .*labels of dtype torch.float32"),
+    row("ConditionalVendi num_classes=10**6", lambda f: ConditionalVendi(1.0, 1.0, num_classes=10**6), ValueError,
+        r"`num_classes`=1000000 needs [\d.]+ GiB \([\d,]+ bytes: 1000000 per-label float64 sums"),
+    row("ConditionalVendi in_features with 10**8-wide prompts",
+        lambda f: ConditionalVendi(1.0, 1.0, in_features=(3, 10**8)), ValueError,
+        r"`in_features`=\(3, 100000000\) needs [\d.]+ GiB.*frequency matrix of 100000003 x 2048"),
+    row("ConditionalVendi.update 10**7-wide prompts",
+        lambda f: ConditionalVendi(1.0, 1.0).update(x(2), torch.zeros(2, 10**7)), ValueError,
+        r"`prompts`=\(3, 10000000\) needs [\d.]+ GiB.*narrower prompt embeddings"),
+    row("ConditionalVendi.update integer prompts of 10**7 classes",
+        lambda f: ConditionalVendi(1.0, 1.0, num_classes=10**7, per_prompt_frequencies=1).update(
+            x(2), torch.tensor([0, 1])), ValueError, r"`num_classes`=\(3, 10000000\) needs [\d.]+ GiB"),
+    row("cli evaluate --prompts 10**7 columns",
+        lambda f: cli("evaluate", f.ok, "--sigma", "1", "--prompts", huge_prompts_file(f.dir, 10**7),
+                      "--prompt-sigma", "1"), CLIError,
+        r"`--prompts`=.*huge_prompts.npy.* with 10,000,000 columns needs [\d.]+ GiB.*project the prompts"),
     row("conditional_vendi unequal N", lambda f: conditional_vendi(x(5), x(4), 1.0, 1.0, 8), ValueError,
         r"one prompt per generated sample"),
     row("conditional_vendi_exact score='joint'", lambda f: conditional_vendi_exact(x(5), x(5), 1.0, 1.0, score="joint"),

@@ -121,3 +121,120 @@ def test_packing_is_exact_and_checks_its_size():
     assert torch.equal(real.unpack(packed), real.state)
     with pytest.raises(ValueError, match="settings it was saved with"):
         real.unpack(packed[:-1])
+
+
+def snapshot(metric):
+    """Everything a load could change: the widths, every state's value, the packed sums and shifts it writes."""
+    state = metric.state_dict()
+    extra = state.pop("_extra_state")
+    values = {key: value.clone() for key, value in state.items() if torch.is_tensor(value)}
+    values.update({f"sums.{key}": value.clone() for key, value in extra.get("sums", {}).items()})
+    values.update({name: getattr(metric, a.state_name).clone() for name, a in metric.accumulators.items()})
+    return metric.in_features, values
+
+
+def same(a, b):
+    return a[0] == b[0] and a[1].keys() == b[1].keys() and all(torch.equal(a[1][k], b[1][k]) for k in a[1])
+
+
+def conditional(**kwargs):
+    from lightning_spectral.metrics import ConditionalVendi
+
+    return ConditionalVendi(sigma=1.0, prompt_sigma=0.5, n_frequencies=16, alpha=2, **kwargs)
+
+
+def labelled(n=40, classes=3, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(n, 4, generator=g, dtype=torch.float64), torch.arange(n) % classes
+
+
+@pytest.mark.parametrize("older", [False, True], ids=["settings", "no-settings"])
+@pytest.mark.parametrize("fresh", [True, False], ids=["unbuilt", "fed"])
+@pytest.mark.parametrize("other", [dict(num_classes=4), dict(num_classes=3, per_prompt_frequencies=4)])
+def test_a_refused_conditional_checkpoint_leaves_the_metric_as_it_was(fresh, other, older):
+    saved = conditional(num_classes=3)
+    saved.update(*labelled())
+    state = saved.state_dict()
+    if older:  # a checkpoint from before the settings were written: the sums' sizes give the mismatch away
+        del state["_extra_state"]["settings"]
+    metric = conditional(**other)
+    if not fresh:
+        x, labels = labelled(seed=1, classes=other["num_classes"])
+        metric.update(x, labels)
+    before = snapshot(metric)
+    with pytest.raises((RuntimeError, ValueError), match=r"written with (num_classes=3|per_prompt_frequencies=16)"
+                       r"|written for inputs of width \(4, 3\) where this metric takes \(4, 4\)"
+                       r"|'per_prompt' state has \d+ entries where these settings need"):
+        metric.load_state_dict(state)
+    assert same(snapshot(metric), before)  # an unbuilt metric stays unbuilt (no width from the checkpoint)
+    x, labels = labelled(seed=2, classes=other["num_classes"])
+    metric.update(x, labels)  # a valid batch is still taken
+    assert metric.sample_count() == (80 if not fresh else 40)
+
+
+@pytest.mark.parametrize("side", ["joint", "prompts", "per_prompt"])
+def test_tampered_sums_are_refused_and_change_nothing(side):
+    saved = conditional(num_classes=3)
+    saved.update(*labelled())
+    state = saved.state_dict()
+    state["_extra_state"]["sums"][side][-1] = 1e308  # a corner of Q (or of the last lane's Q)
+    metric = conditional(num_classes=3)
+    before = snapshot(metric)
+    with pytest.raises(ValueError, match=rf"'{side}' sums .*edited or corrupted"):
+        metric.load_state_dict(state)
+    assert same(snapshot(metric), before)
+    metric.load_state_dict(saved.state_dict())  # the untouched checkpoint loads, and gives the same value
+    assert float(metric.compute()) == float(saved.compute()) >= 1
+
+
+def test_counts_of_the_same_samples_must_agree_and_be_integers():
+    saved = conditional(num_classes=3)
+    saved.update(*labelled())
+    state = saved.state_dict()
+    state["_extra_state"]["sums"]["prompts"][0] = 41  # one more sample than the joint sums saw
+    with pytest.raises(ValueError, match=r"'prompts' sums count 41 samples and its 'joint' sums 40"):
+        conditional(num_classes=3).load_state_dict(state)
+    vendi = FKEAVendi(sigma=1.0, n_frequencies=16)
+    vendi.update(labelled()[0])
+    state = vendi.state_dict()
+    state["_extra_state"]["sums"]["samples"][0] = 39.5
+    with pytest.raises(ValueError, match=r"'samples' sums count 39.5 samples \(a count is a non-negative integer\)"):
+        FKEAVendi(sigma=1.0, n_frequencies=16).load_state_dict(state)
+
+
+@pytest.mark.parametrize("make", [
+    lambda: FKEAVendi(sigma=1.0, n_frequencies=16),
+    lambda: FastMMD(sigma=1.0, n_frequencies=16, statistic_only=True),
+    lambda: FINCNovelty(sigma=1.0, n_frequencies=16),
+    lambda: SPECDivergence(sigma_a=1.0, sigma_b=1.0, n_frequencies=16),
+], ids=["FKEAVendi", "FastMMD", "FINCNovelty", "SPECDivergence"])
+def test_every_metric_refuses_tampered_sums(make):
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(30, 3, generator=g, dtype=torch.float64)
+    saved = make()
+    if saved.inputs == "paired":
+        saved.update(x, x + 0.1)
+    elif saved.two_sample:
+        saved.update(x, real=True)
+        saved.update(x + 1, real=False)
+    else:
+        saved.update(x)
+    state = saved.state_dict()
+    name = next(iter(state["_extra_state"]["sums"]))
+    state["_extra_state"]["sums"][name][1] = 1e308 if saved.inputs != "two" else 1e3  # s beyond what n samples give
+    metric = make()
+    before = snapshot(metric)
+    with pytest.raises(ValueError, match=rf"'{name}' sums .*edited or corrupted"):
+        metric.load_state_dict(state)
+    assert same(snapshot(metric), before)
+    metric.load_state_dict(saved.state_dict())
+
+
+def test_an_older_checkpoint_without_settings_still_loads():
+    saved = conditional(num_classes=3)
+    saved.update(*labelled())
+    state = saved.state_dict()
+    del state["_extra_state"]["settings"]
+    metric = conditional(num_classes=3)
+    metric.load_state_dict(state)
+    assert float(metric.compute()) == float(saved.compute())

@@ -457,7 +457,13 @@ class GeneratedSamples(EmbeddingCallback):
     @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         for name, metric in self.metrics.items():
-            metric.load_state_dict(state_dict["metrics"][name])
+            try:
+                metric.load_state_dict(state_dict["metrics"][name])
+            except (RuntimeError, ValueError) as error:  # the metric names the checkpoint's value and its own
+                raise type(error)(
+                    f"GeneratedSamples: the checkpoint's state of metric {name!r} does not fit the metric this "
+                    f"callback was built with: {error}"
+                ) from error
         self.history = {int(epoch): dict(values) for epoch, values in state_dict["history"].items()}
         self.last_values = dict(state_dict["last_values"])
 

@@ -12,6 +12,7 @@ from typing import Any, Union
 
 import torch
 
+from lightning_spectral._checks import check_memory
 from lightning_spectral.cli import images
 from lightning_spectral.cli.pictures import as_lists
 from lightning_spectral.cli.reader import EmbeddingFile, shard_rows
@@ -212,6 +213,15 @@ def _conditional(args: argparse.Namespace, data: Any, orders: list, device: Any)
             f"`--prompts` ({prompts.where}) has {prompts.n} rows and FILE ({data.where}) {data.n}: row i of both "
             "must be the same sample (one prompt per generated sample)."
         )
+    positive_ints(args, "batch_size", "n_frequencies")
+    # The prompts' width sets the frequencies' draw ((d + d_t) x r, float64) and every chunk read (batch x d_t):
+    # both are bounded from the file's header, before any row is read.
+    needed = 8 * (data.d + prompts.d) * args.n_frequencies + 4 * min(args.batch_size, prompts.n) * prompts.d
+    check_memory(
+        "evaluate", "--prompts", f"{prompts.where} with {prompts.d:,} columns", needed,
+        f"the {data.d + prompts.d:,} x {args.n_frequencies} frequencies and a chunk of {args.batch_size} prompt rows",
+        "project the prompts to fewer columns first, or lower `--n-frequencies` and `--batch-size`",
+    )
     metric = ConditionalVendi(
         args.sigma, args.prompt_sigma, args.n_frequencies, alpha=orders, seed=args.seed, in_features=(data.d, prompts.d)
     )

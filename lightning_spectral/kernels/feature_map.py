@@ -34,6 +34,9 @@ class FeatureMap(nn.Module):
     """
 
     in_features: Optional[int]
+    #: Every feature vector's squared norm ``|phi(x)|^2`` when it is the same for all inputs (1 for random Fourier
+    #: features ``[cos, sin] / sqrt(r)``: a second-moment sum's trace is then the count), else ``None``.
+    squared_norm: Optional[float] = None
 
     @property
     def out_features(self) -> Optional[int]:

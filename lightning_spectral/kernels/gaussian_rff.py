@@ -57,6 +57,8 @@ class GaussianRFF(FeatureMap):
         True
     """
 
+    squared_norm: Optional[float] = 1.0  # unit-norm rows
+
     omega: Tensor
 
     def __init__(

@@ -32,6 +32,7 @@ class JointGaussianRFF(FeatureMap):
     """
 
     z: Tensor
+    squared_norm: Optional[float] = 1.0  # unit-norm rows, on every side
 
     def __init__(
         self,
@@ -113,6 +114,8 @@ class JointGaussianRFF(FeatureMap):
 
 class _Side(FeatureMap):
     """One side of a `JointGaussianRFF` as a map of its own (what an accumulator holds)."""
+
+    squared_norm: Optional[float] = 1.0  # unit-norm rows
 
     def __init__(self, parent: JointGaussianRFF, name: str) -> None:
         super().__init__()

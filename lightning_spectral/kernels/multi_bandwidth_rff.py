@@ -43,6 +43,8 @@ class MultiBandwidthRFF(FeatureMap):
         True
     """
 
+    squared_norm: Optional[float] = 1.0  # unit-norm rows (each bandwidth's block)
+
     standard: Tensor
 
     def __init__(

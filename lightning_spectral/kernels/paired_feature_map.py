@@ -92,6 +92,12 @@ class PairedFeatureMap(FeatureMap):
             return None
         return self.map_a.out_features + self.map_b.out_features
 
+    @property
+    def squared_norm(self) -> Optional[float]:  # type: ignore[override]
+        """``|phi_a|^2 + |phi_b|^2`` when both are constant (2 for two Gaussian maps), else ``None``."""
+        a, b = self.map_a.squared_norm, self.map_b.squared_norm
+        return None if a is None or b is None else a + b
+
     def forward(self, x_a: Tensor, x_b: Optional[Tensor] = None) -> Tensor:
         """Map a pair of batches (N, d_a), (N, d_b) of the same N samples, or their concatenation (N, d_a + d_b),
         to (N, D_a + D_b)."""

@@ -20,6 +20,7 @@ whenever the sums are read.
 
 from __future__ import annotations
 
+import math
 from typing import Optional
 
 import torch
@@ -396,6 +397,60 @@ class Accumulator(StreamSums):
                 weighted[:, rows, cols] = upper
                 weighted[:, cols, rows] = upper
         return flat
+
+    #: Whether the lanes split the rows between them (one lane per label) rather than each seeing every row (one
+    #: lane per bandwidth): the trace identity then holds for the lanes' total.
+    lanes_split_rows = False
+
+    def violation(self, flat: Tensor, shift: Optional[Tensor] = None) -> str:
+        """What in a flat state (e.g. a checkpoint's) breaks the identities sums of this accumulator obey, ``""``
+        when nothing does.
+
+        Every entry finite; ``n`` a non-negative integer; with ``Q``: ``Q_ii >= 0``, ``Q_ij^2 <= Q_ii Q_jj`` and
+        ``|s|^2 <= n tr Q`` (Cauchy-Schwarz: ``Q`` is a sum of outer products); for a map whose features have a
+        constant squared norm ``c`` (random Fourier features: 1), ``tr Q = n c`` per lane (around a shift ``c0``:
+        ``n c - 2 c0 . s - n |c0|^2``), ``|s| <= n sqrt(c)`` without ``Q``; all within float32 round-off.
+        """
+        if not bool(torch.isfinite(flat).all()):
+            return f"hold {int((~torch.isfinite(flat)).sum())} NaN or infinite entries"
+        n = float(flat[0])
+        if n < 0 or n != round(n):
+            return f"count {n:g} samples (a count is a non-negative integer)"
+        if self.width is None or flat.numel() == 1:
+            return "" if n == 0 or flat.numel() > 1 else f"count {n:g} samples but hold no sums"
+        _, sums, outer = self._parts(flat)
+        sums = sums.reshape(-1, self.width)
+        norm = self.feature_map.squared_norm if shift is None or outer is not None else None
+        tol = 1e-4
+        if outer is None:
+            if norm is not None and float(sums.norm(dim=-1).max()) > n * math.sqrt(norm) * (1 + tol) + tol:
+                return f"sum to more than the {n:g} samples' unit features can (|s| > n)"
+            return ""
+        outer = outer.reshape(-1, self.width, self.width)
+        diagonal = outer.diagonal(dim1=-2, dim2=-1)
+        traces = diagonal.sum(-1)
+        if bool((diagonal < -tol).any()):
+            return "have negative diagonal entries in their outer-product sum (a sum of squares)"
+        root = diagonal.clamp_min(0).sqrt()
+        for start in range(0, self.width, 1024):  # |Q_ij| <= sqrt(Q_ii Q_jj), a row block at a time
+            bound = root[:, start : start + 1024, None] * root[:, None, :]
+            if bool((outer[:, start : start + 1024].abs() > bound * (1 + tol) + tol).any()):
+                return "have an outer-product sum that is no sum of outer products (|Q_ij| > sqrt(Q_ii Q_jj))"
+        if bool(((sums * sums).sum(-1) > n * traces * (1 + tol) + tol).any()):
+            return "have a feature sum larger than their outer-product sum allows (|s|^2 > n tr Q)"
+        if norm is not None:
+            expected = torch.full_like(traces, n * norm)
+            if shift is not None:
+                c0 = shift.reshape(-1, self.width).to(traces)
+                expected = expected - 2 * (c0 * sums).sum(-1) - n * (c0 * c0).sum(-1)
+            if self.lanes_split_rows:
+                traces, expected = traces.sum().reshape(1), expected[:1]
+            if bool(((traces - expected).abs() > tol * max(n * norm, 1.0)).any()):
+                return (
+                    f"have an outer-product trace {float(traces[0]):.6g} where {n:g} samples of features of squared "
+                    f"norm {norm:g} give {float(expected[0]):.6g}"
+                )
+        return ""
 
     def rebase(self, shift: Tensor) -> None:
         """Re-express the sums around another shift ``c'`` (exact algebra; ranks agree on ``c'`` before summing).

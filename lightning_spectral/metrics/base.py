@@ -113,6 +113,7 @@ class SpectralMetric(Metric):
         self.feature_map = feature_map
         self.accumulators: dict[str, Accumulator] = {}
         self.reference_names: tuple[str, ...] = ()
+        self.same_samples: dict[str, str] = {}  # accumulator -> the one that counts its samples
         self.reset_real_features = True
         self.feature = None if feature is None else FrozenFeature(feature, normalize=normalize, save=save_feature)
         self._sync_depth = 0  # > 0 inside `synced()`
@@ -127,18 +128,32 @@ class SpectralMetric(Metric):
         centre: bool = False,
         reference: bool = False,
         multipliers: Optional[Multipliers] = None,
+        *,
+        feature_map: Optional[FeatureMap] = None,
+        accumulator_class: type[Accumulator] = Accumulator,
+        same_samples_as: Optional[str] = None,
     ) -> Accumulator:
-        """Declare an [`Accumulator`][lightning_spectral.metrics.Accumulator] of this metric's feature map.
+        """Declare an [`Accumulator`][lightning_spectral.metrics.Accumulator] (of this metric's feature map unless
+        ``feature_map`` names another, e.g. one side of a joint map).
 
         ``reference=True`` marks a stream of the reference ("real") data: kept by ``reset()`` when
         ``reset_real_features=False`` and cleared by
         [`reset_reference`][lightning_spectral.metrics.SpectralMetric.reset_reference]. ``multipliers`` keeps the
         stream's sampling-noise draws ([`sampling_noise`][lightning_spectral.functional.sampling_noise]).
+        ``same_samples_as`` names an accumulator declared before that sees exactly these samples (another view of
+        them): [`sample_count`][lightning_spectral.metrics.SpectralMetric.sample_count] counts them once, and a
+        checkpoint must give both the same count. ``accumulator_class`` is an ``Accumulator`` subclass taking the
+        same arguments.
         """
-        accumulator = Accumulator(self, name, self.feature_map, covariance, centre, self.chunk_size, multipliers)
+        if same_samples_as is not None and same_samples_as not in self.accumulators:
+            raise ValueError(f"{type(self).__name__}: `same_samples_as` names no accumulator ({same_samples_as!r}).")
+        feature_map = self.feature_map if feature_map is None else feature_map
+        accumulator = accumulator_class(self, name, feature_map, covariance, centre, self.chunk_size, multipliers)
         self.accumulators[name] = accumulator
         if reference:
             self.reference_names = (*self.reference_names, name)
+        if same_samples_as is not None:
+            self.same_samples[name] = same_samples_as
         return accumulator
 
     def accumulator(self, name: str) -> Accumulator:
@@ -154,7 +169,7 @@ class SpectralMetric(Metric):
         """Fix the input width (a pair of widths for paired metrics) and size the accumulators that waited for it."""
         self.feature_map.build(in_features)
         for accumulator in self.accumulators.values():
-            accumulator.allocate(self.feature_map.out_features)  # type: ignore[arg-type]
+            accumulator.allocate(accumulator.feature_map.out_features)  # type: ignore[arg-type]
 
     # ---- input ---------------------------------------------------------------------------------------------------
     def embeddings(self, x: Tensor, name: str = "features") -> Tensor:
@@ -270,13 +285,16 @@ class SpectralMetric(Metric):
         return self.inputs == "two"
 
     def sample_count(self, real: bool = False) -> int:
-        """Samples accumulated on the measured side (``real=False``) or the reference side, all ranks.
+        """Samples accumulated on the measured side (``real=False``) or the reference side, all ranks: the counts of
+        its accumulators, each sample once (an accumulator declared ``same_samples_as`` another is not added).
 
         Inside [`synced`][lightning_spectral.metrics.SpectralMetric.synced] the counts are global already; outside it
         the counts alone are all-reduced (a
         collective under DDP: every rank must call it, and all get the same answer).
         """
-        names = [n for n in self.accumulators if (n in self.reference_names) == real]
+        names = [
+            n for n in self.accumulators if (n in self.reference_names) == real and n not in self.same_samples
+        ]
         local = sum((self.accumulators[n].count for n in names), torch.zeros((), dtype=torch.float64))
         if distributed_available() and not self._sync_depth:
             local = all_reduce_sum(local.to(collective_device(self.process_group)), self.process_group)[0]
@@ -334,6 +352,11 @@ class SpectralMetric(Metric):
         accumulator writes its count only, a covariance its upper triangle.
         """
         self._persistent_sums = bool(mode)
+
+    def checkpoint_settings(self) -> dict[str, Any]:
+        """Settings a checkpoint's sums depend on beyond the frequencies' fingerprint (written with the sums and
+        compared on load; none by default)."""
+        return {}
 
     def get_extra_state(self) -> Any:
         return checkpoint.extra_state(self, sums=self._persistent_sums)

@@ -12,6 +12,7 @@ from torch import Tensor
 from lightning_spectral._checks import (
     check_bool,
     check_features,
+    check_memory,
     check_positive,
     check_positive_int,
     check_state_memory,
@@ -30,7 +31,6 @@ from lightning_spectral.kernels.feature_map import FeatureMap
 from lightning_spectral.kernels.joint_gaussian_rff import JointGaussianRFF
 from lightning_spectral.metrics.accumulator import Accumulator
 from lightning_spectral.metrics.base import ModeGallery, SpectralMetric
-from lightning_spectral.sync.collectives import all_reduce_sum, collective_device, distributed_available
 
 
 class ConditionalVendi(SpectralMetric):
@@ -128,9 +128,16 @@ class ConditionalVendi(SpectralMetric):
     ) -> None:
         orders, single = check_orders(alpha)
         eigen_dtype(precision, 0)
+        if in_features is not None and (not isinstance(in_features, (tuple, list)) or len(in_features) != 2):
+            raise ValueError(
+                f"ConditionalVendi: `in_features` must be a pair (d_samples, d_prompts), got {in_features!r}; or "
+                "leave it None (the first batch fixes the widths)."
+            )
         rff = JointGaussianRFF(sigma, prompt_sigma, n_frequencies, seed)
         check_state_memory(type(self).__name__, rff.n_frequencies, matrices=3 if unconditional else 2, vectors=3)
         self.num_classes = None if num_classes is None else check_positive_int(num_classes, "num_classes")
+        if in_features is not None:
+            _check_draw_memory(in_features, rff.n_frequencies, "in_features")
         if per_prompt_frequencies is None:
             per_prompt_frequencies = min(128, rff.n_frequencies)
         per_prompt_frequencies = check_positive_int(per_prompt_frequencies, "per_prompt_frequencies")
@@ -140,9 +147,15 @@ class ConditionalVendi(SpectralMetric):
                 f"({rff.n_frequencies}): the per-label maps use the first r_p of the same frequencies."
             )
         if self.num_classes is not None:
-            check_state_memory(type(self).__name__, per_prompt_frequencies, matrices=self.num_classes)
+            width = 2 * per_prompt_frequencies
+            check_memory(
+                type(self).__name__, "num_classes", self.num_classes, 8 * self.num_classes * width * (width + 1),
+                f"{self.num_classes} per-label float64 sums of {width} x {width}",
+                "use fewer labels, or a smaller `per_prompt_frequencies`",
+            )
         if prompt_names is not None and (
-            self.num_classes is None or isinstance(prompt_names, str) or len(prompt_names) != self.num_classes
+            self.num_classes is None or isinstance(prompt_names, str) or not hasattr(prompt_names, "__len__")
+            or not hasattr(prompt_names, "__iter__") or len(prompt_names) != self.num_classes
         ):
             raise ValueError(
                 "ConditionalVendi: `prompt_names` must be a sequence of `num_classes` names (one per label), and "
@@ -161,34 +174,40 @@ class ConditionalVendi(SpectralMetric):
                 "ConditionalVendi: `label_prompts=True` reads the prompts' covariance from the per-label counts; "
                 "give `num_classes=` (the number of labels)."
             )
-        for name in ("joint", "samples", "prompts"):
-            if (name == "samples" and not self.unconditional) or (name == "prompts" and self.label_prompts):
-                continue
-            self.accumulators[name] = Accumulator(self, name, rff.side(name), chunk_size=self.chunk_size)
+        # Every accumulator sees the same (sample, prompt) rows, through its own side of the joint map: "joint"
+        # counts them (`sample_count`), the others are views of the same samples.
+        self.add_accumulator("joint", feature_map=rff.side("joint"))
+        if self.unconditional:
+            self.add_accumulator("samples", feature_map=rff.side("samples"), same_samples_as="joint")
+        if not self.label_prompts:
+            self.add_accumulator("prompts", feature_map=rff.side("prompts"), same_samples_as="joint")
         self.prompt_agnostic = check_bool(prompt_agnostic, "prompt_agnostic")
         self.ridge = check_positive(ridge, "ridge")
         if self.prompt_agnostic:
             check_state_memory(type(self).__name__, 2 * rff.n_frequencies, matrices=1, vectors=1)
-            self.accumulators["paired"] = Accumulator(self, "paired", _PairedSides(rff), chunk_size=self.chunk_size)
+            self.add_accumulator("paired", feature_map=_PairedSides(rff), same_samples_as="joint")
         if self.num_classes is not None:
             per_label = _PerLabelMap(rff, per_prompt_frequencies, self.num_classes)
-            self.accumulators["per_prompt"] = _PerLabelAccumulator(self, "per_prompt", per_label, self.chunk_size)
+            self.add_accumulator(
+                "per_prompt", feature_map=per_label, accumulator_class=_PerLabelAccumulator, same_samples_as="joint"
+            )
         if in_features is not None:
             self.build(tuple(in_features))
 
-    def build(self, in_features: Any) -> None:
-        """Fix the widths ``(d_samples, d_prompts)``."""
-        self.feature_map.build(in_features)
+    def build(self, in_features: Any, argument: str = "in_features") -> None:
+        """Fix the widths ``(d_samples, d_prompts)`` and size the sums.
 
-    def sample_count(self, real: bool = False) -> int:
-        """Samples accumulated (all ranks; a collective under DDP outside
-        [`synced`][lightning_spectral.metrics.SpectralMetric.synced]); no reference side: 0."""
-        if real:
-            return 0
-        local = self.accumulators["joint"].count.reshape(())
-        if distributed_available() and not self._sync_depth:
-            local = all_reduce_sum(local.to(collective_device(self.process_group)), self.process_group)[0]
-        return int(local)
+        Raises:
+            ValueError: the frequencies' draw ((d_samples + d_prompts) x r float64) would not fit in memory, naming
+                ``argument`` (what set the widths).
+        """
+        if self.in_features is None and isinstance(in_features, (tuple, list)) and len(in_features) == 2:
+            _check_draw_memory(in_features, self.n_frequencies, argument)
+        super().build(in_features)
+
+    def checkpoint_settings(self) -> dict[str, Any]:
+        """The settings the sums depend on beyond the frequencies: the labels and the per-label width."""
+        return {"num_classes": self.num_classes, "per_prompt_frequencies": self.per_prompt_frequencies}
 
     # ---- input ---------------------------------------------------------------------------------------------------
     def _prompts(self, prompts: Tensor, n: int) -> tuple[Tensor, Optional[Tensor]]:
@@ -259,7 +278,7 @@ class ConditionalVendi(SpectralMetric):
             )
         widths = (samples.shape[1], prompts.shape[1])
         if self.in_features is None:
-            self.build(widths)
+            self.build(widths, "prompts" if from_prompts is None else "num_classes")
         elif widths != tuple(self.in_features):
             raise ValueError(
                 f"ConditionalVendi.update: widths (samples, prompts) {widths} differ from the earlier batches' "
@@ -406,9 +425,11 @@ class ConditionalVendi(SpectralMetric):
         check_candidates_memory(type(self).__name__, check_positive_int(k, "k"), per_mode)
         vectors = self.prompt_agnostic_modes(k).eigenvectors
         rff = self.feature_map
+        d_x, d_t = rff.in_features  # type: ignore[misc]
 
         def score(x: Tensor) -> Tensor:
-            rows = torch.cat([x, x.new_zeros(x.shape[0], rff.in_features[1])], 1)  # type: ignore[index]
+            x = check_features(x, "batches", width=d_x, owner="ConditionalVendi.prompt_agnostic_top_samples")
+            rows = torch.cat([x, x.new_zeros(x.shape[0], d_t)], 1)
             return rff(rows, "samples").double() @ vectors.to(x.device)
 
         return top_samples(batches, score, vectors.shape[1], per_mode, self.process_group)
@@ -464,8 +485,8 @@ class ConditionalVendi(SpectralMetric):
             return {}
         worst = self.least_diverse(k)
         wanted = {label: [] for label, _, _ in worst}  # type: dict[int, list[Tensor]]
-        for (_, labels), ids in batches:
-            labels, ids = torch.as_tensor(labels).cpu(), torch.as_tensor(ids).cpu()
+        for batch in batches:
+            labels, ids = _labelled_ids(batch)
             for label, found in wanted.items():
                 have = sum(len(part) for part in found)
                 if have < per_mode:
@@ -479,8 +500,45 @@ class ConditionalVendi(SpectralMetric):
         return {"least_diverse_prompts": ModeGallery(samples, names)}
 
 
+def _check_draw_memory(widths: Any, n_frequencies: int, argument: str) -> None:
+    """Refuse, before drawing, frequencies ``(d_samples + d_prompts) x r`` (float64) that cannot fit in memory.
+
+    Raises:
+        ValueError: naming ``argument`` (what set the widths), the widths and the bytes.
+    """
+    rows = sum(int(width) for width in widths if isinstance(width, int) and not isinstance(width, bool))
+    check_memory(
+        "ConditionalVendi", argument, tuple(widths), 8 * rows * n_frequencies,
+        f"1 float64 frequency matrix of {rows} x {n_frequencies} for widths (samples, prompts) {tuple(widths)}",
+        "use narrower prompt embeddings (e.g. project them) or fewer labels, or a smaller `n_frequencies`",
+    )
+
+
+def _labelled_ids(batch: Any) -> tuple[Tensor, Tensor]:
+    """The labels and ids of a gallery batch ``((features, labels (N,)), ids (N,))``, on the CPU.
+
+    Raises:
+        TypeError / ValueError: naming ``batches`` and the form they must have.
+    """
+    form = "`batches` must yield ((features, labels (N,)), ids (N,)) for the least diverse prompts' gallery"
+    if not (isinstance(batch, (tuple, list)) and len(batch) == 2 and isinstance(batch[0], (tuple, list))
+            and len(batch[0]) == 2):
+        raise TypeError(f"ConditionalVendi.galleries: {form}, got a batch of {type(batch).__name__}.")
+    (_, labels), ids = batch
+    labels, ids = torch.as_tensor(labels).cpu(), torch.as_tensor(ids).cpu()
+    integers = not (labels.is_floating_point() or labels.is_complex() or labels.dtype == torch.bool)
+    if not integers or labels.ndim != 1 or ids.ndim != 1 or ids.shape != labels.shape or ids.is_floating_point():
+        raise ValueError(
+            f"ConditionalVendi.galleries: {form}; got labels of dtype {labels.dtype} and shape "
+            f"{tuple(labels.shape)}, ids of dtype {ids.dtype} and shape {tuple(ids.shape)}."
+        )
+    return labels, ids
+
+
 class _PerLabelMap(FeatureMap):
     """The samples' features ``[cos, sin](x Z_x[:, :r_p] / sigma) / sqrt(r_p)`` with one lane per label."""
+
+    squared_norm: Optional[float] = 1.0
 
     def __init__(self, parent: JointGaussianRFF, n_frequencies: int, labels: int) -> None:
         super().__init__()
@@ -503,8 +561,7 @@ class _PerLabelAccumulator(Accumulator):
     """Per-label sums in the lanes of one flat state: rows ``[label, x]`` go to their label's lane only. A lane's
     count is the trace of its ``Q`` (unit-norm features); the state's count is the total."""
 
-    def __init__(self, metric: Any, name: str, feature_map: _PerLabelMap, chunk_size: int) -> None:
-        super().__init__(metric, name, feature_map, covariance=True, centre=False, chunk_size=chunk_size)
+    lanes_split_rows = True
 
     def flush(self) -> None:
         if not self._pending:
@@ -529,6 +586,8 @@ class _PerLabelAccumulator(Accumulator):
 
 class _PairedSides(FeatureMap):
     """``[phi_x(x), phi_t(t)]`` (N, 4r) of rows ``[x, t]``: the paired covariance behind the Schur complement."""
+
+    squared_norm: Optional[float] = 2.0  # two unit-norm halves
 
     def __init__(self, parent: JointGaussianRFF) -> None:
         super().__init__()
