@@ -21,9 +21,9 @@ def frequencies_for(n_samples: int, cap: int = MAX_FREQUENCIES, minimum: int = M
     more features add no eigenvalues to it, only cost ($n (2r)^2$ to accumulate, $(2r)^3$ per eigendecomposition);
     the scores then move by the random-feature error of the draw (on 1,000 + 1,000 digit images, Vendi-1 and RKE
     at $2r$ = 1,000 lie within 3 % of those at 4,096, one seed-to-seed standard deviation, with the same
-    significant FINC modes: Benchmarks page, "A width that fits the data"). The width must be fixed before the first update
-    (every rank sums the same $(2r)^2$ entries), so it is decided from a size known up front (the command line
-    counts the rows of its files); a metric on a stream keeps the ``n_frequencies`` it is given.
+    significant FINC modes: Benchmarks page, "A width that fits the data"). The width must be fixed before the
+    first update (every rank sums the same $(2r)^2$ entries), so it is decided from a size known up front (the
+    command line counts the rows of its files); a metric on a stream keeps the ``n_frequencies`` it is given.
 
     Args:
         n_samples: the rows of the largest covariance (all ranks together; FINC and FastMMD: the larger side).

@@ -259,7 +259,7 @@ def plot_labelled_value(
     figure, (axis,) = panels(1, ax, width=4.0, height=3.2)
     labels, heights = list(values.keys()), [float(v) for v in values.values()]
     bars = axis.bar(range(len(heights)), heights, color="tab:blue", width=0.6)
-    for bar, height in zip(bars, heights):  # the number, on the bar (bar_label adds an annotation per bar)
+    for bar, height in zip(bars, heights, strict=True):  # the number, on the bar (bar_label adds an annotation per bar)
         axis.annotate(
             f"{height:.4g}", (bar.get_x() + bar.get_width() / 2, height), ha="center",
             va="bottom" if height >= 0 else "top", fontsize=10, xytext=(0, 2 if height >= 0 else -2),
@@ -268,7 +268,8 @@ def plot_labelled_value(
     axis.axhline(0.0, color="black", linewidth=0.5)
     axis.set_xticks(range(len(heights)), [label or name for label in labels])
     axis.set_ylabel(name)
-    shown = ", ".join(f"{label} {height:.4g}" if label else f"{height:.4g}" for label, height in zip(labels, heights))
+    pairs = zip(labels, heights, strict=True)
+    shown = ", ".join(f"{label} {height:.4g}" if label else f"{height:.4g}" for label, height in pairs)
     axis.set_title(f"{name} = {shown}")
     axis.margins(y=0.15)
     if lower is not None or upper is not None:
