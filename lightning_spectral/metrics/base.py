@@ -34,7 +34,8 @@ Shared constructor arguments (documented here once; every metric takes them as k
 - ``feature``: a frozen ``nn.Module`` mapping a batch of images to (N, d) embeddings: ``update`` then takes images
   (see [`FrozenFeature`][lightning_spectral.metrics.FrozenFeature]).
 - ``normalize``: with ``feature``: images are floats in [0, 1] (``True``) or ``uint8`` in [0, 255] (``False``,
-  torchmetrics' FID convention).
+  torchmetrics' FID convention); ``None``, the default of every metric and callback, reads it from the dtype
+  (``uint8``: [0, 255], floats: [0, 1], both checked).
 - ``save_feature``: with ``feature``: also write its weights into the metric's ``state_dict``.
 - ``in_features``: the input width, if known (else the first batch fixes it).
 - ``kwargs``: ``torchmetrics.Metric`` keyword arguments.
@@ -102,7 +103,7 @@ class SpectralMetric(Metric):
         *,
         chunk_size: int = DEFAULT_CHUNK_SIZE,
         feature: Optional[nn.Module] = None,
-        normalize: bool = False,
+        normalize: Optional[bool] = None,
         save_feature: bool = False,
         **kwargs: Any,
     ) -> None:

@@ -61,8 +61,8 @@ class FKEAVendi(RFFCovariance):
         chunk_size: rows mapped and summed at once (rows wait in a buffer until this many are pending).
         feature: a frozen ``nn.Module`` mapping a batch of images to (N, d) embeddings: ``update`` then takes
             images ([`FrozenFeature`][lightning_spectral.metrics.FrozenFeature]); ``None``: embeddings.
-        normalize: with ``feature``: images are floats in [0, 1] (``True``) or ``uint8`` in [0, 255] (``False``, the
-            default: torchmetrics' FID convention).
+        normalize: with ``feature``: images are floats in [0, 1] (``True``) or ``uint8`` in [0, 255] (``False``,
+            torchmetrics' FID convention); ``None`` (default, as the callbacks): read from the dtype.
         save_feature: with ``feature``: also write its weights into the metric's ``state_dict``.
         kwargs: ``in_features`` (the input width d, if known) and ``torchmetrics.Metric`` keyword arguments.
 
@@ -97,7 +97,7 @@ class FKEAVendi(RFFCovariance):
         truncation: Optional[int] = None,
         chunk_size: int = DEFAULT_CHUNK_SIZE,
         feature: Optional[nn.Module] = None,
-        normalize: bool = False,
+        normalize: Optional[bool] = None,
         save_feature: bool = False,
         **kwargs: Any,
     ) -> None:

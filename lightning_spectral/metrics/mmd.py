@@ -69,8 +69,8 @@ class FastMMD(SpectralMetric):
         chunk_size: rows mapped and summed at once (rows wait in a buffer until this many are pending).
         feature: a frozen ``nn.Module`` mapping a batch of images to (N, d) embeddings: ``update`` then takes
             images ([`FrozenFeature`][lightning_spectral.metrics.FrozenFeature]); ``None``: embeddings.
-        normalize: with ``feature``: images are floats in [0, 1] (``True``) or ``uint8`` in [0, 255] (``False``, the
-            default: torchmetrics' FID convention).
+        normalize: with ``feature``: images are floats in [0, 1] (``True``) or ``uint8`` in [0, 255] (``False``,
+            torchmetrics' FID convention); ``None`` (default, as the callbacks): read from the dtype.
         save_feature: with ``feature``: also write its weights into the metric's ``state_dict``.
         kwargs: ``torchmetrics.Metric`` keyword arguments (``process_group``, ``dist_sync_fn``, ...).
 
@@ -100,7 +100,7 @@ class FastMMD(SpectralMetric):
         in_features: Optional[int] = None,
         chunk_size: int = DEFAULT_CHUNK_SIZE,
         feature: Optional[nn.Module] = None,
-        normalize: bool = False,
+        normalize: Optional[bool] = None,
         save_feature: bool = False,
         **kwargs: Any,
     ) -> None:
