@@ -259,16 +259,19 @@ class FINCNovelty(SpectralMetric):
         A collective under DDP.
         """
         with self.synced():
-            spectrum = self._spectrum(missing)
-            gen, ref = self._side(real=False), self._side(real=True)
-            x, y = (ref, gen) if missing else (gen, ref)
-            vectors = spectrum.eigenvectors[:, spectrum.significant]  # type: ignore[index]
-            top = spectrum.eigenvectors[:, :1]  # type: ignore[index]
-            score, first = [], []
-            for a in range(x.draws):
-                draw = x.draw(a) - self.rho * y.draw(a)
-                score.append((vectors * (draw @ vectors)).sum())
-                first.append((top * (draw @ top)).sum())
+            return self.cached(("missing" if missing else "novel") + "_se", lambda: self._standard_errors(missing))
+
+    def _standard_errors(self, missing: bool) -> tuple[Tensor, Tensor]:
+        spectrum = self._spectrum(missing)
+        gen, ref = self._side(real=False), self._side(real=True)
+        x, y = (ref, gen) if missing else (gen, ref)
+        vectors = spectrum.eigenvectors[:, spectrum.significant]  # type: ignore[index]
+        top = spectrum.eigenvectors[:, :1]  # type: ignore[index]
+        score, first = [], []
+        for a in range(x.draws):
+            draw = x.draw(a) - self.rho * y.draw(a)
+            score.append((vectors * (draw @ vectors)).sum())
+            first.append((top * (draw @ top)).sum())
         return standard_error(torch.stack(score)), standard_error(torch.stack(first))
 
     def summary(self) -> dict[str, Tensor]:
