@@ -18,7 +18,7 @@ TORCH_INDEX ?=
 LOWEST := torchmetrics==1.3.2 lightning==2.6.0
 API_TESTS := tests/test_torchmetrics_api.py tests/test_checkpoints.py tests/test_lightning.py tests/test_embedding_metrics.py tests/test_new_method.py
 
-.PHONY: demo test bench docs clean
+.PHONY: demo test bench gpu-check docs clean
 
 # The stamp files re-run the install only when pyproject.toml changes, so a second run is quick.
 $(VENV)/.installed: pyproject.toml
@@ -82,9 +82,18 @@ bench: $(VENV)/.installed
 	$(BENCH_PY) benchmarks/bench_truncated_vendi.py r --data digits --n 400 --features 256 512 --t 10 50 --draws 1
 	$(BENCH_PY) benchmarks/bench_generated.py --n-samples 1000 --frequencies 256
 	$(BENCH_PY) benchmarks/bench_cli_images.py --n 200 --encoders pixels
+	$(BENCH_PY) benchmarks/bench_width.py --n 200 --widths auto 256
+	$(BENCH_PY) benchmarks/bench_repeats.py --n 500 --r 128
 	$(BENCH_PY) benchmarks/bench_conditional.py agreement --frequencies 128
 	$(BENCH_PY) benchmarks/bench_conditional.py cost --frequencies 128 --repeats 1
 	$(BENCH_PY) benchmarks/bench_align_recipe.py --seeds 0 --epochs 1 --out $(BENCH_OUT)/align_recipe_evidence.json
+	$(BENCH_PY) benchmarks/gpu_check.py --plan   # the GPU-size commands of `make gpu-check`, none run
+
+# `make gpu-check`: on a machine with CUDA, the tests marked `cuda` and the benchmarks at GPU sizes (2r = 8,192,
+# n = 10^5 .. 10^6); their tables replace the marked section of docs/benchmarks.md, with the device's name. Without
+# CUDA it prints one line saying so and exits 0.
+gpu-check: $(VENV)/.installed-dev
+	$(BENCH_PY) benchmarks/gpu_check.py
 
 clean:
 	rm -rf $(VENV) build site *.egg-info .pytest_cache

@@ -138,6 +138,20 @@ def test_evaluate_one_distribution_against_itself(tmp_path, capsys):
     assert set(out["vendi"]) == {"1", "2"}  # the default orders: Vendi and RKE
 
 
+def test_evaluate_picks_a_width_that_fits_the_rows(tmp_path, capsys):
+    from lightning_spectral.kernels import frequencies_for
+
+    file, ref = write(tmp_path / "x.npy", blobs(300, seed=5)), write(tmp_path / "y.npy", blobs(250, seed=6))
+    code, out, err = cli(capsys, "evaluate", file, "--sigma", 6, "--reference", ref)  # --n-frequencies auto
+    assert code == 0, err
+    assert out["arguments"]["n_frequencies"] == "auto" and out["n_frequencies"] == 150 == frequencies_for(300)
+    code, out, err = cli(capsys, "evaluate", file, "--sigma", 6, "--n-frequencies", 96)
+    assert code == 0 and out["n_frequencies"] == 96
+    assert [frequencies_for(n) for n in (1, 200, 2000, 4096, 10**6)] == [64, 100, 1000, 2048, 2048]
+    code, _, err = cli(capsys, "evaluate", file, "--sigma", 6, "--n-frequencies", "wide")
+    assert code != 0 and "expected an integer or 'auto'" in err
+
+
 def two_views(n=400, seed=0):
     """Embedding A: 4 modes; embedding B of the same samples: modes 0 and 1 merged, B stretched x3."""
     rng = np.random.default_rng(seed)
@@ -352,8 +366,11 @@ def test_console_script_with_default_flags(tmp_path):
                          env=subprocess_env(), timeout=240)
     assert run.returncode == 0, run.stderr
     out = json.loads(run.stdout)
-    assert out["arguments"]["n_frequencies"] == 2048 and out["arguments"]["alpha"] == ["1", "2"]
-    vendi = FKEAVendi(6.0, alpha=[1, 2])  # everything else at the class defaults
+    assert out["arguments"]["n_frequencies"] == "auto" and out["arguments"]["alpha"] == ["1", "2"]
+    from lightning_spectral.kernels import frequencies_for
+
+    assert out["n_frequencies"] == frequencies_for(300)  # the width that fits 300 rows
+    vendi = FKEAVendi(6.0, n_frequencies=frequencies_for(300), alpha=[1, 2])  # everything else at the class defaults
     vendi.update(torch.from_numpy(x))
     expected = vendi.compute()
     assert close(out["vendi"]["1"], expected[1]) and close(out["vendi"]["2"], expected[2])

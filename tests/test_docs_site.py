@@ -94,3 +94,33 @@ def test_the_path_check_reports_a_stale_module() -> None:
     """``encoders.py`` became the package ``encoders/``: a page naming the old module is reported."""
     page = "| training | `callbacks/`, `encoders.py`, `io/`, `data/` | ... |"
     assert missing_paths(page) == ["encoders.py"]
+
+
+def test_make_gpu_check_says_in_one_line_that_there_is_no_cuda_and_exits_0(tmp_path) -> None:
+    """`make gpu-check` without CUDA: one line, exit 0, the page untouched; with CUDA it rewrites only its section."""
+    import os
+    import subprocess
+    import sys
+
+    page = tmp_path / "benchmarks.md"
+    page.write_text("# B\n", encoding="utf-8")
+    environment = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "gpu_check.py"), "--page", str(page)],
+        capture_output=True, text=True, env=environment, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "gpu-check: no CUDA device (torch.cuda.is_available() is False): nothing run, docs/benchmarks.md unchanged."
+    ]
+    assert page.read_text(encoding="utf-8") == "# B\n"
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        from gpu_check import END, START, rewrite_section
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    text = (ROOT / "docs" / "benchmarks.md").read_text(encoding="utf-8")
+    assert text.count(START) == text.count(END) == 1  # the section the command rewrites
+    rewritten = rewrite_section(text, "Device: X")
+    assert rewritten.split(START)[0] == text.split(START)[0] and rewritten.split(END)[1] == text.split(END)[1]
+    assert "Device: X" in rewritten

@@ -151,6 +151,7 @@ def test_the_extractor_is_frozen_hidden_and_follows_device_moves():
     assert next(extractor.parameters()).device.type == "meta" and extractor.mean.device.type == "meta"
 
 
+@pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
 def test_the_extractor_follows_the_metric_to_the_gpu():
     metric = FKEAVendi(SIGMA, 16, feature=PixelImageFeature(8), normalize=True).to("cuda")

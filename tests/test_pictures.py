@@ -114,3 +114,77 @@ def test_spec_spectrum_names_a_and_b():
     assert legend == ["clip.npy groups, dino.pt does not", "dino.pt groups, clip.npy does not"]
     heights = sorted(abs(patch.get_height()) for patch in axis.patches)
     assert heights == pytest.approx([0.05, 0.1, 0.3, 0.5])
+
+
+def outside_the_figure(figure) -> list[str]:
+    """The texts (titles, axis labels, tick labels) that a saved PNG of ``figure`` would cut off."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    canvas = FigureCanvasAgg(figure) if figure.canvas is None or not hasattr(figure.canvas, "get_renderer") else None
+    (canvas or figure.canvas).draw()
+    renderer = figure.canvas.get_renderer()
+    box = figure.bbox
+    cut = []
+    for axis in figure.axes:
+        low, high = sorted(axis.get_ylim())
+        ticks = [text for text in axis.get_yticklabels() if low <= text.get_position()[1] <= high]  # those drawn
+        texts = [axis.title, axis.xaxis.label, axis.yaxis.label, *ticks, *axis.texts]
+        for text in texts:
+            if not text.get_text() or not text.get_visible():
+                continue
+            extent = text.get_window_extent(renderer)
+            if extent.x0 < box.x0 - 1 or extent.x1 > box.x1 + 1 or extent.y0 < box.y0 - 1 or extent.y1 > box.y1 + 1:
+                cut.append(text.get_text())
+    return cut
+
+
+def test_every_plot_keeps_its_labels_inside_the_figure():
+    from lightning_spectral.metrics import FastMMD
+
+    finc = FINCNovelty(sigma=1.0, n_frequencies=16)
+    finc.update(torch.randn(80, 2, generator=g) * 1e-3, real=True)
+    finc.update(torch.randn(80, 2, generator=g) * 1e-3 + 1e-3, real=False)
+    mmd = FastMMD(sigma=[1.0, 2.0], n_frequencies=16)
+    mmd.update(torch.randn(40, 2, generator=g), real=True)
+    mmd.update(torch.randn(40, 2, generator=g) + 5.0, real=False)
+    value = finc.compute()
+    figures = {
+        "finc.plot()": finc.plot()[0],
+        "finc.plot(values)": finc.plot([value, value * 1.0001, value * 0.9999])[0],  # long tick labels
+        "finc.plot_spectrum()": finc.plot_spectrum()[0],
+        "mmd.plot()": mmd.plot()[0],
+        "mmd.plot_spectrum()": mmd.plot_spectrum()[0],
+        "history": plot_test_history([0, 1], {"MMD^2": [0.1, 0.2]}, {"p-value": [1e-161, 0.3]}),
+        "spectrum": plot_spectrum(torch.linspace(1, 0.01, 60), threshold=0.5),
+        "signed": plot_signed_spectrum(torch.tensor([0.3, -0.2]), names=("a", "b")),
+    }
+    for name, figure in figures.items():
+        assert all(axis.get_ylabel() for axis in figure.axes), name
+        assert outside_the_figure(figure) == [], name
+
+
+def test_p_values_below_1e_16_are_drawn_as_they_are():
+    figure = plot_test_history([0, 1, 2], {"MMD^2": [0.4, 0.2, 0.3]}, {"p-value": [1e-161, 0.01, 0.0]})
+    right = figure.axes[1]
+    drawn = list(right.lines[0].get_ydata())
+    assert drawn[:2] == [1e-161, 0.01]  # no floor at 1e-16
+    assert drawn[2] == pytest.approx(1e-162)  # a zero: a decade below the smallest p-value
+    assert right.get_ylim()[0] <= 1e-162  # the axis reaches down to the data
+
+
+def test_a_single_value_is_drawn_as_a_labelled_bar_with_its_number():
+    from lightning_spectral.metrics import FastMMD
+
+    vendi = FKEAVendi(sigma=1.0, n_frequencies=16, alpha=[1, 2])
+    vendi.update(torch.randn(50, 2, generator=g))
+    figure, axis = vendi.plot()
+    value = vendi.compute()
+    assert len(axis.patches) == 2  # orders 1 and 2, a bar each
+    assert [text.get_text() for text in axis.texts] == [f"{float(value[a]):.4g}" for a in (1, 2)]
+    assert axis.get_ylabel() == "FKEAVendi" and axis.get_title().startswith("FKEAVendi = ")
+    mmd = FastMMD(sigma=1.0, n_frequencies=16)
+    mmd.update(torch.randn(40, 2, generator=g), real=True)
+    mmd.update(torch.randn(40, 2, generator=g) + 9.0, real=False)
+    _, (statistic, p_value) = mmd.plot_spectrum()
+    shown = float(mmd.p_value())
+    assert [text.get_text() for text in p_value.texts] == [f"{shown:.4g}"]  # the number, however small

@@ -43,7 +43,6 @@ from torchmetrics import Metric
 from typing_extensions import override
 
 from lightning_spectral._checks import (
-    check_bool,
     check_nonnegative_int,
     check_positive_int,
     check_seed,
@@ -88,7 +87,8 @@ class GeneratedSamples(EmbeddingCallback):
         n_samples: generated samples per measured epoch.
         sample_batch_size: samples per chunk (the unit of sharding and seeding).
         seed: chunk ``c`` is drawn from ``torch.Generator().manual_seed(seed + c)``.
-        normalize: images are floats in [0, 1] (``True``) or uint8 in [0, 255] (``False``), generated and real.
+        normalize: images are floats in [0, 1] (``True``) or uint8 in [0, 255] (``False``), generated and real;
+            ``None`` (default, as the metrics): read from the dtype (``uint8``: [0, 255], floats: [0, 1]).
         image_key: where a reference batch holds its images (key, index or function).
         label_key: where a reference batch holds class labels (optional): `last_galleries` then gives the
             classes of the real images of each mode.
@@ -134,7 +134,7 @@ class GeneratedSamples(EmbeddingCallback):
         n_samples: int = 1500,
         sample_batch_size: int = 250,
         seed: int = 0,
-        normalize: bool = True,
+        normalize: Optional[bool] = None,
         image_key: BatchSelector = "image",
         label_key: BatchSelector = None,
         every_n_epochs: int = 1,
@@ -200,7 +200,7 @@ class GeneratedSamples(EmbeddingCallback):
             )
         if not isinstance(log_prefix, str):
             raise ValueError(f"GeneratedSamples: `log_prefix` must be a string (e.g. 'gen/'), got {log_prefix!r}.")
-        self.feature = FrozenFeature(feature, normalize=check_bool(normalize, "normalize"))
+        self.feature = FrozenFeature(feature, normalize=normalize)
         self.references = references
         self.sample = sample
         self.n_samples = check_positive_int(n_samples, "n_samples")

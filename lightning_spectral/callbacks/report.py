@@ -19,6 +19,7 @@ import torch
 from torch import Tensor
 
 from lightning_spectral.callbacks.galleries import GalleryImages, ModeImages
+from lightning_spectral.callbacks.synced_logging import quiet_sync_advice
 from lightning_spectral.metrics.protocol import PicturedMetric, ReportedMetric
 
 #: ``fn(values) -> (tag suffix, figure)`` or ``None``: the spectrum picture of a report.
@@ -50,8 +51,10 @@ def flatten_values(name: str, value: Any) -> dict[str, float]:
 
 
 def log_values(pl_module: L.LightningModule, values: Mapping[str, float], prefix: str = "") -> None:
-    """Log values that are already global (computed from all-reduced sums or gathered rows): no further sync."""
+    """Log values that are already global (computed from all-reduced sums or gathered rows): no further sync, and no
+    Lightning advice to sync them (`quiet_sync_advice`)."""
     for name, value in values.items():
+        quiet_sync_advice(prefix + name)
         pl_module.log(prefix + name, float(value), sync_dist=False, rank_zero_only=False)
 
 

@@ -42,7 +42,9 @@ def add_parser(subparsers: Any, common: argparse.ArgumentParser) -> None:
         "--reference", metavar="REF", help="reference embeddings (M, d) or images: enables FINC and FastMMD"
     )
     parser.add_argument(
-        "--n-frequencies", type=int, default=DEFAULTS["n_frequencies"], help="r; features 2r (default: %(default)s)"
+        "--n-frequencies", type=parse_frequencies, default="auto", help="r; features 2r, or 'auto' (default): "
+        f"ceil(rows / 2) for the rows of FILE or REF, whichever is larger, between 64 and {DEFAULTS['n_frequencies']} "
+        "(a covariance of n rows has rank <= n: a wider map adds cost, not eigenvalues)",
     )
     parser.add_argument(
         "--alpha", nargs="+", default=["1", "2"], metavar="ORDER",
@@ -101,6 +103,21 @@ def parse_sigma(text: str) -> Union[float, str]:
         raise argparse.ArgumentTypeError(f"expected a number or 'auto', got {text!r}") from None
 
 
+def parse_frequencies(text: str) -> Union[int, str]:
+    """``--n-frequencies``: an integer, or ``"auto"`` (decided from the files' rows by `frequencies_for`).
+
+    Examples:
+        >>> parse_frequencies("512"), parse_frequencies("auto")
+        (512, 'auto')
+    """
+    if text.strip().lower() == "auto":
+        return "auto"
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer or 'auto', got {text!r}") from None
+
+
 def auto_sigma(files: list[Any]) -> float:
     """The median pairwise distance of the first 1000 rows of each file (every rank reads the same rows)."""
     from lightning_spectral.kernels.bandwidth import median_bandwidth
@@ -139,6 +156,10 @@ def run(args: argparse.Namespace, session: Session) -> dict[str, Any]:
         images.check_images_for(args.images, data)  # a short --images list: refused before the computation
         if args.sigma == "auto":
             args.sigma = auto_sigma(files)
+        if args.n_frequencies == "auto":  # the same on every rank: the files' row counts
+            from lightning_spectral.kernels.width import MAX_FREQUENCIES, frequencies_for
+
+            args.n_frequencies = frequencies_for(max(table.n for table in files), cap=MAX_FREQUENCIES)
         conditional, prompts = _conditional(args, data, orders, device)
         common = dict(n_frequencies=args.n_frequencies, seed=args.seed, in_features=width)
         finc = mmd = None
@@ -244,6 +265,7 @@ def _report(
     result: dict[str, Any] = {
         "inputs": {"file": data.describe(), **({"reference": files[1].describe()} if len(files) > 1 else {})},
         "sigma": float(args.sigma),
+        "n_frequencies": int(args.n_frequencies),  # the r used ("auto": decided from the rows)
         "vendi": {label: float(scores[order]) for label, order in zip(args.alpha, orders, strict=True)},
         "modes": {"eigenvalues": spectrum[: args.top_k]},
     }

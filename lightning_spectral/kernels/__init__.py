@@ -14,12 +14,14 @@ from lightning_spectral.kernels.joint_gaussian_rff import JointGaussianRFF
 from lightning_spectral.kernels.linear_map import LinearMap
 from lightning_spectral.kernels.multi_bandwidth_rff import MultiBandwidthRFF
 from lightning_spectral.kernels.paired_feature_map import PairedFeatureMap
+from lightning_spectral.kernels.width import frequencies_for
 
 __all__ = [
     "check_batch_memory",
     "check_phases",
     "CosineMap",
     "FeatureMap",
+    "frequencies_for",
     "gaussian_kernel",
     "GaussianRFF",
     "JointGaussianRFF",

@@ -34,7 +34,8 @@ Shared constructor arguments (documented here once; every metric takes them as k
 - ``feature``: a frozen ``nn.Module`` mapping a batch of images to (N, d) embeddings: ``update`` then takes images
   (see [`FrozenFeature`][lightning_spectral.metrics.FrozenFeature]).
 - ``normalize``: with ``feature``: images are floats in [0, 1] (``True``) or ``uint8`` in [0, 255] (``False``,
-  torchmetrics' FID convention).
+  torchmetrics' FID convention); ``None``, the default of every metric and callback, reads it from the dtype
+  (``uint8``: [0, 255], floats: [0, 1], both checked).
 - ``save_feature``: with ``feature``: also write its weights into the metric's ``state_dict``.
 - ``in_features``: the input width, if known (else the first batch fixes it).
 - ``kwargs``: ``torchmetrics.Metric`` keyword arguments.
@@ -102,7 +103,7 @@ class SpectralMetric(Metric):
         *,
         chunk_size: int = DEFAULT_CHUNK_SIZE,
         feature: Optional[nn.Module] = None,
-        normalize: bool = False,
+        normalize: Optional[bool] = None,
         save_feature: bool = False,
         **kwargs: Any,
     ) -> None:
@@ -117,7 +118,7 @@ class SpectralMetric(Metric):
         self.reset_real_features = True
         self.feature = None if feature is None else FrozenFeature(feature, normalize=normalize, save=save_feature)
         self._sync_depth = 0  # > 0 inside `synced()`
-        self._spectral_cache: Optional[tuple[Any, Any]] = None  # `cached`'s (key, value)
+        self._spectral_cache: tuple[Any, dict[str, Any]] = (None, {})  # `cached`'s (key of the sums, {name: value})
         self._persistent_sums = True  # `persistent(False)` leaves the sums out of `state_dict`
 
     # ---- declaring -----------------------------------------------------------------------------------------------
@@ -242,15 +243,19 @@ class SpectralMetric(Metric):
     def cached(self, name: str, fn: Callable[[], Any]) -> Any:
         """``fn()``, reused while the sums are unchanged (eigendecompositions of 2r x 2r matrices cost seconds).
 
-        Keyed by ``name`` and the total of every accumulator's state, so an update, reset, load or sync (other
-        sums) recomputes it.
+        Every result worked out on the same sums is kept under its ``name`` (``compute()``'s spectrum, the modes'
+        eigenvectors, the missing side's spectrum, ...), so a reader after ``compute()`` (``threshold``,
+        ``summary``, the modes, the galleries) repeats nothing it already did. The key is the total of every
+        accumulator's state and its count of rows: an update, reset, load or sync (other sums) empties the cache.
         """
-        key = (name, tuple(float(accumulator.state.sum()) for accumulator in self.accumulators.values()))
-        if self._spectral_cache is not None and self._spectral_cache[0] == key:
-            return self._spectral_cache[1]
-        value = fn()
-        self._spectral_cache = (key, value)
-        return value
+        states = [accumulator.state for accumulator in self.accumulators.values()]  # flushed
+        key = tuple((float(state.sum()), float(state[0]) if state.numel() else 0.0) for state in states)
+        if self._spectral_cache[0] != key:
+            self._spectral_cache = (key, {})
+        values = self._spectral_cache[1]
+        if name not in values:
+            values[name] = fn()
+        return values[name]
 
     # ---- torchmetrics' lifecycle ---------------------------------------------------------------------------------
     def forward(self, *args: Any, **kwargs: Any) -> Any:

@@ -7,7 +7,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any, Optional
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from lightning_spectral._checks import (
     check_bool,
@@ -18,7 +18,7 @@ from lightning_spectral._checks import (
     check_state_memory,
 )
 from lightning_spectral.algebra.eigen import eigen_dtype, psd_eigenvalues, symmetric_eigh
-from lightning_spectral.algebra.gram import add_gram_
+from lightning_spectral.algebra.gram import DEFAULT_CHUNK_SIZE, add_gram_
 from lightning_spectral.functional.conditional import (
     ConditionalSpectra,
     conditional_scores,
@@ -83,8 +83,14 @@ class ConditionalVendi(SpectralMetric):
             (`prompt_agnostic_covariance`): this library's regularisation (Scendi uses the pseudo-inverse), and the
             complement depends on it; report it with any value read from the complement.
         in_features: widths ``(d_samples, d_prompts)``, if known.
-        kwargs: ``chunk_size``, ``feature`` (images -> sample embeddings; prompts are never passed through it),
-            ``normalize``, ``save_feature`` and torchmetrics' keyword arguments.
+        chunk_size: rows mapped and summed at once (rows wait in a buffer until this many are pending).
+        feature: a frozen ``nn.Module`` mapping a batch of images to (N, d) embeddings: ``update`` then takes
+            images ([`FrozenFeature`][lightning_spectral.metrics.FrozenFeature]); ``None``: embeddings. Prompts
+            never pass through it.
+        normalize: with ``feature``: images are floats in [0, 1] (``True``) or ``uint8`` in [0, 255] (``False``,
+            torchmetrics' FID convention); ``None`` (default, as the callbacks): read from the dtype.
+        save_feature: with ``feature``: also write its weights into the metric's ``state_dict``.
+        kwargs: ``torchmetrics.Metric`` keyword arguments (``process_group``, ``dist_sync_fn``, ...).
 
     Raises:
         ValueError: bad arguments; bad batches (rows that do not pair up, labels out of range, widths that change).
@@ -124,6 +130,10 @@ class ConditionalVendi(SpectralMetric):
         prompt_agnostic: bool = False,
         ridge: float = 1e-3,
         in_features: Optional[tuple[int, int]] = None,
+        chunk_size: int = DEFAULT_CHUNK_SIZE,
+        feature: Optional[nn.Module] = None,
+        normalize: Optional[bool] = None,
+        save_feature: bool = False,
         **kwargs: Any,
     ) -> None:
         orders, single = check_orders(alpha)
@@ -162,7 +172,14 @@ class ConditionalVendi(SpectralMetric):
                 f"needs `num_classes`; got {prompt_names!r} with num_classes={self.num_classes}."
             )
         self.prompt_names = None if prompt_names is None else [str(name) for name in prompt_names]
-        super().__init__(feature_map=rff, **kwargs)
+        super().__init__(
+            feature_map=rff,
+            chunk_size=chunk_size,
+            feature=feature,
+            normalize=normalize,
+            save_feature=save_feature,
+            **kwargs,
+        )
         self.sigma, self.prompt_sigma = rff.sigma, rff.prompt_sigma
         self.n_frequencies, self.seed = rff.n_frequencies, rff.seed
         self.orders, self._single_order, self.alpha, self.precision = orders, single, alpha, precision

@@ -6,9 +6,10 @@ from collections.abc import Iterable
 from typing import Any, Optional
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from lightning_spectral._checks import check_positive_int, check_state_memory
+from lightning_spectral.algebra.gram import DEFAULT_CHUNK_SIZE
 from lightning_spectral.functional.modes import Ids, Modes, check_candidates_memory, mode_scores, top_samples
 from lightning_spectral.kernels.feature_map import FeatureMap
 from lightning_spectral.kernels.gaussian_rff import GaussianRFF
@@ -27,16 +28,38 @@ class Covariance(SpectralMetric):
         feature_map: ``phi`` (a [`FeatureMap`][lightning_spectral.kernels.FeatureMap]).
         centre: accumulate around a shift near the mean, so that ``centred_covariance`` stays exact for features
             with a large offset (the values do not change).
-        in_features: see [`base`][lightning_spectral.metrics.base] (as the other shared keyword arguments).
-        kwargs: ``chunk_size``, ``feature``, ``normalize``, ``save_feature`` and torchmetrics' keyword arguments.
+        in_features: the input width d, if known (else the first batch fixes it).
+        chunk_size: rows mapped and summed at once (rows wait in a buffer until this many are pending).
+        feature: a frozen ``nn.Module`` mapping a batch of images to (N, d) embeddings: ``update`` then takes
+            images ([`FrozenFeature`][lightning_spectral.metrics.FrozenFeature]); ``None``: embeddings.
+        normalize: with ``feature``: images are floats in [0, 1] (``True``) or ``uint8`` in [0, 255] (``False``,
+            torchmetrics' FID convention); ``None`` (default, as the callbacks): read from the dtype.
+        save_feature: with ``feature``: also write its weights into the metric's ``state_dict``.
+        kwargs: ``torchmetrics.Metric`` keyword arguments (``process_group``, ``dist_sync_fn``, ...).
     """
 
     higher_is_better: Optional[bool] = None
 
     def __init__(
-        self, feature_map: FeatureMap, *, centre: bool = False, in_features: Optional[int] = None, **kwargs: Any
+        self,
+        feature_map: FeatureMap,
+        *,
+        centre: bool = False,
+        in_features: Optional[int] = None,
+        chunk_size: int = DEFAULT_CHUNK_SIZE,
+        feature: Optional[nn.Module] = None,
+        normalize: Optional[bool] = None,
+        save_feature: bool = False,
+        **kwargs: Any,
     ) -> None:
-        super().__init__(feature_map=feature_map, **kwargs)
+        super().__init__(
+            feature_map=feature_map,
+            chunk_size=chunk_size,
+            feature=feature,
+            normalize=normalize,
+            save_feature=save_feature,
+            **kwargs,
+        )
         self.samples = self.add_accumulator("samples", centre=centre)
         if in_features is not None:
             self.build(check_positive_int(in_features, "in_features"))
@@ -135,10 +158,14 @@ class RFFCovariance(Covariance):
         sigma: Gaussian bandwidth (> 0).
         n_frequencies: number of frequencies ``r`` (features ``2r``).
         seed: seed of the frequencies; every rank must use the same one.
-        kwargs: ``in_features``, ``chunk_size``, ``feature``, ``normalize``, ``save_feature`` (see
-            [`base`][lightning_spectral.metrics.base]), ``centre`` (see
-            [`Covariance`][lightning_spectral.metrics.Covariance]) and torchmetrics'
-            keyword arguments.
+        chunk_size: rows mapped and summed at once (rows wait in a buffer until this many are pending).
+        feature: a frozen ``nn.Module`` mapping a batch of images to (N, d) embeddings: ``update`` then takes
+            images ([`FrozenFeature`][lightning_spectral.metrics.FrozenFeature]); ``None``: embeddings.
+        normalize: with ``feature``: images are floats in [0, 1] (``True``) or ``uint8`` in [0, 255] (``False``,
+            torchmetrics' FID convention); ``None`` (default, as the callbacks): read from the dtype.
+        save_feature: with ``feature``: also write its weights into the metric's ``state_dict``.
+        kwargs: ``in_features``, ``centre`` (see [`Covariance`][lightning_spectral.metrics.Covariance]) and
+            ``torchmetrics.Metric`` keyword arguments.
 
     Examples:
         >>> import torch
@@ -149,8 +176,26 @@ class RFFCovariance(Covariance):
         (torch.Size([32, 32]), 1.0)
     """
 
-    def __init__(self, sigma: float, n_frequencies: int = 2048, *, seed: int = 0, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        sigma: float,
+        n_frequencies: int = 2048,
+        *,
+        seed: int = 0,
+        chunk_size: int = DEFAULT_CHUNK_SIZE,
+        feature: Optional[nn.Module] = None,
+        normalize: Optional[bool] = None,
+        save_feature: bool = False,
+        **kwargs: Any,
+    ) -> None:
         rff = GaussianRFF(None, n_frequencies, sigma, seed, persistent=False)
         check_state_memory(type(self).__name__, rff.n_frequencies, matrices=1, vectors=1)
-        super().__init__(feature_map=rff, **kwargs)
+        super().__init__(
+            feature_map=rff,
+            chunk_size=chunk_size,
+            feature=feature,
+            normalize=normalize,
+            save_feature=save_feature,
+            **kwargs,
+        )
         self.sigma, self.n_frequencies, self.seed = rff.sigma, rff.n_frequencies, rff.seed

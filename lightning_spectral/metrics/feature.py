@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 import torch
 from torch import Tensor, nn
@@ -25,7 +25,8 @@ class FrozenFeature(nn.Module):
 
     Args:
         module: images -> (N, d).
-        normalize: images are floats in [0, 1] (True) or ``uint8`` in [0, 255] (False).
+        normalize: images are floats in [0, 1] (True) or ``uint8`` in [0, 255] (False); ``None`` (the default of
+            every metric and callback): read from the dtype, ``uint8`` as [0, 255] and floats as [0, 1] (both checked).
         save: register the module as a submodule so that its weights go into ``state_dict``.
 
     Examples:
@@ -35,11 +36,11 @@ class FrozenFeature(nn.Module):
         torch.Size([4, 64])
     """
 
-    def __init__(self, module: nn.Module, normalize: bool = False, save: bool = False) -> None:
+    def __init__(self, module: nn.Module, normalize: Optional[bool] = None, save: bool = False) -> None:
         super().__init__()
         if not isinstance(module, nn.Module) and not callable(module):
             raise TypeError(f"`feature` must be an nn.Module mapping images to (N, d), got {type(module).__name__}.")
-        self.normalize = check_bool(normalize, "normalize")
+        self.normalize = None if normalize is None else check_bool(normalize, "normalize")
         self.save = check_bool(save, "save")
         if isinstance(module, nn.Module):
             module.eval().requires_grad_(False)
@@ -78,7 +79,7 @@ class FrozenFeature(nn.Module):
         check_dense(images, name)
         if images.ndim < 2:
             raise ValueError(f"`{name}` must be a batch of images (N, C, H, W), got shape {tuple(images.shape)}.")
-        if not self.normalize:
+        if self.normalize is False or (self.normalize is None and images.dtype == torch.uint8):
             if images.dtype != torch.uint8:
                 raise TypeError(
                     f"`{name}` has dtype {images.dtype}, but the metric was built with normalize=False, which expects "

@@ -7,9 +7,10 @@ from typing import Any, Optional
 
 import torch
 from lightning.pytorch.utilities import rank_zero_warn
-from torch import Tensor
+from torch import Tensor, nn
 
 from lightning_spectral._checks import check_bool, check_memory, check_positive, check_positive_int, check_side
+from lightning_spectral.algebra.gram import DEFAULT_CHUNK_SIZE
 from lightning_spectral.functional.finc import (
     DEFAULT_MIN_EIGENVALUE,
     DEFAULT_SIGNIFICANCE,
@@ -65,8 +66,14 @@ class FINCNovelty(SpectralMetric):
             ``FutureWarning``.
         reset_real_features: if False, ``reset()`` keeps the reference side (as torchmetrics' FID), so a
             reference is accumulated once per run.
-        kwargs: ``in_features``, ``chunk_size``, ``feature``, ``normalize``, ``save_feature`` (see
-            [`base`][lightning_spectral.metrics.base]) and torchmetrics' keyword arguments.
+        in_features: the input width d, if known (else the first batch fixes it).
+        chunk_size: rows mapped and summed at once (rows wait in a buffer until this many are pending).
+        feature: a frozen ``nn.Module`` mapping a batch of images to (N, d) embeddings: ``update`` then takes
+            images ([`FrozenFeature`][lightning_spectral.metrics.FrozenFeature]); ``None``: embeddings.
+        normalize: with ``feature``: images are floats in [0, 1] (``True``) or ``uint8`` in [0, 255] (``False``,
+            torchmetrics' FID convention); ``None`` (default, as the callbacks): read from the dtype.
+        save_feature: with ``feature``: also write its weights into the metric's ``state_dict``.
+        kwargs: ``torchmetrics.Metric`` keyword arguments (``process_group``, ``dist_sync_fn``, ...).
 
     Examples:
         >>> import torch
@@ -98,6 +105,10 @@ class FINCNovelty(SpectralMetric):
         groups: Optional[int] = None,
         reset_real_features: bool = True,
         in_features: Optional[int] = None,
+        chunk_size: int = DEFAULT_CHUNK_SIZE,
+        feature: Optional[nn.Module] = None,
+        normalize: Optional[bool] = None,
+        save_feature: bool = False,
         **kwargs: Any,
     ) -> None:
         rho = check_positive(rho, "rho")
@@ -107,7 +118,14 @@ class FINCNovelty(SpectralMetric):
         check_bool(reset_real_features, "reset_real_features")
         rff = GaussianRFF(None, n_frequencies, sigma, seed, persistent=False)
         self._check_memory(rff.n_frequencies, draws)
-        super().__init__(feature_map=rff, **kwargs)
+        super().__init__(
+            feature_map=rff,
+            chunk_size=chunk_size,
+            feature=feature,
+            normalize=normalize,
+            save_feature=save_feature,
+            **kwargs,
+        )
         if rho < 1:
             rank_zero_warn(
                 f"FINCNovelty: rho={rho} < 1 lets shared modes through as 'novel' and the significance rule "
@@ -241,16 +259,19 @@ class FINCNovelty(SpectralMetric):
         A collective under DDP.
         """
         with self.synced():
-            spectrum = self._spectrum(missing)
-            gen, ref = self._side(real=False), self._side(real=True)
-            x, y = (ref, gen) if missing else (gen, ref)
-            vectors = spectrum.eigenvectors[:, spectrum.significant]  # type: ignore[index]
-            top = spectrum.eigenvectors[:, :1]  # type: ignore[index]
-            score, first = [], []
-            for a in range(x.draws):
-                draw = x.draw(a) - self.rho * y.draw(a)
-                score.append((vectors * (draw @ vectors)).sum())
-                first.append((top * (draw @ top)).sum())
+            return self.cached(("missing" if missing else "novel") + "_se", lambda: self._standard_errors(missing))
+
+    def _standard_errors(self, missing: bool) -> tuple[Tensor, Tensor]:
+        spectrum = self._spectrum(missing)
+        gen, ref = self._side(real=False), self._side(real=True)
+        x, y = (ref, gen) if missing else (gen, ref)
+        vectors = spectrum.eigenvectors[:, spectrum.significant]  # type: ignore[index]
+        top = spectrum.eigenvectors[:, :1]  # type: ignore[index]
+        score, first = [], []
+        for a in range(x.draws):
+            draw = x.draw(a) - self.rho * y.draw(a)
+            score.append((vectors * (draw @ vectors)).sum())
+            first.append((top * (draw @ top)).sum())
         return standard_error(torch.stack(score)), standard_error(torch.stack(first))
 
     def summary(self) -> dict[str, Tensor]:

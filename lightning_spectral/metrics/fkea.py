@@ -5,9 +5,10 @@ from __future__ import annotations
 from typing import Any, Optional
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from lightning_spectral.algebra.eigen import eigen_dtype, psd_eigenvalues
+from lightning_spectral.algebra.gram import DEFAULT_CHUNK_SIZE
 from lightning_spectral.functional.fkea import (
     Orders,
     VendiResult,
@@ -57,8 +58,13 @@ class FKEAVendi(RFFCovariance):
         precision: the eigendecomposition's dtype, as [`psd_eigenvalues`][lightning_spectral.algebra.psd_eigenvalues]:
             ``"auto"`` (float32 from 2r = 4096, measured faster with the same scores to 0.002 %, see
             docs/benchmarks.md; float64 below), ``"float32"`` or ``"float64"``. The sums are float64 either way.
-        kwargs: ``in_features``, ``chunk_size``, ``feature``, ``normalize``, ``save_feature`` (see
-            [`base`][lightning_spectral.metrics.base]) and torchmetrics' keyword arguments.
+        chunk_size: rows mapped and summed at once (rows wait in a buffer until this many are pending).
+        feature: a frozen ``nn.Module`` mapping a batch of images to (N, d) embeddings: ``update`` then takes
+            images ([`FrozenFeature`][lightning_spectral.metrics.FrozenFeature]); ``None``: embeddings.
+        normalize: with ``feature``: images are floats in [0, 1] (``True``) or ``uint8`` in [0, 255] (``False``,
+            torchmetrics' FID convention); ``None`` (default, as the callbacks): read from the dtype.
+        save_feature: with ``feature``: also write its weights into the metric's ``state_dict``.
+        kwargs: ``in_features`` (the input width d, if known) and ``torchmetrics.Metric`` keyword arguments.
 
     Returns (``compute``):
         A scalar tensor for one order (loggable with ``self.log("val/vendi", metric)``), or a dict
@@ -89,12 +95,25 @@ class FKEAVendi(RFFCovariance):
         seed: int = 0,
         precision: str = "auto",
         truncation: Optional[int] = None,
+        chunk_size: int = DEFAULT_CHUNK_SIZE,
+        feature: Optional[nn.Module] = None,
+        normalize: Optional[bool] = None,
+        save_feature: bool = False,
         **kwargs: Any,
     ) -> None:
         orders, single = check_orders(alpha)  # before the (2r)^2 state is allocated
         truncation = check_truncation(truncation)
         eigen_dtype(precision, 0)  # an unknown precision fails here, not at the first compute
-        super().__init__(sigma, n_frequencies, seed=seed, **kwargs)
+        super().__init__(
+            sigma,
+            n_frequencies,
+            seed=seed,
+            chunk_size=chunk_size,
+            feature=feature,
+            normalize=normalize,
+            save_feature=save_feature,
+            **kwargs,
+        )
         self.orders, self._single_order, self.alpha = orders, single, alpha
         self.precision = precision
         self.truncation = truncation

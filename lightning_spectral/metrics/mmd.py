@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Optional, Union
 
-from torch import Tensor
+from torch import Tensor, nn
 
 from lightning_spectral._checks import (
     check_bandwidths,
@@ -15,6 +15,7 @@ from lightning_spectral._checks import (
     check_side,
     check_state_memory,
 )
+from lightning_spectral.algebra.gram import DEFAULT_CHUNK_SIZE
 from lightning_spectral.functional.mmd import MMDTest, mmd_from_means, streaming_p_value
 from lightning_spectral.kernels.multi_bandwidth_rff import MultiBandwidthRFF
 from lightning_spectral.metrics.base import SpectralMetric
@@ -64,8 +65,14 @@ class FastMMD(SpectralMetric):
         reset_real_features: if False, ``reset()`` keeps the reference side.
         statistic_only: keep only the feature means (no covariance, no p-value): memory O(r), and each update
             costs O(N d r) instead of O(N r^2).
-        kwargs: ``in_features``, ``chunk_size``, ``feature``, ``normalize``, ``save_feature`` (see
-            [`base`][lightning_spectral.metrics.base]) and torchmetrics' keyword arguments.
+        in_features: the input width d, if known (else the first batch fixes it).
+        chunk_size: rows mapped and summed at once (rows wait in a buffer until this many are pending).
+        feature: a frozen ``nn.Module`` mapping a batch of images to (N, d) embeddings: ``update`` then takes
+            images ([`FrozenFeature`][lightning_spectral.metrics.FrozenFeature]); ``None``: embeddings.
+        normalize: with ``feature``: images are floats in [0, 1] (``True``) or ``uint8`` in [0, 255] (``False``,
+            torchmetrics' FID convention); ``None`` (default, as the callbacks): read from the dtype.
+        save_feature: with ``feature``: also write its weights into the metric's ``state_dict``.
+        kwargs: ``torchmetrics.Metric`` keyword arguments (``process_group``, ``dist_sync_fn``, ...).
 
     Examples:
         >>> import torch
@@ -91,6 +98,10 @@ class FastMMD(SpectralMetric):
         reset_real_features: bool = True,
         statistic_only: bool = False,
         in_features: Optional[int] = None,
+        chunk_size: int = DEFAULT_CHUNK_SIZE,
+        feature: Optional[nn.Module] = None,
+        normalize: Optional[bool] = None,
+        save_feature: bool = False,
         **kwargs: Any,
     ) -> None:
         sigmas, single = check_bandwidths(sigma)
@@ -98,7 +109,14 @@ class FastMMD(SpectralMetric):
         matrices = 0 if statistic_only else 2 * len(sigmas)
         check_state_memory("FastMMD", check_positive_int(n_frequencies, "n_frequencies"), matrices, 2 * len(sigmas))
         rff = MultiBandwidthRFF(None, n_frequencies, sigmas, seed)
-        super().__init__(feature_map=rff, **kwargs)
+        super().__init__(
+            feature_map=rff,
+            chunk_size=chunk_size,
+            feature=feature,
+            normalize=normalize,
+            save_feature=save_feature,
+            **kwargs,
+        )
         self.sigmas, self.n_frequencies, self.seed = rff.sigmas, rff.n_frequencies, rff.seed
         self.sigma = sigmas[0] if single else sigmas
         self._single = single

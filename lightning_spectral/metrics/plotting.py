@@ -16,9 +16,10 @@ from lightning_spectral._checks import check_positive_int
 def plot_value(metric: Any, value: Any, ax: Any = None) -> tuple[Any, Any]:
     """torchmetrics' ``plot`` of a metric: one value or a list of values over steps (one line per value).
 
-    Scalars, per-bandwidth vectors and dicts of orders go through torchmetrics' ``plot_single_or_multi_val``; a
-    value that is a matrix (``RFFCovariance``) is drawn as its eigen-spectrum (a list of matrices: one spectrum per
-    step).
+    One value (a scalar, a per-bandwidth vector, a dict of orders) is drawn as labelled bars, its number written on
+    each (`plot_labelled_value`); a list of values over steps goes through torchmetrics'
+    ``plot_single_or_multi_val``, laid out so the y label stays inside the figure. A value that is a matrix
+    (``RFFCovariance``) is drawn as its eigen-spectrum (a list of matrices: one spectrum per step).
 
     Returns:
         ``(figure, axis)``.
@@ -47,9 +48,20 @@ def plot_value(metric: Any, value: Any, ax: Any = None) -> tuple[Any, Any]:
         else:
             figure = plot_spectrum(spectra[0], title=f"{name}: eigen-spectrum", ax=ax)
         return figure, figure.axes[0] if ax is None else ax
+    if not isinstance(value, (list, tuple)):  # one step: labelled bars, not a lone dot
+        from lightning_spectral.pictures.plots import plot_labelled_value
+
+        figure = plot_labelled_value(
+            labelled(value),
+            name=type(metric).__name__,
+            ax=ax,
+            lower=metric.plot_lower_bound,
+            upper=metric.plot_upper_bound,
+        )
+        return figure, figure.axes[0] if ax is None else ax
     from torchmetrics.utilities.plot import plot_single_or_multi_val
 
-    return plot_single_or_multi_val(
+    figure, axis = plot_single_or_multi_val(
         value,
         ax=ax,
         higher_is_better=metric.higher_is_better,
@@ -58,6 +70,29 @@ def plot_value(metric: Any, value: Any, ax: Any = None) -> tuple[Any, Any]:
         upper_bound=metric.plot_upper_bound,
         legend_name=metric.plot_legend_name,
     )
+    if ax is None:
+        figure.tight_layout()  # the y label inside the figure
+    return figure, axis
+
+
+def labelled(value: Any) -> dict[str, float]:
+    """A metric's value as ``{label: number}``: a scalar under ``""``, a vector by index, a dict by key (a dict of
+    vectors: ``"key[i]"``).
+
+    Examples:
+        >>> import torch
+        >>> labelled(torch.tensor(2.5)), labelled({1: torch.tensor(3.0), 2: torch.tensor([1.0, 2.0])})
+        ({'': 2.5}, {'1': 3.0, '2[0]': 1.0, '2[1]': 2.0})
+    """
+    items = value.items() if isinstance(value, dict) else [("", value)]
+    out: dict[str, float] = {}
+    for key, entry in items:
+        flat = torch.as_tensor(entry).detach().double().cpu().flatten().tolist()
+        if len(flat) == 1:
+            out[str(key)] = flat[0]
+        else:
+            out.update({f"{key}[{i}]": v for i, v in enumerate(flat)})
+    return out
 
 
 def plot_summary(metric: Any, ax: Any = None, top: int = 50) -> tuple[Any, Any]:

@@ -15,6 +15,7 @@ from lightning_spectral._checks import (
     check_state_memory,
     check_width_memory,
 )
+from lightning_spectral.algebra.gram import DEFAULT_CHUNK_SIZE
 from lightning_spectral.functional.modes import Ids, Modes, check_candidates_memory, orient, top_samples
 from lightning_spectral.functional.spec import check_pair, differential_eigh, nonzero
 from lightning_spectral.kernels.by_name import KERNELS
@@ -42,7 +43,8 @@ class SPECDivergence(SpectralMetric):
         seed: frequency seed, shared by both maps and by every rank.
         in_features: widths ``(d_a, d_b)``, if known (else learnt from the first batch; under DDP a rank that
             saw no sample adopts the others' widths before the sums are all-reduced).
-        kwargs: ``chunk_size`` (see [`base`][lightning_spectral.metrics.base]) and torchmetrics' keyword arguments.
+        chunk_size: rows mapped and summed at once (rows wait in a buffer until this many are pending).
+        kwargs: ``torchmetrics.Metric`` keyword arguments (``process_group``, ``dist_sync_fn``, ...).
 
     Examples:
         >>> import torch
@@ -66,6 +68,7 @@ class SPECDivergence(SpectralMetric):
         n_frequencies: int = 2000,
         seed: int = 0,
         in_features: Optional[tuple[int, int]] = None,
+        chunk_size: int = DEFAULT_CHUNK_SIZE,
         **kwargs: Any,
     ) -> None:
         if kernel not in KERNELS:
@@ -88,7 +91,7 @@ class SPECDivergence(SpectralMetric):
             raise ValueError(f"SPECDivergence: `in_features` must be a pair (d_a, d_b), got {in_features!r}.")
         seed = check_seed(seed)
         paired = PairedFeatureMap(kernel, None, sigmas, n_frequencies, seed, persistent=False)
-        super().__init__(feature_map=paired, **kwargs)
+        super().__init__(feature_map=paired, chunk_size=chunk_size, **kwargs)
         self.kernel, self.sigmas, self.n_frequencies, self.seed = kernel, sigmas, n_frequencies, seed
         self.joint = self.add_accumulator("joint")
         if in_features is not None:

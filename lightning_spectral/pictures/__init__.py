@@ -12,7 +12,9 @@ from lightning_spectral.pictures.loggers import (
     warn_no_pictures,
 )
 from lightning_spectral.pictures.plots import (
+    log_floor,
     panels,
+    plot_labelled_value,
     plot_signed_spectrum,
     plot_spectra,
     plot_spectrum,
@@ -27,9 +29,11 @@ __all__ = [
     "ImageSource",
     "log_picture",
     "loggers_of",
+    "log_floor",
     "mode_gallery",
     "panels",
     "Picture",
+    "plot_labelled_value",
     "plot_signed_spectrum",
     "plot_spectra",
     "plot_spectrum",

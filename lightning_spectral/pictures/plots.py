@@ -114,17 +114,22 @@ def plot_test_history(
     """A two-sample test over epochs: the statistic (one line per bandwidth) left, the p-value right on a log scale
     with the test level ``alpha`` dashed (below it the samples differ from the reference).
 
+    p-values are drawn as they are, however small (``1e-161`` sits at ``1e-161``); a p-value of exactly 0 (an
+    underflow) sits at the bottom of the axis, a decade below the smallest positive one (see `log_floor`).
+
     Examples:
         >>> figure = plot_test_history([0, 1, 2], {"MMD^2": [0.1, 0.05, 0.01]}, {"p-value": [0.001, 0.01, 0.3]})
         >>> [axis.get_title() for axis in figure.axes]
         ['FastMMD: MMD^2 over epochs', 'FastMMD: p-value over epochs']
     """
     figure, (left, right) = panels(2, ax, width=4.5, height=3.2)
+    bottom = log_floor([float(v) for values in p_value.values() for v in values], alpha)
     for axis, series, name in ((left, statistic, "MMD^2"), (right, p_value, "p-value")):
         for label, values in series.items():
-            points = [max(float(v), 1e-16) if axis is right else float(v) for v in values]  # log scale: no zero
+            points = [max(float(v), bottom) if axis is right else float(v) for v in values]  # log scale: no zero
             axis.plot(list(epochs), points, marker="o", markersize=4, label=label)
         axis.set_xlabel("epoch")
+        axis.set_ylabel(name)
         axis.set_title(f"{title}: {name} over epochs")
         _integer_ticks(axis)
     right.set_yscale("log")
@@ -135,6 +140,20 @@ def plot_test_history(
             axis.legend(fontsize=8)
     figure.tight_layout()
     return figure
+
+
+def log_floor(values: Sequence[float], reference: float = 1.0) -> float:
+    """Where a zero goes on a log axis: a decade below the smallest positive value among ``values`` and
+    ``reference`` (the limits follow the data; no fixed floor such as ``1e-16``).
+
+    Examples:
+        >>> log_floor([1e-161, 0.3, 0.0], reference=0.05) == 1e-161 / 10
+        True
+        >>> log_floor([0.0], reference=0.05)
+        0.005
+    """
+    positive = [v for v in (*values, reference) if v > 0.0]
+    return min(positive) / 10.0 if positive else 1e-300
 
 
 def panels(count: int, ax: Any = None, width: float = 6.0, height: float = 3.2) -> tuple["Figure", list[Any]]:
@@ -192,8 +211,8 @@ def plot_values(
     lines: Optional[Mapping[str, float]] = None,
     ax: Any = None,
 ) -> "Figure":
-    """One bar panel per named value, a bar per component (e.g. FastMMD's MMD^2 and p-value per bandwidth), with
-    optional dashed reference lines per name (e.g. ``{"p_value": 0.05}``).
+    """One bar panel per named value, a bar per component (e.g. FastMMD's MMD^2 and p-value per bandwidth), each
+    bar labelled with its number, with optional dashed reference lines per name (e.g. ``{"p_value": 0.05}``).
 
     Examples:
         >>> import torch
@@ -205,13 +224,55 @@ def plot_values(
     figure, axes = panels(len(values), ax, width=4.0)
     for axis, (name, value) in zip(axes, values.items()):
         flat = torch.as_tensor(value).detach().double().cpu().flatten()
-        axis.bar(range(len(flat)), flat.numpy(), color="tab:blue")
+        bars = axis.bar(range(len(flat)), flat.numpy(), color="tab:blue")
+        axis.bar_label(bars, labels=[f"{v:.4g}" for v in flat.tolist()], fontsize=8)  # the number, however small
+        axis.margins(y=0.15)  # room for the labels
         if lines and name in lines:
             axis.axhline(lines[name], color="tab:red", linestyle="--", label=f"{lines[name]:.3g}")
             axis.legend()
         axis.axhline(0.0, color="black", linewidth=0.5)
         axis.set_xticks(range(len(flat)))
         axis.set_xlabel("component")
+        axis.set_ylabel(name or "value")
         axis.set_title(f"{title} {name or 'value'}".strip())
+    figure.tight_layout()
+    return figure
+
+
+def plot_labelled_value(
+    values: Mapping[str, float],
+    name: str,
+    ax: Any = None,
+    lower: Optional[float] = None,
+    upper: Optional[float] = None,
+) -> "Figure":
+    """One value (or one per order / bandwidth) as labelled bars: a bar per entry of ``values``, its number written
+    on it, the metric's ``name`` on the y axis and in the title (a single value is read, not guessed from a dot's
+    height). ``lower`` / ``upper`` (a metric's plot bounds) fix the y limits when given.
+
+    Examples:
+        >>> figure = plot_labelled_value({"": 3.25}, name="FKEAVendi")
+        >>> axis = figure.axes[0]
+        >>> axis.get_ylabel(), axis.get_title(), [text.get_text() for text in axis.texts]
+        ('FKEAVendi', 'FKEAVendi = 3.25', ['3.25'])
+    """
+    figure, (axis,) = panels(1, ax, width=4.0, height=3.2)
+    labels, heights = list(values.keys()), [float(v) for v in values.values()]
+    bars = axis.bar(range(len(heights)), heights, color="tab:blue", width=0.6)
+    for bar, height in zip(bars, heights, strict=True):  # the number, on the bar (bar_label adds an annotation per bar)
+        axis.annotate(
+            f"{height:.4g}", (bar.get_x() + bar.get_width() / 2, height), ha="center",
+            va="bottom" if height >= 0 else "top", fontsize=10, xytext=(0, 2 if height >= 0 else -2),
+            textcoords="offset points",
+        )
+    axis.axhline(0.0, color="black", linewidth=0.5)
+    axis.set_xticks(range(len(heights)), [label or name for label in labels])
+    axis.set_ylabel(name)
+    pairs = zip(labels, heights, strict=True)
+    shown = ", ".join(f"{label} {height:.4g}" if label else f"{height:.4g}" for label, height in pairs)
+    axis.set_title(f"{name} = {shown}")
+    axis.margins(y=0.15)
+    if lower is not None or upper is not None:
+        axis.set_ylim(bottom=lower, top=upper)
     figure.tight_layout()
     return figure

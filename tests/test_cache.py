@@ -1,0 +1,52 @@
+"""What ``compute()`` worked out is reused by the readers after it (``threshold``, ``summary``, the modes) until the
+sums change: an update, a reset or a load empties the cache."""
+
+import torch
+
+from lightning_spectral.metrics import FINCNovelty, FKEAVendi
+
+g = torch.Generator().manual_seed(0)
+
+
+def counting(metric, name):
+    calls = []
+    original = getattr(metric, name)
+
+    def wrapped(*args, **kwargs):
+        calls.append(args)
+        return original(*args, **kwargs)
+
+    setattr(metric, name, wrapped)
+    return calls
+
+
+def test_readers_after_compute_reuse_its_spectra_and_an_update_invalidates_them():
+    metric = FINCNovelty(sigma=2.0, n_frequencies=32)
+    metric.update(torch.randn(200, 3, generator=g), real=True)
+    metric.update(torch.randn(200, 3, generator=g) + 1.0, real=False)
+    decompositions = counting(metric, "_decompose")
+    value = metric.compute()
+    metric.threshold(), metric.summary(), metric.novel_modes(3), metric.missing_modes(3)
+    first = len(decompositions)  # novel values, missing values, novel and missing modes: 4 at most
+    assert first <= 4
+    again = (metric.compute(), metric.threshold(), metric.summary(), metric.novel_modes(3), metric.missing_modes(3))
+    assert len(decompositions) == first  # nothing recomputed
+    assert torch.equal(again[0], value)
+    metric.update(torch.randn(5, 3, generator=g), real=False)  # new sums: recomputed
+    metric.threshold()
+    assert len(decompositions) == first + 1
+    metric.reset()
+    metric.update(torch.randn(200, 3, generator=g), real=True)
+    metric.update(torch.randn(200, 3, generator=g), real=False)
+    metric.compute()
+    assert len(decompositions) == first + 2
+
+
+def test_fkea_modes_are_computed_once_per_state():
+    vendi = FKEAVendi(sigma=1.0, n_frequencies=16)
+    vendi.update(torch.randn(50, 2, generator=g))
+    modes = vendi.modes(3)
+    vendi.compute()
+    assert torch.equal(vendi.modes(3).eigenvalues, modes.eigenvalues)
+    vendi.update(torch.randn(50, 2, generator=g) * 3)
+    assert not torch.equal(vendi.modes(3).eigenvalues, modes.eigenvalues)  # the update invalidated the cache
