@@ -47,7 +47,7 @@ import torch
 from torch import Tensor, nn
 from torchmetrics import Metric
 
-from lightning_spectral._checks import check_features, check_positive_int
+from lightning_spectral._checks import check_bool, check_features, check_positive_int
 from lightning_spectral.algebra.gram import DEFAULT_CHUNK_SIZE
 from lightning_spectral.kernels.feature_map import FeatureMap
 from lightning_spectral.metrics import checkpoint, plotting
@@ -265,6 +265,7 @@ class SpectralMetric(Metric):
         the counts alone are all-reduced (a
         collective under DDP: every rank must call it, and all get the same answer).
         """
+        check_bool(real, "real")
         names = [n for n in self.accumulators if (n in self.reference_names) == real]
         local = sum((self.accumulators[n].count for n in names), torch.zeros((), dtype=torch.float64))
         if distributed_available() and not self._sync_depth:
@@ -322,7 +323,7 @@ class SpectralMetric(Metric):
         The sums travel packed in the extra state (`metrics.checkpoint`): an empty
         accumulator writes its count only, a covariance its upper triangle.
         """
-        self._persistent_sums = bool(mode)
+        self._persistent_sums = check_bool(mode, "mode")
 
     def get_extra_state(self) -> Any:
         return checkpoint.extra_state(self, sums=self._persistent_sums)

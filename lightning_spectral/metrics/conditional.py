@@ -183,6 +183,7 @@ class ConditionalVendi(SpectralMetric):
     def sample_count(self, real: bool = False) -> int:
         """Samples accumulated (all ranks; a collective under DDP outside
         [`synced`][lightning_spectral.metrics.SpectralMetric.synced]); no reference side: 0."""
+        check_bool(real, "real")
         if real:
             return 0
         local = self.accumulators["joint"].count.reshape(())
