@@ -312,3 +312,15 @@ def test_a_socket_or_a_block_device_is_refused_by_name(tmp_path):
         with written(disk, "--output") as temporary:
             temporary.write_text("{}")
     assert stat.S_ISBLK(os.stat(disk).st_mode)
+
+
+def test_a_loop_of_links_is_refused_and_left_as_it_was(tmp_path):
+    first, second = tmp_path / "a.json", tmp_path / "b.json"
+    first.symlink_to(second)
+    second.symlink_to(first)
+    with pytest.raises(WriteError, match="symbolic link that loops"):
+        check_writable(first, "--output")  # before any work
+    with pytest.raises(WriteError, match=r"`--output`: .*a.json' is a symbolic link that loops"):
+        with written(first, "--output") as temporary:
+            temporary.write_text("{}")
+    assert first.is_symlink() and second.is_symlink() and os.readlink(first) == str(second)

@@ -87,7 +87,7 @@ def written(path: PathLike, argument: str = "path") -> Iterator[Path]:
         with _written_through(path, argument, kind) as temporary:
             yield temporary
         return
-    target = Path(os.path.realpath(path)) if path.is_symlink() else path  # a link: its target, the link kept
+    target = _link_target(path, argument) if path.is_symlink() else path  # a link: its target, the link kept
     temporary = target.with_name(f".{target.stem}.{secrets.token_hex(4)}.partial{target.suffix}")
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -104,6 +104,17 @@ def written(path: PathLike, argument: str = "path") -> Iterator[Path]:
     except BaseException:
         _remove(temporary)
         raise
+
+
+def _link_target(path: Path, argument: str) -> Path:
+    """The file a symbolic link points to (through every link of the chain); a loop of links is refused."""
+    target = Path(os.path.realpath(path))
+    if target.is_symlink():  # realpath stops where the links loop
+        raise WriteError(
+            f"`{argument}`: {str(path)!r} is a symbolic link that loops ({str(target)!r} points back into the "
+            "chain); nothing was written there; give the path of a file or of a link to one."
+        )
+    return target
 
 
 @contextmanager
@@ -185,7 +196,7 @@ def check_writable(path: PathLike, argument: str, folder: bool = False) -> Path:
             raise WriteError(f"`{argument}`: cannot write to {str(path)!r}, a {kind}: permission denied; give the "
                              "path of a file you can write.")
         return path
-    resolved = Path(os.path.realpath(path)) if not folder and path.is_symlink() else path
+    resolved = _link_target(path, argument) if not folder and path.is_symlink() else path
     ancestor = resolved if folder else resolved.parent
     while not ancestor.exists() and ancestor != ancestor.parent:
         ancestor = ancestor.parent

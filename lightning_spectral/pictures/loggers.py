@@ -184,10 +184,14 @@ def _checked(picture: Any, name: str = "picture") -> Any:
 
         if isinstance(picture, Figure):
             width, height = (float(v) * float(picture.dpi) for v in picture.get_size_inches())
-            if not (math.isfinite(width) and math.isfinite(height) and width >= 1 and height >= 1):
+            finite = math.isfinite(width) and math.isfinite(height) and min(width, height) > 0
+            drawn = min(width, height) * min(1.0, MAX_SIDE / max(width, height)) if finite else 0.0  # as drawn
+            if drawn < 1:
                 raise ValueError(
-                    f"`{name}`: the figure is {width:g} x {height:g} pixels (its size in inches times its dpi); give "
-                    "it a positive size, e.g. `figure.set_size_inches(6.4, 4.8)` and `figure.set_dpi(100)`."
+                    f"`{name}`: the figure is {width:g} x {height:g} pixels (its size in inches times its dpi), "
+                    f"{drawn:.2g} pixels on its smaller side once its larger side is at most {MAX_SIDE}; give it a "
+                    "positive size and a shape that can be drawn, e.g. `figure.set_size_inches(6.4, 4.8)` and "
+                    "`figure.set_dpi(100)`."
                 )
             return picture
     raise TypeError(f"`{name}` must be {_ACCEPTED}, got {_describe(picture)}.")
