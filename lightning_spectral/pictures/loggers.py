@@ -245,9 +245,9 @@ def as_array(picture: Picture, name: str = "picture") -> np.ndarray:
     """An (H, W, 3) uint8 RGB array of an image or of a matplotlib figure.
 
     Images: a tensor (C, H, W) or (H, W) with C in 1, 3, 4 (alpha dropped), a NumPy array (H, W, C) (when its last
-    axis has 1, 3 or 4 entries), (C, H, W) or (H, W), or a PIL image. Floats are read in [0, 1] (clipped), integers in [0, 255] (TensorBoard's ``add_image``
-    convention), bools as black / white; an image larger than ``MAX_SIDE`` pixels a side is averaged down, a figure
-    is drawn at the dpi that keeps it within ``MAX_SIDE``.
+    axis has 1, 3 or 4 entries), (C, H, W) or (H, W), or a PIL image. Floats are read in [0, 1] (clipped), integers
+    in [0, 255] (TensorBoard's ``add_image`` convention), bools as black / white; an image larger than ``MAX_SIDE``
+    pixels a side is averaged down, a figure is drawn at the dpi that keeps it within ``MAX_SIDE``.
 
     Raises:
         TypeError: ``None``, a string or another type, a complex, sparse or meta tensor (naming ``name``).
