@@ -16,7 +16,7 @@ from __future__ import annotations
 import functools
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from numbers import Integral, Real
 from typing import Optional
 
@@ -461,3 +461,43 @@ def check_selector(value: object, name: str, owner: str = "") -> None:
         f"{where}`{name}` must be a key (str), a position (int) or a function `fn(batch)` selecting part of a "
         f"batch, got {value!r}."
     )
+
+
+def check_batches(batches: object, owner: str, name: str = "batches") -> Iterator[tuple[object, object]]:
+    """``batches`` of ``(features, ids)`` pairs (a list, a generator, a DataLoader), each pair checked as it comes:
+    a pair (a tuple or a list of two), ids that are not bools. Nothing is read before the returned generator is.
+
+    Raises:
+        TypeError: ``None``, a tensor or an array (one table rather than batches of pairs), something not iterable
+            (at once); an item that is not a pair, bool ids (when it comes); naming ``owner``, ``name`` and the fix.
+    """
+    pairs = "an iterable of (features, ids) pairs, e.g. [(features, torch.arange(len(features)))] or a DataLoader"
+    if isinstance(batches, (Tensor, np.ndarray)):
+        raise TypeError(
+            f"{owner}: `{name}` must be {pairs}; got one {type(batches).__name__} of shape "
+            f"{tuple(batches.shape)}: pair it with its ids, [(features, torch.arange(len(features)))]."
+        )
+    if batches is None or isinstance(batches, (str, bytes)) or not isinstance(batches, Iterable):
+        raise TypeError(f"{owner}: `{name}` must be {pairs}, got {batches!r}.")
+    return _checked_pairs(batches, owner, name)
+
+
+def _checked_pairs(batches: Iterable, owner: str, name: str) -> Iterator[tuple[object, object]]:
+    for position, item in enumerate(batches):
+        if not isinstance(item, (tuple, list)) or len(item) != 2:
+            what = (f"a {type(item).__name__} of shape {tuple(item.shape)}" if isinstance(item, (Tensor, np.ndarray))
+                    else f"a {type(item).__name__}")
+            raise TypeError(
+                f"{owner}: item {position} of `{name}` is {what}, not a (features, ids) pair; pair each batch "
+                "with its dataset indices, e.g. (features, torch.arange(start, start + len(features)))."
+            )
+        ids = item[1]
+        dtype = getattr(ids, "dtype", None)
+        if dtype in (torch.bool, np.bool_) or (
+            isinstance(ids, (list, tuple)) and ids and all(isinstance(i, (bool, np.bool_)) for i in ids)
+        ):
+            raise TypeError(
+                f"{owner}: the ids of item {position} of `{name}` are bools; pass integer dataset indices (e.g. "
+                "`mask.nonzero().flatten()` for the positions of a mask)."
+            )
+        yield item[0], item[1]

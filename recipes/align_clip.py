@@ -12,7 +12,9 @@ the reference), ``KPCAOODMonitor`` (kernel PCA of the image embeddings, scoring 
 classes) and ``EmbeddingMetrics`` (Vendi of the validation embeddings; FINC novelty and FastMMD of
 validation against training embeddings; mode galleries). Before and after training the recipe evaluates the
 model from scratch (:func:`evaluate`, with the callbacks' own Vendi and kernel PCA settings) and prints a summary;
-``--summary_json`` also writes it to a file.
+``--summary_json`` also writes it to a file. ``--reference_weights`` sets the weights file of the ``SPECAlign``
+callback's reference encoder (jsonargparse cannot address one item of ``trainer.callbacks`` on the command line:
+``--trainer.callbacks.0.init_args...`` is refused).
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ import os
 # OpenMP; an OMP_WAIT_POLICY of your own wins. The Makefile does the same.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
+import importlib
+import inspect
 import json
 import math
 import sys
@@ -112,18 +116,23 @@ def evaluate(
 ) -> dict[str, float]:
     """The summary's numbers, computed from scratch on the current weights (in eval mode, restored after), on all
     training, validation and held-out samples; Vendi and the kernel PCA detector with ``settings``
-    (:func:`summary_settings`)."""
+    (:func:`summary_settings`). The accuracies (kNN, the reference's kNN, zero-shot) are left out when the training or
+    the validation samples carry no class label (every label -1)."""
     settings = settings or summary_settings(())
     was_training = module.training
     module.eval()
     reference = align.reference.to(module.device) if align is not None else None
     train = embed(module, datamodule.train_dataloader_for_eval(), reference)
     val = embed(module, datamodule.val_dataloader_for_eval(), reference)
-    result = {"knn_accuracy": knn_accuracy(train["z"], train["label"], val["z"], val["label"])}
+    labelled = bool((train["label"] >= 0).any() and (val["label"] >= 0).any())
+    result = {}
+    if labelled:
+        result["knn_accuracy"] = knn_accuracy(train["z"], train["label"], val["z"], val["label"])
     if reference is not None:
         result["spec_diff_to_reference"] = float(spec(val["z"], val["ref"], "cosine").spec_diff)
-        result["reference_knn_accuracy"] = knn_accuracy(train["ref"], train["label"], val["ref"], val["label"])
-    if getattr(datamodule, "prompts", None):
+        if labelled:
+            result["reference_knn_accuracy"] = knn_accuracy(train["ref"], train["label"], val["ref"], val["label"])
+    if labelled and getattr(datamodule, "prompts", None):
         classes = module.text_tower(module.tokenizer(datamodule.prompts).to(module.device)).float().cpu()
         result["zero_shot_accuracy"] = accuracy((val["z"] @ classes.T).argmax(1), val["label"])
     vendi = FKEAVendi(**settings["vendi"])
@@ -143,8 +152,13 @@ def summary_text(
     logged: dict[str, float],
     log_dir: Optional[str],
     settings: Optional[dict[str, dict]] = None,
+    classes: Optional[int] = None,
 ) -> str:
-    """The table a person reads at the end of a run: what each number is computed from, and how to read Vendi."""
+    """The table a person reads at the end of a run: what each number is computed from, and how to read Vendi.
+
+    A kNN accuracy absent from ``after`` (no class labels) reads "n/a"; ``classes`` (the validation set's number
+    of classes, :func:`class_count`) is named in the Vendi note when known.
+    """
     vendi = (settings or summary_settings(()))["vendi"]
     lines = [
         "",
@@ -153,15 +167,23 @@ def summary_text(
         "training, with the callbacks' Vendi and kernel PCA settings:",
         f"{'':56s}{'before':>12s}{'after':>12s}",
     ]
+    unlabelled = bool(after) and "knn_accuracy" not in after  # evaluate() leaves the accuracies out then
+    not_available = {"knn_accuracy"} | ({"reference_knn_accuracy"} if "spec_diff_to_reference" in after else set())
     for key, label in SUMMARY_ROWS.items():
         if key in after:
             first = (before or {}).get(key, math.nan)
             lines.append(f"{label:56s}{first:12.4f}{after[key]:12.4f}")
+        elif unlabelled and key in not_available:
+            lines.append(f"{label:56s}{'n/a':>12s}{'n/a':>12s}")
+    if unlabelled:
+        lines.append("  (n/a: the dataset has no class labels; give the CSV a class column and `label_key`)")
     if "vendi" in after:
+        count = (f"with {classes} classes, scores far above {classes} are expected" if classes
+                 else "scores far above the number of classes are expected")
         lines += [
             f"  Vendi counts effective modes of the embedding at sigma = {vendi['sigma']:g} (FKEA, 2r = "
             f"{2 * vendi['n_frequencies']}),",
-            "  within-class variation included: with 8 classes, scores far above 8 are expected and only compare",
+            f"  within-class variation included: {count} and only compare",
             "  at one sigma and one embedding (docs/concepts.md).",
         ]
     # Lightning logs on_step + on_epoch values as `x_step` / `x_epoch` next to `x`: show each value once
@@ -196,13 +218,47 @@ def agreement(after: dict[str, float], logged: dict[str, float]) -> list[str]:
     ]
 
 
+def class_count(datamodule: Any) -> Optional[int]:
+    """The number of classes among the validation set's labels (-1, unknown, left out); ``None`` without labels."""
+    labels = getattr(getattr(datamodule, "val_set", None), "labels", None)
+    known = {int(label) for label in labels if int(label) >= 0} if labels is not None else set()
+    return len(known) or None
+
+
 class AlignCLI(LightningCLI):
-    """LightningCLI plus the recipe's own options: resume, before / after evaluation, summary file."""
+    """LightningCLI plus the recipe's own options: resume, before / after evaluation, summary file, and the
+    reference encoder's weights."""
 
     def add_arguments_to_parser(self, parser: Any) -> None:
         parser.add_argument("--ckpt_path", type=Optional[str], default=None, help="Resume from this checkpoint.")
         parser.add_argument("--evaluate", type=bool, default=True, help="Evaluate before and after training.")
         parser.add_argument("--summary_json", type=Optional[str], default=None, help="Also write the summary here.")
+        parser.add_argument(
+            "--reference_weights", type=Optional[str], default=None,
+            help="Weights file of the SPECAlign callback's reference encoder (its `weights` or `pretrained`).",
+        )
+
+    def before_instantiate_classes(self) -> None:
+        """``--reference_weights`` into the first ``SPECAlign`` callback's reference (a class taking ``weights`` or
+        ``pretrained``), before the encoder is built."""
+        weights = self.config.get("reference_weights")
+        if weights is None:
+            return
+        for callback in self.config.get("trainer.callbacks") or []:
+            if not str(callback.get("class_path", "")).endswith(".SPECAlign"):
+                continue
+            reference = callback.get("init_args.reference")
+            if reference is not None and hasattr(reference, "get") and reference.get("class_path"):
+                module, _, name = reference.class_path.rpartition(".")
+                parameters = inspect.signature(getattr(importlib.import_module(module), name)).parameters
+                key = next((k for k in ("weights", "pretrained") if k in parameters), None)
+                if key is not None:
+                    reference.init_args[key] = weights
+                    return
+        self.parser.error(
+            "`--reference_weights`: the config has no SPECAlign callback whose reference is an encoder class "
+            "taking `weights` or `pretrained`; set the reference's weights in the config instead."
+        )
 
 
 def prepare(cli: LightningCLI) -> None:
@@ -270,7 +326,7 @@ def main(args: Optional[list[str]] = None) -> dict[str, Any]:
     result = {"before": before, "after": after, "logged": logged, "log_dir": log_dir}
     if cli.trainer.is_global_zero:
         if config["evaluate"]:
-            print(summary_text(before, after, logged, log_dir, settings), flush=True)
+            print(summary_text(before, after, logged, log_dir, settings, class_count(cli.datamodule)), flush=True)
         for path in {config["summary_json"], log_dir and str(Path(log_dir) / "summary.json")} - {None}:
             with written(path, "--summary_json" if path == config["summary_json"] else "log_dir") as temporary:
                 temporary.write_text(json.dumps(result, indent=2))

@@ -38,6 +38,7 @@ from typing import Any, Optional
 import lightning as L
 import torch
 from digits_vae import DigitsVAE
+from jsonargparse.typing import NonNegativeInt, PositiveInt
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.cli import LightningCLI
 from torch import Tensor
@@ -188,8 +189,9 @@ class GenerativeCLI(LightningCLI):
 
     def add_arguments_to_parser(self, parser: Any) -> None:
         parser.add_argument("--ckpt_path", type=Optional[str], default=None, help="Resume from this checkpoint.")
-        parser.add_argument("--kid_subsets", type=int, default=100, help="KID subsets (0: no KID).")
-        parser.add_argument("--kid_subset_size", type=int, default=500, help="KID subset size.")
+        # jsonargparse refuses a negative count at parse time (exit 2, naming the flag): -1 would skip KID silently
+        parser.add_argument("--kid_subsets", type=NonNegativeInt, default=100, help="KID subsets (0: no KID).")
+        parser.add_argument("--kid_subset_size", type=PositiveInt, default=500, help="KID subset size.")
         parser.add_argument("--summary_json", type=Optional[str], default=None, help="Also write the summary here.")
 
 

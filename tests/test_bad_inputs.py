@@ -13,7 +13,9 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+import os
 import re
+import socket
 import warnings
 from collections.abc import Callable
 from types import SimpleNamespace
@@ -24,6 +26,7 @@ import numpy as np
 import pytest
 import torch
 from digits_vae import DigitsVAE
+from PIL import Image
 from safetensors.torch import save_file
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
@@ -60,7 +63,7 @@ from lightning_spectral.functional import (
 from lightning_spectral.functional.conditional import conditional_vendi, conditional_vendi_exact
 from lightning_spectral.functional.content_groups import reference_halves
 from lightning_spectral.functional.fkea import renyi_entropy, vendi_score
-from lightning_spectral.io import EmbeddingFile
+from lightning_spectral.io import EmbeddingFile, WriteError, check_writable, written
 from lightning_spectral.kernels import (
     CosineMap,
     GaussianRFF,
@@ -78,6 +81,25 @@ from lightning_spectral.metrics import (
     RFFCovariance,
     SPECDivergence,
 )
+from lightning_spectral.pictures import log_picture
+
+
+def write_to(path: Any, argument: str = "--output") -> None:
+    """A whole-file write of ``{}`` to ``path``, as the command line writes its --output."""
+    with written(path, argument) as temporary:
+        temporary.write_text("{}")
+
+
+def csv_logger(f: SimpleNamespace) -> Any:
+    from lightning.pytorch.loggers import CSVLogger
+
+    return CSVLogger(f.dir / "pictures")
+
+
+def figure(width: float, height: float) -> Any:
+    import matplotlib.figure
+
+    return matplotlib.figure.Figure(figsize=(width, height))
 
 
 class CLIError(Exception):
@@ -1095,6 +1117,102 @@ CASES = [
         {"m": FastMMD(1.0)}, reference_dataloader=3), ValueError, r"`reference_dataloader` must be a DataLoader"),
     row("EmbeddingMetrics images=3", lambda f: EmbeddingMetrics({"v": FKEAVendi(1.0)}, images=3, index=0), ValueError,
         r"`images` must be `fn\(dataset_index\) -> image`"),
+    # ---- writes to what is not a regular file (devices, FIFOs, sockets): written through or refused by name -------
+    row("written /dev/full (was a regular file renamed over the device)", lambda f: write_to("/dev/full"),
+        WriteError, r"`--output`: could not write to '/dev/full', a device \(No space left on device\); give the "
+        r"path of a regular file"),
+    row("written a FIFO without a reader (would wait forever)", lambda f: write_to(f.fifo), WriteError,
+        r"`--output`: .*fifo.json' is a FIFO that no process is reading; start its reader first"),
+    row("written a socket", lambda f: write_to(f.socket), WriteError, r"`--output`: .*socket' is a socket, not a file"),
+    row("check_writable a socket", lambda f: check_writable(f.socket, "--scores-out"), WriteError,
+        r"`--scores-out`: .* is a socket, not a file; .*regular file"),
+    row("cli evaluate --output /dev/full (exited 0)", lambda f: cli("evaluate", str(f.ok), "--sigma", "1",
+        "--n-frequencies", "8", "--output", "/dev/full"), CLIError, r"`--output`: could not write to '/dev/full'"),
+    # ---- allocations refused before they are made: pixel sizes and pictures --------------------------------------
+    row("cli --encoder pixels:100000 (a 120 GB batch)", lambda f: cli("evaluate", str(f.images), "--sigma", "1",
+        "--encoder", "pixels:100000"), CLIError, r"`--encoder`=pixels:100000 needs .* GiB.*use a smaller pixel size"),
+    row("cli --encoder pixels:1e20", lambda f: cli("evaluate", str(f.images), "--sigma", "1", "--encoder",
+        "pixels:1e20"), CLIError, r"`--encoder pixels:1e20`: the pixel size must be an integer >= 1 written in digits"),
+    row("cli --encoder pixels:10**20 (an overflow in torch)", lambda f: cli("evaluate", str(f.images), "--sigma", "1",
+        "--encoder", "pixels:" + "1" + "0" * 20), CLIError, r"`--encoder`=pixels:1000.* needs"),
+    row("PixelEncoder size=10**20", lambda f: PixelEncoder(size=10**20), ValueError,
+        r"PixelEncoder: `size`=1000.* needs .*use a smaller `size`"),
+    row("log_picture a 0 x 0 inch figure", lambda f: log_picture(csv_logger(f), "t", figure(0, 0), step=0),
+        ValueError, r"`picture`: the figure is 0 x 0 pixels.*set_size_inches"),
+    # ---- pictures: what log_picture takes, refused by name before any logger is called ---------------------------
+    row("log_picture None (logged a blank figure)", lambda f: log_picture(csv_logger(f), "t", None, step=0),
+        TypeError, r"`picture` must be an image \(a tensor .*, a NumPy array .*, a PIL image\) or a matplotlib "
+        r"figure, got None"),
+    row("log_picture a path string", lambda f: log_picture(csv_logger(f), "t", "a.png", step=0), TypeError,
+        r"`picture` must be .*got the string 'a.png'; .*PIL.Image.open\(path\)"),
+    row("log_picture a list", lambda f: log_picture(csv_logger(f), "t", [[0.0]], step=0), TypeError,
+        r"`picture` must be an image.*got a builtins.list"),
+    row("log_picture complex (imaginary part lost)", lambda f: log_picture(
+        csv_logger(f), "t", torch.zeros(3, 2, 2, dtype=torch.complex64), step=0), TypeError,
+        r"`picture` is complex \(torch.complex64\); pass a real image, e.g. `picture.abs\(\)`"),
+    row("log_picture complex NumPy", lambda f: log_picture(csv_logger(f), "t", np.zeros((2, 2), np.complex128), step=0),
+        TypeError, r"`picture` is complex"),
+    row("log_picture empty", lambda f: log_picture(csv_logger(f), "t", torch.zeros(3, 0, 4), step=0), ValueError,
+        r"`picture` is an empty image \(shape \(3, 0, 4\)\)"),
+    row("log_picture meta", lambda f: log_picture(csv_logger(f), "t", torch.empty(3, 2, 2, device="meta"), step=0),
+        TypeError, r"`picture` is a 'meta' tensor"),
+    row("log_picture a batch", lambda f: log_picture(csv_logger(f), "t", torch.zeros(2, 3, 4, 4), step=0), ValueError,
+        r"`picture` must be an image \(C, H, W\).*make_grid"),
+    row("log_picture NaN pixels", lambda f: log_picture(csv_logger(f), "t", torch.full((3, 2, 2), float("nan")),
+        step=0), ValueError, r"`picture` holds NaN or Inf values; .*nan_to_num"),
+    row("log_picture tag=3", lambda f: log_picture(csv_logger(f), 3, torch.zeros(3, 2, 2), step=0), TypeError,
+        r"`tag` must be a string naming the picture.*got 3"),
+    row("log_picture tag=''", lambda f: log_picture(csv_logger(f), "", torch.zeros(3, 2, 2), step=0), ValueError,
+        r"`tag` is empty"),
+    row("log_picture step=1.5", lambda f: log_picture(csv_logger(f), "t", torch.zeros(3, 2, 2), step=1.5), ValueError,
+        r"`step` must be an integer >= 0 \(the training step\) or None, got 1.5"),
+    row("log_picture step=nan", lambda f: log_picture(csv_logger(f), "t", torch.zeros(3, 2, 2), step=float("nan")),
+        ValueError, r"`step` must be an integer >= 0.*got nan"),
+    row("log_picture step=inf", lambda f: log_picture(csv_logger(f), "t", torch.zeros(3, 2, 2), step=float("inf")),
+        ValueError, r"`step` must be an integer >= 0.*got inf"),
+    row("log_picture step=-1", lambda f: log_picture(csv_logger(f), "t", torch.zeros(3, 2, 2), step=-1), ValueError,
+        r"`step` must be an integer >= 0.*got -1"),
+    row("log_picture step='3'", lambda f: log_picture(csv_logger(f), "t", torch.zeros(3, 2, 2), step="3"), ValueError,
+        r"`step` must be an integer >= 0.*the string '3'"),
+    # ---- flags taken by truthiness ("x" was True) ---------------------------------------------------------------
+    row("FINCNovelty.threshold missing='x'", lambda f: updated(FINCNovelty(**small()), (x(40), True),
+        (x(40, seed=1), False)).threshold(missing="x"), TypeError, r"`missing` must be True or False, got 'x'"),
+    row("FINCNovelty.top_samples missing='yes'", lambda f: updated(FINCNovelty(**small()), (x(40), True),
+        (x(40, seed=1), False)).top_samples([(x(), torch.arange(8))], missing="yes"), TypeError,
+        r"`missing` must be True or False, got 'yes'"),
+    row("FINCNovelty.sample_count real='x'", lambda f: FINCNovelty(**small()).sample_count(real="x"), TypeError,
+        r"`real` must be True or False, got 'x'"),
+    row("FINCNovelty.pooled real=1", lambda f: FINCNovelty(**small()).pooled(real=1), TypeError,
+        r"`real` must be True or False, got 1"),
+    row("FKEAVendi.persistent mode='no'", lambda f: FKEAVendi(**small()).persistent("no"), TypeError,
+        r"`mode` must be True or False, got 'no'"),
+    row("ConditionalVendi.sample_count real='x'", lambda f: ConditionalVendi(1.0, 1.0, n_frequencies=8).sample_count(
+        real="x"), TypeError, r"`real` must be True or False"),
+    row("SPECDivergence.clusters sign=True", lambda f: updated(SPECDivergence("cosine"), (x(), x(seed=1))).clusters(
+        sign=True), ValueError, r"SPECDivergence.clusters: `sign` must be the integer \+1 .* or -1 .*got True"),
+    row("SPECDivergence.top_samples sign=1.0", lambda f: updated(SPECDivergence("cosine"), (x(), x(seed=1)))
+        .top_samples([((x(), x()), torch.arange(8))], sign=1.0), ValueError, r"`sign` must be the integer"),
+    # ---- older cases: validation before the memory check, batches of top_samples, plot values --------------------
+    row("SPECAlign n_frequencies='abc' (crashed in the memory check)", lambda f: SPECAlign(
+        nn.Identity(), kernel="gaussian", sigma_student=1.0, sigma_reference=1.0, n_frequencies="abc"), ValueError,
+        r"`n_frequencies` must be an integer >= 1, got the string 'abc'"),
+    row("FKEAVendi.top_samples None", lambda f: updated(FKEAVendi(**small()), x()).top_samples(None), TypeError,
+        r"FKEAVendi.top_samples: `batches` must be an iterable of \(features, ids\) pairs.*got None"),
+    row("FKEAVendi.top_samples one bare tensor", lambda f: updated(FKEAVendi(**small()), x()).top_samples(x()),
+        TypeError, r"`batches` must be .*; got one Tensor of shape \(8, 3\): pair it with its ids"),
+    row("FKEAVendi.top_samples batches of bare tensors", lambda f: updated(FKEAVendi(**small()), x()).top_samples(
+        [x()]), TypeError, r"item 0 of `batches` is a Tensor of shape \(8, 3\), not a \(features, ids\) pair"),
+    row("FKEAVendi.top_samples bool ids (were read as 0 / 1)", lambda f: updated(FKEAVendi(**small()), x())
+        .top_samples([(x(), torch.ones(8, dtype=torch.bool))]), TypeError,
+        r"the ids of item 0 of `batches` are bools; pass integer dataset indices"),
+    row("FINCNovelty.top_samples None", lambda f: updated(FINCNovelty(**small()), (x(40), True),
+        (x(40, seed=1), False)).top_samples(None), TypeError, r"FINCNovelty.top_samples: `batches` must be"),
+    row("SPECDivergence.top_samples None", lambda f: updated(SPECDivergence("cosine"), (x(), x(seed=1))).top_samples(
+        None), TypeError, r"SPECDivergence.top_samples: `batches` must be"),
+    row("FKEAVendi.plot val='abc' (torchmetrics' raw error)", lambda f: updated(FKEAVendi(**small()), x()).plot(
+        val="abc"), TypeError, r"FKEAVendi.plot: `val` must be the metric's value .*got the string 'abc'"),
+    row("FKEAVendi.plot val=[]", lambda f: updated(FKEAVendi(**small()), x()).plot(val=[]), TypeError,
+        r"FKEAVendi.plot: `val` is an empty list"),
 ]
 
 
@@ -1166,6 +1284,16 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> SimpleNamespace:
     torch.save({**dino_state, "cls_token": torch.full_like(dino_state["cls_token"], float("nan"))}, f.nan_timm)
     torch.save({**dino_state, "pos_embed": torch.tensor(0.0)}, f.timm_scalar_pos_embed)
     torch.save({**dino_state, "patch_embed.proj.weight": torch.zeros(2, 3, 4, 5, 6)}, f.timm_5d_patch)
+    # what is not a regular file, and a folder of images
+    f.fifo = root / "fifo.json"
+    os.mkfifo(f.fifo)
+    f.socket = root / "socket"
+    f.socket_server = socket.socket(socket.AF_UNIX)
+    f.socket_server.bind(str(f.socket))
+    f.images = root / "images"
+    f.images.mkdir()
+    for i in range(2):
+        Image.new("RGB", (16, 16), (i * 100, 0, 0)).save(f.images / f"{i}.png")
     return f
 
 

@@ -362,3 +362,13 @@ def test_a_side_of_equal_samples_has_zero_noise_draws():
     scale = float(side.moment().abs().max())
     for a in range(3):
         assert float(side.draw(a).abs().max()) < 1e-12 * scale
+
+
+def test_finc_reads_inputs_that_require_grad_as_plain_values():
+    """finc is a statistic, not a loss: inputs that require grad (an encoder's output) give the same score as
+    their detached values, instead of autograd's 'functions with out=... arguments' error."""
+    g = torch.Generator().manual_seed(0)
+    generated, reference = torch.randn(200, 3, generator=g), torch.randn(200, 3, generator=g) + 0.5
+    expected = finc(generated, reference, 1.0, n_frequencies=64)
+    score = finc(generated.clone().requires_grad_(), reference.clone().requires_grad_(), 1.0, n_frequencies=64)
+    assert torch.equal(score, expected) and not score.requires_grad

@@ -148,3 +148,111 @@ def test_csv_pictures_without_a_step_never_overwrite_each_other(tmp_path):
     log_picture(csv, "val/modes", first)
     log_picture(csv, "val/modes", second)
     assert sorted(os.listdir(csv.log_dir)) == ["val_modes-0.png", "val_modes-1.png"]
+
+
+def saved_png(csv, tag, picture, step=1):
+    """The pixels of the PNG the CSV logger wrote for ``picture``."""
+    import numpy as np
+    from PIL import Image
+
+    assert log_picture(csv, tag, picture, step=step) == ["csv"]
+    with Image.open(os.path.join(csv.log_dir, f"{tag}-step{step}.png")) as image:
+        return np.asarray(image.convert("RGB"))
+
+
+def test_every_kind_of_image_users_pass_is_logged_with_its_values(tmp_path):
+    """Tensors, NumPy arrays (H, W, C) / (H, W), PIL images and figures; bools are black and white."""
+    import matplotlib.figure
+    import numpy as np
+    from PIL import Image
+
+    csv = CSVLogger(tmp_path)
+    grey = np.array([[0, 64], [128, 255]], dtype=np.uint8)
+    colour = np.zeros((2, 5, 3), dtype=np.uint8)
+    colour[..., 0], colour[..., 2] = 200, 50
+    expected_grey = np.repeat(grey[..., None], 3, axis=2)
+    assert (saved_png(csv, "tensor", torch.from_numpy(grey)) == expected_grey).all()
+    assert (saved_png(csv, "numpy_hw", grey) == expected_grey).all()
+    assert (saved_png(csv, "numpy_hwc", colour) == colour).all()
+    assert (saved_png(csv, "numpy_chw", np.moveaxis(colour, -1, 0).copy()) == colour).all()  # last axis: 5
+    assert (saved_png(csv, "numpy_float", grey / 255.0) == expected_grey).all()
+    assert (saved_png(csv, "pil_rgb", Image.fromarray(colour)) == colour).all()
+    assert (saved_png(csv, "pil_grey", Image.fromarray(grey)) == expected_grey).all()
+    assert (saved_png(csv, "pil_rgba", Image.fromarray(colour).convert("RGBA")) == colour).all()
+    sixteen = Image.fromarray(np.array([[0, 65535]], dtype=np.uint16))
+    assert saved_png(csv, "pil_16bit", sixteen)[0].tolist() == [[0, 0, 0], [255, 255, 255]]
+    mask = torch.tensor([[True, False], [False, True]])
+    assert saved_png(csv, "bools", mask)[..., 0].tolist() == [[255, 0], [0, 255]]  # not 1/255: near-black
+    assert saved_png(csv, "numpy_bools", mask.numpy())[..., 0].tolist() == [[255, 0], [0, 255]]
+    assert saved_png(csv, "pil_bits", Image.fromarray(mask.numpy()).convert("1"))[..., 0].tolist() == [[255, 0],
+                                                                                                        [0, 255]]
+    figure = matplotlib.figure.Figure(figsize=(2, 1), dpi=50)
+    figure.patch.set_facecolor((1.0, 0.0, 0.0))
+    drawn = saved_png(csv, "figure", figure)
+    assert drawn.shape == (50, 100, 3) and drawn[0, 0].tolist() == [255, 0, 0]
+
+
+def test_large_pictures_are_logged_at_most_max_side_pixels_a_side(tmp_path):
+    import matplotlib.figure
+
+    from lightning_spectral.pictures.loggers import MAX_SIDE
+
+    csv = CSVLogger(tmp_path)
+    image = torch.ones(1, 3 * MAX_SIDE, 100)
+    image[:, -3:] = 0.0  # white, then three black rows
+    drawn = saved_png(csv, "tall", image)
+    assert drawn.shape == (MAX_SIDE, 34, 3)  # averaged over 3 x 3 cells (the last column over 3 x 1)
+    assert drawn[0, 0].tolist() == [255, 255, 255] and drawn[-1, 0].tolist() == [0, 0, 0]
+    figure = matplotlib.figure.Figure(figsize=(400, 100), dpi=100)  # 40,000 x 10,000 pixels at full size
+    assert saved_png(csv, "wide", figure).shape == (MAX_SIDE // 4, MAX_SIDE, 3)
+    assert figure.dpi == 100  # the figure is left as it was
+
+
+@pytest.mark.parametrize(
+    "tag, picture, step, error, match",
+    [
+        ("t", None, 1, TypeError, r"`picture` must be an image .* or a matplotlib figure, got None"),
+        ("t", "image.png", 1, TypeError, r"got the string 'image.png'; .*PIL.Image.open\(path\)"),
+        (3, torch.zeros(3, 2, 2), 1, TypeError, r"`tag` must be a string"),
+        ("t", torch.zeros(3, 2, 2), 1.5, ValueError, r"`step` must be an integer >= 0"),
+        ("t", torch.zeros(3, 2, 2), float("nan"), ValueError, r"`step` must be an integer >= 0.*nan"),
+        ("t", torch.zeros(3, 2, 2), -1, ValueError, r"`step` must be an integer >= 0.*-1"),
+    ],
+)
+def test_bad_pictures_tags_and_steps_call_no_logger(tmp_path, tag, picture, step, error, match):
+    class Recording(Logger):
+        calls = 0
+
+        @property
+        def name(self):
+            return "recording"
+
+        @property
+        def version(self):
+            return 0
+
+        @property
+        def experiment(self):
+            Recording.calls += 1
+            return self
+
+        def add_image(self, *args, **kwargs):
+            pass
+
+        def add_figure(self, *args, **kwargs):
+            pass
+
+        def log_metrics(self, metrics, step=None):
+            pass
+
+        def log_hyperparams(self, params, *args, **kwargs):
+            pass
+
+    from types import SimpleNamespace
+
+    csv = CSVLogger(tmp_path)
+    trainer = SimpleNamespace(loggers=[Recording(), csv], global_step=0)
+    with pytest.raises(error, match=match):
+        log_picture(trainer, tag, picture, step)
+    assert Recording.calls == 0
+    assert not os.path.isdir(csv.log_dir) or not os.listdir(csv.log_dir)

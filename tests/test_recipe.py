@@ -132,7 +132,7 @@ def test_a_resumed_recipe_logs_what_the_uninterrupted_run_logs(tmp_path, uninter
 def test_summary_labels_both_sources_and_says_when_they_agree():
     after = {"vendi": 49.7336, "ood_auroc": 0.8042, "knn_accuracy": 0.93}
     same = {"val/vendi": 49.7336, "ood/held_out/auroc": 0.8042, "val/novelty": 0.0}
-    text = summary_text(None, after, same, None)
+    text = summary_text(None, after, same, None, classes=8)
     assert text.index("Recomputed from scratch") < text.index("Vendi score") < text.index("Logged by the callbacks")
     assert "sigma = 0.5" in text and "8 classes" in text and "docs/concepts.md" in text
     assert agreement(after, same) == ["  (val/vendi vs vendi, ood/held_out/auroc vs ood_auroc: equal, the same "
@@ -257,3 +257,104 @@ def test_the_generative_recipe_refuses_a_cut_off_or_missing_checkpoint(tmp_path)
         generative_main([*config, f"--ckpt_path={cut_checkpoint(tmp_path / 'last.ckpt')}"])
     with pytest.raises(CheckpointError, match="no checkpoint file at"):
         generative_main([*config, f"--ckpt_path={tmp_path / 'none.ckpt'}"])
+
+
+TINY_CLIP = dict(embed_dim=16, vision_cfg=dict(image_size=32, layers=1, width=32, head_width=16, patch_size=16),
+                 text_cfg=dict(context_length=8, width=32, heads=2, layers=1))
+TINY_DINO = dict(img_size=28, depth=1, embed_dim=48, num_heads=2)
+
+
+def documented_command(config_file):
+    """The command the header of a config documents (its continuation lines joined), as argv."""
+    import shlex
+
+    lines, taking = [], False
+    for line in config_file.read_text().splitlines():
+        if not line.startswith("#"):
+            break
+        text = line.lstrip("#").strip()
+        if text.startswith("python recipes/align_clip.py"):
+            taking = True
+        if taking:
+            lines.append(text.rstrip("\\").strip())
+            if not text.endswith("\\"):
+                break
+    return shlex.split(" ".join(lines))
+
+
+def test_the_paper_config_runs_as_its_header_documents(tmp_path, capsys):
+    """The header's command, as written, with the weights files and the CSV it names created here (tiny
+    architectures of the same models in a copy of the config, on CPU): it parses, loads both weights files and
+    trains; a caption dataset without labels reads "n/a" for the kNN accuracies, and Vendi's note names no class
+    count it does not know."""
+    import numpy as np
+    from PIL import Image
+    from safetensors.torch import save_file
+
+    from lightning_spectral.encoders import create_clip, create_timm_encoder
+
+    argv = documented_command(CONFIGS / "vit_b32_dinov2.yaml")
+    assert argv[:4] == ["python", "recipes/align_clip.py", "--config", "recipes/configs/vit_b32_dinov2.yaml"], argv
+    assert "--reference_weights" in argv and not any(".0." in arg for arg in argv)  # no list index: jsonargparse
+    # the files the command names, under tmp_path: tiny models of the same architectures, and a CSV of images
+    here = {arg: tmp_path / arg.lstrip("/") for arg in argv if arg.startswith(("/weights/", "/data/"))}
+    assert sorted(path.name for path in here.values()) == ["coco_train.csv", "dinov2_vitb14.safetensors",
+                                                           "vit_b32.safetensors"]
+    for path in here.values():
+        path.parent.mkdir(parents=True, exist_ok=True)
+    by_name = {path.name: path for path in here.values()}
+    clip_state = create_clip("ViT-B-32", **TINY_CLIP).model.state_dict()
+    save_file({k: v.contiguous() for k, v in clip_state.items()}, str(by_name["vit_b32.safetensors"]))
+    dino_state = create_timm_encoder("vit_base_patch14_dinov2", **TINY_DINO).model.state_dict()
+    save_file({k: v.contiguous() for k, v in dino_state.items()}, str(by_name["dinov2_vitb14.safetensors"]))
+    rng = np.random.default_rng(0)
+    images = by_name["coco_train.csv"].parent
+    for i in range(12):
+        Image.fromarray(rng.integers(0, 256, (40, 40, 3), dtype=np.uint8)).save(images / f"{i}.png")
+    by_name["coco_train.csv"].write_text("filepath\ttitle\n" + "".join(f"{i}.png\ta picture {i}\n" for i in range(12)))
+    # a copy of the config: tiny architectures and settings, on CPU; its /path/to/... placeholders are kept, so
+    # the run only works if the command's flags reach the model, the data and the reference
+    config = yaml.safe_load((CONFIGS / "vit_b32_dinov2.yaml").read_text())
+    trainer = config["trainer"]
+    trainer.update(accelerator="cpu", precision="32-true", max_epochs=1, limit_train_batches=2, log_every_n_steps=1)
+    trainer["logger"]["init_args"]["save_dir"] = str(tmp_path / "runs")
+    align, kpca, metrics, _ = trainer["callbacks"]
+    reference = align["init_args"]["reference"]["init_args"]
+    assert reference["weights"].startswith("/path/to/")
+    reference.update(model_kwargs=TINY_DINO, input_size=28)
+    kpca["init_args"]["n_frequencies"] = 16
+    for metric in metrics["init_args"]["metrics"].values():
+        metric["init_args"]["n_frequencies"] = 16
+    config["model"]["model_kwargs"] = TINY_CLIP
+    config["data"]["init_args"].update(image_size=32, batch_size=4, num_workers=0, val_fraction=0.25)
+    copy = tmp_path / "vit_b32_dinov2.yaml"
+    copy.write_text(yaml.safe_dump(config))
+    args = [str(here.get(arg, copy if arg == "recipes/configs/vit_b32_dinov2.yaml" else arg)) for arg in argv[2:]]
+    result = main(args)
+    saved = yaml.safe_load((Path(result["log_dir"]) / "config.yaml").read_text())
+    assert saved["trainer"]["callbacks"][0]["init_args"]["reference"]["init_args"]["weights"] == str(
+        by_name["dinov2_vitb14.safetensors"])
+    assert saved["model"]["pretrained"] == str(by_name["vit_b32.safetensors"])
+    assert "knn_accuracy" not in result["after"] and "reference_knn_accuracy" not in result["after"]
+    out = capsys.readouterr().out
+    knn = [line for line in out.splitlines() if "kNN accuracy" in line]
+    assert len(knn) == 2 and all(line.split()[-2:] == ["n/a", "n/a"] for line in knn), knn
+    assert "0.0000" not in " ".join(knn) and "no class labels" in out
+    assert "8 classes" not in out and "far above the number of classes" in out
+
+
+def test_reference_weights_without_a_reference_class_is_refused(tmp_path, capsys):
+    with pytest.raises(SystemExit) as caught:
+        main(["--config", str(CONFIGS / "tiny.yaml"), f"--trainer.logger.init_args.save_dir={tmp_path}",
+              "--reference_weights", str(tmp_path / "w.safetensors")])
+    assert caught.value.code == 2
+    assert "`--reference_weights`: the config has no SPECAlign callback whose reference" in capsys.readouterr().err
+
+
+def test_the_generative_recipe_refuses_a_negative_kid_subsets(capsys):
+    from generative import main as generative_main
+
+    for flag, message in (("--kid_subsets=-1", 'key "kid_subsets"'), ("--kid_subset_size=0", 'key "kid_subset_size"')):
+        with pytest.raises(SystemExit) as caught:  # was exit 0, KID skipped
+            generative_main(["--config", str(CONFIGS / "generative_normal.yaml"), flag])
+        assert caught.value.code == 2 and message in capsys.readouterr().err

@@ -191,3 +191,136 @@ def test_a_recipe_summary_on_a_full_disk_names_the_file(tmp_path, monkeypatch):
     blocker.write_text("")
     with pytest.raises(WriteError, match="`--summary_json`: cannot create"):  # refused before training
         main(["--config", str(ROOT / "recipes" / "configs" / "tiny.yaml"), f"--summary_json={blocker / 's.json'}"])
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# what is not a regular file: devices and FIFOs are written through, links followed, disks and sockets refused
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def is_char_device(path):
+    import stat
+
+    return stat.S_ISCHR(os.stat(path).st_mode)
+
+
+def test_dev_null_is_written_through_and_stays_a_device():
+    with written("/dev/null", "--output") as temporary:
+        temporary.write_text("{}")
+    assert is_char_device("/dev/null") and not os.path.islink("/dev/null")
+    assert not [p for p in Path("/dev").iterdir() if p.name.startswith(".null.")]  # no temporary file in /dev
+    assert check_writable("/dev/null", "--output") == Path("/dev/null")
+
+
+def test_dev_full_fails_by_name_and_stays_a_device():
+    with pytest.raises(WriteError) as caught:
+        with written("/dev/full", "--output") as temporary:
+            temporary.write_text("{}")
+    message = str(caught.value)
+    assert message.startswith("`--output`: could not write to '/dev/full', a device (No space left on device)")
+    assert "regular file" in message and "\n" not in message
+    assert is_char_device("/dev/full")
+
+
+def test_the_cli_writes_through_dev_null_and_fails_on_dev_full(capsys, embeddings):
+    argv = ["evaluate", embeddings, "--sigma", "1", "--n-frequencies", 16, "--no-progress", "--output"]
+    code, stdout, err = run_cli(capsys, *argv, "/dev/null")
+    assert code == 0 and stdout == "", err
+    assert is_char_device("/dev/null")
+    code, stdout, err = run_cli(capsys, *argv, "/dev/full")
+    assert code == 2 and err.count("\n") == 1 and "`--output`" in err and "'/dev/full'" in err, err
+    assert "No space left on device" in err and "Traceback" not in err
+    assert is_char_device("/dev/full")
+
+
+def test_a_fifo_with_a_reader_gets_the_bytes_and_stays_a_fifo(tmp_path):
+    import stat
+
+    fifo = tmp_path / "pipe.json"
+    os.mkfifo(fifo)
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)  # the reader's end, open first (a few bytes fit its buffer)
+    try:
+        with written(fifo, "--output") as temporary:
+            temporary.write_text('{"a": 1}')
+        assert os.read(reader, 1024) == b'{"a": 1}'
+    finally:
+        os.close(reader)
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode) and os.listdir(tmp_path) == ["pipe.json"]
+
+
+def test_a_fifo_without_a_reader_is_refused_at_once(tmp_path):
+    import stat
+
+    fifo = tmp_path / "pipe.json"
+    os.mkfifo(fifo)
+    with pytest.raises(WriteError, match=r"`--output`: .*pipe.json' is a FIFO that no process is reading; start "):
+        with written(fifo, "--output") as temporary:
+            temporary.write_text("{}")
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode)
+
+
+def test_a_symlink_writes_its_target_and_stays_a_link(tmp_path):
+    target = tmp_path / "data" / "real.json"
+    target.parent.mkdir()
+    target.write_text("old")
+    link = tmp_path / "link.json"
+    link.symlink_to(target)
+    with written(link, "--output") as temporary:
+        temporary.write_text("new")
+    assert link.is_symlink() and os.readlink(link) == str(target)
+    assert target.read_text() == "new" and names(tmp_path / "data") == ["real.json"]
+    dangling = tmp_path / "dangling.json"
+    dangling.symlink_to(tmp_path / "data" / "later.json")
+    assert check_writable(dangling, "--output") == dangling
+    with written(dangling, "--output") as temporary:
+        temporary.write_text("created")
+    assert dangling.is_symlink() and (tmp_path / "data" / "later.json").read_text() == "created"
+
+
+def test_the_cli_output_through_a_symlink_writes_the_target(tmp_path, capsys, embeddings):
+    target = tmp_path / "real.json"
+    target.write_text("old")
+    link = tmp_path / "link.json"
+    link.symlink_to(target)
+    code, _, err = run_cli(capsys, "evaluate", embeddings, "--sigma", "1", "--n-frequencies", 16, "--no-progress",
+                           "--output", link)
+    assert code == 0, err
+    assert link.is_symlink() and "vendi" in json.loads(target.read_text())
+
+
+def test_a_socket_or_a_block_device_is_refused_by_name(tmp_path):
+    import socket
+    import stat
+
+    where = tmp_path / "sock"
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(str(where))
+    try:
+        with pytest.raises(WriteError, match=r"`--output`: .*sock' is a socket, not a file; .*regular file"):
+            check_writable(where, "--output")
+        with pytest.raises(WriteError, match="is a socket"):
+            with written(where, "--output") as temporary:
+                temporary.write_text("{}")
+    finally:
+        server.close()
+    disk = tmp_path / "disk"
+    try:
+        os.mknod(disk, stat.S_IFBLK | 0o600, os.makedev(7, 200))
+    except OSError:
+        pytest.skip("cannot create a block device node here")
+    with pytest.raises(WriteError, match=r"`--output`: .*disk' is a block device \(a disk or a partition\)"):
+        with written(disk, "--output") as temporary:
+            temporary.write_text("{}")
+    assert stat.S_ISBLK(os.stat(disk).st_mode)
+
+
+def test_a_loop_of_links_is_refused_and_left_as_it_was(tmp_path):
+    first, second = tmp_path / "a.json", tmp_path / "b.json"
+    first.symlink_to(second)
+    second.symlink_to(first)
+    with pytest.raises(WriteError, match="symbolic link that loops"):
+        check_writable(first, "--output")  # before any work
+    with pytest.raises(WriteError, match=r"`--output`: .*a.json' is a symbolic link that loops"):
+        with written(first, "--output") as temporary:
+            temporary.write_text("{}")
+    assert first.is_symlink() and second.is_symlink() and os.readlink(first) == str(second)

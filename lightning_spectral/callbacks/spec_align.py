@@ -134,6 +134,7 @@ class SPECAlign(EmbeddingCallback):
     ) -> None:
         check_embedding_source(student, "student", "SPECAlign")
         check_selector(student_input, "student_input", "SPECAlign")
+        n_frequencies = check_positive_int(n_frequencies, "n_frequencies")  # a number before its memory is checked
         if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not math.isfinite(weight) or weight < 0:
             raise ValueError(f"SPECAlign: `weight` must be a finite number >= 0, got {weight!r}.")
         if kernel not in KERNELS:

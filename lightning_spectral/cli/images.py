@@ -29,6 +29,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from lightning_spectral._checks import check_memory
 from lightning_spectral.cli.runtime import Session, UsageError
 from lightning_spectral.io.images import open_rgb
 
@@ -162,11 +163,13 @@ def check_images_for(list_file: Optional[str], table: Any) -> None:
     _check_image_list(list_file, table.n, ids_max, table.name)
 
 
-def build_encoder(spec: str, weights: Optional[str]) -> tuple[torch.nn.Module, int]:
-    """The frozen extractor ``--encoder`` names and the side images are read at.
+def build_encoder(spec: str, weights: Optional[str], batch_size: int = 1) -> tuple[torch.nn.Module, int]:
+    """The frozen extractor ``--encoder`` names and the side images are read at (``batch_size`` images are read at
+    a time: ``pixels:SIZE`` is refused when a batch of them cannot fit in memory).
 
     Raises:
         UsageError: an unknown encoder, a bad size, or ``--weights`` with ``pixels``.
+        ValueError: a pixel size whose batches of images cannot fit in memory, naming ``--encoder``.
     """
     from lightning_spectral.encoders import ClipImageFeature, PixelImageFeature, TimmImageFeature
 
@@ -174,13 +177,20 @@ def build_encoder(spec: str, weights: Optional[str]) -> tuple[torch.nn.Module, i
     if kind == "pixels":
         if weights is not None:
             raise UsageError("`--weights`: the pixels encoder has no weights; use `--encoder clip:ARCH` or timm:ARCH.")
-        try:
-            size = int(name) if name else PIXELS_SIZE
-        except ValueError:
-            size = 0
+        size = int(name) if name.isdecimal() and name.isascii() else 0 if name else PIXELS_SIZE
         if size < 1:
-            raise UsageError(f"`--encoder {spec}`: the pixel size must be an integer >= 1, e.g. pixels:16.")
-        return PixelImageFeature(size=size), max(PIXELS_READ, size)
+            raise UsageError(
+                f"`--encoder {spec}`: the pixel size must be an integer >= 1 written in digits, got {name!r}; e.g. "
+                "pixels:16."
+            )
+        side = max(PIXELS_READ, size)
+        # per image read at `side`: uint8 RGB, its float32 copy, the stacked batch, the float32 grey the encoder pools
+        needed = batch_size * side * side * (3 + 12 + 12 + 4)
+        check_memory(
+            "image inputs", "--encoder", spec, needed, f"{batch_size} images read at {side} x {side} pixels",
+            f"use a smaller pixel size, e.g. `--encoder pixels:{PIXELS_SIZE}`, or a smaller `--image-batch-size`",
+        )
+        return PixelImageFeature(size=size), side
     if kind in ("clip", "timm") and name:
         if weights is not None and not Path(weights).expanduser().is_file():
             raise FileNotFoundError(f"`--weights`: no file at {weights!r}.")
@@ -273,7 +283,7 @@ def resolve(args: argparse.Namespace, session: Session) -> dict[str, Any]:
         specs = {attribute: _encoder_of(args, attribute) for attribute, _, _ in sources}
         if args.command == "compare":
             _same_images(listed, specs)
-        built = {spec: build_encoder(*spec) for spec in dict.fromkeys(specs.values())}
+        built = {spec: build_encoder(*spec, args.image_batch_size) for spec in dict.fromkeys(specs.values())}
         encoders = {spec: (encoder.to(session.device), size) for spec, (encoder, size) in built.items()}
     folder = Path(args.save_features).expanduser() if args.save_features is not None else None
     scratch = Path(tempfile.mkdtemp(prefix="lightning-spectral-"))

@@ -7,7 +7,7 @@ from typing import Optional
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from lightning_spectral._checks import check_positive_int
+from lightning_spectral._checks import check_memory, check_positive_int
 
 
 class PixelEncoder(nn.Module):
@@ -20,7 +20,8 @@ class PixelEncoder(nn.Module):
     ``offset`` (size^2,)), e.g. a discriminant projection fitted elsewhere.
 
     Raises:
-        ValueError: ``size`` not an integer >= 1, a ``projection`` without size^2 rows, or (``forward``) input
+        ValueError: ``size`` not an integer >= 1 or so large that one feature row (``4 size^2`` bytes) cannot fit in
+            memory, a ``projection`` without size^2 rows, or (``forward``) input
             that is not a batch of images (N, C, H, W).
 
     Examples:
@@ -33,6 +34,10 @@ class PixelEncoder(nn.Module):
     def __init__(self, size: int = 8, projection: Optional[Tensor] = None, offset: Optional[Tensor] = None) -> None:
         super().__init__()
         self.size = check_positive_int(size, "size")
+        check_memory(  # before `forward` pools a batch to size x size: one row already cannot fit
+            "PixelEncoder", "size", size, 4 * self.size**2, f"one float32 feature row of {self.size}^2 values",
+            "use a smaller `size` (8 to 32: images pooled to 8 x 8 to 32 x 32 pixels)",
+        )
         if projection is not None and tuple(projection.shape[:1]) != (size * size,):
             raise ValueError(
                 f"PixelEncoder: `projection` must have {size * size} rows (size^2), "

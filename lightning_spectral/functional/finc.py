@@ -171,6 +171,9 @@ def finc_spectrum(
     Each side keeps ``draws`` multiplier draws of its sampling noise for the null (module doc); ``groups`` is
     deprecated (read as ``draws = groups - 1``).
 
+    Not differentiable: the inputs are detached (the content groups and the null are statistics of the data, not
+    a loss), so inputs that require grad are read as plain values.
+
     Raises:
         ValueError: an empty side, widths that differ, NaN / Inf, ``rho`` or ``min_eigenvalue`` not a number
             > 0, ``significance`` not in (0, 1), ``draws`` not an integer in [2, 64].
@@ -179,8 +182,8 @@ def finc_spectrum(
     significance = check_significance(significance)
     min_eigenvalue = check_positive(min_eigenvalue, "min_eigenvalue")
     draws = draws_from_groups(groups, draws, "finc")
-    generated = check_features(generated, "generated", owner="finc")
-    reference = check_features(reference, "reference", width=generated.shape[1], owner="finc")
+    generated = check_features(generated, "generated", owner="finc").detach()
+    reference = check_features(reference, "reference", width=generated.shape[1], owner="finc").detach()
     if generated.shape[0] == 0 or reference.shape[0] < 2:
         raise ValueError("finc: needs at least 1 generated and 2 reference samples.")
     rff = GaussianRFF(generated.shape[1], n_frequencies, sigma, seed).to(generated.device)
@@ -201,7 +204,9 @@ def finc(
     groups: Optional[int] = None,
     draws: int = DEFAULT_DRAWS,
 ) -> Tensor:
-    """FINC novelty score: the sum of the significant eigenvalues of ``C_gen - rho C_ref`` (module doc).
+    """FINC novelty score: the sum of the significant eigenvalues of ``C_gen - rho C_ref`` (module doc). Not
+    differentiable: the inputs are detached
+    ([`finc_spectrum`][lightning_spectral.functional.finc_spectrum]).
 
     Examples:
         >>> import torch

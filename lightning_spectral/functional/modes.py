@@ -17,7 +17,7 @@ from typing import Any, Callable, NamedTuple, Optional, Union
 import torch
 from torch import Tensor
 
-from lightning_spectral._checks import check_memory, check_positive_int
+from lightning_spectral._checks import check_batches, check_memory, check_positive_int
 from lightning_spectral.kernels.gaussian_rff import GaussianRFF
 from lightning_spectral.sync.collectives import all_gather_rows, collective_device, distributed_available
 
@@ -103,7 +103,10 @@ def top_samples(
 
     Raises:
         ValueError: ``per_mode`` not an integer >= 1, or candidates that would not fit in memory.
+        TypeError: ``batches`` not an iterable of ``(features, ids)`` pairs (``None``, one bare tensor, an item
+            that is not a pair) or bool ids.
     """
+    batches = check_batches(batches, "top_samples")
     per_mode = check_positive_int(per_mode, "per_mode")
     check_candidates_memory("top_samples", k, per_mode)
     best_scores: Optional[Tensor] = None

@@ -51,7 +51,7 @@ import torch
 from torch import Tensor, nn
 from torchmetrics import Metric
 
-from lightning_spectral._checks import check_features, check_positive_int
+from lightning_spectral._checks import check_bool, check_features, check_positive_int
 from lightning_spectral.algebra.gram import DEFAULT_CHUNK_SIZE
 from lightning_spectral.functional.sampling_noise import Multipliers
 from lightning_spectral.kernels.feature_map import FeatureMap
@@ -297,6 +297,7 @@ class SpectralMetric(Metric):
         the counts alone are all-reduced (a
         collective under DDP: every rank must call it, and all get the same answer).
         """
+        check_bool(real, "real")
         names = [
             n for n in self.accumulators if (n in self.reference_names) == real and n not in self.same_samples
         ]
@@ -356,7 +357,7 @@ class SpectralMetric(Metric):
         The sums travel packed in the extra state (`metrics.checkpoint`): an empty
         accumulator writes its count only, a covariance its upper triangle.
         """
-        self._persistent_sums = bool(mode)
+        self._persistent_sums = check_bool(mode, "mode")
 
     def checkpoint_settings(self) -> dict[str, Any]:
         """Settings a checkpoint's sums depend on beyond the frequencies' fingerprint (written with the sums and

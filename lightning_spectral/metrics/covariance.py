@@ -8,7 +8,7 @@ from typing import Any, Optional
 import torch
 from torch import Tensor, nn
 
-from lightning_spectral._checks import check_positive_int, check_state_memory
+from lightning_spectral._checks import check_batches, check_positive_int, check_state_memory
 from lightning_spectral.algebra.gram import DEFAULT_CHUNK_SIZE
 from lightning_spectral.functional.modes import Ids, Modes, check_candidates_memory, mode_scores, top_samples
 from lightning_spectral.kernels.feature_map import FeatureMap
@@ -105,6 +105,7 @@ class Covariance(SpectralMetric):
             A list of ``k`` pairs ``(ids, scores)``, scores descending. Memory ``O(k * per_mode)``; under DDP
             each rank streams its shard and only the candidates are gathered.
         """
+        batches = check_batches(batches, f"{type(self).__name__}.top_samples")
         per_mode = check_positive_int(per_mode, "per_mode")
         check_candidates_memory(type(self).__name__, check_positive_int(k, "k"), per_mode)
         modes = self.modes(k)

@@ -9,7 +9,14 @@ import torch
 from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor, nn
 
-from lightning_spectral._checks import check_bool, check_memory, check_positive, check_positive_int, check_side
+from lightning_spectral._checks import (
+    check_batches,
+    check_bool,
+    check_memory,
+    check_positive,
+    check_positive_int,
+    check_side,
+)
 from lightning_spectral.algebra.gram import DEFAULT_CHUNK_SIZE
 from lightning_spectral.functional.finc import (
     DEFAULT_MIN_EIGENVALUE,
@@ -165,6 +172,7 @@ class FINCNovelty(SpectralMetric):
 
     def pooled(self, real: bool = False) -> PooledSums:
         """The generated (``real=False``) or reference side as one stream (``C = Q / n``)."""
+        check_bool(real, "real")
         return PooledSums(self.ref if real else self.gen, "FINCNovelty: this side holds no sample.")
 
     def _side(self, real: bool) -> NoiseSums:
@@ -202,6 +210,7 @@ class FINCNovelty(SpectralMetric):
     def threshold(self, missing: bool = False) -> float:
         """The eigenvalue at which a novel (or missing) mode becomes significant: ``max(the null's quantile at the
         level, min_eigenvalue)``."""
+        check_bool(missing, "missing")
         with self.synced():
             return self._spectrum(missing, vectors=False).threshold
 
@@ -236,6 +245,8 @@ class FINCNovelty(SpectralMetric):
         ``(ids, scores)`` pairs, scores descending; check ``novel_modes(k).significant`` for which modes
         pass the noise threshold. Memory ``O(k * per_mode)``; under DDP only candidates are gathered.
         """
+        check_bool(missing, "missing")
+        batches = check_batches(batches, "FINCNovelty.top_samples")
         per_mode = check_positive_int(per_mode, "per_mode")
         check_candidates_memory("FINCNovelty", check_positive_int(k, "k"), per_mode)
         modes = self._modes(k, missing)

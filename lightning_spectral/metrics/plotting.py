@@ -5,12 +5,48 @@ matplotlib is imported inside, when a plot is made (``import lightning_spectral.
 
 from __future__ import annotations
 
+from numbers import Real
 from typing import Any
 
+import numpy as np
 import torch
 from torch import Tensor
 
 from lightning_spectral._checks import check_positive_int
+
+
+def _value(value: Any, owner: str) -> Any:
+    """One value ``plot`` takes: a tensor, a dict of them (Vendi of several orders), a Python / NumPy number (as a
+    tensor).
+
+    Raises:
+        TypeError: anything else (a string, ``None`` inside a list), naming ``val`` and what to pass.
+    """
+    if isinstance(value, Tensor):
+        return value
+    if isinstance(value, (Real, np.number)) and not isinstance(value, (bool, np.bool_)):
+        return torch.tensor(float(value))
+    if isinstance(value, dict) and value:
+        return {key: _value(item, owner) for key, item in value.items()}
+    shown = f"the string {value!r}" if isinstance(value, str) else repr(value)[:80]
+    raise TypeError(
+        f"{owner}.plot: `val` must be the metric's value (a tensor, a number or a dict of them, as `compute()` "
+        f"returns it), a list of such values (one per step) or None (the current value), got {shown}."
+    )
+
+
+def check_plot_value(metric: Any, value: Any) -> Any:
+    """``value`` as ``plot`` draws it: a value (`_value`) or a non-empty list / tuple of them, numbers made tensors.
+
+    Raises:
+        TypeError: naming ``val`` (module doc of `_value`).
+    """
+    owner = type(metric).__name__
+    if isinstance(value, (list, tuple)):
+        if not value:
+            raise TypeError(f"{owner}.plot: `val` is an empty {type(value).__name__}; pass values to draw, or None.")
+        return [_value(item, owner) for item in value]
+    return _value(value, owner)
 
 
 def plot_value(metric: Any, value: Any, ax: Any = None) -> tuple[Any, Any]:
@@ -24,6 +60,9 @@ def plot_value(metric: Any, value: Any, ax: Any = None) -> tuple[Any, Any]:
     Returns:
         ``(figure, axis)``.
 
+    Raises:
+        TypeError: ``value`` that is not a value of the metric (a string, an empty list), naming ``val``.
+
     Examples:
         >>> import torch
         >>> from lightning_spectral.metrics import FKEAVendi
@@ -36,6 +75,7 @@ def plot_value(metric: Any, value: Any, ax: Any = None) -> tuple[Any, Any]:
         >>> len(axis.lines[0].get_xdata())
         3
     """
+    value = check_plot_value(metric, value)
     steps = list(value) if isinstance(value, (list, tuple)) else [value]
     if steps and all(isinstance(v, Tensor) and v.ndim == 2 and v.shape[0] == v.shape[1] for v in steps):
         from lightning_spectral.algebra.eigen import psd_eigenvalues

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from numbers import Integral
 from typing import Any, Optional
 
 import torch
 from torch import Tensor
 
 from lightning_spectral._checks import (
+    check_batches,
     check_positive,
     check_positive_int,
     check_seed,
@@ -155,8 +157,11 @@ class SPECDivergence(SpectralMetric):
         samples, and oriented so that they sum to >= 0. A collective under DDP.
         """
         check_positive_int(k, "k")
-        if sign not in (1, -1):
-            raise ValueError(f"SPECDivergence.clusters: `sign` must be +1 or -1, got {sign!r}.")
+        if isinstance(sign, bool) or not isinstance(sign, Integral) or sign not in (1, -1):  # True == 1: a flag
+            raise ValueError(
+                f"SPECDivergence.clusters: `sign` must be the integer +1 (`a`-only clusters) or -1 (`b`-only), got "
+                f"{sign!r}."
+            )
         with self.synced():
             values, vectors = self._spectrum()
             side = nonzero(values) & ((values > 0) if sign > 0 else (values < 0))
@@ -181,6 +186,7 @@ class SPECDivergence(SpectralMetric):
             ``k`` pairs ``(ids, scores)``, scores (entries of the unit eigenvector) descending; under DDP each
             rank streams its shard and only the candidates are gathered.
         """
+        batches = check_batches(batches, "SPECDivergence.top_samples")
         check_positive_int(per_cluster, "per_cluster")
         check_candidates_memory("SPECDivergence", check_positive_int(k, "k"), per_cluster, "per_cluster")
         clusters = self.clusters(k, sign)
