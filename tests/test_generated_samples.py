@@ -250,6 +250,7 @@ def by_hand(module, data):
     metrics["mmd"].update(feature(images), real=False)
     summaries = {name: metric.summary() for name, metric in metrics.items()}
     values = {f"vendi/{order}": float(v) for order, v in summaries["vendi"][""].items()}
+    values.update({f"vendi_{key}": float(v) for key, v in summaries["vendi"].items() if key != ""})  # n, 2r
     for name in ("finc", "mmd"):
         values.update({name if key == "" else f"{name}_{key}": float(v) for key, v in summaries[name].items()})
     return values
@@ -341,7 +342,7 @@ def test_two_processes_log_what_one_process_logs(tmp_path):
         trainer = trainer_for(tmp_path / str(devices), callback, devices=devices, strategy=strategy, logger=False)
         trainer.validate(module, datamodule=data, verbose=False)
         logged[devices] = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("gen/")}
-    assert len(logged[1]) == 12 and set(logged[1]) == set(logged[2])
+    assert len(logged[1]) == 18 and set(logged[1]) == set(logged[2])  # with n, 2r and the standard errors
     # The decoder and the extractor run in float32 on shards of another batch size, so embeddings differ in
     # the 7th digit (BLAS blocking); Vendi near 1 turns that into ~2e-6. A wrong shard or a lost row moves
     # these values by percents.
