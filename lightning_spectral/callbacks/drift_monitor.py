@@ -30,12 +30,14 @@ from lightning_spectral._checks import (
     check_seed,
     check_selector,
 )
-from lightning_spectral.callbacks.base import EmbeddingCallback, outside_inference_mode
+from lightning_spectral.callbacks.embedding_callback import EmbeddingCallback, outside_inference_mode
 from lightning_spectral.callbacks.embeddings import BatchSelector, EmbeddingFn, as_embedding, select
 from lightning_spectral.callbacks.galleries import IndexedImages
+from lightning_spectral.callbacks.report import log_values, report
 from lightning_spectral.functional.modes import check_candidates_memory
 from lightning_spectral.kernels.by_name import KERNELS
 from lightning_spectral.metrics.base import ModeGallery
+from lightning_spectral.metrics.protocol import feed
 from lightning_spectral.metrics.spec import SPECDivergence
 
 __all__ = ["DriftMonitor"]
@@ -221,7 +223,9 @@ class DriftMonitor(EmbeddingCallback):
         if is_tensor:
             check_features(probe.flatten(1) if probe.ndim > 1 else probe[:, None], "probe", owner=owner)
             if probe.shape[0] == 0:
-                raise ValueError("DriftMonitor: the `probe` tensor has no rows; pass the probe samples' encoder inputs.")
+                raise ValueError(
+                    "DriftMonitor: the `probe` tensor has no rows; pass the probe samples' encoder inputs."
+                )
         elif isinstance(probe, bytes) or not isinstance(probe, (str, Iterable)):
             raise ValueError(
                 "DriftMonitor: `probe` must be a DataLoader, the name of a datamodule method returning one, or a "
@@ -255,7 +259,8 @@ class DriftMonitor(EmbeddingCallback):
                     "DriftMonitor: `class_prompts` must be a non-empty list of captions (one per class) or the "
                     f"name of a datamodule attribute holding them, got {class_prompts!r}."
                 )
-        if text_encoder is not None and not ((isinstance(text_encoder, str) and text_encoder) or callable(text_encoder)):
+        named = isinstance(text_encoder, str) and bool(text_encoder)
+        if text_encoder is not None and not (named or callable(text_encoder)):
             raise ValueError(
                 "DriftMonitor: `text_encoder` must be the name of the text submodule (e.g. 'text_tower') or "
                 f"`fn(pl_module, prompts) -> Tensor`, got {text_encoder!r}."
@@ -263,7 +268,8 @@ class DriftMonitor(EmbeddingCallback):
         if is_tensor and labels is not None:
             if not isinstance(labels, Tensor) or labels.shape != (probe.shape[0],) or labels.is_floating_point():
                 raise ValueError(
-                    f"DriftMonitor: with a tensor probe `labels` must be an integer tensor of shape ({probe.shape[0]},), "
+                    "DriftMonitor: with a tensor probe `labels` must be an integer tensor of shape "
+                    f"({probe.shape[0]},), "
                     f"got {type(labels).__name__} {tuple(getattr(labels, 'shape', ()))}."
                 )
         elif labels is not None:
@@ -308,12 +314,15 @@ class DriftMonitor(EmbeddingCallback):
         self._compared = False  # a validation epoch of this process compared the probe (`drifted` needs its rows)
 
     @property
+    @override
     def state_key(self) -> str:
-        return self._generate_state_key(embedding=self._identity(), prefix=self.log_prefix)
-
-    def _identity(self) -> str:
+        """``DriftMonitor{'embedding': ..., 'prefix': ...}``: the class, the embedding (its name, or the function's
+        qualified name) and ``log_prefix``, so two monitors of different encoders or prefixes keep separate starts
+        in one checkpoint (the form of Lightning's own keys, e.g. ``EarlyStopping{'monitor': ..., 'mode': ...}``)."""
         source = self.embedding
-        return source if isinstance(source, str) else getattr(source, "__qualname__", repr(source))
+        embedding = source if isinstance(source, str) else getattr(source, "__qualname__", repr(source))
+        keys = {"embedding": embedding, "prefix": self.log_prefix}
+        return f"{type(self).__qualname__}{keys!r}"
 
     @staticmethod
     def state_bytes(n: int, d: int) -> int:
@@ -402,7 +411,7 @@ class DriftMonitor(EmbeddingCallback):
             now, ids, labels = self._embed_probe(trainer, pl_module)
             start = self._start_of(ids).to(now.device)
             if len(ids):
-                metric.update(start, now)
+                feed(metric, start, now)
                 self._kept = [(start.cpu(), now.cpu(), ids.cpu())]
             values: dict[str, float] = {}
             if self._prompts is not None:
@@ -412,15 +421,20 @@ class DriftMonitor(EmbeddingCallback):
                     "zero_shot_acc_start": self.zero_shot_start_,
                     "zero_shot_acc_change": accuracy - self.zero_shot_start_,
                 }
-                self.log_values(pl_module, {k: v for k, v in values.items() if math.isfinite(v)}, self.log_prefix)
+                log_values(pl_module, {k: v for k, v in values.items() if math.isfinite(v)}, self.log_prefix)
             embedded = time.perf_counter()
             gallery = None
             if self._lookup is not None:
                 gallery = IndexedImages(self._lookup, self.top_clusters, self.gallery_per_cluster, paired=True)
-                gallery.kept = list(self._kept)
+                for kept_start, kept_now, kept_ids in self._kept:
+                    gallery.keep(kept_start, kept_now, kept_ids)
+
+            def spectrum(logged: dict[str, float]) -> tuple[str, Any]:
+                return "spectrum", metric.plot_spectrum()[0]  # a collective: every rank draws
+
             values.update(
-                self.report(trainer, pl_module, "spec_diff", metric, self.log_prefix, gallery, spectrum=True,
-                            timings=timings)
+                report(trainer, pl_module, "spec_diff", metric, self.log_prefix, gallery, spectrum, timings,
+                       self.last_galleries)
             )
         self.last_values, self._compared = values, True
         self.timings = {"embed": embedded - began, **timings, "total": time.perf_counter() - began}
@@ -498,7 +512,9 @@ class DriftMonitor(EmbeddingCallback):
             )
         return self.start_[where]
 
-    def _zero_shot(self, trainer: L.Trainer, pl_module: L.LightningModule, z: Tensor, labels: Optional[Tensor]) -> float:
+    def _zero_shot(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, z: Tensor, labels: Optional[Tensor]
+    ) -> float:
         """Zero-shot accuracy of this rank's probe embeddings ``z`` against the class prompts, over all ranks."""
         assert self._prompts is not None
         with torch.no_grad():
