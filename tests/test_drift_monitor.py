@@ -123,12 +123,12 @@ def test_ddp_values_equal_single_process(tmp_path):
 
 
 class Forgetting(L.LightningModule):
-    """An MLP encoder (64 -> 64 -> 16) with a classifier head, trained with SGD and weight decay."""
+    """A linear encoder (64 -> 16) with a classifier head, trained with SGD and weight decay."""
 
     def __init__(self, classes: int, weight_decay: float = 0.0) -> None:
         super().__init__()
         torch.manual_seed(0)
-        self.encoder = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 16))
+        self.encoder = torch.nn.Linear(64, 16)
         self.head = torch.nn.Linear(16, classes)
         self.weight_decay = weight_decay
 
@@ -149,18 +149,19 @@ def test_an_encoder_fine_tuned_on_some_classes_has_its_lost_classes_named(tmp_pa
     probe, train = order[:500], order[500:]
     module = Forgetting(10)
     quiet_trainer(tmp_path, max_epochs=10).fit(module, DataLoader(TensorDataset(x[train], y[train]), batch_size=64))
-    module.head, module.weight_decay = torch.nn.Linear(16, 5), 0.2
+    module.head, module.weight_decay = torch.nn.Linear(16, 5), 0.05
     kept = train[y[train] < 5]
     monitor = DriftMonitor(x[probe], embedding="encoder")
     quiet_trainer(tmp_path, [monitor], max_epochs=20, num_sanity_val_steps=0).fit(
-        module, DataLoader(TensorDataset(x[kept], y[kept]), batch_size=64, shuffle=True),
+        module, DataLoader(TensorDataset(x[kept], y[kept]), batch_size=64),
         DataLoader(TensorDataset(x[:64], y[:64]), batch_size=64),
     )
     clusters = monitor.drifted(3, per_cluster=20)
     classes = [y[probe][members] for members, _ in clusters]
     lost = torch.cat(classes) >= 5
-    assert float(lost.double().mean()) >= 0.8, [c.tolist() for c in classes]  # half the probe is digits 5-9
-    assert all(int(c.mode().values) >= 5 for c in classes[:2])
+    # half the probe is digits 5-9; measured: 88 % of the 60 members, the clusters' commonest digits 6, 7 and 8
+    assert float(lost.double().mean()) >= 0.75, [c.tolist() for c in classes]
+    assert all(int(c.mode().values) >= 5 for c in classes), [c.tolist() for c in classes]
 
 
 def test_drifted_before_a_validation_epoch_is_refused():
