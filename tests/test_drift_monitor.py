@@ -113,13 +113,19 @@ def test_a_resumed_run_measures_against_the_start(tmp_path):
 
 
 def test_ddp_values_equal_single_process(tmp_path):
-    single = make_monitor(images=None, class_prompts=PROMPTS, text_encoder=head_as_text, labels=1)
-    quiet_trainer(tmp_path / "single", [single]).fit(DigitsClassifier(), *loaders())
-    ddp = make_monitor(images=None, class_prompts=PROMPTS, text_encoder=head_as_text, labels=1)
-    trainer = quiet_trainer(tmp_path / "ddp", [ddp], devices=2, strategy="ddp_spawn")
-    trainer.fit(DigitsClassifier(), *loaders())
-    for name, value in single.last_values.items():
-        assert float(trainer.callback_metrics[f"drift/{name}"]) == pytest.approx(value, rel=1e-4, abs=1e-7), name
+    """Two processes, each embedding half the probe, log what one process computes from the same weights."""
+    ddp = make_monitor(class_prompts=PROMPTS, text_encoder=head_as_text, labels=1)
+    trainer = quiet_trainer(tmp_path, [ddp], devices=2, strategy="ddp_spawn", logger=True)
+    module, start = DigitsClassifier(), DigitsClassifier()
+    trainer.fit(module, *loaders())  # the module's weights come back from rank 0
+    with torch.no_grad():
+        want = spec(start.encoder(x[1000:1400]), module.encoder(x[1000:1400]), "cosine", k=2)
+    logged = {name: float(value) for name, value in trainer.callback_metrics.items()}
+    assert logged["drift/spec_diff"] == pytest.approx(float(want.spec_diff), rel=1e-4)
+    positive = want.eigenvalues[want.eigenvalues > 0][:2]
+    assert [logged[f"drift/spec_diff_lost/{i}"] for i in range(2)] == pytest.approx(positive.tolist(), rel=1e-4)
+    assert logged["drift/zero_shot_acc"] == pytest.approx(zero_shot(module))
+    assert logged["drift/zero_shot_acc_start"] == pytest.approx(zero_shot(start))
 
 
 class Forgetting(L.LightningModule):
