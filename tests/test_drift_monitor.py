@@ -173,3 +173,14 @@ def test_an_encoder_fine_tuned_on_some_classes_has_its_lost_classes_named(tmp_pa
 def test_drifted_before_a_validation_epoch_is_refused():
     with pytest.raises(RuntimeError, match="no validation epoch"):
         DriftMonitor(x[:10]).drifted()
+
+
+def test_state_key_names_the_embedding_and_prefix_in_lightnings_form():
+    probe = torch.randn(10, 4)
+    assert DriftMonitor(probe).state_key == "DriftMonitor{'embedding': 'encoder', 'prefix': 'drift/'}"
+
+    def embed(pl_module, batch):
+        return batch
+
+    other = DriftMonitor(probe, embedding=embed, log_prefix="probe/")
+    assert other.state_key == "DriftMonitor{'embedding': '" + embed.__qualname__ + "', 'prefix': 'probe/'}"

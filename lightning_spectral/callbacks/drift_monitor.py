@@ -145,7 +145,8 @@ class DriftMonitor(EmbeddingCallback):
     [`embed_loader`][lightning_spectral.callbacks.EmbeddingCallback.embed_loader]) and streams the pairs
     (start, now) of the same samples into a
     [`SPECDivergence`][lightning_spectral.metrics.SPECDivergence] (the cosine kernel's ``(2d)^2`` sums, or the
-    Gaussian kernel's random-feature route, ``(4r)^2``: bounded in N), all-reduced under DDP. Logged under
+    Gaussian kernel's random-feature route, ``(4r)^2``: bounded in N), all-reduced under DDP, and reported by
+    [`report`][lightning_spectral.callbacks.report.report] (one sync, values, galleries, spectrum). Logged under
     ``log_prefix`` (``drift/``):
 
     - ``spec_diff``: SPEC-diff $\max_i |\lambda_i|$ of $\Lambda = (K_{start} - K_{now}) / n$;
