@@ -86,6 +86,7 @@ bench: $(VENV)/.installed
 	$(BENCH_PY) benchmarks/bench_repeats.py --n 500 --r 128
 	$(BENCH_PY) benchmarks/bench_conditional.py agreement --frequencies 128
 	$(BENCH_PY) benchmarks/bench_conditional.py cost --frequencies 128 --repeats 1
+	$(BENCH_PY) benchmarks/bench_drift.py --epochs 1
 	$(BENCH_PY) benchmarks/bench_align_recipe.py --seeds 0 --epochs 1 --out $(BENCH_OUT)/align_recipe_evidence.json
 	$(BENCH_PY) benchmarks/gpu_check.py --plan   # the GPU-size commands of `make gpu-check`, none run
 

@@ -5,7 +5,8 @@
 
 Each run is ``recipes/align_clip.py`` on ``recipes/configs/tiny.yaml`` with the SPECAlign weight, the seed
 (model init, data split and shuffle) and the epochs overridden; everything else is the config. Prints one row
-per run and the mean per weight, and writes all summaries to ``--out`` (JSON).
+per run and the mean per weight (the summary after training, and the drift since the start of the fit that the
+config's DriftMonitor logged), and writes all summaries to ``--out`` (JSON).
 """
 
 from __future__ import annotations
@@ -26,6 +27,9 @@ sys.path.insert(0, str(ROOT / "recipes"))
 from align_clip import main  # noqa: E402
 
 KEYS = ("spec_diff_to_reference", "knn_accuracy", "zero_shot_accuracy", "vendi", "ood_auroc")
+#: DriftMonitor's values at the last validation epoch (the validation images, start of the fit vs now).
+DRIFT = ("drift/spec_diff", "drift/spec_diff_lost/0", "drift/spec_diff_new/0", "drift/zero_shot_acc",
+         "drift/zero_shot_acc_start")
 
 
 def run(config: dict, weight: float, seed: int, epochs: int, folder: Path, caption_noise=None) -> dict:
@@ -78,6 +82,16 @@ def main_cli() -> None:
     for weight in args.weights:
         mine = [r["after"] for r in rows if r["weight"] == weight]
         print(f"{weight:7.2f}{'':5s}" + "".join(f"{statistics.mean(m[k] for m in mine):16.4f}" for k in KEYS))
+    print("\ndrift since the start of the fit (DriftMonitor, last validation epoch)\n" + f"{'weight':>7s}{'seed':>5s}"
+          + "".join(f"{k.removeprefix('drift/')[:20]:>22s}" for k in DRIFT))
+    for row in rows:
+        print(f"{row['weight']:7.2f}{row['seed']:5d}"
+              + "".join(f"{row['logged'].get(k, float('nan')):22.4f}" for k in DRIFT))
+    print("mean over seeds")
+    for weight in args.weights:
+        mine = [r["logged"] for r in rows if r["weight"] == weight]
+        print(f"{weight:7.2f}{'':5s}"
+              + "".join(f"{statistics.mean(m.get(k, float('nan')) for m in mine):22.4f}" for k in DRIFT))
     before = {r["seed"]: r["before"] for r in rows}
     print("before training, per seed:")
     for seed, values in before.items():

@@ -9,8 +9,9 @@
 A LightningCLI over ``CLIPFineTune`` (``clip_finetune.py`` beside this script) (open_clip's contrastive loss) and a
 datamodule of :mod:`lightning_spectral.data`; the YAML adds the callbacks ``SPECAlign`` (weight x SPEC-diff to
 the reference), ``KPCAOODMonitor`` (kernel PCA of the image embeddings, scoring validation and held-out
-classes) and ``EmbeddingMetrics`` (Vendi of the validation embeddings; FINC novelty and FastMMD of
-validation against training embeddings; mode galleries). Before and after training the recipe evaluates the
+classes), ``EmbeddingMetrics`` (Vendi of the validation embeddings; FINC novelty and FastMMD of
+validation against training embeddings; mode galleries) and ``DriftMonitor`` (the clusters of the validation
+images the encoder lost since the start of the fit, and zero-shot accuracy against the start's). Before and after training the recipe evaluates the
 model from scratch (:func:`evaluate`, with the callbacks' own Vendi and kernel PCA settings) and prints a summary;
 ``--summary_json`` also writes it to a file. ``--reference_weights`` sets the weights file of the ``SPECAlign``
 callback's reference encoder (jsonargparse cannot address one item of ``trainer.callbacks`` on the command line:
@@ -190,7 +191,7 @@ def summary_text(
     interesting = [
         k
         for k in sorted(logged)
-        if k.startswith(("ood/", "val/", "spec_align/")) and not k.endswith(("_step", "_epoch"))
+        if k.startswith(("ood/", "val/", "spec_align/", "drift/")) and not k.endswith(("_step", "_epoch"))
     ]
     if interesting:
         lines.append("\nLogged by the callbacks at the last validation epoch, from the embeddings of that epoch's")

@@ -32,7 +32,14 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from lightning_spectral.algebra import one_thread as linalg_one_thread
-from lightning_spectral.callbacks import EmbeddingMetrics, GeneratedSamples, KPCAOODMonitor, SPECAlign, SpecAlignSolver
+from lightning_spectral.callbacks import (
+    DriftMonitor,
+    EmbeddingMetrics,
+    GeneratedSamples,
+    KPCAOODMonitor,
+    SPECAlign,
+    SpecAlignSolver,
+)
 from lightning_spectral.cli import main
 from lightning_spectral.data import DigitsImages, DigitsImageText, DropClassesSampler
 from lightning_spectral.encoders import (
@@ -648,6 +655,37 @@ CASES = [
     row("SPECAlign reference=3", lambda f: SPECAlign(3), ValueError, r"SPECAlign\(reference\): the reference must be"),
     row("SPECAlign fit: no submodule 'decoder'", lambda f: fit(SPECAlign(nn.Identity(), student="decoder")),
         ValueError, r"'decoder'"),
+    row("DriftMonitor probe=3", lambda f: DriftMonitor(3), ValueError, r"`probe` must be a DataLoader"),
+    row("DriftMonitor empty tensor probe", lambda f: DriftMonitor(torch.zeros(0, 4)), ValueError, r"`probe`.*no rows"),
+    row("DriftMonitor NaN tensor probe", lambda f: DriftMonitor(torch.full((4, 2), float("nan"))), ValueError,
+        r"`probe`"),
+    row("DriftMonitor kernel='rbf'", lambda f: DriftMonitor(x(), kernel="rbf"), ValueError, r"`kernel`"),
+    row("DriftMonitor gaussian without sigma", lambda f: DriftMonitor(x(), kernel="gaussian"), ValueError,
+        r"needs `sigma`"),
+    row("DriftMonitor sigma=0", lambda f: DriftMonitor(x(), kernel="gaussian", sigma=0), ValueError, r"`sigma`"),
+    row("DriftMonitor class_prompts without labels", lambda f: DriftMonitor(x(), class_prompts=["a", "b"]),
+        ValueError, r"`class_prompts`, `text_encoder` and `labels` together"),
+    row("DriftMonitor class_prompts=[]", lambda f: DriftMonitor(x(), class_prompts=[], text_encoder="t", labels=1),
+        ValueError, r"`class_prompts` must be a non-empty list"),
+    row("DriftMonitor text_encoder=3", lambda f: DriftMonitor(x(), class_prompts=["a"], text_encoder=3, labels=1),
+        ValueError, r"`text_encoder` must be"),
+    row("DriftMonitor tensor labels of another length",
+        lambda f: DriftMonitor(x(), class_prompts=["a"], text_encoder="t", labels=torch.zeros(3, dtype=torch.long)),
+        ValueError, r"`labels` must be an integer tensor of shape \(8,\)"),
+    row("DriftMonitor top_clusters=0", lambda f: DriftMonitor(x(), top_clusters=0), ValueError, r"`top_clusters`"),
+    row("DriftMonitor max_state_bytes=0", lambda f: DriftMonitor(x(), max_state_bytes=0), ValueError,
+        r"`max_state_bytes`"),
+    row("DriftMonitor log_prefix=None", lambda f: DriftMonitor(x(), log_prefix=None), ValueError, r"`log_prefix`"),
+    row("DriftMonitor images=3", lambda f: DriftMonitor(x(), images=3), ValueError, r"`images` must be"),
+    row("DriftMonitor fit: a probe over max_state_bytes",
+        lambda f: fit(DriftMonitor(x(16, 4), max_state_bytes=100)), ValueError,
+        r"`probe`'s start needs 320 bytes.*`max_state_bytes`=100"),
+    row("DriftMonitor fit: probe names no datamodule method", lambda f: fit(DriftMonitor("probe_loader")),
+        ValueError, r"`probe`='probe_loader' names an attribute"),
+    row("DriftMonitor fit: a plain iterable probe without index", lambda f: fit(DriftMonitor([x(4, 4)])),
+        ValueError, r"pass `index`"),
+    row("DriftMonitor drifted before a validation epoch", lambda f: DriftMonitor(x()).drifted(), RuntimeError,
+        r"no validation epoch"),
     # ---- encoders and files --------------------------------------------------------------------------------
     row("load_weights missing file", lambda f: load_weights(f.dir / "none.pt"), FileNotFoundError,
         r"`weights`: no file at"),

@@ -206,7 +206,7 @@ def test_configs_name_real_classes_and_arguments(name):
 
     assert set(config["model"]) <= set(inspect.signature(CLIPFineTune.__init__).parameters)
     callbacks = [c["class_path"].rsplit(".", 1)[1] for c in config["trainer"]["callbacks"]]
-    assert callbacks == ["SPECAlign", "KPCAOODMonitor", "EmbeddingMetrics", "StderrProgressBar"]
+    assert callbacks == ["SPECAlign", "KPCAOODMonitor", "EmbeddingMetrics", "DriftMonitor", "StderrProgressBar"]
 
 
 def test_digits_diversity_recipe_runs(tmp_path):

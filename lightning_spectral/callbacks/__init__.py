@@ -1,5 +1,6 @@
 """Lightning callbacks: SPECAlign (adds the SPEC-align loss), KPCAOODMonitor (kernel PCA OOD monitoring),
-EmbeddingMetrics (metrics of validation embeddings) and GeneratedSamples (metrics of a generative model's samples);
+EmbeddingMetrics (metrics of validation embeddings), DriftMonitor (the clusters a fine-tuned encoder lost since its
+start) and GeneratedSamples (metrics of a generative model's samples);
 StderrProgressBar (progress on stderr: bars on a terminal, quiet lines in a log).
 
 All are built on [`EmbeddingCallback`][lightning_spectral.callbacks.EmbeddingCallback] (the capture lifecycle, loader
@@ -8,6 +9,7 @@ end each metric's epoch in [`report`][lightning_spectral.callbacks.report.report
 spectrum, reset).
 """
 
+from lightning_spectral.callbacks.drift_monitor import DriftMonitor
 from lightning_spectral.callbacks.embedding_callback import EmbeddingCallback
 from lightning_spectral.callbacks.embedding_metrics import EmbeddingMetrics
 from lightning_spectral.callbacks.embeddings import EmbeddingSource, ReferenceEmbedding
@@ -21,6 +23,7 @@ from lightning_spectral.callbacks.spec_align import SPECAlign
 from lightning_spectral.functional.spec_align_solver import SpecAlignSolver
 
 __all__ = [
+    "DriftMonitor",
     "EmbeddingCallback",
     "EmbeddingMetrics",
     "EmbeddingSource",
