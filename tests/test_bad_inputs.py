@@ -70,7 +70,7 @@ from lightning_spectral.functional import (
 from lightning_spectral.functional.conditional import conditional_vendi, conditional_vendi_exact
 from lightning_spectral.functional.content_groups import reference_halves
 from lightning_spectral.functional.fkea import renyi_entropy, vendi_score
-from lightning_spectral.io import EmbeddingFile, WriteError, check_writable, written
+from lightning_spectral.io import CheckpointError, EmbeddingFile, WriteError, check_writable, open_rgb, written
 from lightning_spectral.kernels import (
     CosineMap,
     GaussianRFF,
@@ -229,13 +229,23 @@ def loader(n: int = 16) -> DataLoader:
     return DataLoader(TensorDataset(x(n, 4)), batch_size=8)
 
 
-def fit(callback: L.Callback) -> None:
+def fit(callback: L.Callback, ckpt_path: Any = None) -> None:
     trainer = L.Trainer(
         max_epochs=1, limit_train_batches=1, limit_val_batches=1, num_sanity_val_steps=0, logger=False,
         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False, accelerator="cpu",
         callbacks=[callback],
     )
-    trainer.fit(Tiny(), loader(), loader())
+    trainer.fit(Tiny(), loader(), loader(), ckpt_path=ckpt_path)
+
+
+def with_pixel_limit(limit: int, fn: Callable[[], Any]) -> Any:
+    """``fn()`` under ``PIL.Image.MAX_IMAGE_PIXELS = limit``, restored after."""
+
+    before, Image.MAX_IMAGE_PIXELS = Image.MAX_IMAGE_PIXELS, limit
+    try:
+        return fn()
+    finally:
+        Image.MAX_IMAGE_PIXELS = before
 
 
 def small(**kwargs: Any) -> dict[str, Any]:
@@ -409,8 +419,8 @@ CASES = [
         lambda f: GeneratedSamples({"c": ConditionalVendi(1.0, 0.5, 8, num_classes=4)}, nn.Flatten(),
                                    prompts=[0, 1, 2, 3]).load_state_dict(
             {"metrics": {"c": labelled_conditional().state_dict()}, "history": {}, "last_values": {}}),
-        RuntimeError, r"GeneratedSamples: the checkpoint's state of metric 'c'.*num_classes=3 where this metric has "
-        r"num_classes=4"),
+        ValueError, r"GeneratedSamples.load_state_dict: the saved state of 'c' does not load.*num_classes=3 where "
+        r"this metric has num_classes=4"),
     # ---- ConditionalVendi outside update, and its allocations ----------------------------------------------------
     row("ConditionalVendi.prompt_agnostic_top_samples wrong width",
         lambda f: prompt_agnostic().prompt_agnostic_top_samples([(x(4, 5), torch.arange(4))]), ValueError,
@@ -1251,6 +1261,27 @@ CASES = [
         val="abc"), TypeError, r"FKEAVendi.plot: `val` must be the metric's value .*got the string 'abc'"),
     row("FKEAVendi.plot val=[]", lambda f: updated(FKEAVendi(**small()), x()).plot(val=[]), TypeError,
         r"FKEAVendi.plot: `val` is an empty list"),
+    # ---- callback states: checked whole before they load; the checkpoint checked before Lightning reads it -------
+    row("GeneratedSamples.load_state_dict without history",
+        lambda f: generated().load_state_dict({"metrics": {}, "last_values": {}}), ValueError,
+        r"GeneratedSamples\.load_state_dict: the saved state lacks 'history'.*deleting `checkpoint\['callbacks'\]"),
+    row("EmbeddingMetrics.load_state_dict without a metric", lambda f: EmbeddingMetrics({"v": FKEAVendi(**small())})
+        .load_state_dict({"metrics": {}, "reference_accumulated": False, "last_values": {}}), ValueError,
+        r"EmbeddingMetrics\.load_state_dict: the saved `metrics` lack 'v'.*Nothing was loaded"),
+    row("KPCAOODMonitor.load_state_dict phase='done'", lambda f: KPCAOODMonitor().load_state_dict(
+        {**KPCAOODMonitor().state_dict(), "phase": "done"}), ValueError, r"KPCAOODMonitor.*the saved `phase` must be"),
+    row("SPECAlign.load_state_dict without penalised_steps", lambda f: SPECAlign(nn.Linear(4, 2)).load_state_dict(
+        {"last_spec_diff": 0.0}), ValueError, r"SPECAlign\(student\)\.load_state_dict: the saved state lacks 'penalised_steps'"),
+    row("EmbeddingMetrics fit(ckpt_path=<a cut-off file>)", lambda f: fit(
+        EmbeddingMetrics({"v": FKEAVendi(**small())}), ckpt_path=f.cut_ckpt), CheckpointError,
+        r"`ckpt_path`: '.*cut\.ckpt' is not a complete checkpoint \(100 bytes.*resume from another checkpoint"),
+    # ---- image inputs: float images, list encodings, decompression bombs -------------------------------------------
+    row("open_rgb float TIFF in [-1, 0]", lambda f: open_rgb(f.negative_tiff), ValueError,
+        r"the image '.*negative\.tif' is a float image with values in \[-1, 0\].*Save it scaled to \[0, 1\]"),
+    row("cli evaluate a Latin-1 .txt list", lambda f: cli("evaluate", str(f.latin1_list), "--sigma", "1"), CLIError,
+        r"`FILE`: the list '.*latin1\.txt' is not UTF-8 text \(line 2.*save it as UTF-8"),
+    row("open_rgb decompression bomb", lambda f: with_pixel_limit(100, lambda: open_rgb(f.big_png)), ValueError,
+        r"'.*big\.png' is 1,600 pixels, over PIL's limit of 200 pixels.*`PIL\.Image\.MAX_IMAGE_PIXELS = 1600`"),
 ]
 
 
@@ -1289,6 +1320,15 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> SimpleNamespace:
     save_file({"features": torch.ones(3, 2, dtype=torch.int32)}, str(f.int_safetensors))
     f.garbage_safetensors = root / "garbage.safetensors"
     f.garbage_safetensors.write_bytes(b"\xff" * 64)
+    f.cut_ckpt = root / "cut.ckpt"
+    torch.save({"state_dict": {}}, f.cut_ckpt)
+    f.cut_ckpt.write_bytes(f.cut_ckpt.read_bytes()[:100])
+
+    f.negative_tiff, f.big_png = root / "negative.tif", root / "big.png"
+    Image.fromarray(np.full((4, 4), -1.0, np.float32), mode="F").save(f.negative_tiff)
+    Image.new("L", (40, 40)).save(f.big_png)
+    f.latin1_list = root / "latin1.txt"
+    f.latin1_list.write_bytes(f"{f.big_png}\n{root}/caf\u00e9.png\n".encode("latin-1"))
     # issue 19: misnamed, damaged and odd files
     f.sparse_pt = root / "sparse.pt"
     torch.save(torch.ones(4, 3).to_sparse(), f.sparse_pt)

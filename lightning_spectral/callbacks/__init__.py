@@ -9,6 +9,7 @@ end each metric's epoch in [`report`][lightning_spectral.callbacks.report.report
 spectrum, reset).
 """
 
+from lightning_spectral.callbacks.checkpoint_guard import CheckedCheckpointIO
 from lightning_spectral.callbacks.drift_monitor import DriftMonitor
 from lightning_spectral.callbacks.embedding_callback import EmbeddingCallback
 from lightning_spectral.callbacks.embedding_metrics import EmbeddingMetrics
@@ -23,6 +24,7 @@ from lightning_spectral.callbacks.spec_align import SPECAlign
 from lightning_spectral.functional.spec_align_solver import SpecAlignSolver
 
 __all__ = [
+    "CheckedCheckpointIO",
     "DriftMonitor",
     "EmbeddingCallback",
     "EmbeddingMetrics",

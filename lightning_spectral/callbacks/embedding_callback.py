@@ -12,6 +12,8 @@
 - the ranks, through the Lightning strategy: [`gather`][lightning_spectral.callbacks.EmbeddingCallback.gather] (rows of
   every rank, [`all_gather_rows`][lightning_spectral.sync.all_gather_rows]) and
   [`any_rank`][lightning_spectral.callbacks.EmbeddingCallback.any_rank] (a decision every rank takes alike);
+- the checkpoint Lightning resumes from, checked before it is read: a cut-off file is refused by name
+  ([`CheckedCheckpointIO`][lightning_spectral.callbacks.CheckedCheckpointIO], installed at ``setup``);
 - arguments that name a datamodule attribute (``"train_dataloader_for_eval"``, ``"image_of"``), resolved at
   ``setup``.
 
@@ -32,6 +34,7 @@ from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor
 from typing_extensions import override
 
+from lightning_spectral.callbacks.checkpoint_guard import guard_checkpoint_loading, release_checkpoint_loading
 from lightning_spectral.callbacks.embeddings import BatchSelector, EmbeddingFn, EmbeddingSource, to_device
 from lightning_spectral.callbacks.loaders import shard_loader
 from lightning_spectral.sync.collectives import all_gather_rows
@@ -65,6 +68,7 @@ class EmbeddingCallback(Callback):
         self.source = None if embedding is None else EmbeddingSource(embedding, batch_input, owner=self.owner)
         self._warned: set[str] = set()
         self.last_galleries: dict[str, Any] = {}  # "{metric}/{gallery}": ModeImages of the last report
+        self._guarding = False  # whether `setup` wrapped the strategy's checkpoint plugin
 
     def _identity(self) -> str:
         """A label of the embedding for ``state_key``."""
@@ -76,13 +80,25 @@ class EmbeddingCallback(Callback):
     # ---- lifecycle ---------------------------------------------------------------------------------------------
     @override
     def setup(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        # Lightning loads `ckpt_path` after `setup`: a cut-off file is refused by name (`checkpoint_guard`)
+        self._guarding = guard_checkpoint_loading(trainer) or self._guarding
         if self.source is not None:
             self.source.attach(pl_module)
 
     @override
     def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
+        if self._guarding:
+            release_checkpoint_loading(trainer)
+            self._guarding = False
         if self.source is not None:
             self.source.detach()
+
+    @override
+    def on_exception(self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException) -> None:
+        # Lightning calls `on_exception` but no `teardown` when a run fails: put the checkpoint plugin back
+        if self._guarding:
+            release_checkpoint_loading(trainer)
+            self._guarding = False
 
     @override
     def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int) -> None:

@@ -24,6 +24,7 @@ from lightning_spectral.callbacks.embedding_callback import EmbeddingCallback, o
 from lightning_spectral.callbacks.embeddings import BatchSelector, EmbeddingFn, ReferenceEmbedding, select
 from lightning_spectral.callbacks.galleries import IndexedImages
 from lightning_spectral.callbacks.report import report
+from lightning_spectral.callbacks.saved_state import check_saved_state, load_all_or_none, saved_mapping
 from lightning_spectral.functional.modes import check_candidates_memory
 from lightning_spectral.metrics.protocol import PlainMetric, ReportedMetric, as_reported, feed
 
@@ -261,10 +262,16 @@ class EmbeddingMetrics(EmbeddingCallback):
 
     @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        for name, metric in self.metrics.items():
-            metric.load_state_dict(state_dict["metrics"][name])
+        """Restore `state_dict`'s output, checked whole first (a refused state leaves the callback as it was).
+
+        Raises:
+            ValueError: a missing key or metric, or a metric that refuses its state; named, with the fix.
+        """
+        check_saved_state(state_dict, ("metrics", "reference_accumulated", "last_values"), self.owner, self.state_key)
+        last_values = saved_mapping(state_dict, "last_values", self.owner, self.state_key)
+        load_all_or_none(self.metrics, state_dict["metrics"], self.owner, self.state_key)
         self.reference_accumulated = bool(state_dict["reference_accumulated"])
-        self.last_values = dict(state_dict["last_values"])
+        self.last_values = dict(last_values)
 
 
 def _needs(metric: Metric, reference_dataloader: Any, images: Any) -> dict[str, str]:

@@ -54,6 +54,7 @@ from lightning_spectral.callbacks.galleries import KeptImages
 from lightning_spectral.callbacks.loaders import shard_loader
 from lightning_spectral.callbacks.report import SpectrumFn, report
 from lightning_spectral.callbacks.sampling import SampleFn, draw_samples
+from lightning_spectral.callbacks.saved_state import check_saved_state, load_all_or_none, refusal_fix, saved_mapping
 from lightning_spectral.functional.modes import check_candidates_memory
 from lightning_spectral.metrics.feature import FrozenFeature
 from lightning_spectral.metrics.protocol import PicturedMetric, PlainMetric, ReportedMetric, as_reported, feed
@@ -456,16 +457,25 @@ class GeneratedSamples(EmbeddingCallback):
 
     @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        for name, metric in self.metrics.items():
-            try:
-                metric.load_state_dict(state_dict["metrics"][name])
-            except (RuntimeError, ValueError) as error:  # the metric names the checkpoint's value and its own
-                raise type(error)(
-                    f"GeneratedSamples: the checkpoint's state of metric {name!r} does not fit the metric this "
-                    f"callback was built with: {error}"
-                ) from error
-        self.history = {int(epoch): dict(values) for epoch, values in state_dict["history"].items()}
-        self.last_values = dict(state_dict["last_values"])
+        """Restore `state_dict`'s output, checked whole first (a refused state leaves the callback as it was).
+
+        Raises:
+            ValueError: a missing key or metric, a damaged history, or a metric that refuses its state; named, with
+                the fix.
+        """
+        check_saved_state(state_dict, ("metrics", "history", "last_values"), self.owner, self.state_key)
+        last_values = saved_mapping(state_dict, "last_values", self.owner, self.state_key)
+        saved = saved_mapping(state_dict, "history", self.owner, self.state_key)
+        try:
+            history = {int(epoch): dict(values) for epoch, values in saved.items()}
+        except (TypeError, ValueError) as error:
+            raise ValueError(
+                f"{self.owner}.load_state_dict: the saved `history` must map epochs to {{name: value}} dicts ({error})."
+                " " + refusal_fix(self.owner, self.state_key)
+            ) from error
+        load_all_or_none(self.metrics, state_dict["metrics"], self.owner, self.state_key)
+        self.history = history
+        self.last_values = dict(last_values)
 
 
 def _check_prompts(prompts: Any, embeddings: Any) -> tuple[Any, Optional[Tensor]]:

@@ -32,6 +32,7 @@ from lightning_spectral._checks import check_bool, check_embedding_source, check
 from lightning_spectral.callbacks.embedding_callback import EmbeddingCallback, outside_inference_mode
 from lightning_spectral.callbacks.embeddings import BatchSelector, EmbeddingFn
 from lightning_spectral.callbacks.report import log_values
+from lightning_spectral.callbacks.saved_state import check_saved_state, load_all_or_none, refusal_fix
 from lightning_spectral.functional.ood import detection_metrics
 from lightning_spectral.metrics.kernel_pca_ood import KernelPCAOOD
 
@@ -362,8 +363,32 @@ class KPCAOODMonitor(EmbeddingCallback):
 
     @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore `state_dict`'s output into a new detector, checked whole first (a refused state leaves the
+        callback as it was).
+
+        Raises:
+            ValueError: a missing key, an unknown phase, counters that are no integers, or a detector state that
+                does not load; named, with the fix.
+        """
+        check_saved_state(
+            state_dict, ("detector", "phase", "fit_epoch", "n_fits", "world_size"), self.owner, self.state_key
+        )
+        counters = {"fit_epoch": -1, "n_fits": 0, "world_size": 1}  # the least value each can hold
+        for key, least in counters.items():
+            value = state_dict[key]
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                raise ValueError(
+                    f"{self.owner}.load_state_dict: the saved `{key}` must be an integer >= {least}, got {value!r}. "
+                    + refusal_fix(self.owner, self.state_key)
+                )
+        if state_dict["phase"] not in (FITTING, CALIBRATING, MONITORING):
+            raise ValueError(
+                f"{self.owner}.load_state_dict: the saved `phase` must be one of {(FITTING, CALIBRATING, MONITORING)}, "
+                f"got {state_dict['phase']!r}. " + refusal_fix(self.owner, self.state_key)
+            )
         detector = KernelPCAOOD(**self._detector_args)
-        detector.load_state_dict(state_dict["detector"])
+        load_all_or_none({"detector": detector}, {"detector": state_dict["detector"]}, self.owner, self.state_key,
+                         what="state")
         self.detector = detector
         self.phase = state_dict["phase"]
         self._fit_epoch = state_dict["fit_epoch"]

@@ -36,6 +36,7 @@ from lightning_spectral._checks import (
 )
 from lightning_spectral.callbacks.embedding_callback import EmbeddingCallback
 from lightning_spectral.callbacks.embeddings import BatchSelector, EmbeddingFn, ReferenceEmbedding
+from lightning_spectral.callbacks.saved_state import check_saved_state, load_all_or_none, refusal_fix, saved_mapping
 from lightning_spectral.functional.spec_align_solver import SpecAlignSolver
 from lightning_spectral.kernels.by_name import KERNELS
 
@@ -287,13 +288,37 @@ class SPECAlign(EmbeddingCallback):
 
     @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self.last_spec_diff = float(state_dict["last_spec_diff"])
-        self.penalised_steps = int(state_dict["penalised_steps"])
+        """Restore `state_dict`'s output, checked whole first (a refused state leaves the callback as it was);
+        states without ``solver`` or ``epoch_means`` (older versions) keep the current ones.
+
+        Raises:
+            ValueError: a missing key, a damaged counter, or a solver / epoch-mean state that does not load; named,
+                with the fix.
+        """
+        check_saved_state(state_dict, ("last_spec_diff", "penalised_steps"), self.owner, self.state_key)
+        steps, diff = state_dict["penalised_steps"], state_dict["last_spec_diff"]
+        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
+            raise ValueError(
+                f"{self.owner}.load_state_dict: the saved `penalised_steps` must be an integer >= 0, got {steps!r}. "
+                + refusal_fix(self.owner, self.state_key)
+            )
+        try:
+            diff = float(diff)
+        except (TypeError, ValueError) as error:
+            raise ValueError(
+                f"{self.owner}.load_state_dict: the saved `last_spec_diff` must be a number, got {diff!r}. "
+                + refusal_fix(self.owner, self.state_key)
+            ) from error
+        means: Mapping[str, Any] = {}
+        if "epoch_means" in state_dict:
+            means = saved_mapping(state_dict, "epoch_means", self.owner, self.state_key)
+        parts: dict[str, Any] = {f"epoch_means/{name}": self.epoch_means[name] for name in means
+                                 if name in self.epoch_means}
+        states = {f"epoch_means/{name}": state for name, state in means.items()}
         if "solver" in state_dict:
-            self.solver.load_state_dict(state_dict["solver"])
-        for name, state in state_dict.get("epoch_means", {}).items():
-            if name in self.epoch_means:
-                self.epoch_means[name].load_state_dict(state)
+            parts["solver"], states["solver"] = self.solver, state_dict["solver"]
+        load_all_or_none(parts, states, self.owner, self.state_key, what="state")
+        self.last_spec_diff, self.penalised_steps = diff, steps
 
 
 _PENALTIES = "_lightning_spectral_penalties"

@@ -31,7 +31,8 @@ from torch import Tensor
 
 from lightning_spectral._checks import check_memory
 from lightning_spectral.cli.runtime import Session, UsageError
-from lightning_spectral.io.images import open_rgb
+from lightning_spectral.io.images import open_rgb, opened
+from lightning_spectral.io.text_lists import list_lines, read_list
 
 #: Image files a folder source picks up (lower-case suffixes).
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff", ".ppm", ".pgm")
@@ -106,7 +107,7 @@ def list_images(source: str, name: str) -> list[Path]:
         if not path.is_file():
             raise FileNotFoundError(f"`{name}`: no list file at {source!r}; pass a folder or a .txt of image paths.")
         files = []
-        for number, line in enumerate(path.read_text(encoding="utf-8-sig").splitlines(), start=1):
+        for number, line in enumerate(read_list(path, name).splitlines(), start=1):
             if not line.strip():
                 raise ValueError(f"`{name}`: line {number} of {source!r} is blank; list one image path per line.")
             item = Path(line.strip()).expanduser()
@@ -121,13 +122,13 @@ def list_images(source: str, name: str) -> list[Path]:
 
 def _check_readable(files: Sequence[Path], name: str) -> None:
     """Open each image's header with PIL; raise naming the first file that is missing or not an image."""
-    from PIL import Image, UnidentifiedImageError
+    from PIL import UnidentifiedImageError
 
     for file in files:
         if not file.is_file():
             raise FileNotFoundError(f"`{name}`: no image at {str(file)!r}.")
         try:
-            with Image.open(file) as image:
+            with opened(file, name) as image:  # an image over PIL's decompression-bomb limit: refused here, named
                 image.size  # noqa: B018 - the header is parsed here
         except (UnidentifiedImageError, OSError) as error:
             raise ValueError(f"`{name}`: cannot read the image {str(file)!r} ({error}).") from None
@@ -138,8 +139,7 @@ def count_lines(list_file: str) -> int:
     path = Path(list_file).expanduser()
     if not path.is_file():
         raise FileNotFoundError(f"`--images`: no file at {list_file!r}; pass a text file, one image path a line.")
-    with open(path, "rb") as handle:
-        return sum(1 for _ in handle)
+    return sum(1 for _ in list_lines(path, "--images"))
 
 
 def _check_image_list(list_file: Optional[str], rows: int, ids_max: Optional[int], name: str) -> None:

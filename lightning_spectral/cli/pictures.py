@@ -11,6 +11,7 @@ from typing import Any, Optional
 from torch import Tensor
 
 from lightning_spectral.io.images import open_rgb
+from lightning_spectral.io.text_lists import list_lines
 from lightning_spectral.io.writing import written
 
 
@@ -44,7 +45,7 @@ def image_paths(list_file: Path, ids: Sequence[int]) -> dict[int, Path]:
 
     Raises:
         FileNotFoundError: no list file.
-        ValueError: the list has fewer lines than a wanted id needs.
+        ValueError: the list has fewer lines than a wanted id needs, or does not decode (`list_lines`).
 
     Examples:
         >>> import tempfile
@@ -57,12 +58,11 @@ def image_paths(list_file: Path, ids: Sequence[int]) -> dict[int, Path]:
     if not list_file.is_file():
         raise FileNotFoundError(f"`--images`: no file at {str(list_file)!r}; pass a text file, one image path a line.")
     wanted, found, count = set(int(i) for i in ids), {}, 0
-    with open(list_file, encoding="utf-8") as lines:
-        for number, line in enumerate(lines):
-            count = number + 1
-            if number in wanted:
-                path = Path(line.strip()).expanduser()
-                found[number] = path if path.is_absolute() else list_file.parent / path
+    for number, line in enumerate(list_lines(list_file, "--images")):  # UTF-8, or UTF-16 with its byte-order mark
+        count = number + 1
+        if number in wanted:
+            path = Path(line.strip()).expanduser()
+            found[number] = path if path.is_absolute() else list_file.parent / path
     missing = sorted(wanted - set(found))
     if missing:
         raise ValueError(

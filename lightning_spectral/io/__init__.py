@@ -1,4 +1,5 @@
-"""Files: image files read as 8-bit RGB (16-bit greys scaled), whole-file writes, checkpoint paths checked before any
+"""Files: image files read as 8-bit RGB (16-bit and float greys scaled, decompression bombs refused by name), text
+lists of paths decoded by their byte-order mark, whole-file writes, checkpoint paths checked before any
 work, and embedding files read without unpickling.
 """
 
@@ -11,9 +12,10 @@ from lightning_spectral.io.embedding_file import (
     index_path,
     native_byte_order,
 )
-from lightning_spectral.io.images import as_rgb, open_rgb
+from lightning_spectral.io.images import as_rgb, open_rgb, opened
 from lightning_spectral.io.paths import PathLike, as_path, existing_file
 from lightning_spectral.io.safe_load import torch_load_safe, unpickler_reason
+from lightning_spectral.io.text_lists import list_encoding, list_lines, read_list
 from lightning_spectral.io.writing import WriteError, check_writable, written
 
 __all__ = [
@@ -29,9 +31,13 @@ __all__ = [
     "FEATURE_SUFFIXES",
     "index_path",
     "LIGHTNING_CKPT_ALIASES",
+    "list_encoding",
+    "list_lines",
     "native_byte_order",
     "open_rgb",
+    "opened",
     "PathLike",
+    "read_list",
     "torch_load_safe",
     "unpickler_reason",
     "WriteError",
