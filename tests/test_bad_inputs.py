@@ -452,7 +452,7 @@ CASES = [
             x(2), torch.tensor([0, 1])), ValueError, r"`num_classes`=\(3, 10000000\) needs [\d.]+ GiB"),
     row("cli evaluate --prompts 10**7 columns",
         lambda f: cli("evaluate", f.ok, "--sigma", "1", "--prompts", huge_prompts_file(f.dir, 10**7),
-                      "--prompt-sigma", "1"), CLIError,
+                      "--prompt-sigma", "1", "--n-frequencies", "2048"), CLIError,  # "auto" fits 10**7 columns here
         r"`--prompts`=.*huge_prompts.npy.* with 10,000,000 columns needs [\d.]+ GiB.*project the prompts"),
     row("conditional_vendi unequal N", lambda f: conditional_vendi(x(5), x(4), 1.0, 1.0, 8), ValueError,
         r"one prompt per generated sample"),
