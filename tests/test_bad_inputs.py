@@ -666,6 +666,12 @@ CASES = [
     row("SPECAlign fit: no submodule 'decoder'", lambda f: fit(SPECAlign(nn.Identity(), student="decoder")),
         ValueError, r"'decoder'"),
     row("DriftMonitor probe=3", lambda f: DriftMonitor(3), ValueError, r"`probe` must be a DataLoader"),
+    row("DriftMonitor.load_state_dict without start_ids (a KeyError)", lambda f: DriftMonitor(torch.zeros(4, 2))
+        .load_state_dict({"start": torch.zeros(4, 2), "zero_shot_start": 0.0, "last_values": {}}), ValueError,
+        r"DriftMonitor\.load_state_dict: the saved state lacks 'start_ids'.*Nothing was loaded"),
+    row("DriftMonitor.load_state_dict start of another length", lambda f: DriftMonitor(torch.zeros(4, 2))
+        .load_state_dict({"start": torch.zeros(4, 2), "start_ids": torch.arange(3), "zero_shot_start": 0.0,
+                          "last_values": {}}), ValueError, r"the saved `start` must be an \(N, d\) tensor"),
     row("DriftMonitor empty tensor probe", lambda f: DriftMonitor(torch.zeros(0, 4)), ValueError, r"`probe`.*no rows"),
     row("DriftMonitor NaN tensor probe", lambda f: DriftMonitor(torch.full((4, 2), float("nan"))), ValueError,
         r"`probe`"),

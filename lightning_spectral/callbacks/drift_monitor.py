@@ -34,6 +34,7 @@ from lightning_spectral.callbacks.embedding_callback import EmbeddingCallback, o
 from lightning_spectral.callbacks.embeddings import BatchSelector, EmbeddingFn, as_embedding, select
 from lightning_spectral.callbacks.galleries import IndexedImages
 from lightning_spectral.callbacks.report import log_values, report
+from lightning_spectral.callbacks.saved_state import check_saved_state, refusal_fix, saved_mapping
 from lightning_spectral.functional.modes import check_candidates_memory
 from lightning_spectral.kernels.by_name import KERNELS
 from lightning_spectral.metrics.base import ModeGallery
@@ -576,9 +577,32 @@ class DriftMonitor(EmbeddingCallback):
 
     @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self.start_, self.start_ids_ = state_dict["start"], state_dict["start_ids"]
-        self.zero_shot_start_ = float(state_dict["zero_shot_start"])
-        self.last_values = dict(state_dict["last_values"])
+        """Restore the start, checked whole first (a refused state leaves the callback as it was).
+
+        Raises:
+            ValueError: a missing key or a damaged value, named with the fix.
+        """
+        required = ("start", "start_ids", "zero_shot_start", "last_values")
+        check_saved_state(state_dict, required, self.owner, self.state_key)
+        last_values = saved_mapping(state_dict, "last_values", self.owner, self.state_key)
+        start, ids = state_dict["start"], state_dict["start_ids"]
+        damaged = (start is None) != (ids is None) or (
+            start is not None
+            and not (isinstance(start, Tensor) and isinstance(ids, Tensor) and start.ndim == 2 and ids.ndim == 1
+                     and start.shape[0] == ids.shape[0])
+        )
+        try:
+            zero_shot_start = float(state_dict["zero_shot_start"])
+        except (TypeError, ValueError):
+            damaged = True
+        if damaged:
+            raise ValueError(
+                f"{self.owner}.load_state_dict: the saved `start` must be an (N, d) tensor with its (N,) "
+                "`start_ids` (or both None) and `zero_shot_start` a number. " + refusal_fix(self.owner, self.state_key)
+            )
+        self.start_, self.start_ids_ = start, ids
+        self.zero_shot_start_ = zero_shot_start
+        self.last_values = dict(last_values)
 
 
 class _WithIds:
