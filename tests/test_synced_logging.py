@@ -23,3 +23,15 @@ def test_the_advice_is_counted_out_for_synced_names_only():
             warnings.warn(advice(name), PossibleUserWarning, stacklevel=1)
     shown = [str(w.message) for w in caught if issubclass(w.category, PossibleUserWarning)]
     assert shown == [advice("train/loss"), advice("gen/vendi/10")]  # a user's own value, another name: kept
+
+
+def test_the_advice_is_counted_out_again_after_a_catch_warnings_block_dropped_the_filter():
+    """A catch_warnings block restores the filters on exit, so the filter added inside it is gone afterwards: the
+    next report must install it again (a remembered 'already done' would leave the advice on)."""
+    with warnings.catch_warnings():
+        quiet_sync_advice("gen/mmd")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        quiet_sync_advice("gen/mmd")
+        warnings.warn(advice("gen/mmd"), PossibleUserWarning, stacklevel=1)
+    assert not [w for w in caught if issubclass(w.category, PossibleUserWarning)]

@@ -15,8 +15,6 @@ import warnings
 
 from lightning.pytorch.utilities.warnings import PossibleUserWarning
 
-_QUIET: set[str] = set()
-
 
 def advice_pattern(name: str) -> str:
     """The regular expression of Lightning's ``sync_dist`` advice for the logged key ``name``.
@@ -30,9 +28,11 @@ def advice_pattern(name: str) -> str:
 
 
 def quiet_sync_advice(name: str) -> None:
-    """Filter out Lightning's ``sync_dist`` advice for the key ``name`` (a value already the same on every rank);
-    once per name and process."""
-    if name in _QUIET:
-        return
-    _QUIET.add(name)
-    warnings.filterwarnings("ignore", message=advice_pattern(name), category=PossibleUserWarning)
+    """Filter out Lightning's ``sync_dist`` advice for the key ``name`` (a value already the same on every rank),
+    unless that filter is in place already. The live filter list is read each time, not remembered: a
+    ``warnings.catch_warnings()`` block (pytest runs every test in one) removes the filters added inside it."""
+    pattern = advice_pattern(name)
+    for action, message, category, _, _ in warnings.filters:
+        if action == "ignore" and message is not None and message.pattern == pattern and category is PossibleUserWarning:
+            return
+    warnings.filterwarnings("ignore", message=pattern, category=PossibleUserWarning)
