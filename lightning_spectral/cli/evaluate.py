@@ -152,7 +152,7 @@ def parse_frequencies(text: str) -> Union[int, str]:
 
 def auto_sigma(table: Any, session: Session, batch_size: int) -> float:
     """``sigma="auto"``'s rule, as the metrics apply it
-    ([`auto_bandwidth`][lightning_spectral.metrics.auto_bandwidth]): 0.5 x the median distance of the 2,000 rows of
+    ([`auto_bandwidth`][lightning_spectral.kernels.auto_bandwidth]): 0.5 x the median distance of the 2,000 rows of
     ``table`` (REF, or FILE without a reference) of smallest content hash; each rank streams its shard and keeps
     its own smallest hashes, then the ranks merge them (a collective)."""
     from lightning_spectral.metrics.auto_bandwidth import reference_bandwidth, smallest_hashes

@@ -202,7 +202,7 @@ class SpectralMetric(Metric):
 
         Called by the first read (``compute``, ``summary``, a sync, a checkpoint); call it yourself after the
         reference pass to stop holding rows. The rule and its invariance:
-        [`auto_bandwidth`][lightning_spectral.metrics.auto_bandwidth]. A collective under DDP.
+        [`auto_bandwidth`][lightning_spectral.kernels.auto_bandwidth]. A collective under DDP.
 
         Raises:
             RuntimeError: fewer than 2 reference rows on all ranks (feed the reference first).

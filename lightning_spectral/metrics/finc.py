@@ -61,7 +61,7 @@ class FINCNovelty(SpectralMetric):
     novel mode was found.
 
     Args:
-        sigma: Gaussian bandwidth (> 0), or ``"auto"``: fixed from the reference rows at the first read (the rule of [`auto_bandwidth`][lightning_spectral.metrics.auto_bandwidth]; ``summary()["sigma"]`` reports it).
+        sigma: Gaussian bandwidth (> 0), or ``"auto"``: fixed from the reference rows at the first read (the rule of [`auto_bandwidth`][lightning_spectral.kernels.auto_bandwidth]; ``summary()["sigma"]`` reports it).
         n_frequencies: r; covariances are 2r x 2r.
         rho: novelty threshold (>= 1 in the paper; 1, 5 and 10 are used there).
         seed: frequency seed, identical on every rank.

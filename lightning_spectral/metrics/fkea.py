@@ -52,7 +52,7 @@ class FKEAVendi(RFFCovariance):
     Args:
         sigma: Gaussian bandwidth (> 0), in embedding units (FKEA: 20-25 for DINOv2, 7 for CLIP), or ``"auto"``:
             fixed from all rows held before the first read (the rule of
-            [`auto_bandwidth`][lightning_spectral.metrics.auto_bandwidth]; ``summary()["sigma"]`` reports it).
+            [`auto_bandwidth`][lightning_spectral.kernels.auto_bandwidth]; ``summary()["sigma"]`` reports it).
         n_frequencies: r; the covariance is 2r x 2r.
         alpha: an order in (0, inf] (``"inf"`` allowed) or a sequence of orders.
         seed: frequency seed, identical on every rank.

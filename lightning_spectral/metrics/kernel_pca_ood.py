@@ -63,7 +63,7 @@ class KernelPCAOOD(nn.Module):
         mapping: ``"corp"`` (cosine then Gaussian RFF; the paper's best), ``"cop"`` (cosine) or ``"linear"``.
         sigma: Gaussian bandwidth on the unit sphere for ``"corp"`` (distances there are at most 2), or ``"auto"``:
             fixed from the fitted (in-distribution) rows at `finalize`
-            ([`auto_bandwidth`][lightning_spectral.metrics.auto_bandwidth]).
+            ([`auto_bandwidth`][lightning_spectral.kernels.auto_bandwidth]).
         n_frequencies: r for ``"corp"`` (M = 2r mapped features).
         explained_variance: keep the smallest q whose cumulative explained-variance ratio reaches it, in (0, 1].
         n_components: keep exactly this many components instead (overrides ``explained_variance``).

@@ -60,7 +60,7 @@ class FastMMD(SpectralMetric):
 
     Args:
         sigma: Gaussian bandwidth (> 0), a sequence of bandwidths, or ``"auto"``: fixed from the reference rows at
-            the first read ([`auto_bandwidth`][lightning_spectral.metrics.auto_bandwidth]).
+            the first read ([`auto_bandwidth`][lightning_spectral.kernels.auto_bandwidth]).
         n_frequencies: r; features 2r.
         seed: frequency seed (identical on every rank).
         unbiased: which form ``compute`` returns.
