@@ -46,6 +46,14 @@ def fashion(root: str, n: int = 12000) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.tensor(images, dtype=torch.float32).unsqueeze(1) / 255.0, torch.tensor(labels.astype(np.int64))
 
 
+def digits() -> tuple[torch.Tensor, torch.Tensor]:
+    """scikit-learn's 1,797 digits as (N, 1, 8, 8) images in [0, 1] (the quick ``make bench`` run)."""
+    from sklearn.datasets import load_digits
+
+    data = load_digits()
+    return torch.tensor(data.images / 16.0, dtype=torch.float32).unsqueeze(1), torch.tensor(data.target)
+
+
 def encoder(name: str) -> torch.nn.Module:
     torch.manual_seed(0)
     if name == "pixels":
@@ -55,10 +63,7 @@ def encoder(name: str) -> torch.nn.Module:
 
         net = torchvision.models.resnet18(weights=None)
         net.fc = torch.nn.Identity()
-        return torch.nn.Sequential(
-            torch.nn.Upsample(size=(32, 32), mode="bilinear"), torch.nn.Conv2d(1, 3, 1, bias=False).requires_grad_(False),
-            net,
-        ).eval() if False else _Grey(torch.nn.Sequential(torch.nn.Upsample(size=(32, 32), mode="bilinear"), net))
+        return _Grey(torch.nn.Sequential(torch.nn.Upsample(size=(32, 32), mode="bilinear"), net))
     if name == "clip":
         import open_clip
 
@@ -80,7 +85,7 @@ class _Grey(torch.nn.Module):
 
 
 def embed(name: str, images: torch.Tensor, cache: Path) -> torch.Tensor:
-    path = cache / f"fashion_{name}_{len(images)}.pt"
+    path = cache / f"images_{name}_{tuple(images.shape)}.pt"
     if path.exists():
         return torch.load(path)
     net = encoder(name)
@@ -123,6 +128,7 @@ def drop(x, y, n_ref, n_gen, dropped, seed):
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--fashion", default="/usr/share/datasets/fashion-mnist")
+    parser.add_argument("--data", choices=["fashion", "digits"], default="fashion")
     parser.add_argument("--embedding", nargs="+", default=["pixels", "resnet", "clip"])
     parser.add_argument("--factor", nargs="+", type=float, default=[0.5, 1.0])
     parser.add_argument("--rho", nargs="+", type=float, default=[1.0])
@@ -134,7 +140,8 @@ def main() -> None:
     parser.add_argument("--targets", nargs="+", default=["drop3", "drop5", "halves"])
     args = parser.parse_args()
     torch.set_num_threads(2)
-    images, y = fashion(args.fashion)
+    images, y = fashion(args.fashion) if args.data == "fashion" else digits()
+    Path(args.cache).mkdir(parents=True, exist_ok=True)
     for name in args.embedding:
         x = embed(name, images, Path(args.cache))
         for factor in args.factor:
@@ -158,7 +165,7 @@ def main() -> None:
                         for t in range(args.trials):
                             dropped = [(5 * t + 2 * j) % 10 for j in range(5)] if t % 2 else list(range(5 + t % 5, 10)) + list(range(0, t % 5))
                             dropped = sorted(set(dropped))[:5]
-                            gen, ref, ref_y = drop(x, y, 1000, 1000, dropped, seed=100 + t)
+                            gen, ref, ref_y = drop(x, y, min(1000, args.n), min(1000, args.n), dropped, seed=100 + t)
                             named, _, _ = missing_modes(gen, ref, ref_y, factor, rho, args.r, floor)
                             hits += len({c for _, _, c, purity in named if purity >= 0.5} & set(dropped))
                             wrong += sum(1 for _, _, c, _ in named if c not in dropped)
