@@ -85,5 +85,5 @@ def test_a_map_with_auto_sigma_refuses_rows_until_fixed():
         rff(torch.randn(2, 3))
     rff.set_bandwidth(2.0)
     torch.testing.assert_close(rff(torch.ones(2, 3)), GaussianRFF(3, 8, 2.0)(torch.ones(2, 3)))
-    with pytest.raises(ValueError, match="'auto'"):
+    with pytest.raises(ValueError, match="`sigma` must be a positive number, got the string 'median'"):
         GaussianRFF(3, 8, "median")

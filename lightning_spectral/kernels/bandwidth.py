@@ -27,13 +27,11 @@ def check_sigma(sigma: object, name: str = "sigma") -> Optional[float]:
     """``None`` for ``"auto"`` (fixed later from the data by the rule above), else ``float(sigma)`` > 0.
 
     Raises:
-        ValueError: neither ``"auto"`` nor a number > 0.
+        ValueError: neither ``"auto"`` nor a number > 0 (``check_positive``'s message).
     """
-    if isinstance(sigma, str):
-        if sigma.strip().lower() == "auto":
-            return None
-        raise ValueError(f"`{name}` must be a bandwidth > 0 or 'auto', got {sigma!r}.")
-    return check_positive(sigma, name)
+    if isinstance(sigma, str) and sigma.strip().lower() == "auto":
+        return None
+    return check_positive(sigma, name)  # any other string is refused there, by name
 
 
 def auto_bandwidth(x: Tensor) -> float:
