@@ -770,7 +770,7 @@ CASES = [
     # ---- command line --------------------------------------------------------------------------------------
     row("cli: no command", lambda f: cli(), CLIError, r"required: COMMAND|COMMAND"),
     row("cli: unknown command", lambda f: cli("score"), CLIError, r"invalid choice: 'score'"),
-    row("cli evaluate: no --sigma", lambda f: cli("evaluate", f.ok), CLIError, r"--sigma"),
+    row("cli evaluate: no FILE", lambda f: cli("evaluate", "--sigma", "1"), CLIError, r"FILE is required"),
     row("cli evaluate --sigma -1", lambda f: cli("evaluate", f.ok, "--sigma", "-1"), CLIError, r"`--sigma`"),
     row("cli evaluate --sigma abc", lambda f: cli("evaluate", f.ok, "--sigma", "abc"), CLIError, r"--sigma.*'abc'"),
     row("cli evaluate --n-frequencies 0", lambda f: cli("evaluate", f.ok, "--sigma", "1", "--n-frequencies", "0"),

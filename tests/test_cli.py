@@ -330,7 +330,10 @@ def bad_inputs(tmp_path):
         "ood width mismatch": (["ood", good, narrow], "width mismatch"),
         "sigma": (["evaluate", good, "--sigma", -1], "`--sigma` must be a finite number > 0"),
         "unknown flag": (["evaluate", good, "--sigma", 1, "--bogus"], "unrecognized arguments: --bogus"),
-        "no sigma": (["evaluate", good], "required: --sigma"),
+        "no FILE": (["evaluate", "--sigma", 1], "FILE is required"),
+        "FILE twice": (["evaluate", good, "--input1", good], "give FILE once"),
+        "missing modes without a reference": (["evaluate", good, "--missing-modes"], "add `--reference REF`"),
+        "rho without a reference": (["evaluate", good, "--rho", 2], "`--rho` compare FILE with a reference"),
         "alpha": (["evaluate", good, "--sigma", 1, "--alpha", "0"], "`--alpha` must be in (0, inf]"),
         "top-k": (["evaluate", good, "--sigma", 1, "--top-k", 0], "`--top-k` must be an integer >= 1"),
         "images without plot dir": (["evaluate", good, "--sigma", 1, "--images", "l.txt"], "needs `--plot-dir`"),
@@ -450,3 +453,21 @@ def test_evaluate_prompts_usage_errors(tmp_path, capsys):
     assert code == 2 and "`--prompts` needs `--prompt-sigma`" in err
     code, _, err = cli(capsys, "evaluate", file, "--sigma", 6, "--prompt-sigma", 0.1)
     assert code == 2 and "`--prompt-sigma` belongs to `--prompts PROMPTS`" in err
+
+
+def test_evaluate_torch_fidelity_spelling_auto_sigma_and_named_mode_samples(tmp_path, capsys):
+    """--input1 / --input2, sigma="auto" by default (the metrics' rule over REF, reported), and each FINC mode's
+    eigenvalue, p-value, share and top samples by row id."""
+    from lightning_spectral.metrics.auto_bandwidth import reference_bandwidth
+
+    x, y = blobs(600, seed=1), blobs(500, seed=2, extra=1)  # REF holds a fifth mode that FILE misses
+    file, ref = write(tmp_path / "x.npy", x), write(tmp_path / "y.npy", y)
+    code, out, err = cli(capsys, "evaluate", "--input1", file, "--input2", ref, "--n-frequencies", 128,
+                         "--missing-modes", "--top-k", 2)
+    assert code == 0, err
+    assert close(out["sigma"], reference_bandwidth(torch.from_numpy(y), "test"))
+    missing = out["finc"]["missing"]["modes"]
+    assert missing[0]["significant"] and {"eigenvalue", "p_value", "share", "samples"} <= set(missing[0])
+    extra = np.random.default_rng(99).normal(size=(1, 16)) * 6.0  # blobs' fifth centre
+    assert np.linalg.norm(y[missing[0]["samples"]] - extra, axis=1).max() < 3.0  # its samples, named by row id
+    assert 0.05 < missing[0]["share"] <= 0.25  # the fifth mode holds a fifth of REF (an under-estimate)

@@ -273,7 +273,7 @@ def test_logged_values_equal_the_metrics_and_pictures_reach_tensorboard(tmp_path
     assert pictures <= tags
     assert ("gen/finc/novel" in tags) == (want["finc_novel_modes"] > 0)  # no novelty gallery without a novel mode
     missing = callback.last_galleries["finc/missing"]
-    assert missing.labels[0].startswith("missing mode 1: +") and missing.images[0].shape[1:] == (1, 8, 8)
+    assert missing.labels[0].startswith("missing mode 1: about ") and missing.images[0].shape[1:] == (1, 8, 8)
     assert missing.classes[0] is not None and len(missing.classes[0]) == len(missing.images[0])
     real = torch.cat([batch["image"] for batch in data.reference_dataloader()])
     real_labels = torch.cat([batch["label"] for batch in data.reference_dataloader()])
@@ -342,7 +342,7 @@ def test_two_processes_log_what_one_process_logs(tmp_path):
         trainer = trainer_for(tmp_path / str(devices), callback, devices=devices, strategy=strategy, logger=False)
         trainer.validate(module, datamodule=data, verbose=False)
         logged[devices] = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("gen/")}
-    assert len(logged[1]) == 18 and set(logged[1]) == set(logged[2])  # with n, 2r and the standard errors
+    assert len(logged[1]) == 21 and set(logged[1]) == set(logged[2])  # with n, 2r, the standard errors and sigma
     # The decoder and the extractor run in float32 on shards of another batch size, so embeddings differ in
     # the 7th digit (BLAS blocking); Vendi near 1 turns that into ~2e-6. A wrong shard or a lost row moves
     # these values by percents.

@@ -264,3 +264,46 @@ def test_conditional_rank_without_samples_joins_with_zeros(tmp_path):
     for status, *value in run_ddp(conditional_with_an_empty_rank, tmp_path=tmp_path):
         assert status == "ok", value
         assert_same(value[0], want.summary())
+
+
+def observe_auto(rank, world_size, sharding):
+    """sigma="auto" metrics: the fitted sigma and every value, under any order, batching and sharding."""
+    gen, ref, _, probe = dataset()
+    rows = rows_of(rank, world_size, sharding)
+    batch = 64 + 37 * rank + (13 if sharding == "shuffled" else 0)
+    vendi = FKEAVendi(sigma="auto", n_frequencies=96, chunk_size=200)
+    finc = FINCNovelty(sigma="auto", n_frequencies=96, chunk_size=200)
+    mmd = FastMMD(sigma="auto", n_frequencies=64, chunk_size=200)
+    detector = KernelPCAOOD("corp", sigma="auto", n_frequencies=48, explained_variance=0.8)
+    for part in rows.split(batch):
+        finc.update(gen[part], real=False)  # generated rows before the reference: held until the first read
+        finc.update(ref[part], real=True)
+        mmd.update(ref[part], real=True)
+        mmd.update(gen[part], real=False)
+        vendi.update(gen[part])
+        detector.partial_fit(ref[part])
+    detector.finalize()
+    return {
+        "vendi": vendi.summary(), "finc": finc.summary(), "mmd": mmd.summary(),
+        "novel": finc.novel_modes(4).significant, "detector_sigma": detector.sigma,
+        "detector_scores": detector.score(probe),
+    }
+
+
+@pytest.fixture(scope="module")
+def one_process_auto():
+    want = observe_auto(0, 1, "whole")
+    assert 0 < float(want["finc"]["sigma"]) != float(want["vendi"]["sigma"])  # the reference's rows, not FILE's
+    assert float(want["finc"]["sigma"]) == float(want["mmd"]["sigma"])  # one rule, the same reference rows
+    return want
+
+
+def test_auto_sigma_does_not_depend_on_order(one_process_auto):
+    assert_same(observe_auto(0, 1, "shuffled"), one_process_auto)
+
+
+@pytest.mark.parametrize("sharding", ["strided", "permuted_uneven"])
+def test_auto_sigma_two_processes_equal_one(tmp_path, one_process_auto, sharding):
+    for status, *value in run_ddp(observe_auto, sharding, tmp_path=tmp_path):
+        assert status == "ok", value
+        assert_same(value[0], one_process_auto)

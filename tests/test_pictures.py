@@ -59,7 +59,7 @@ def test_finc_gallery_says_how_many_modes_are_significant_and_how_many_are_shown
     assert total > 2
     novel = found["novel"]
     assert novel.title == f"{total} significant novel modes, 2 shown"
-    assert len(novel.labels) == 2 and all("excess mass" in label for label in novel.labels)
+    assert len(novel.labels) == 2 and all("% of the generated samples" in label for label in novel.labels)
 
 
 def test_fkea_and_spec_galleries_label_their_rows():

@@ -68,7 +68,7 @@ def build_parser() -> Parser:
 
 def arguments(args: argparse.Namespace) -> dict[str, Any]:
     """The arguments used (defaults included), for the JSON output."""
-    hidden = ("handler", "command")
+    hidden = ("handler", "prepare", "command")
     return {key: value for key, value in vars(args).items() if key not in hidden and not key.startswith("_")}
 
 
@@ -135,6 +135,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             raise ValueError("`--images` needs `--plot-dir` (the folder the galleries are written to).")
         if args.thumb_size < 1:
             raise ValueError(f"`--thumb-size` must be an integer >= 1, got {args.thumb_size}.")
+        prepare = getattr(args, "prepare", None)
+        if prepare is not None:
+            prepare(args)  # the subcommand's own flag rules, before any input is read
         writable_outputs(args)
         started = time.perf_counter()
         given = arguments(args)  # as typed: image inputs are replaced by their embeddings below

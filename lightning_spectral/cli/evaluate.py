@@ -32,14 +32,18 @@ def add_parser(subparsers: Any, common: argparse.ArgumentParser) -> None:
         "All metrics share one random-Fourier-feature map (--sigma, --n-frequencies, --seed).",
     )
     parser.add_argument(
-        "file", metavar="FILE", help="embeddings (N, d): .npy, .pt or .safetensors; or images: a folder or a .txt list"
+        "file", metavar="FILE", nargs="?",
+        help="embeddings (N, d): .npy, .pt or .safetensors; or images: a folder or a .txt list (or --input1 FILE)",
+    )
+    parser.add_argument("--input1", metavar="FILE", help="FILE, in torch-fidelity's spelling")
+    parser.add_argument(
+        "--sigma", type=parse_sigma, default="auto", help="Gaussian bandwidth, in embedding units (> 0), or 'auto' "
+        "(default): 0.5 x the median distance of 2,000 rows of REF (of FILE without REF) chosen by their content; "
+        "the JSON reports the sigma used, to repeat the run with that number",
     )
     parser.add_argument(
-        "--sigma", type=parse_sigma, required=True, help="Gaussian bandwidth, in embedding units (> 0), or 'auto': the "
-        "median distance between the first 1000 rows of FILE and of REF (a heuristic; fix sigma to compare runs)",
-    )
-    parser.add_argument(
-        "--reference", metavar="REF", help="reference embeddings (M, d) or images: enables FINC and FastMMD"
+        "--reference", "--input2", metavar="REF",
+        help="reference embeddings (M, d) or images: enables FINC and FastMMD (--input2 is torch-fidelity's spelling)",
     )
     parser.add_argument(
         "--n-frequencies", type=parse_frequencies, default="auto", help="r; features 2r, or 'auto' (default): "
@@ -60,32 +64,60 @@ def add_parser(subparsers: Any, common: argparse.ArgumentParser) -> None:
         "labels makes distinct labels unrelated)",
     )
     parser.add_argument(
-        "--rho", type=float, default=DEFAULTS["rho"], help="FINC: novelty means more than rho times as often "
-        "as in the reference (default: %(default)s)",
+        "--rho", type=float, help="FINC (with --reference): novelty means more than rho times as often as in the "
+        f"reference (default: {DEFAULTS['rho']:g})",
     )
     parser.add_argument(
-        "--significance", type=float, default=DEFAULTS["significance"],
-        help="FINC: significance level of a mode's p-value (default: %(default)s)",
+        "--significance", type=float,
+        help=f"FINC (with --reference): significance level of a mode's p-value (default: {DEFAULTS['significance']})",
     )
     parser.add_argument(
-        "--min-eigenvalue", type=float, default=DEFAULTS["min_eigenvalue"],
-        help="FINC: absolute minimum of a significant eigenvalue (default: %(default)s)",
+        "--min-eigenvalue", type=float,
+        help=f"FINC (with --reference): absolute minimum of a significant eigenvalue (default: "
+        f"{DEFAULTS['min_eigenvalue']})",
     )
     parser.add_argument(
-        "--mmd-alpha", type=float, default=DEFAULTS["mmd_alpha"], help="FastMMD: test level (default: %(default)s)"
+        "--mmd-alpha", type=float, help=f"FastMMD (with --reference): test level (default: {DEFAULTS['mmd_alpha']})"
     )
     parser.add_argument("--top-k", type=int, default=10, help="modes listed (and gallery rows) (default: %(default)s)")
     parser.add_argument("--per-mode", type=int, default=8, help="samples per mode (default: %(default)s)")
     parser.add_argument(
         "--missing-modes", action="store_true",
-        help="FINC: also the modes FILE under-represents, C_REF - rho C_FILE (one more eigendecomposition)",
+        help="FINC (with --reference): also the modes FILE under-represents, C_REF - rho C_FILE (one more "
+        "eigendecomposition, and a pass over REF for their samples)",
     )
     parser.add_argument(
         "--mode-samples", action="store_true",
         help="list the top --per-mode sample ids of each mode (a second pass over FILE; implied by --images)",
     )
     images.add_flags(parser)
-    parser.set_defaults(handler=run)
+    parser.set_defaults(handler=run, prepare=prepare)
+
+
+#: Flags that only mean something against a reference.
+REFERENCE_FLAGS = ("rho", "significance", "min_eigenvalue", "mmd_alpha", "missing_modes")
+
+
+def prepare(args: argparse.Namespace) -> None:
+    """Before any input is read: FILE from ``--input1``, the reference-only flags refused without ``--reference``,
+    their defaults filled in.
+
+    Raises:
+        UsageError: no FILE, FILE twice, or a reference-only flag without ``--reference`` (exit code 2).
+    """
+    if args.file is not None and args.input1 is not None:
+        raise UsageError("give FILE once: as the first argument or as `--input1`, not both.")
+    if args.file is None and args.input1 is None:
+        raise UsageError("FILE is required: `lightning-spectral evaluate FILE` (or `--input1 FILE`).")
+    args.file = args.file if args.file is not None else args.input1
+    if args.reference is None:
+        given = [name for name in REFERENCE_FLAGS if getattr(args, name) not in (None, False)]
+        if given:
+            flags = ", ".join(f"`--{name.replace('_', '-')}`" for name in given)
+            raise UsageError(f"{flags} compare FILE with a reference: add `--reference REF` (or `--input2 REF`).")
+    for name in REFERENCE_FLAGS[:-1]:
+        if getattr(args, name) is None:
+            setattr(args, name, DEFAULTS[name])
 
 
 def parse_sigma(text: str) -> Union[float, str]:
@@ -118,12 +150,17 @@ def parse_frequencies(text: str) -> Union[int, str]:
         raise argparse.ArgumentTypeError(f"expected an integer or 'auto', got {text!r}") from None
 
 
-def auto_sigma(files: list[Any]) -> float:
-    """The median pairwise distance of the first 1000 rows of each file (every rank reads the same rows)."""
-    from lightning_spectral.kernels.bandwidth import median_bandwidth
+def auto_sigma(table: Any, session: Session, batch_size: int) -> float:
+    """``sigma="auto"``'s rule, as the metrics apply it
+    ([`auto_bandwidth`][lightning_spectral.kernels.auto_bandwidth]): 0.5 x the median distance of the 2,000 rows of
+    ``table`` (REF, or FILE without a reference) of smallest content hash; each rank streams its shard and keeps
+    its own smallest hashes, then the ranks merge them (a collective)."""
+    from lightning_spectral.metrics.auto_bandwidth import reference_bandwidth, smallest_hashes
 
-    rows = torch.cat([table.read(0, min(table.n, 1000)).double() for table in files])
-    return float(median_bandwidth(rows, max_samples=2000, seed=0))
+    sketch = torch.zeros(0, table.d, dtype=torch.float64)
+    for rows, _ in table.chunks(batch_size, shard_rows(table.n, session.rank, session.world_size)):
+        sketch = smallest_hashes(torch.cat([sketch, rows.double()]))
+    return reference_bandwidth(sketch, "evaluate --sigma")
 
 
 def parse_order(text: str) -> Union[int, float, str]:
@@ -155,7 +192,7 @@ def run(args: argparse.Namespace, session: Session) -> dict[str, Any]:
         data, width = files[0], files[0].d
         images.check_images_for(args.images, data)  # a short --images list: refused before the computation
         if args.sigma == "auto":
-            args.sigma = auto_sigma(files)
+            args.sigma = auto_sigma(files[-1], session, args.batch_size)
         if args.n_frequencies == "auto":  # the same on every rank: the files' row counts
             from lightning_spectral.kernels.width import MAX_FREQUENCIES, frequencies_for
 
@@ -262,8 +299,12 @@ def _report(
     vectors = side.modes()[1][:, : args.top_k] if wants_samples else None  # eigenvectors only if needed
     scores = vendi_from_spectrum(spectrum, orders)  # FKEA's Vendi of a spectrum, as FKEAVendi.compute
     scores = scores if isinstance(scores, dict) else {orders[0]: scores}
+    inputs = {"file": data.describe(), **({"reference": files[1].describe()} if len(files) > 1 else {})}
+    for attribute, source in getattr(args, "_sources", {}).items():  # images: their folder, not scratch embeddings
+        if attribute in inputs:
+            inputs[attribute]["path"] = str(source)
     result: dict[str, Any] = {
-        "inputs": {"file": data.describe(), **({"reference": files[1].describe()} if len(files) > 1 else {})},
+        "inputs": inputs,
         "sigma": float(args.sigma),
         "n_frequencies": int(args.n_frequencies),  # the r used ("auto": decided from the rows)
         "vendi": {label: float(scores[order]) for label, order in zip(args.alpha, orders, strict=True)},
@@ -282,13 +323,14 @@ def _report(
         result["modes"]["top_samples"] = as_lists(samples, spectrum)
     novel_samples = novel_spectrum = missing_samples = None
     if finc is not None and mmd is not None:
-        result["finc"], novel_samples, novel_spectrum = _finc(finc, args, batches if wants_samples else None)
+        result["finc"], novel_samples, novel_spectrum = _finc(finc, args, batches)
         result["mmd"] = _mmd(mmd, args.mmd_alpha)
         missing_samples = _missing_samples(args, session, finc, files[1], result["finc"])
+        _name_samples(args, result["finc"], novel_samples, missing_samples)
     if session.is_main and args.plot_dir is not None:
         novel = None if novel_spectrum is None else (novel_spectrum, result["finc"]["threshold"])
         result["pictures"] = _pictures(args, result, spectrum, novel, samples, novel_samples)
-        if missing_samples is not None:
+        if missing_samples is not None and getattr(args, "_lists", {}).get("reference") is not None:
             result["pictures"]["missing_modes"] = _missing_gallery(args, result["finc"]["missing"], missing_samples)
     return result
 
@@ -296,8 +338,7 @@ def _report(
 def _missing_samples(args: argparse.Namespace, session: Session, finc: Any, reference: Any, finc_result: dict) -> Any:
     """The reference images of the significant missing modes (a second pass over REF), when REF is images and
     ``--missing-modes`` and ``--plot-dir`` are given; else ``None``. A collective."""
-    listing = getattr(args, "_lists", {}).get("reference")
-    if not args.missing_modes or args.plot_dir is None or listing is None:
+    if not args.missing_modes:
         return None
     count = int(sum(bool(flag) for flag in finc_result["missing"]["significant"]))
     if count == 0:
@@ -312,9 +353,10 @@ def _missing_samples(args: argparse.Namespace, session: Session, finc: Any, refe
 
 def _missing_gallery(args: argparse.Namespace, missing: dict, samples: Any) -> str:
     from lightning_spectral.cli.pictures import save_gallery
+    from lightning_spectral.functional.mode_shares import mode_line
 
-    total, values = missing["n_significant"], missing["eigenvalues"]
-    labels = [f"missing mode {i + 1}: +{float(values[i]):.3f} missing mass" for i in range(len(samples))]
+    total, shares = missing["n_significant"], missing["shares"]
+    labels = [mode_line("missing", i, float(shares[i]), "reference") for i in range(len(samples))]
     title = f"{plural(total, 'significant missing mode')} of FILE: REF images ({images.source_name(args, 'reference')})"
     title += f", {len(samples)} shown" if len(samples) != total else ""
     return save_gallery(
@@ -334,10 +376,12 @@ def plural(count: int, noun: str) -> str:
 
 
 def _finc(finc: Any, args: argparse.Namespace, batches: Any) -> tuple[dict[str, Any], Any, Any]:
-    """FINC results; the calls are ordered so that each side's eigendecomposition is computed once (cached)."""
+    """FINC results; the calls are ordered so that each side's eigendecomposition is computed once (cached).
+    The top samples of the novel modes come from a second pass over FILE when one is significant (or when asked)."""
     novelty, threshold = float(finc.value()), finc.threshold()
     novel = finc.novel_modes(max(args.top_k, 50))  # 50 for the plot
-    samples = None if batches is None else finc.top_samples(batches(), k=args.top_k, per_mode=args.per_mode)
+    wanted = args.images is not None or args.mode_samples or bool(novel.significant.any())
+    samples = finc.top_samples(batches(), k=args.top_k, per_mode=args.per_mode) if wanted else None
     result = {
         "novelty": novelty,
         "threshold": threshold,
@@ -358,6 +402,49 @@ def _finc(finc: Any, args: argparse.Namespace, batches: Any) -> tuple[dict[str, 
     if samples is not None:
         result["top_samples"] = as_lists(samples, novel.eigenvalues)
     return result, samples, novel.eigenvalues
+
+
+def _name_samples(args: argparse.Namespace, finc: dict, novel: Any, missing: Any) -> None:
+    """``finc["novel_modes"]`` / ``finc["missing"]["modes"]``: per mode its eigenvalue, p-value, significance,
+    share of its side's samples and top samples, named by image path (image inputs, or FILE with ``--images``) or
+    by row id (embedding inputs)."""
+    lists = getattr(args, "_lists", {})
+    file_list = lists.get("file", args.images)
+    r = args.n_frequencies
+    finc["shares"] = _shares(finc["novel_eigenvalues"], novel, r)
+    finc["novel_modes"] = _modes_json(finc["novel_eigenvalues"], finc["p_values"], finc["significant"],
+                                      finc["shares"], novel, file_list)
+    if "missing" in finc:
+        part = finc["missing"]
+        part["shares"] = _shares(part["eigenvalues"], missing, r)
+        part["modes"] = _modes_json(part["eigenvalues"], part["p_values"], part["significant"], part["shares"],
+                                    missing, lists.get("reference"))
+
+
+def _shares(values: Any, samples: Any, n_frequencies: int) -> list:
+    """Each mode's share of its side's samples (``None`` for a mode without top samples)."""
+    from lightning_spectral.functional.mode_shares import mode_share
+
+    samples = samples or []
+    return [mode_share(float(v), samples[i][1], n_frequencies) if i < len(samples) else None
+            for i, v in enumerate(values)]
+
+
+def _modes_json(values: Any, p_values: Any, significant: Any, shares: Any, samples: Any, listing: Any) -> list:
+    from lightning_spectral.cli.pictures import image_paths
+
+    rows = []
+    for mode in range(len(values)):
+        row = {"eigenvalue": float(values[mode]), "p_value": float(p_values[mode]),
+               "significant": bool(significant[mode]), "share": shares[mode]}
+        if samples is not None and mode < len(samples):
+            ids, scores = samples[mode]
+            ids = [int(i) for i in ids.tolist()]
+            paths = image_paths(Path(listing), ids) if listing is not None else None
+            row["samples"] = [str(paths[i]) for i in ids] if paths is not None else ids
+            row["scores"] = scores.double().tolist()
+        rows.append(row)
+    return rows
 
 
 def _mmd(mmd: Any, level: float) -> dict[str, Any]:
@@ -384,7 +471,7 @@ def _pictures(args: argparse.Namespace, result: dict[str, Any], spectrum: Any, n
         pictures["novel_spectrum"] = save_spectrum(plot_dir, "evaluate_novel_spectrum", novel[0], title, novel[1])
     if args.images is not None:
         image_list = Path(args.images)
-        labels = [f"mode {i + 1}: {float(v):.1%} of the mass" for i, v in enumerate(spectrum[: len(samples)])]
+        labels = [f"mode {i + 1}: eigenvalue {float(v):.3f}" for i, v in enumerate(spectrum[: len(samples)])]
         title = f"top {len(samples)} modes of FILE ({name}), best samples first"
         pictures["modes"] = save_gallery(
             plot_dir, "evaluate_modes", samples, image_list, args.thumb_size, labels=labels, title=title
@@ -394,8 +481,10 @@ def _pictures(args: argparse.Namespace, result: dict[str, Any], spectrum: Any, n
             significant = [bool(flag) for flag in finc["significant"]][: len(novel_samples)]
             rows = [row for row, flag in zip(novel_samples, significant, strict=True) if flag]
             if rows:  # only significant novel modes are shown: the others are noise
-                total, values = finc["n_significant"], finc["novel_eigenvalues"]
-                labels = [f"novel mode {i + 1}: +{float(values[i]):.3f} excess mass" for i in range(len(rows))]
+                from lightning_spectral.functional.mode_shares import mode_line
+
+                total, shares = finc["n_significant"], finc["shares"]
+                labels = [mode_line("novel", i, float(shares[i]), "generated samples") for i in range(len(rows))]
                 title = f"{plural(total, 'significant novel mode')} of FILE vs REF" + (
                     f", {len(rows)} shown" if len(rows) != total else ""
                 )

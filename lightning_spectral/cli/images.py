@@ -302,7 +302,9 @@ def resolve(args: argparse.Namespace, session: Session) -> dict[str, Any]:
         args._sources = {**getattr(args, "_sources", {}), attribute: source}  # pictures name the images' source
         args._lists = {**getattr(args, "_lists", {}), attribute: str(target.with_suffix(".images.txt"))}
         setattr(args, attribute, str(target))
-        report[attribute] = {"source": source, "images": len(files), "features": str(target)}
+        report[attribute] = {"source": source, "images": len(files)}
+        if folder is not None and session.is_main:  # the temporary embeddings are deleted at exit: not reported
+            report[attribute]["features"] = str(target)
         if attribute == gallery and args.images is None and args.plot_dir is not None:  # galleries of these images
             args.images = str(target.with_suffix(".images.txt"))
     report["encoder"] = args.encoder

@@ -6,10 +6,11 @@ from lightning_spectral.functional.conditional import (
     conditional_vendi_exact,
     prompt_agnostic_eigenvalues_exact,
 )
-from lightning_spectral.functional.content_groups import content_groups, reference_halves
+from lightning_spectral.functional.content_groups import content_groups, content_hash, reference_halves
 from lightning_spectral.functional.finc import finc, finc_exact, finc_spectrum, ken_eigenvalues
 from lightning_spectral.functional.fkea import fkea_vendi, truncated_vendi, vendi_exact
 from lightning_spectral.functional.mmd import MMDTest, fast_mmd, fast_mmd_test, mmd_exact, mmd_exact_test
+from lightning_spectral.functional.mode_shares import mode_line, mode_share
 from lightning_spectral.functional.modes import Modes, mode_scores, top_samples
 from lightning_spectral.functional.ood import detection_metrics, threshold_at_tpr
 from lightning_spectral.functional.spec import (
@@ -24,6 +25,7 @@ from lightning_spectral.functional.spec import (
 __all__ = [
     "conditional_rke_exact",
     "content_groups",
+    "content_hash",
     "reference_halves",
     "detection_metrics",
     "threshold_at_tpr",
@@ -32,6 +34,8 @@ __all__ = [
     "prompt_agnostic_eigenvalues_exact",
     "MMDTest",
     "Modes",
+    "mode_line",
+    "mode_share",
     "SPECClusters",
     "SPECResult",
     "fast_mmd",

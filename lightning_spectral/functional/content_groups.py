@@ -36,6 +36,14 @@ def content_groups(x: Tensor, groups: int) -> Tensor:
         [True, True, True, True]
     """
     check_dense(x, "x", "content_groups")
+    return content_hash(x) % groups
+
+
+def content_hash(x: Tensor) -> Tensor:
+    """(N,) int64 in ``[0, 2^31 - 1)``: the hash ``h(x)`` of each row of ``x`` (N, d) behind
+    [`content_groups`][lightning_spectral.functional.content_groups], from its values alone (any order, batching,
+    sharding or float dtype of the same rows gives the same hashes)."""
+    check_dense(x, "x", "content_hash")
     rounded = x.float().contiguous() + 0.0  # + 0.0 turns -0.0 into 0.0
     words = rounded.view(torch.int32).to(torch.int64) & 0xFFFFFFFF
     beyond = torch.isinf(rounded) & torch.isfinite(x)
@@ -46,8 +54,7 @@ def content_groups(x: Tensor, groups: int) -> Tensor:
     if key not in _hash_weights:
         generator = torch.Generator().manual_seed(20_240_917)
         _hash_weights[key] = torch.randint(1, _HASH_PRIME, (words.shape[1],), generator=generator).to(words.device)
-    hashed = ((words % _HASH_PRIME) * _hash_weights[key] % _HASH_PRIME).sum(1) % _HASH_PRIME
-    return hashed % groups
+    return ((words % _HASH_PRIME) * _hash_weights[key] % _HASH_PRIME).sum(1) % _HASH_PRIME
 
 
 def reference_halves(x: Tensor) -> Tensor:

@@ -34,7 +34,7 @@ with the rest).
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
+from typing import NamedTuple, Optional
 
 import torch
 from torch import Tensor
@@ -79,13 +79,16 @@ class Multipliers:
         True
     """
 
-    def __init__(self, draws: int, bandwidth: float, seed: int, ratio: float = DEFAULT_RATIO) -> None:
+    def __init__(self, draws: int, bandwidth: Optional[float], seed: int, ratio: float = DEFAULT_RATIO) -> None:
         self.draws = check_positive_int(draws, "draws")
-        self.bandwidth = check_positive(bandwidth, "bandwidth")
+        #: ``None`` while the kernel's ``sigma="auto"`` is not fixed (its metric sets it then).
+        self.bandwidth = None if bandwidth is None else check_positive(bandwidth, "bandwidth")
         self.seed, self.ratio = int(seed), check_positive(ratio, "ratio")
 
     def frequencies(self, width: int, device: torch.device) -> tuple[Tensor, Tensor]:
         """``omega`` (d, A) and ``b`` (A,), float64, drawn from the seed (CPU generator) for input width ``d``."""
+        if self.bandwidth is None:
+            raise RuntimeError("Multipliers: the kernel's sigma='auto' is not fixed yet (its metric fixes it first).")
         key = (width, self.draws, self.bandwidth, self.seed, self.ratio, str(device))
         if key not in _frequencies:
             generator = torch.Generator().manual_seed(self.seed + 7_919)

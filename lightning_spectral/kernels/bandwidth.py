@@ -1,18 +1,49 @@
-"""The bandwidth rule: the median pairwise distance of a seeded subsample.
+"""The bandwidth rule: ``sigma = AUTO_FACTOR x`` the median pairwise distance of a subsample (``sigma="auto"``).
 """
 
 from __future__ import annotations
 
 import math
+from typing import Optional
 
 import torch
 from torch import Tensor
 
 from lightning_spectral._checks import (
     check_features,
+    check_positive,
     check_positive_int,
     check_seed,
 )
+
+#: ``sigma="auto"``: this factor times the median pairwise distance of the reference's subsample (docs/concepts.md
+#: "Bandwidth"; the evidence is docs/benchmarks.md "Dropped modes at the defaults").
+AUTO_FACTOR = 0.5
+#: ``sigma="auto"``: the rows of the subsample (the reference rows of the smallest content hashes).
+AUTO_SAMPLES = 2000
+
+
+def check_sigma(sigma: object, name: str = "sigma") -> Optional[float]:
+    """``None`` for ``"auto"`` (fixed later from the data by the rule above), else ``float(sigma)`` > 0.
+
+    Raises:
+        ValueError: neither ``"auto"`` nor a number > 0 (``check_positive``'s message).
+    """
+    if isinstance(sigma, str) and sigma.strip().lower() == "auto":
+        return None
+    return check_positive(sigma, name)  # any other string is refused there, by name
+
+
+def auto_bandwidth(x: Tensor) -> float:
+    """``AUTO_FACTOR x median_bandwidth(x)`` of rows already chosen (the whole subsample): the rule of
+    ``sigma="auto"``.
+
+    Examples:
+        >>> import torch
+        >>> auto_bandwidth(torch.tensor([[0.0], [1.0], [3.0]]))
+        1.0
+    """
+    return AUTO_FACTOR * median_bandwidth(x, max_samples=max(int(x.shape[0]), 2))
 
 
 def median_bandwidth(x: Tensor, max_samples: int = 2000, seed: int = 0) -> float:

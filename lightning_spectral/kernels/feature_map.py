@@ -70,3 +70,13 @@ class FeatureMap(nn.Module):
     def frequencies(self) -> Optional[Tensor]:
         """What every rank must hold identically (random frequencies, bandwidths), or ``None``."""
         return None
+
+    @property
+    def awaits_bandwidth(self) -> bool:
+        """True while a bandwidth given as ``"auto"`` is not fixed yet (the map cannot map rows before
+        [`set_bandwidth`][lightning_spectral.kernels.FeatureMap.set_bandwidth])."""
+        return False
+
+    def set_bandwidth(self, sigma: float) -> None:
+        """Fix the bandwidth of a map built with ``sigma="auto"`` (frequencies ``Z / sigma`` drawn then)."""
+        raise TypeError(f"{type(self).__name__} has no bandwidth to fix.")

@@ -7,7 +7,7 @@ covariance of any sample has trace exactly 1.
 from __future__ import annotations
 
 import math
-from typing import Optional
+from typing import Optional, Union
 
 import torch
 from torch import Tensor
@@ -21,6 +21,7 @@ from lightning_spectral._checks import (
     check_positive_int,
     check_seed,
 )
+from lightning_spectral.kernels.bandwidth import check_sigma
 from lightning_spectral.kernels.feature_map import FeatureMap, standard_normal_draws
 
 
@@ -35,7 +36,10 @@ class GaussianRFF(FeatureMap):
         in_features: width ``d`` of the inputs, or ``None`` to take it from the first batch
             ([`build`][lightning_spectral.kernels.FeatureMap.build]).
         n_frequencies: number of frequencies ``r``; the output has ``2r`` features (cos block, then sin block).
-        sigma: Gaussian bandwidth (> 0), in the units of the inputs.
+        sigma: Gaussian bandwidth (> 0), in the units of the inputs, or ``"auto"``: fixed later by
+            [`set_bandwidth`][lightning_spectral.kernels.FeatureMap.set_bandwidth] (a metric fixes it from its
+            reference rows, [`auto_bandwidth`][lightning_spectral.kernels.auto_bandwidth]); ``sigma`` is ``None``
+            until then.
         seed: seed of the CPU generator that draws the frequencies. The frequencies ``omega`` (d, r) are a
             float64 buffer, identical on every rank and device.
         persistent: save ``omega`` in ``state_dict`` (metrics redraw it from the seed instead).
@@ -62,11 +66,16 @@ class GaussianRFF(FeatureMap):
     omega: Tensor
 
     def __init__(
-        self, in_features: Optional[int], n_frequencies: int, sigma: float, seed: int = 0, persistent: bool = True
+        self,
+        in_features: Optional[int],
+        n_frequencies: int,
+        sigma: Union[float, str],
+        seed: int = 0,
+        persistent: bool = True,
     ) -> None:
         super().__init__()
         self.n_frequencies = check_positive_int(n_frequencies, "n_frequencies")
-        self.sigma = check_positive(sigma, "sigma")
+        self.sigma: Optional[float] = check_sigma(sigma)
         self.seed = check_seed(seed)
         self.in_features = None
         self.register_buffer("omega", torch.zeros(0, self.n_frequencies, dtype=torch.float64), persistent=persistent)
@@ -83,9 +92,19 @@ class GaussianRFF(FeatureMap):
         self.omega = self._draw().to(self.omega.device)
 
     def _draw(self) -> Tensor:
-        if self.in_features is None:
+        if self.in_features is None or self.sigma is None:
             return torch.zeros(0, self.n_frequencies, dtype=torch.float64)
         return standard_normal_draws(self.in_features, self.n_frequencies, self.seed) / self.sigma
+
+    @property
+    def awaits_bandwidth(self) -> bool:
+        """True while ``sigma="auto"`` is not fixed."""
+        return self.sigma is None
+
+    def set_bandwidth(self, sigma: float) -> None:
+        """Fix ``sigma`` (``"auto"`` maps) and draw the frequencies ``Z / sigma`` if the width is known."""
+        self.sigma = check_positive(sigma, "sigma")
+        self.omega = self._draw().to(self.omega.device)
 
     def _apply(self, fn, recurse: bool = True):  # type: ignore[no-untyped-def]
         # A parent's dtype cast (``.half()``, Lightning's "bf16-true") must not round the frequencies:
@@ -96,8 +115,8 @@ class GaussianRFF(FeatureMap):
         return self
 
     def frequencies(self) -> Optional[Tensor]:
-        """The frequencies ``omega`` (d, r), or ``None`` before the input width is known."""
-        return self.omega if self.built else None
+        """The frequencies ``omega`` (d, r), or ``None`` before the input width (and an ``"auto"`` sigma) is known."""
+        return self.omega if self.built and self.sigma is not None else None
 
     def projection(self, x: Tensor) -> Tensor:
         """Phases ``x W`` of shape (N, r), in the compute dtype of ``x`` (validated); the first call of an unbuilt
@@ -109,6 +128,11 @@ class GaussianRFF(FeatureMap):
         x = check_features(x, "x", width=self.in_features, owner=type(self).__name__)
         self.build(x.shape[1])
         check_batch_memory(type(self).__name__, x, self.n_frequencies)
+        if self.sigma is None:
+            raise RuntimeError(
+                f"{type(self).__name__}(sigma='auto') maps no row before its bandwidth is fixed: call "
+                "`set_bandwidth(sigma)` (a metric fixes it from its reference rows at the first read)."
+            )
         omega = self.omega.to(device=x.device, dtype=x.dtype)
         return check_phases(x @ omega, type(self).__name__, x, self.omega)
 
@@ -125,7 +149,7 @@ class GaussianRFF(FeatureMap):
     def extra_repr(self) -> str:
         return (
             f"in_features={self.in_features}, n_frequencies={self.n_frequencies}, "
-            f"sigma={self.sigma:g}, seed={self.seed}"
+            f"sigma={'auto' if self.sigma is None else format(self.sigma, 'g')}, seed={self.seed}"
         )
 
 

@@ -11,6 +11,7 @@ import torch
 from torch import Tensor
 
 from lightning_spectral._checks import (
+    check_positive,
     check_bandwidths,
     check_batch_memory,
     check_features,
@@ -18,6 +19,7 @@ from lightning_spectral._checks import (
     check_positive_int,
     check_seed,
 )
+from lightning_spectral.kernels.bandwidth import check_sigma
 from lightning_spectral.kernels.feature_map import FeatureMap, standard_normal_draws
 from lightning_spectral.kernels.gaussian_rff import check_phases
 
@@ -55,7 +57,9 @@ class MultiBandwidthRFF(FeatureMap):
         empty = isinstance(sigmas, (list, tuple)) and not sigmas
         if empty or not isinstance(sigmas, (list, tuple, Tensor, np.ndarray)):
             raise ValueError(f"`sigmas` must be a non-empty sequence of bandwidths > 0, got {sigmas!r}.")
-        self.sigmas = check_bandwidths(sigmas, "sigma")[0]
+        auto = isinstance(sigmas, (list, tuple)) and len(sigmas) == 1 and check_sigma(sigmas[0]) is None
+        #: ``(None,)`` while a single ``"auto"`` bandwidth waits for ``set_bandwidth``.
+        self.sigmas: tuple = (None,) if auto else check_bandwidths(sigmas, "sigma")[0]
         self.seed = check_seed(seed)
         self.in_features = None
         self.register_buffer("standard", torch.zeros(0, self.n_frequencies, dtype=torch.float64), persistent=False)
@@ -80,6 +84,17 @@ class MultiBandwidthRFF(FeatureMap):
         if self.in_features is None:
             return torch.zeros(0, self.n_frequencies, dtype=torch.float64)
         return standard_normal_draws(self.in_features, self.n_frequencies, self.seed)
+
+    @property
+    def awaits_bandwidth(self) -> bool:
+        """True while a single ``"auto"`` bandwidth is not fixed."""
+        return self.sigmas == (None,)
+
+    def set_bandwidth(self, sigma: float) -> None:
+        """Fix the single ``"auto"`` bandwidth."""
+        if not self.awaits_bandwidth:
+            raise RuntimeError(f"{type(self).__name__}: its bandwidths are fixed already ({self.sigmas}).")
+        self.sigmas = (check_positive(sigma, "sigma"),)
 
     def _apply(self, fn, recurse: bool = True):  # type: ignore[no-untyped-def]
         super()._apply(fn, recurse)
@@ -109,12 +124,17 @@ class MultiBandwidthRFF(FeatureMap):
         """``x Z`` (N, r), checked for overflow."""
         x = check_features(x, "x", width=self.in_features, owner=type(self).__name__)
         self.build(x.shape[1])
+        if self.awaits_bandwidth:
+            raise RuntimeError(
+                f"{type(self).__name__}(sigmas=('auto',)) maps no row before its bandwidth is fixed: call "
+                "`set_bandwidth(sigma)` (a metric fixes it from its reference rows at the first read)."
+            )
         check_batch_memory(type(self).__name__, x, self.n_frequencies * (1 + len(self.sigmas)))
         projected = x @ self.standard.to(device=x.device, dtype=x.dtype)
         return check_phases(projected, type(self).__name__, x / min(self.sigmas), self.standard)
 
     def frequencies(self) -> Optional[Tensor]:
         """What every rank must hold identically: the draws and the bandwidths (``None`` before the width is known)."""
-        if not self.built:
+        if not self.built or self.awaits_bandwidth:
             return None
         return torch.cat([self.standard.flatten(), torch.tensor(self.sigmas, dtype=torch.float64).to(self.standard)])

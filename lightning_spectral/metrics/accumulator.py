@@ -295,12 +295,22 @@ class Accumulator(StreamSums):
         if x.shape[0] == 0:
             return
         self._pending.append(x.detach())
+        if self.feature_map.awaits_bandwidth:  # sigma="auto": held unmapped until the metric fixes sigma
+            return
         if self.pending_rows >= self.chunk_size:
             self.flush()
+
+    @property
+    def held_rows(self) -> list[Tensor]:
+        """The rows waiting unmapped (input rows (N, d), not features)."""
+        return list(self._pending)
 
     def flush(self) -> None:
         """Map the pending rows and add them to the sums (done before anything reads the sums)."""
         if not self._pending:
+            return
+        if self.feature_map.awaits_bandwidth:  # sigma="auto": fix it first (it flushes every accumulator)
+            self.metric.fit_bandwidth()  # type: ignore[attr-defined]
             return
         rows = self._pending[0] if len(self._pending) == 1 else torch.cat(self._pending)
         self._pending.clear()

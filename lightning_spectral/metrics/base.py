@@ -120,6 +120,8 @@ class SpectralMetric(Metric):
         self._sync_depth = 0  # > 0 inside `synced()`
         self._spectral_cache: tuple[Any, dict[str, Any]] = (None, {})  # `cached`'s (key of the sums, {name: value})
         self._persistent_sums = True  # `persistent(False)` leaves the sums out of `state_dict`
+        #: Built with ``sigma="auto"``: rows wait unmapped until `fit_bandwidth` fixes sigma (`auto_bandwidth`).
+        self.auto_sigma = bool(feature_map.awaits_bandwidth)
 
     # ---- declaring -----------------------------------------------------------------------------------------------
     def add_accumulator(
@@ -194,6 +196,38 @@ class SpectralMetric(Metric):
         for accumulator in self.accumulators.values():
             accumulator.flush()
 
+    def fit_bandwidth(self) -> Optional[float]:
+        """Fix ``sigma="auto"`` now from the reference rows held so far (every held row for a one-sample metric) and
+        map the held rows; a no-op once sigma is fixed. Returns sigma.
+
+        Called by the first read (``compute``, ``summary``, a sync, a checkpoint); call it yourself after the
+        reference pass to stop holding rows. The rule and its invariance:
+        [`auto_bandwidth`][lightning_spectral.kernels.auto_bandwidth]. A collective under DDP.
+
+        Raises:
+            RuntimeError: fewer than 2 reference rows on all ranks (feed the reference first).
+        """
+        from lightning_spectral.metrics.auto_bandwidth import reference_bandwidth
+
+        if not self.feature_map.awaits_bandwidth:
+            return getattr(self, "sigma", None)
+        names = self.reference_names if self.two_sample else tuple(self.accumulators)
+        held = [rows for name in names for rows in self.accumulators[name].held_rows]
+        width = self.in_features if isinstance(self.in_features, int) else 0
+        rows = torch.cat(held) if held else torch.zeros(0, width, dtype=torch.float64)
+        group = self.process_group if distributed_available() else None
+        sigma = reference_bandwidth(rows, type(self).__name__, group)
+        self.feature_map.set_bandwidth(sigma)
+        for accumulator in self.accumulators.values():  # FINC's noise multipliers follow the kernel's bandwidth
+            multipliers = getattr(accumulator, "multipliers", None)
+            if multipliers is not None and multipliers.bandwidth is None:
+                multipliers.bandwidth = sigma
+        self.sigma = sigma
+        if hasattr(self, "sigmas"):
+            self.sigmas = (sigma,)
+        self.flush()
+        return sigma
+
     # ---- sync ----------------------------------------------------------------------------------------------------
     def sync(
         self,
@@ -204,6 +238,7 @@ class SpectralMetric(Metric):
     ) -> None:
         """torchmetrics' ``sync``, after flushing and after the ranks agree on widths, sizes, frequencies and shifts
         (a rank that saw no sample builds its map and takes part with zeros)."""
+        self.fit_bandwidth()  # "auto": every rank takes part, whether it holds rows or not
         self.flush()
         available = distributed_available or self.distributed_available_fn
         if should_sync and callable(available) and available():
@@ -322,7 +357,15 @@ class SpectralMetric(Metric):
         [`synced`][lightning_spectral.metrics.SpectralMetric.synced]).
         """
         with self.synced():
-            return {"": self.value()}
+            return self.with_sigma({"": self.value()})
+
+    def with_sigma(self, summary: dict[str, Any]) -> dict[str, Any]:
+        """``summary`` with ``"sigma"``: the bandwidth the values were computed at (``sigma="auto"``'s fitted value
+        too), so that a run can be repeated with that number; unchanged for a metric without one scalar sigma."""
+        sigma = getattr(self, "sigma", None)
+        if isinstance(sigma, (int, float)) and not isinstance(sigma, bool):
+            summary["sigma"] = torch.tensor(float(sigma), dtype=torch.float64)
+        return summary
 
     def galleries(
         self, batches: Iterable[tuple[Any, Any]], k: int, per_mode: int, reference_batches: Optional[Iterable] = None

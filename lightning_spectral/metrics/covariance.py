@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 import torch
 from torch import Tensor, nn
@@ -156,7 +156,7 @@ class RFFCovariance(Covariance):
     accumulator ([`Covariance`][lightning_spectral.metrics.Covariance]).
 
     Args:
-        sigma: Gaussian bandwidth (> 0).
+        sigma: Gaussian bandwidth (> 0) or ``"auto"`` (see [`FKEAVendi`][lightning_spectral.metrics.FKEAVendi]).
         n_frequencies: number of frequencies ``r`` (features ``2r``).
         seed: seed of the frequencies; every rank must use the same one.
         chunk_size: rows mapped and summed at once (rows wait in a buffer until this many are pending).
@@ -179,7 +179,7 @@ class RFFCovariance(Covariance):
 
     def __init__(
         self,
-        sigma: float,
+        sigma: Union[float, str],
         n_frequencies: int = 2048,
         *,
         seed: int = 0,

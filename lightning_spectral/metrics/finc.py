@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 import torch
 from lightning.pytorch.utilities import rank_zero_warn
@@ -27,6 +27,7 @@ from lightning_spectral.functional.finc import (
     draws_from_groups,
 )
 from lightning_spectral.functional.finc_null import NULL_BATCH, null_model
+from lightning_spectral.functional.mode_shares import mode_line, mode_share
 from lightning_spectral.functional.modes import Ids, Modes, check_candidates_memory, mode_scores, orient, top_samples
 from lightning_spectral.functional.sampling_noise import (
     DEFAULT_DRAWS,
@@ -60,7 +61,7 @@ class FINCNovelty(SpectralMetric):
     novel mode was found.
 
     Args:
-        sigma: Gaussian bandwidth (> 0).
+        sigma: Gaussian bandwidth (> 0), or ``"auto"``: fixed from the reference rows at the first read (the rule of [`auto_bandwidth`][lightning_spectral.kernels.auto_bandwidth]; ``summary()["sigma"]`` reports it).
         n_frequencies: r; covariances are 2r x 2r.
         rho: novelty threshold (>= 1 in the paper; 1, 5 and 10 are used there).
         seed: frequency seed, identical on every rank.
@@ -101,7 +102,7 @@ class FINCNovelty(SpectralMetric):
 
     def __init__(
         self,
-        sigma: float,
+        sigma: Union[float, str],
         n_frequencies: int = 2048,
         *,
         rho: float = 1.0,
@@ -289,13 +290,13 @@ class FINCNovelty(SpectralMetric):
         """The novelty score (``""``), the missing-mode score, how many novel / missing modes are significant, and
         the top novel / missing mode's eigenvalue (excess mass) and p-value; ``se``, ``missing_se``,
         ``novel_top_se`` and ``missing_top_se``: the standard errors of the scores and top eigenvalues
-        ([`standard_errors`][lightning_spectral.metrics.FINCNovelty.standard_errors])."""
+        ([`standard_errors`][lightning_spectral.metrics.FINCNovelty.standard_errors]); ``sigma``."""
         with self.synced():
             novel = self._spectrum(missing=False, vectors=False)
             missing = self._spectrum(missing=True, vectors=False)
             novel_se, novel_top_se = self.standard_errors(missing=False)
             missing_se, missing_top_se = self.standard_errors(missing=True)
-        return {
+        return self.with_sigma({
             "": novel.score,
             "missing": missing.score,
             "novel_modes": novel.significant.sum().double(),
@@ -308,15 +309,15 @@ class FINCNovelty(SpectralMetric):
             "missing_se": missing_se,
             "novel_top_se": novel_top_se,
             "missing_top_se": missing_top_se,
-        }
+        })
 
     def galleries(
         self, batches: Iterable[tuple[Tensor, Ids]], k: int, per_mode: int, reference_batches: Optional[Iterable] = None
     ) -> dict[str, ModeGallery]:
         """``"novel"``: generated samples (``batches``) of the significant novel modes; ``"missing"``: reference
         samples (``reference_batches``) of the significant missing modes. A gallery with no significant mode is
-        left out. Rows are labelled with the eigenvalue (about the extra probability mass times the mode's
-        within-mode similarity)."""
+        left out. Rows read "missing mode 1: about 10 % of the reference" (the mode's share of its side's samples,
+        [`mode_share`][lightning_spectral.functional.mode_share]) with the eigenvalue and p-value."""
         galleries = {}
         with self.synced():
             for name, missing, stream in (("novel", False, batches), ("missing", True, reference_batches)):
@@ -326,10 +327,14 @@ class FINCNovelty(SpectralMetric):
                     continue
                 total = int(self._spectrum(missing, vectors=False).significant.sum())
                 samples = self.top_samples(stream, k=count, per_mode=per_mode, missing=missing)
-                what = "missing mass (real images)" if missing else "excess mass (generated images)"
+                side = "reference" if missing else "generated samples"
+                shares = [mode_share(float(v), scores, self.n_frequencies)
+                          for v, (_, scores) in zip(modes.eigenvalues[:count], samples, strict=True)]
                 labels = [
-                    f"{name} mode {i + 1}: +{float(v):.3f} {what} (p={float(p):.2g})"
-                    for i, (v, p) in enumerate(zip(modes.eigenvalues[:count], modes.p_values[:count], strict=True))
+                    f"{mode_line(name, i, float(share), side)} (eigenvalue {float(v):.3g}, p={float(p):.2g})"
+                    for i, (v, p, share) in enumerate(
+                        zip(modes.eigenvalues[:count], modes.p_values[:count], shares, strict=True)
+                    )
                 ]
                 title = f"{total} significant {name} mode{'' if total == 1 else 's'}"
                 title += f", {count} shown" if count != total else ""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 import torch
 from torch import Tensor, nn
@@ -50,7 +50,9 @@ class FKEAVendi(RFFCovariance):
     [`top_samples`][lightning_spectral.metrics.Covariance.top_samples].
 
     Args:
-        sigma: Gaussian bandwidth (> 0), in embedding units (FKEA: 20-25 for DINOv2, 7 for CLIP).
+        sigma: Gaussian bandwidth (> 0), in embedding units (FKEA: 20-25 for DINOv2, 7 for CLIP), or ``"auto"``:
+            fixed from all rows held before the first read (the rule of
+            [`auto_bandwidth`][lightning_spectral.kernels.auto_bandwidth]; ``summary()["sigma"]`` reports it).
         n_frequencies: r; the covariance is 2r x 2r.
         alpha: an order in (0, inf] (``"inf"`` allowed) or a sequence of orders.
         seed: frequency seed, identical on every rank.
@@ -88,7 +90,7 @@ class FKEAVendi(RFFCovariance):
 
     def __init__(
         self,
-        sigma: float,
+        sigma: Union[float, str],
         n_frequencies: int = 2048,
         *,
         alpha: Orders = 1.0,
@@ -134,4 +136,4 @@ class FKEAVendi(RFFCovariance):
             values = {"": self.value()}
             values["n"] = torch.tensor(float(self.sample_count()), dtype=torch.float64)
             values["n_features"] = torch.tensor(float(self.feature_map.out_features), dtype=torch.float64)
-        return values
+        return self.with_sigma(values)

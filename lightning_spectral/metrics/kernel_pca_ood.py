@@ -40,6 +40,7 @@ from lightning_spectral.algebra.eigen import symmetric_eigh
 from lightning_spectral.algebra.gram import DEFAULT_CHUNK_SIZE
 from lightning_spectral.functional.ood import threshold_at_tpr
 from lightning_spectral.kernels.cosine_map import CosineMap
+from lightning_spectral.kernels.bandwidth import check_sigma
 from lightning_spectral.kernels.feature_map import FeatureMap
 from lightning_spectral.kernels.gaussian_rff import GaussianRFF
 from lightning_spectral.kernels.linear_map import LinearMap
@@ -60,7 +61,9 @@ class KernelPCAOOD(nn.Module):
 
     Args:
         mapping: ``"corp"`` (cosine then Gaussian RFF; the paper's best), ``"cop"`` (cosine) or ``"linear"``.
-        sigma: Gaussian bandwidth on the unit sphere for ``"corp"`` (distances there are at most 2).
+        sigma: Gaussian bandwidth on the unit sphere for ``"corp"`` (distances there are at most 2), or ``"auto"``:
+            fixed from the fitted (in-distribution) rows at `finalize`
+            ([`auto_bandwidth`][lightning_spectral.kernels.auto_bandwidth]).
         n_frequencies: r for ``"corp"`` (M = 2r mapped features).
         explained_variance: keep the smallest q whose cumulative explained-variance ratio reaches it, in (0, 1].
         n_components: keep exactly this many components instead (overrides ``explained_variance``).
@@ -105,7 +108,7 @@ class KernelPCAOOD(nn.Module):
     def __init__(
         self,
         mapping: str = "corp",
-        sigma: float = 0.5,
+        sigma: Union[float, str] = 0.5,
         n_frequencies: int = 1024,
         explained_variance: float = 0.9,
         n_components: Optional[int] = None,
@@ -116,14 +119,14 @@ class KernelPCAOOD(nn.Module):
         if mapping not in MAPPINGS:
             raise ValueError(f"`mapping` must be one of {MAPPINGS}, got {mapping!r}.")
         self.mapping = mapping
-        self.sigma = check_positive(sigma, "sigma")
+        self._sigma = check_sigma(sigma)  # None: "auto", fixed from the fitted rows at `finalize`
         self.n_frequencies = check_positive_int(n_frequencies, "n_frequencies")
         self.explained_variance = check_fraction(explained_variance, "explained_variance")
         self.n_components = None if n_components is None else check_positive_int(n_components, "n_components")
         self.seed = check_seed(seed)
         if mapping == "corp":
             check_state_memory("KernelPCAOOD", self.n_frequencies, matrices=2)  # the sums, then the eigenvectors
-            phi: FeatureMap = GaussianRFF(None, self.n_frequencies, self.sigma, self.seed, persistent=False)
+            phi: FeatureMap = GaussianRFF(None, self.n_frequencies, sigma, self.seed, persistent=False)
         else:
             phi = LinearMap()
         # CoRP and CoP map L2-normalised inputs (`feature_map`); the sums are kept around a shift near their
@@ -202,6 +205,11 @@ class KernelPCAOOD(nn.Module):
             self.sums.build(features.shape[1])
         self.sums.update(self._inputs(features))
         return self
+
+    @property
+    def sigma(self) -> Optional[float]:
+        """The Gaussian bandwidth (``"corp"``): ``None`` while ``"auto"`` waits for the fitted rows."""
+        return getattr(self.sums.feature_map, "sigma", self._sigma)
 
     def finalize(self) -> KernelPCAOOD:
         """Form mean, covariance and the kept subspace from the (all-reduced) sums; then empty the sums.

@@ -17,6 +17,7 @@ from lightning_spectral._checks import (
 )
 from lightning_spectral.algebra.gram import DEFAULT_CHUNK_SIZE
 from lightning_spectral.functional.mmd import MMDTest, mmd_from_means, streaming_p_value
+from lightning_spectral.kernels.bandwidth import check_sigma
 from lightning_spectral.kernels.multi_bandwidth_rff import MultiBandwidthRFF
 from lightning_spectral.metrics.base import SpectralMetric
 
@@ -58,7 +59,8 @@ class FastMMD(SpectralMetric):
     algorithm): ``compute`` works, the test does not.
 
     Args:
-        sigma: Gaussian bandwidth (> 0), or a sequence of bandwidths.
+        sigma: Gaussian bandwidth (> 0), a sequence of bandwidths, or ``"auto"``: fixed from the reference rows at
+            the first read ([`auto_bandwidth`][lightning_spectral.kernels.auto_bandwidth]).
         n_frequencies: r; features 2r.
         seed: frequency seed (identical on every rank).
         unbiased: which form ``compute`` returns.
@@ -90,7 +92,7 @@ class FastMMD(SpectralMetric):
 
     def __init__(
         self,
-        sigma: Union[float, Sequence[float]],
+        sigma: Union[float, Sequence[float], str],
         n_frequencies: int = 1024,
         *,
         seed: int = 0,
@@ -104,7 +106,8 @@ class FastMMD(SpectralMetric):
         save_feature: bool = False,
         **kwargs: Any,
     ) -> None:
-        sigmas, single = check_bandwidths(sigma)
+        auto = isinstance(sigma, str) and check_sigma(sigma) is None
+        sigmas, single = (("auto",), True) if auto else check_bandwidths(sigma)
         statistic_only = check_bool(statistic_only, "statistic_only")
         matrices = 0 if statistic_only else 2 * len(sigmas)
         check_state_memory("FastMMD", check_positive_int(n_frequencies, "n_frequencies"), matrices, 2 * len(sigmas))
@@ -118,7 +121,7 @@ class FastMMD(SpectralMetric):
             **kwargs,
         )
         self.sigmas, self.n_frequencies, self.seed = rff.sigmas, rff.n_frequencies, rff.seed
-        self.sigma = sigmas[0] if single else sigmas
+        self.sigma = None if auto else sigmas[0] if single else sigmas
         self._single = single
         self.unbiased = check_bool(unbiased, "unbiased")
         self.reset_real_features = check_bool(reset_real_features, "reset_real_features")
@@ -158,7 +161,7 @@ class FastMMD(SpectralMetric):
             values = {"": self.value()}
             if not self.statistic_only:
                 values["p_value"] = self.p_value()
-        return values
+        return self.with_sigma(values)
 
     def p_value(self) -> Tensor:
         """Asymptotic p-value of H0 (both sides from one distribution), per bandwidth; a collective under DDP."""
