@@ -1,7 +1,6 @@
 """A mode's share of its side's samples, from the sums, against an exact count on a mixture; the line a person
 reads."""
 
-import pytest
 import torch
 
 from lightning_spectral.functional import mode_line, mode_share

@@ -29,7 +29,6 @@ from lightning_spectral._checks import (
     as_tensor,
     check_features,
     check_fraction,
-    check_positive,
     check_positive_int,
     check_seed,
     check_state_memory,
@@ -39,8 +38,8 @@ from lightning_spectral._checks import (
 from lightning_spectral.algebra.eigen import symmetric_eigh
 from lightning_spectral.algebra.gram import DEFAULT_CHUNK_SIZE
 from lightning_spectral.functional.ood import threshold_at_tpr
-from lightning_spectral.kernels.cosine_map import CosineMap
 from lightning_spectral.kernels.bandwidth import check_sigma
+from lightning_spectral.kernels.cosine_map import CosineMap
 from lightning_spectral.kernels.feature_map import FeatureMap
 from lightning_spectral.kernels.gaussian_rff import GaussianRFF
 from lightning_spectral.kernels.linear_map import LinearMap
