@@ -35,6 +35,8 @@ def flatten_values(name: str, value: Any) -> dict[str, float]:
         >>> import torch
         >>> flatten_values("vendi", {1.0: torch.tensor(3.0), "inf": torch.tensor(2.0)})
         {'vendi/1': 3.0, 'vendi/inf': 2.0}
+        >>> flatten_values("top", torch.zeros(0))  # an empty vector (no cluster found): nothing to log
+        {}
     """
     if isinstance(value, Mapping):
         out: dict[str, float] = {}
@@ -42,7 +44,7 @@ def flatten_values(name: str, value: Any) -> dict[str, float]:
             key = int(key) if isinstance(key, float) and key.is_integer() else key
             out.update(flatten_values(f"{name}/{key}", item))
         return out
-    if isinstance(value, Tensor) and value.numel() > 1:
+    if isinstance(value, Tensor) and value.numel() != 1:  # a vector, one value per entry (none when empty)
         out = {}
         for index, item in enumerate(value.flatten()):
             out.update(flatten_values(f"{name}/{index}", item))
