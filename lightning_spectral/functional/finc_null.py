@@ -107,7 +107,7 @@ def null_model(x: NoiseSums, y: NoiseSums, rho: float) -> NullModel:
     ||A||`` in
     float64, ``1e-5 ||A||`` in float32; dense fallback), or a dense ``eigvalsh`` at ``rho != 1`` when a side has
     more samples than features or the matrix is small (there the top is a tight cluster just above 0 where
-    Lanczos exhausts its budget; docs/benchmarks.md, issue 14).
+    Lanczos exhausts its budget; docs/benchmarks.md, "FINC's noise floor without a full eigendecomposition").
 
     Raises:
         ValueError: the two sides have different numbers of draws.
