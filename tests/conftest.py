@@ -36,6 +36,23 @@ def quiet_trainer(root: Path, callbacks: Sequence[L.Callback] = (), logger: bool
     return L.Trainer(callbacks=list(callbacks), logger=TensorBoardLogger(root) if logger else False, **options)
 
 
+class LinearModule(L.LightningModule):
+    """A (4 -> 3) linear encoder whose batches are ``(x (B, 4), ...)``: the smallest module a callback can hook."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.encoder = torch.nn.Linear(4, 3)
+
+    def training_step(self, batch: Any, _: int) -> Tensor:
+        return self.encoder(batch[0]).square().mean()
+
+    def validation_step(self, batch: Any, _: int) -> None:
+        self.encoder(batch[0])
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+
 class DigitsClassifier(L.LightningModule):
     """A linear ``encoder`` (64 -> ``width``) and a linear ``head`` trained to classify digits (cross-entropy, SGD);
     batches are ``(pixels, labels, ...)``. Validation only calls the encoder (the callbacks read its output)."""

@@ -89,6 +89,7 @@ from lightning_spectral.metrics import (
     SPECDivergence,
 )
 from lightning_spectral.pictures import log_picture
+from tests.conftest import LinearModule
 
 
 def write_to(path: Any, argument: str = "--output") -> None:
@@ -210,21 +211,6 @@ def cli(*argv: str) -> None:
     raise CLIError(lines[0])
 
 
-class Tiny(L.LightningModule):
-    def __init__(self) -> None:
-        super().__init__()
-        self.encoder = nn.Linear(4, 3)
-
-    def training_step(self, batch: Any, _: int) -> torch.Tensor:
-        return self.encoder(batch[0]).square().mean()
-
-    def validation_step(self, batch: Any, _: int) -> None:
-        self.encoder(batch[0])
-
-    def configure_optimizers(self) -> torch.optim.Optimizer:
-        return torch.optim.SGD(self.parameters(), lr=0.01)
-
-
 def loader(n: int = 16) -> DataLoader:
     return DataLoader(TensorDataset(x(n, 4)), batch_size=8)
 
@@ -235,7 +221,7 @@ def fit(callback: L.Callback, ckpt_path: Any = None) -> None:
         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False, accelerator="cpu",
         callbacks=[callback],
     )
-    trainer.fit(Tiny(), loader(), loader(), ckpt_path=ckpt_path)
+    trainer.fit(LinearModule(), loader(), loader(), ckpt_path=ckpt_path)
 
 
 def with_pixel_limit(limit: int, fn: Callable[[], Any]) -> Any:

@@ -20,21 +20,11 @@ from lightning_spectral.callbacks import (
 )
 from lightning_spectral.io import CheckpointError
 from lightning_spectral.metrics import FastMMD, FKEAVendi
+from tests.conftest import LinearModule
 
 
-class Tiny(L.LightningModule):
-    def __init__(self) -> None:
-        super().__init__()
-        self.encoder = nn.Linear(4, 3)
-
-    def training_step(self, batch: Any, _: int) -> torch.Tensor:
-        return self.encoder(batch[0]).square().mean()
-
-    def validation_step(self, batch: Any, _: int) -> None:
-        self.encoder(batch[0])
-
-    def configure_optimizers(self) -> torch.optim.Optimizer:
-        return torch.optim.SGD(self.parameters(), lr=0.01)
+class Tiny(LinearModule):
+    """The shared linear module, with a ``sample`` for GeneratedSamples."""
 
     def sample(self, n: int, generator: torch.Generator) -> torch.Tensor:  # for GeneratedSamples
         return torch.rand(n, 1, 2, 2, generator=generator)
