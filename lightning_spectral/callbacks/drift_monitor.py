@@ -34,7 +34,7 @@ from lightning_spectral.callbacks.embedding_callback import EmbeddingCallback, o
 from lightning_spectral.callbacks.embeddings import BatchSelector, EmbeddingFn, as_embedding, select
 from lightning_spectral.callbacks.galleries import IndexedImages
 from lightning_spectral.callbacks.report import log_values, report
-from lightning_spectral.callbacks.saved_state import check_saved_state, refusal_fix, saved_mapping
+from lightning_spectral.callbacks.saved_state import check_saved_state, refusal_fix, saved_mapping, state_key_of
 from lightning_spectral.functional.modes import check_candidates_memory
 from lightning_spectral.kernels.by_name import KERNELS
 from lightning_spectral.metrics.base import ModeGallery
@@ -323,8 +323,7 @@ class DriftMonitor(EmbeddingCallback):
         in one checkpoint (the form of Lightning's own keys, e.g. ``EarlyStopping{'monitor': ..., 'mode': ...}``)."""
         source = self.embedding
         embedding = source if isinstance(source, str) else getattr(source, "__qualname__", repr(source))
-        keys = {"embedding": embedding, "prefix": self.log_prefix}
-        return f"{type(self).__qualname__}{keys!r}"
+        return state_key_of(self, embedding=embedding, prefix=self.log_prefix)
 
     @staticmethod
     def state_bytes(n: int, d: int) -> int:

@@ -24,7 +24,7 @@ from lightning_spectral.callbacks.embedding_callback import EmbeddingCallback, o
 from lightning_spectral.callbacks.embeddings import BatchSelector, EmbeddingFn, ReferenceEmbedding, select
 from lightning_spectral.callbacks.galleries import IndexedImages
 from lightning_spectral.callbacks.report import report
-from lightning_spectral.callbacks.saved_state import check_saved_state, load_all_or_none, saved_mapping
+from lightning_spectral.callbacks.saved_state import check_saved_state, load_all_or_none, saved_mapping, state_key_of
 from lightning_spectral.functional.modes import check_candidates_memory
 from lightning_spectral.metrics.protocol import PlainMetric, ReportedMetric, as_reported, feed
 
@@ -179,7 +179,7 @@ class EmbeddingMetrics(EmbeddingCallback):
 
     @property
     def state_key(self) -> str:
-        return self._generate_state_key(metrics=tuple(sorted(self.metrics)), prefix=self.log_prefix)
+        return state_key_of(self, metrics=tuple(sorted(self.metrics)), prefix=self.log_prefix)
 
     def _with(self, inputs: str) -> list[ReportedMetric]:
         return [metric for metric in self._reported.values() if metric.inputs == inputs]

@@ -54,7 +54,13 @@ from lightning_spectral.callbacks.galleries import KeptImages
 from lightning_spectral.callbacks.loaders import shard_loader
 from lightning_spectral.callbacks.report import SpectrumFn, report
 from lightning_spectral.callbacks.sampling import SampleFn, draw_samples
-from lightning_spectral.callbacks.saved_state import check_saved_state, load_all_or_none, refusal_fix, saved_mapping
+from lightning_spectral.callbacks.saved_state import (
+    check_saved_state,
+    load_all_or_none,
+    refusal_fix,
+    saved_mapping,
+    state_key_of,
+)
 from lightning_spectral.functional.modes import check_candidates_memory
 from lightning_spectral.metrics.feature import FrozenFeature
 from lightning_spectral.metrics.protocol import PicturedMetric, PlainMetric, ReportedMetric, as_reported, feed
@@ -248,7 +254,7 @@ class GeneratedSamples(EmbeddingCallback):
 
     @property
     def state_key(self) -> str:
-        return self._generate_state_key(metrics=tuple(sorted(self.metrics)), prefix=self.log_prefix)
+        return state_key_of(self, metrics=tuple(sorted(self.metrics)), prefix=self.log_prefix)
 
     # ---- lifecycle ---------------------------------------------------------------------------------------------
     @override

@@ -32,7 +32,7 @@ from lightning_spectral._checks import check_bool, check_embedding_source, check
 from lightning_spectral.callbacks.embedding_callback import EmbeddingCallback, outside_inference_mode
 from lightning_spectral.callbacks.embeddings import BatchSelector, EmbeddingFn
 from lightning_spectral.callbacks.report import log_values
-from lightning_spectral.callbacks.saved_state import check_saved_state, load_all_or_none, refusal_fix
+from lightning_spectral.callbacks.saved_state import check_saved_state, load_all_or_none, refusal_fix, state_key_of
 from lightning_spectral.functional.ood import detection_metrics
 from lightning_spectral.metrics.kernel_pca_ood import KernelPCAOOD
 
@@ -191,7 +191,7 @@ class KPCAOODMonitor(EmbeddingCallback):
     @property
     @override
     def state_key(self) -> str:
-        return self._generate_state_key(embedding=self._identity(), log_prefix=self.log_prefix)
+        return state_key_of(self, embedding=self._identity(), log_prefix=self.log_prefix)
 
     # ---- setup -------------------------------------------------------------------------------------------------
     @override

@@ -8,6 +8,19 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 
+def state_key_of(callback: object, **keys: Any) -> str:
+    """A callback's checkpoint key, ``ClassName{'key': value, ...}``: the form of Lightning's own keys (e.g.
+    ``EarlyStopping{'monitor': 'val_loss', 'mode': 'min'}``), written here because Lightning's helper for it is
+    private.
+
+    Examples:
+        >>> class Monitor: ...
+        >>> state_key_of(Monitor(), embedding="image", prefix="drift/")
+        "Monitor{'embedding': 'image', 'prefix': 'drift/'}"
+    """
+    return f"{type(callback).__qualname__}{keys!r}"
+
+
 def refusal_fix(owner: str, state_key: str) -> str:
     """The fix every refusal of a saved callback state names."""
     return (

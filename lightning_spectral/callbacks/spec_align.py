@@ -36,7 +36,13 @@ from lightning_spectral._checks import (
 )
 from lightning_spectral.callbacks.embedding_callback import EmbeddingCallback
 from lightning_spectral.callbacks.embeddings import BatchSelector, EmbeddingFn, ReferenceEmbedding
-from lightning_spectral.callbacks.saved_state import check_saved_state, load_all_or_none, refusal_fix, saved_mapping
+from lightning_spectral.callbacks.saved_state import (
+    check_saved_state,
+    load_all_or_none,
+    refusal_fix,
+    saved_mapping,
+    state_key_of,
+)
 from lightning_spectral.functional.spec_align_solver import SpecAlignSolver
 from lightning_spectral.kernels.by_name import KERNELS
 
@@ -191,7 +197,8 @@ class SPECAlign(EmbeddingCallback):
 
     @property
     def state_key(self) -> str:
-        return self._generate_state_key(
+        return state_key_of(
+            self,
             student=self._identity(),
             reference=self.reference.describe(),
             kernel=self.kernel,
