@@ -81,6 +81,7 @@ bench: $(VENV)/.installed
 	$(BENCH_PY) benchmarks/bench_spec_align.py omp --size 256 --seconds 5
 	$(BENCH_PY) benchmarks/bench_truncated_vendi.py n --data digits --sizes 400 800 --features 512 --t 10 50 --draws 1
 	$(BENCH_PY) benchmarks/bench_truncated_vendi.py r --data digits --n 400 --features 256 512 --t 10 50 --draws 1
+	$(BENCH_PY) benchmarks/bench_truncated_vendi.py drop --data digits --n 400 --features 256 --t 10 50 --draws 2 --classes 0
 	$(BENCH_PY) benchmarks/bench_generated.py --n-samples 1000 --frequencies 256
 	$(BENCH_PY) benchmarks/bench_cli_images.py --n 200 --encoders pixels
 	$(BENCH_PY) benchmarks/bench_width.py --n 200 --widths auto 256
@@ -88,6 +89,7 @@ bench: $(VENV)/.installed
 	$(BENCH_PY) benchmarks/bench_conditional.py agreement --frequencies 128
 	$(BENCH_PY) benchmarks/bench_conditional.py cost --frequencies 128 --repeats 1
 	$(BENCH_PY) benchmarks/bench_drift.py --epochs 1
+	$(BENCH_PY) benchmarks/bench_forgetting.py --data digits --seeds 0 --pretrain-epochs 1 --finetune-epochs 1 --out $(BENCH_OUT)/forgetting.json
 	$(BENCH_PY) benchmarks/bench_align_recipe.py --seeds 0 --epochs 1 --out $(BENCH_OUT)/align_recipe_evidence.json
 	$(BENCH_PY) benchmarks/gpu_check.py --plan   # the GPU-size commands of `make gpu-check`, none run
 

@@ -3,6 +3,12 @@ number of random features 2r grow, on real images the library was not tuned on.
 
     python benchmarks/bench_truncated_vendi.py n [--sizes 1000 2000 4000] [--features 4096] [--t 50 100 200]
     python benchmarks/bench_truncated_vendi.py r [--n 2048] [--features 2048 4096 8192] [--t 50 100 200]
+    python benchmarks/bench_truncated_vendi.py drop [--n 2000] [--features 2048] [--classes 0 5 9]
+
+``drop`` asks whether a score sees a class go: ``n`` images of all ten classes against ``n`` images of the nine
+others (one class removed, 10 % of the data), each draw another subset and frequency seed, paired (both sides of a
+draw share the seed); per score, the change in % (mean over draws ± its standard error) beside the score's
+draw-to-draw standard deviation in % at fixed n and 2r (its noise): a change well beyond the noise is seen.
 
 Options: ``--data fashion`` (default) or ``digits``; ``--sigma-scale`` (default 1: the median rule; 0.5 for a
 finer kernel); ``--draws`` (default 2: each draw another random subset and another frequency seed); ``--exact``
@@ -54,16 +60,18 @@ def read_idx(path: Path) -> np.ndarray:
     return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * dims).reshape(shape)
 
 
-def load(name: str, fashion: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """(the pool the draws come from, the held-out images the bandwidth is chosen on), float64."""
+def load(name: str, fashion: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(the pool the draws come from, its labels, the held-out images the bandwidth is chosen on), float64."""
     if name == "digits":
-        x = torch.tensor(load_digits().data / 16.0)
+        data = load_digits()
+        x = torch.tensor(data.data / 16.0)
         held = torch.randperm(len(x), generator=torch.Generator().manual_seed(99))[:1000]
-        return x, x[held]
+        return x, torch.tensor(data.target), x[held]
     root = Path(fashion)
     train = torch.tensor(read_idx(root / "train-images-idx3-ubyte.gz").reshape(60000, -1) / 255.0)
+    labels = torch.tensor(read_idx(root / "train-labels-idx1-ubyte.gz").astype(np.int64))
     test = torch.tensor(read_idx(root / "t10k-images-idx3-ubyte.gz").reshape(10000, -1) / 255.0)
-    return train, test[:1000]
+    return train, labels, test[:1000]
 
 
 def scores(x: torch.Tensor, sigma: float, r: int, seed: int, ts: list[int]) -> dict[str, float]:
@@ -125,9 +133,42 @@ def sweep(args: argparse.Namespace, pool: torch.Tensor, sigma: float) -> None:
         print(f"exact n x n, n = {n} (draw 0): " + ", ".join(f"{c} {exact[c]:.2f}" for c in columns))
 
 
+def drop(args: argparse.Namespace, pool: torch.Tensor, labels: torch.Tensor, sigma: float) -> None:
+    """Each of ``args.classes`` removed in turn: the paired change of every score and its draw-to-draw noise."""
+    columns = ["vendi1", "rke", *[f"t={t}" for t in args.t]]
+    features = args.features[0]
+    print(f"| class removed | {' | '.join(columns)} |")
+    print("|" + "---|" * (len(columns) + 1))
+    full_scores = []
+    for c in args.classes:
+        changes = {k: [] for k in columns}
+        others = torch.nonzero(labels != c).squeeze(1)
+        for draw in range(args.draws):
+            generator = torch.Generator().manual_seed(1000 + draw)
+            full = scores(pool[torch.randperm(len(pool), generator=generator)[: args.n]], sigma, features // 2, draw,
+                          args.t)
+            kept = others[torch.randperm(len(others), generator=generator)[: args.n]]
+            dropped = scores(pool[kept], sigma, features // 2, draw, args.t)
+            full_scores.append(full)
+            for k in columns:
+                changes[k].append(100 * (dropped[k] / full[k] - 1))
+        cells = []
+        for k in columns:
+            values = np.array(changes[k])
+            error = values.std(ddof=1) / np.sqrt(len(values)) if len(values) > 1 else float("nan")
+            cells.append(f"{values.mean():+.2f} % (± {error:.2f})")
+        print(f"| {c} | {' | '.join(cells)} |", flush=True)
+    noise = []
+    for k in columns:
+        values = np.array([s[k] for s in full_scores])
+        noise.append(f"{100 * values.std(ddof=1) / values.mean():.2f} %")
+    print(f"| noise: draw-to-draw s.d. of the full set's score ({len(full_scores)} draws) | {' | '.join(noise)} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("which", choices=["n", "r"], help="grow the sample size (n) or the random features (r)")
+    parser.add_argument("which", choices=["n", "r", "drop"],
+                        help="grow the sample size (n) or the random features (r), or remove a class (drop)")
     parser.add_argument("--data", default="fashion", choices=["fashion", "digits"])
     parser.add_argument("--fashion", default="/usr/share/datasets/fashion-mnist")
     parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 2000, 4000], help="n, with `n`")
@@ -138,15 +179,20 @@ def main() -> None:
     parser.add_argument("--draws", type=int, default=2)
     parser.add_argument("--per-draw", action="store_true", help="also each draw's scores (to pair runs)")
     parser.add_argument("--exact", action="store_true", help="also the exact n x n scores (n <= 4000)")
+    parser.add_argument("--classes", type=int, nargs="+", default=[0, 5, 9], help="the classes removed, with `drop`")
     args = parser.parse_args()
-    args.features = args.features or ([4096] if args.which == "n" else [2048, 4096, 8192])
-    pool, held = load(args.data, args.fashion)
+    args.features = args.features or ([4096] if args.which == "n" else [2048] if args.which == "drop"
+                                      else [2048, 4096, 8192])
+    pool, labels, held = load(args.data, args.fashion)
     sigma = args.sigma_scale * median_bandwidth(held)
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cpus, torch {torch.__version__}, "
           f"{torch.get_num_threads()} threads")
     print(f"data: {args.data} ({len(pool)} x {pool.shape[1]}), sigma = {args.sigma_scale} x median = {sigma:.3f}, "
           f"{args.draws} draws; cells: mean (± half the spread across draws)")
-    sweep(args, pool, sigma)
+    if args.which == "drop":
+        drop(args, pool, labels, sigma)
+    else:
+        sweep(args, pool, sigma)
 
 
 if __name__ == "__main__":
