@@ -310,12 +310,12 @@ class FINCNovelty(SpectralMetric):
             first.append((top * (draw @ top)).sum())
         return standard_error(torch.stack(score)), standard_error(torch.stack(first))
 
-    def summary(self) -> dict[str, Tensor]:
+    def summary(self) -> dict[str, Any]:
         """The novelty score (``""``), the missing-mode score, how many novel / missing modes are significant, and
         the top novel / missing mode's eigenvalue (excess mass) and p-value; ``se``, ``missing_se``,
         ``novel_top_se`` and ``missing_top_se``: the standard errors of the scores and top eigenvalues
         ([`standard_errors`][lightning_spectral.metrics.FINCNovelty.standard_errors]); ``novel_share`` /
-        ``missing_share``: each significant mode's share of its side's samples (a vector, logged as
+        ``missing_share``: each significant mode's share of its side's samples (``{i: share}``, logged as
         ``missing_share/0``, ...; empty without a significant mode;
         [`mode_shares`][lightning_spectral.metrics.FINCNovelty.mode_shares]); ``sigma``."""
         with self.synced():
@@ -323,11 +323,10 @@ class FINCNovelty(SpectralMetric):
             missing = self._spectrum(missing=True, vectors=False)
             novel_se, novel_top_se = self.standard_errors(missing=False)
             missing_se, missing_top_se = self.standard_errors(missing=True)
-            shares = {}
+            shares: dict[str, dict[int, Tensor]] = {}
             for name, spectrum, side in (("novel", novel, False), ("missing", missing, True)):
                 count = int(spectrum.significant.sum())
-                empty = torch.zeros(0, dtype=torch.float64)
-                shares[name] = self.mode_shares(count, missing=side)[:count] if count else empty
+                shares[name] = dict(enumerate(self.mode_shares(count, missing=side)[:count])) if count else {}
         return self.with_sigma({
             "": novel.score,
             "missing": missing.score,
