@@ -89,7 +89,7 @@ def test_own_mode_shares_count_the_samples_scoring_half_the_top_median():
     samples, shares = metric._top_samples(batches, 3, 10)
     scores = mode_scores(x, metric.feature_map, metric.modes(3).eigenvectors)
     edge = math.sqrt(256) * 2 / 1024  # one histogram bin
-    for j, (ids, top) in enumerate(samples):
+    for j, (_, top) in enumerate(samples):
         threshold = float(top.median()) / 2
         low, high = ((scores[:, j] >= threshold + s * edge).double().mean() for s in (1, -1))
         assert float(low) <= float(shares[j]) <= float(high)  # the exact count, to a bin's width

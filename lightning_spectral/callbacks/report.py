@@ -127,7 +127,8 @@ def report(
             timings["compute"] = timings.get("compute", 0.0) + drawn - start
             pictures = (gallery is not None or spectrum is not None) and can_log_pictures(trainer)
             if gallery is not None:
-                rows = galleries(trainer, name, f"{prefix}{name}", metric, gallery, pictures, {} if kept is None else kept)
+                kept = {} if kept is None else kept
+                rows = galleries(trainer, name, f"{prefix}{name}", metric, gallery, pictures, kept)
                 rows = {key: value for key, value in rows.items() if key not in values}  # FINC's shares: summary's
                 log_values(pl_module, rows, prefix)  # global: every rank built the same rows
                 values.update(rows)

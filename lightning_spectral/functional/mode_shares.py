@@ -39,6 +39,8 @@ from typing import Callable, NamedTuple, Optional, Sequence
 import torch
 from torch import Tensor
 
+from lightning_spectral.sync.collectives import all_reduce_sum, collective_device, distributed_available
+
 #: Histogram bins of a mode's scores, over ``[-sqrt(r), sqrt(r)]`` (every ``|u| <= sqrt(r)``: unit-norm features).
 BINS = 1024
 
@@ -128,6 +130,14 @@ def counting(
         return scores
 
     return counted, histogram
+
+
+def summed_over_ranks(histogram: Tensor, group: Optional[object] = None) -> Tensor:
+    """Every rank's ``histogram`` summed (one all-reduce on the collective's device), on the CPU; a collective under
+    DDP, the histogram itself otherwise."""
+    if distributed_available():
+        histogram = all_reduce_sum(histogram.to(collective_device(group)), group)[0]
+    return histogram.cpu()
 
 
 def counted_shares(histogram: Tensor, top: Sequence[tuple[Tensor, Tensor]], n_frequencies: int) -> Tensor:

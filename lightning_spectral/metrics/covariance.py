@@ -10,12 +10,11 @@ from torch import Tensor, nn
 
 from lightning_spectral._checks import check_batches, check_positive_int, check_state_memory
 from lightning_spectral.algebra.gram import DEFAULT_CHUNK_SIZE
-from lightning_spectral.functional.mode_shares import ModeRow, counted_shares, counting
+from lightning_spectral.functional.mode_shares import ModeRow, counted_shares, counting, summed_over_ranks
 from lightning_spectral.functional.modes import Ids, Modes, check_candidates_memory, mode_scores, top_samples
 from lightning_spectral.kernels.feature_map import FeatureMap
 from lightning_spectral.kernels.gaussian_rff import GaussianRFF
 from lightning_spectral.metrics.base import ModeGallery, SpectralMetric
-from lightning_spectral.sync.collectives import all_reduce_sum, collective_device, distributed_available
 
 
 class Covariance(SpectralMetric):
@@ -123,9 +122,7 @@ class Covariance(SpectralMetric):
         r = feature_map.n_frequencies
         score, histogram = counting(lambda x: mode_scores(x, feature_map, vectors), vectors.shape[1], r)
         samples = top_samples(batches, score, vectors.shape[1], per_mode, self.process_group)
-        if distributed_available():  # every rank's histogram, on the collective's device
-            histogram = all_reduce_sum(histogram.to(collective_device(self.process_group)), self.process_group)[0]
-        return samples, counted_shares(histogram.cpu(), samples, r)
+        return samples, counted_shares(summed_over_ranks(histogram, self.process_group), samples, r)
 
     def galleries(
         self, batches: Iterable[tuple[Tensor, Ids]], k: int, per_mode: int, reference_batches: Optional[Iterable] = None
