@@ -281,6 +281,7 @@ def test_pictures_are_written(tmp_path, capsys):
     with Image.open(out["pictures"]["modes"]) as gallery:  # 2 modes x 3 samples, 16 px enlarged to 64, a title line
         assert gallery.size[0] > 3 * 66 + 2 and gallery.size[1] == 24 + 2 * 66 + 2  # + the label strip
     assert [len(mode["ids"]) for mode in out["modes"]["top_samples"]] == [3, 3]
+    assert len(out["modes"]["shares"]) == 2 and all(0 < share <= 1 for share in out["modes"]["shares"])
     a, b = two_views(300)
     code, out, err = cli(capsys, "compare", write(tmp_path / "a.npy", a), write(tmp_path / "b.npy", b),
                          "--kernel", "cosine", "--top-k", 2, "--per-cluster", 4, *common)
@@ -419,6 +420,9 @@ def test_torchrun_two_processes_equal_one_process(tmp_path, capsys):
     np.testing.assert_allclose(ddp["finc"]["novel_eigenvalues"], single["finc"]["novel_eigenvalues"], rtol=1e-6)
     for section in ("modes", "finc"):
         assert [m["ids"] for m in ddp[section]["top_samples"]] == [m["ids"] for m in single[section]["top_samples"]]
+        np.testing.assert_allclose(ddp[section]["shares"], single[section]["shares"], rtol=1e-6, atol=1e-9)  # 2 = 1
+    assert len(single["modes"]["shares"]) == 3 and 0 < min(single["modes"]["shares"])
+    assert 0 <= min(single["finc"]["shares"]) and max(single["finc"]["shares"]) <= 1
     assert single["mmd"]["reject"] and ddp["mmd"]["reject"]
 
 

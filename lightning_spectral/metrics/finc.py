@@ -260,7 +260,7 @@ class FINCNovelty(SpectralMetric):
         """Each of the top ``k`` novel (or missing) modes' share of its side's samples (the generated ones, or the
         reference's) (k,): the share of that side's samples that are the mode's members, when the side's other
         samples project on the mode like the other side's (from the first two moments of each side's projections,
-        [`two_sided_shares`][lightning_spectral.functional.two_sided_shares]). From the sums alone; a collective under
+        [`two_sided_shares`][lightning_spectral.functional.mode_shares.two_sided_shares]). From the sums alone; a collective under
         DDP.
 
         Examples:
@@ -317,7 +317,8 @@ class FINCNovelty(SpectralMetric):
         ([`standard_errors`][lightning_spectral.metrics.FINCNovelty.standard_errors]); ``novel_share`` /
         ``missing_share``: each significant mode's share of its side's samples (``{i: share}``, logged as
         ``missing_share/0``, ...; empty without a significant mode;
-        [`mode_shares`][lightning_spectral.metrics.FINCNovelty.mode_shares]); ``sigma``."""
+        [`mode_shares`][lightning_spectral.metrics.FINCNovelty.mode_shares]: it costs that side's eigenvectors,
+        which the galleries reuse); ``sigma``."""
         with self.synced():
             novel = self._spectrum(missing=False, vectors=False)
             missing = self._spectrum(missing=True, vectors=False)
