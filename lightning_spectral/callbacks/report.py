@@ -112,7 +112,8 @@ def report(
         kept: gains the galleries as images.
 
     Returns:
-        The values logged (empty when no rank saw a sample).
+        The values of ``summary()`` logged (empty when no rank saw a sample); the galleries' scalars are logged, not
+        returned.
     """
     values: dict[str, float] = {}
     timings = {} if timings is None else timings
@@ -130,8 +131,7 @@ def report(
                 kept = {} if kept is None else kept
                 rows = galleries(trainer, name, f"{prefix}{name}", metric, gallery, pictures, kept)
                 rows = {key: value for key, value in rows.items() if key not in values}  # FINC's shares: summary's
-                log_values(pl_module, rows, prefix)  # global: every rank built the same rows
-                values.update(rows)
+                log_values(pl_module, rows, prefix)  # global: every rank built the same rows (logged, not returned)
             if spectrum is not None and pictures:
                 from lightning_spectral.pictures.loggers import log_picture
 
