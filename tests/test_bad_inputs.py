@@ -88,7 +88,7 @@ from lightning_spectral.metrics import (
     RFFCovariance,
     SPECDivergence,
 )
-from lightning_spectral.pictures import log_picture
+from lightning_spectral.pictures import log_picture, log_text
 from tests.conftest import LinearModule
 
 
@@ -1183,6 +1183,10 @@ CASES = [
     row("log_picture None (logged a blank figure)", lambda f: log_picture(csv_logger(f), "t", None, step=0),
         TypeError, r"`picture` must be an image \(a tensor .*, a NumPy array .*, a PIL image\) or a matplotlib "
         r"figure, got None"),
+    row("log_text a list of lines", lambda f: log_text(csv_logger(f), "t", ["mode 1"], step=0), TypeError,
+        r"`text` must be a string \(lines a person reads\), got a builtins.list"),
+    row("log_text an empty tag", lambda f: log_text(csv_logger(f), " ", "mode 1", step=0), ValueError,
+        r"`tag` is empty"),
     row("log_picture a path string", lambda f: log_picture(csv_logger(f), "t", "a.png", step=0), TypeError,
         r"`picture` must be .*got the string 'a.png'; .*PIL.Image.open\(path\)"),
     row("log_picture a list", lambda f: log_picture(csv_logger(f), "t", [[0.0]], step=0), TypeError,

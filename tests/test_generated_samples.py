@@ -252,7 +252,8 @@ def by_hand(module, data):
     values = {f"vendi/{order}": float(v) for order, v in summaries["vendi"][""].items()}
     values.update({f"vendi_{key}": float(v) for key, v in summaries["vendi"].items() if key != ""})  # n, 2r
     for name in ("finc", "mmd"):
-        values.update({name if key == "" else f"{name}_{key}": float(v) for key, v in summaries[name].items()})
+        for key, v in summaries[name].items():  # FINC's shares: {i: share}, logged as finc_missing_share/i
+            values.update(flatten_values(name if key == "" else f"{name}_{key}", v))
     return values
 
 
@@ -273,7 +274,8 @@ def test_logged_values_equal_the_metrics_and_pictures_reach_tensorboard(tmp_path
     assert pictures <= tags
     assert ("gen/finc/novel" in tags) == (want["finc_novel_modes"] > 0)  # no novelty gallery without a novel mode
     missing = callback.last_galleries["finc/missing"]
-    assert missing.labels[0].startswith("missing mode 1: about ") and missing.images[0].shape[1:] == (1, 8, 8)
+    assert missing.labels[0].startswith("missing mode 1: class ") and missing.images[0].shape[1:] == (1, 8, 8)
+    assert f"about {100 * want['finc_missing_share/0']:.0f} % of the reference" in missing.labels[0]
     assert missing.classes[0] is not None and len(missing.classes[0]) == len(missing.images[0])
     real = torch.cat([batch["image"] for batch in data.reference_dataloader()])
     real_labels = torch.cat([batch["label"] for batch in data.reference_dataloader()])

@@ -69,6 +69,7 @@ def observe(rank, world_size, sharding):
         "vendi_truncated": truncated.summary(),
         "vendi_modes": vendi.modes(4).eigenvalues,
         "vendi_top": [ids for ids, _ in vendi.top_samples(gen_batches, k=3, per_mode=10)],
+        "vendi_shares": torch.tensor([row.share for row in vendi.galleries(gen_batches, 3, 10)["modes"].rows]),
         "finc": finc.summary(),
         "threshold": finc.threshold(),
         "threshold_missing": finc.threshold(missing=True),

@@ -14,7 +14,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from lightning_spectral.callbacks import EmbeddingMetrics
 from lightning_spectral.metrics import FKEAVendi
-from lightning_spectral.pictures import as_array, log_picture, plot_spectrum, takes_pictures
+from lightning_spectral.pictures import as_array, log_picture, log_text, plot_spectrum, takes_pictures
 from tests.conftest import DigitsClassifier, digits
 
 x, y = digits()
@@ -256,3 +256,64 @@ def test_bad_pictures_tags_and_steps_call_no_logger(tmp_path, tag, picture, step
         log_picture(trainer, tag, picture, step)
     assert Recording.calls == 0
     assert not os.path.isdir(csv.log_dir) or not os.listdir(csv.log_dir)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# text: the lines a person reads (galleries' rows), to every logger that holds text
+# ---------------------------------------------------------------------------------------------------------------
+
+LINES = "1 significant missing mode\nmissing mode 1: class 7 (19 of its top 20), about 10 % of the reference"
+
+
+def test_text_reaches_tensorboard_and_a_file_beside_csv_logs(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    board, csv = TensorBoardLogger(tmp_path / "tb"), CSVLogger(tmp_path / "csv")
+    assert log_text(board, "val/finc/missing", LINES, step=3) == ["tensorboard"]
+    assert log_text(board, "val/finc/missing", "missing mode 1: about 9 % of the reference", step=6) == ["tensorboard"]
+    board.experiment.flush()
+    events = EventAccumulator(board.log_dir, size_guidance={"tensors": 0})
+    events.Reload()
+    texts = [(e.step, e.tensor_proto.string_val[0].decode()) for e in events.Tensors("val/finc/missing/text_summary")]
+    assert texts == [(3, LINES), (6, "missing mode 1: about 9 % of the reference")]
+    for step in (3, 6):
+        assert log_text(csv, "val/finc/missing", LINES, step=step) == ["csv"]
+    with open(os.path.join(csv.log_dir, "val_finc_missing.txt"), encoding="utf-8") as file:
+        assert file.read() == f"[step 3]\n{LINES}\n[step 6]\n{LINES}\n"  # appended, never overwritten
+    with pytest.warns(UserWarning, match="cannot hold pictures or text"):
+        assert log_text(NoPictures(), "tag", LINES) == []
+
+
+def test_wandb_offline_run_holds_the_text_as_a_table(tmp_path, monkeypatch):
+    pytest.importorskip("wandb")
+    import json
+
+    from lightning.pytorch.loggers import WandbLogger
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    logger = WandbLogger(save_dir=str(tmp_path), offline=True, project="text")
+    assert log_text(logger, "val/finc/missing", LINES, step=3) == ["wandb"]
+    logger.experiment.finish()
+    tables = glob.glob(str(tmp_path / "wandb" / "offline-run-*" / "files" / "media" / "table" / "**" / "*.json"),
+                       recursive=True)
+    assert len(tables) == 1, glob.glob(str(tmp_path / "wandb" / "**" / "*"), recursive=True)
+    with open(tables[0], encoding="utf-8") as file:
+        table = json.load(file)
+    assert table["columns"] == ["text"] and table["data"] == [[LINES]]
+
+
+def test_mlflow_sqlite_store_holds_the_text_as_an_artifact(tmp_path):
+    pytest.importorskip("mlflow")
+    from lightning.pytorch.loggers import MLFlowLogger
+    from mlflow import MlflowClient
+
+    uri = f"sqlite:///{tmp_path}/m.db"
+    logger = MLFlowLogger(experiment_name="text", tracking_uri=uri, artifact_location=str(tmp_path / "artifacts"))
+    assert log_text(logger, "val/finc/missing", LINES, step=3) == ["mlflow"]
+    client = MlflowClient(uri)
+    assert [item.path for item in client.list_artifacts(logger.run_id, "text")] == ["text/val_finc_missing-step3.txt"]
+    path = client.download_artifacts(logger.run_id, "text/val_finc_missing-step3.txt", str(tmp_path / "out"))
+    with open(path, encoding="utf-8") as file:
+        assert file.read() == LINES

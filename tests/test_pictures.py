@@ -69,7 +69,7 @@ def test_fkea_and_spec_galleries_label_their_rows():
     vendi.update(x)
     rows = vendi.galleries([(x, torch.arange(300))], k=3, per_mode=4)["modes"]
     assert [label.split(":")[0] for label in rows.labels] == ["mode 1", "mode 2", "mode 3"]
-    assert all("% of the mass" in label for label in rows.labels)
+    assert all("% of the samples (eigenvalue " in label for label in rows.labels)  # a share, then the eigenvalue
     spec = SPECDivergence("cosine")
     y = x @ torch.randn(4, 3, generator=g)
     spec.update(x, y)

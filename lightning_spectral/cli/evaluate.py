@@ -318,9 +318,13 @@ def _report(
 
     samples = None
     if vectors is not None:
-        feature_map = owner.feature_map
-        samples = top_samples(batches(), lambda x: mode_scores(x, feature_map, vectors), vectors.shape[1], args.per_mode)
+        from lightning_spectral.functional.mode_shares import counted_shares, counting, summed_over_ranks
+
+        feature_map, r = owner.feature_map, owner.feature_map.n_frequencies
+        score, histogram = counting(lambda x: mode_scores(x, feature_map, vectors), vectors.shape[1], r)
+        samples = top_samples(batches(), score, vectors.shape[1], args.per_mode)
         result["modes"]["top_samples"] = as_lists(samples, spectrum)
+        result["modes"]["shares"] = counted_shares(summed_over_ranks(histogram), samples, r).tolist()
     novel_samples = novel_spectrum = missing_samples = None
     if finc is not None and mmd is not None:
         result["finc"], novel_samples, novel_spectrum = _finc(finc, args, batches)
@@ -389,6 +393,7 @@ def _finc(finc: Any, args: argparse.Namespace, batches: Any) -> tuple[dict[str, 
         "novel_eigenvalues": novel.eigenvalues[: args.top_k],
         "significant": novel.significant[: args.top_k],
         "p_values": novel.p_values[: args.top_k],
+        "shares": finc.mode_shares(args.top_k).tolist(),  # each mode's share of FILE's samples, from the sums
     }
     if args.missing_modes:  # C_REF - rho C_FILE: one more eigendecomposition
         missing = finc.missing_modes(args.top_k)
@@ -398,6 +403,7 @@ def _finc(finc: Any, args: argparse.Namespace, batches: Any) -> tuple[dict[str, 
             "eigenvalues": missing.eigenvalues,
             "significant": missing.significant,
             "p_values": missing.p_values,
+            "shares": finc.mode_shares(args.top_k, missing=True).tolist(),  # of REF's samples
         }
     if samples is not None:
         result["top_samples"] = as_lists(samples, novel.eigenvalues)
@@ -410,24 +416,12 @@ def _name_samples(args: argparse.Namespace, finc: dict, novel: Any, missing: Any
     by row id (embedding inputs)."""
     lists = getattr(args, "_lists", {})
     file_list = lists.get("file", args.images)
-    r = args.n_frequencies
-    finc["shares"] = _shares(finc["novel_eigenvalues"], novel, r)
     finc["novel_modes"] = _modes_json(finc["novel_eigenvalues"], finc["p_values"], finc["significant"],
                                       finc["shares"], novel, file_list)
     if "missing" in finc:
         part = finc["missing"]
-        part["shares"] = _shares(part["eigenvalues"], missing, r)
         part["modes"] = _modes_json(part["eigenvalues"], part["p_values"], part["significant"], part["shares"],
                                     missing, lists.get("reference"))
-
-
-def _shares(values: Any, samples: Any, n_frequencies: int) -> list:
-    """Each mode's share of its side's samples (``None`` for a mode without top samples)."""
-    from lightning_spectral.functional.mode_shares import mode_share
-
-    samples = samples or []
-    return [mode_share(float(v), samples[i][1], n_frequencies) if i < len(samples) else None
-            for i, v in enumerate(values)]
 
 
 def _modes_json(values: Any, p_values: Any, significant: Any, shares: Any, samples: Any, listing: Any) -> list:
@@ -471,7 +465,11 @@ def _pictures(args: argparse.Namespace, result: dict[str, Any], spectrum: Any, n
         pictures["novel_spectrum"] = save_spectrum(plot_dir, "evaluate_novel_spectrum", novel[0], title, novel[1])
     if args.images is not None:
         image_list = Path(args.images)
-        labels = [f"mode {i + 1}: eigenvalue {float(v):.3f}" for i, v in enumerate(spectrum[: len(samples)])]
+        from lightning_spectral.functional.mode_shares import ModeRow
+
+        shares = result["modes"]["shares"]
+        labels = [ModeRow("", i, float(shares[i]), "samples", f"(eigenvalue {float(v):.3g})").line()
+                  for i, v in enumerate(spectrum[: len(samples)])]
         title = f"top {len(samples)} modes of FILE ({name}), best samples first"
         pictures["modes"] = save_gallery(
             plot_dir, "evaluate_modes", samples, image_list, args.thumb_size, labels=labels, title=title

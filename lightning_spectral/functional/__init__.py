@@ -10,7 +10,7 @@ from lightning_spectral.functional.content_groups import content_groups, content
 from lightning_spectral.functional.finc import finc, finc_exact, finc_spectrum, ken_eigenvalues
 from lightning_spectral.functional.fkea import fkea_vendi, truncated_vendi, vendi_exact
 from lightning_spectral.functional.mmd import MMDTest, fast_mmd, fast_mmd_test, mmd_exact, mmd_exact_test
-from lightning_spectral.functional.mode_shares import mode_line, mode_share
+from lightning_spectral.functional.mode_shares import ModeRow, exact_two_sided_shares, mode_line, two_sided_shares
 from lightning_spectral.functional.modes import Modes, mode_scores, top_samples
 from lightning_spectral.functional.ood import detection_metrics, threshold_at_tpr
 from lightning_spectral.functional.spec import (
@@ -35,7 +35,9 @@ __all__ = [
     "MMDTest",
     "Modes",
     "mode_line",
-    "mode_share",
+    "ModeRow",
+    "exact_two_sided_shares",
+    "two_sided_shares",
     "SPECClusters",
     "SPECResult",
     "fast_mmd",

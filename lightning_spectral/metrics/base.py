@@ -53,6 +53,7 @@ from torchmetrics import Metric
 
 from lightning_spectral._checks import check_bool, check_features, check_positive_int
 from lightning_spectral.algebra.gram import DEFAULT_CHUNK_SIZE
+from lightning_spectral.functional.mode_shares import ModeRow
 from lightning_spectral.functional.sampling_noise import Multipliers
 from lightning_spectral.kernels.feature_map import FeatureMap
 from lightning_spectral.metrics import checkpoint, plotting
@@ -65,12 +66,15 @@ from lightning_spectral.sync.collectives import all_reduce_sum, collective_devic
 class ModeGallery(NamedTuple):
     """The rows of a mode gallery: per mode, its top samples ``(ids, scores)``, a label for the row, where the
     ids point (``"samples"``: the measured stream, ``"reference"``: the reference stream), and a title line (e.g.
-    ``"6 significant missing modes, 4 shown"``)."""
+    ``"6 significant missing modes, 4 shown"``); ``rows``: what each label says, as
+    [`ModeRow`][lightning_spectral.functional.mode_shares.ModeRow]s (the mode's share of its side), for a caller
+    that knows the samples' classes (``None`` where the labels say something else)."""
 
     samples: list[tuple[Tensor, Tensor]]
     labels: list[str]
     source: str = "samples"
     title: str = ""
+    rows: Optional[list[ModeRow]] = None
 
 
 class SpectralMetric(Metric):

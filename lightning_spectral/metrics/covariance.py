@@ -10,6 +10,7 @@ from torch import Tensor, nn
 
 from lightning_spectral._checks import check_batches, check_positive_int, check_state_memory
 from lightning_spectral.algebra.gram import DEFAULT_CHUNK_SIZE
+from lightning_spectral.functional.mode_shares import ModeRow, counted_shares, counting, summed_over_ranks
 from lightning_spectral.functional.modes import Ids, Modes, check_candidates_memory, mode_scores, top_samples
 from lightning_spectral.kernels.feature_map import FeatureMap
 from lightning_spectral.kernels.gaussian_rff import GaussianRFF
@@ -105,25 +106,40 @@ class Covariance(SpectralMetric):
             A list of ``k`` pairs ``(ids, scores)``, scores descending. Memory ``O(k * per_mode)``; under DDP
             each rank streams its shard and only the candidates are gathered.
         """
+        return self._top_samples(batches, k, per_mode)[0]
+
+    def _top_samples(
+        self, batches: Iterable[tuple[Tensor, Ids]], k: int, per_mode: int
+    ) -> tuple[list[tuple[Tensor, Tensor]], Tensor]:
+        """`top_samples` and, from the same pass, each mode's share of the streamed samples (k,): those scoring at
+        least half the median score of its top samples
+        ([`lightning_spectral.functional.mode_shares`][lightning_spectral.functional.mode_shares])."""
         batches = check_batches(batches, f"{type(self).__name__}.top_samples")
         per_mode = check_positive_int(per_mode, "per_mode")
         check_candidates_memory(type(self).__name__, check_positive_int(k, "k"), per_mode)
         modes = self.modes(k)
         feature_map, vectors = self.feature_map, modes.eigenvectors
-        return top_samples(
-            batches, lambda x: mode_scores(x, feature_map, vectors), vectors.shape[1], per_mode, self.process_group
-        )
+        r = feature_map.n_frequencies
+        score, histogram = counting(lambda x: mode_scores(x, feature_map, vectors), vectors.shape[1], r)
+        samples = top_samples(batches, score, vectors.shape[1], per_mode, self.process_group)
+        return samples, counted_shares(summed_over_ranks(histogram, self.process_group), samples, r)
 
     def galleries(
         self, batches: Iterable[tuple[Tensor, Ids]], k: int, per_mode: int, reference_batches: Optional[Iterable] = None
     ) -> dict[str, ModeGallery]:
-        """``{"modes": ...}``: the top samples of the top ``k`` modes, each row labelled with its eigenvalue (the
-        mode's share of the kernel covariance's unit trace)."""
+        """``{"modes": ...}``: the top samples of the top ``k`` modes, each row labelled with the mode's share of the
+        samples (those scoring at least half the median score of its top samples, counted in the same pass:
+        [`mode_shares`][lightning_spectral.functional.mode_shares]) and its eigenvalue (its share of the kernel
+        covariance's unit trace: a share times a within-mode similarity, not a share of the samples)."""
         with self.synced():
-            samples = self.top_samples(batches, k, per_mode)
+            samples, shares = self._top_samples(batches, k, per_mode)
             values = self.modes(k).eigenvalues
-        labels = [f"mode {i + 1}: {float(v):.1%} of the mass" for i, v in enumerate(values[: len(samples)])]
-        return {"modes": ModeGallery(samples, labels, title=f"top {len(samples)} modes, best samples first")}
+        rows = [
+            ModeRow("", i, float(share), "samples", f"(eigenvalue {float(v):.3g})")
+            for i, (v, share) in enumerate(zip(values[: len(samples)], shares, strict=True))
+        ]
+        labels = [row.line() for row in rows]
+        return {"modes": ModeGallery(samples, labels, title=f"top {len(samples)} modes, best samples first", rows=rows)}
 
     def plot_spectrum(self, ax: Any = None, top: int = 50) -> tuple[Any, Any]:
         """Bar plot of the ``top`` eigenvalues of ``C`` (each a mode's share of the unit trace). A collective under DDP.

@@ -27,7 +27,7 @@ from lightning_spectral.functional.finc import (
     draws_from_groups,
 )
 from lightning_spectral.functional.finc_null import NULL_BATCH, null_model
-from lightning_spectral.functional.mode_shares import mode_line, mode_share
+from lightning_spectral.functional.mode_shares import ModeRow, two_sided_shares
 from lightning_spectral.functional.modes import Ids, Modes, check_candidates_memory, mode_scores, orient, top_samples
 from lightning_spectral.functional.sampling_noise import (
     DEFAULT_DRAWS,
@@ -256,6 +256,30 @@ class FINCNovelty(SpectralMetric):
             batches, lambda x: mode_scores(x, feature_map, vectors), vectors.shape[1], per_mode, self.process_group
         )
 
+    def mode_shares(self, k: int = 10, missing: bool = False) -> Tensor:
+        """Each of the top ``k`` novel (or missing) modes' share of its side's samples (the generated ones, or the
+        reference's) (k,): the share of that side's samples that are the mode's members, when the side's other
+        samples project on the mode like the other side's (from the first two moments of each side's projections,
+        [`two_sided_shares`][lightning_spectral.functional.mode_shares.two_sided_shares]). From the sums alone; a collective under
+        DDP.
+
+        Examples:
+            >>> import torch
+            >>> g = torch.Generator().manual_seed(0)
+            >>> ref = torch.cat([torch.randn(900, 2, generator=g), 8 + 0.3 * torch.randn(100, 2, generator=g)])
+            >>> metric = FINCNovelty(sigma=1.0, n_frequencies=256)
+            >>> metric.update(torch.randn(1000, 2, generator=g), real=False)
+            >>> metric.update(ref, real=True)  # 10 % of the reference is a cluster the generated side lacks
+            >>> round(float(metric.mode_shares(1, missing=True)[0]), 2)
+            0.1
+        """
+        check_bool(missing, "missing")
+        check_positive_int(k, "k")
+        with self.synced():
+            modes = self._modes(k, missing)
+            x, y = self.pooled(real=missing), self.pooled(real=not missing)
+            return two_sided_shares(modes.eigenvectors, x.mean(), x.second_moment(), y.mean(), y.second_moment())
+
     def missing_score(self) -> Tensor:
         """The sum of the significant eigenvalues of ``C_ref - rho C_gen``: the mass of the missing modes."""
         with self.synced():
@@ -286,16 +310,24 @@ class FINCNovelty(SpectralMetric):
             first.append((top * (draw @ top)).sum())
         return standard_error(torch.stack(score)), standard_error(torch.stack(first))
 
-    def summary(self) -> dict[str, Tensor]:
+    def summary(self) -> dict[str, Any]:
         """The novelty score (``""``), the missing-mode score, how many novel / missing modes are significant, and
         the top novel / missing mode's eigenvalue (excess mass) and p-value; ``se``, ``missing_se``,
         ``novel_top_se`` and ``missing_top_se``: the standard errors of the scores and top eigenvalues
-        ([`standard_errors`][lightning_spectral.metrics.FINCNovelty.standard_errors]); ``sigma``."""
+        ([`standard_errors`][lightning_spectral.metrics.FINCNovelty.standard_errors]); ``novel_share`` /
+        ``missing_share``: each significant mode's share of its side's samples (``{i: share}``, logged as
+        ``missing_share/0``, ...; empty without a significant mode;
+        [`mode_shares`][lightning_spectral.metrics.FINCNovelty.mode_shares]: it costs that side's eigenvectors,
+        which the galleries reuse); ``sigma``."""
         with self.synced():
             novel = self._spectrum(missing=False, vectors=False)
             missing = self._spectrum(missing=True, vectors=False)
             novel_se, novel_top_se = self.standard_errors(missing=False)
             missing_se, missing_top_se = self.standard_errors(missing=True)
+            shares: dict[str, dict[int, Tensor]] = {}
+            for name, spectrum, side in (("novel", novel, False), ("missing", missing, True)):
+                count = int(spectrum.significant.sum())
+                shares[name] = dict(enumerate(self.mode_shares(count, missing=side)[:count])) if count else {}
         return self.with_sigma({
             "": novel.score,
             "missing": missing.score,
@@ -309,6 +341,8 @@ class FINCNovelty(SpectralMetric):
             "missing_se": missing_se,
             "novel_top_se": novel_top_se,
             "missing_top_se": missing_top_se,
+            "novel_share": shares["novel"],
+            "missing_share": shares["missing"],
         })
 
     def galleries(
@@ -316,8 +350,10 @@ class FINCNovelty(SpectralMetric):
     ) -> dict[str, ModeGallery]:
         """``"novel"``: generated samples (``batches``) of the significant novel modes; ``"missing"``: reference
         samples (``reference_batches``) of the significant missing modes. A gallery with no significant mode is
-        left out. Rows read "missing mode 1: about 10 % of the reference" (the mode's share of its side's samples,
-        [`mode_share`][lightning_spectral.functional.mode_share]) with the eigenvalue and p-value."""
+        left out. Rows read "missing mode 1: about 10 % of the reference (eigenvalue 0.02, p=0.001)": the mode's
+        share of its side's samples ([`mode_shares`][lightning_spectral.metrics.FINCNovelty.mode_shares]);
+        ``ModeGallery.rows`` keeps them as
+        [`ModeRow`][lightning_spectral.functional.mode_shares.ModeRow]s, for a caller that knows the classes."""
         galleries = {}
         with self.synced():
             for name, missing, stream in (("novel", False, batches), ("missing", True, reference_batches)):
@@ -327,18 +363,19 @@ class FINCNovelty(SpectralMetric):
                     continue
                 total = int(self._spectrum(missing, vectors=False).significant.sum())
                 samples = self.top_samples(stream, k=count, per_mode=per_mode, missing=missing)
+                shares = self.mode_shares(count, missing)
                 side = "reference" if missing else "generated samples"
-                shares = [mode_share(float(v), scores, self.n_frequencies)
-                          for v, (_, scores) in zip(modes.eigenvalues[:count], samples, strict=True)]
-                labels = [
-                    f"{mode_line(name, i, float(share), side)} (eigenvalue {float(v):.3g}, p={float(p):.2g})"
+                rows = [
+                    ModeRow(name, i, float(share), side, f"(eigenvalue {float(v):.3g}, p={float(p):.2g})")
                     for i, (v, p, share) in enumerate(
                         zip(modes.eigenvalues[:count], modes.p_values[:count], shares, strict=True)
                     )
                 ]
                 title = f"{total} significant {name} mode{'' if total == 1 else 's'}"
                 title += f", {count} shown" if count != total else ""
-                galleries[name] = ModeGallery(samples, labels, "reference" if missing else "samples", title)
+                galleries[name] = ModeGallery(
+                    samples, [row.line() for row in rows], "reference" if missing else "samples", title, rows
+                )
         return galleries
 
     def plot_spectrum(self, ax: Any = None, top: int = 50, missing: Optional[bool] = None) -> tuple[Any, Any]:

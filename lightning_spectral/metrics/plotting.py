@@ -148,7 +148,7 @@ def plot_summary(metric: Any, ax: Any = None, top: int = 50) -> tuple[Any, Any]:
     values = {
         key: torch.stack([torch.as_tensor(v) for v in value.values()]) if isinstance(value, dict) else value
         for key, value in metric.summary().items()
-        if key != "sigma"  # the bandwidth the values were computed at, not a value
+        if key != "sigma" and not (isinstance(value, dict) and not value)  # sigma: not a value; {}: no mode's share
     }
     figure = plot_values(values, title=type(metric).__name__, lines={"p_value": 0.05}, ax=ax)
     axes = list(figure.axes) if ax is None else ax

@@ -19,6 +19,17 @@ per step). ``None``, strings, complex, empty, sparse and meta tensors, non-strin
 integers >= 0 are refused by name before any logger is called. A logger that cannot hold pictures gets
 one warning that says what to do (never a silent skip); a Trainer built with
 ``logger=False`` logs nothing, by the user's choice. Logging happens on rank 0 only.
+
+[`log_text`][lightning_spectral.pictures.log_text] sends lines a person reads (a gallery's rows: "missing mode 1:
+class 7 (19 of its top 20), about 10 % of the reference") the same way:
+
+| logger | how the text is stored |
+|---|---|
+| TensorBoard | ``experiment.add_text(tag, text, global_step=step)`` (the Text tab) |
+| W&B | ``WandbLogger.log_text(key, columns=["text"], data=[[text]], step=step)``: a table of the run |
+| MLflow | ``MlflowClient.log_text(run_id, text, "text/{tag}-step{step}.txt")``: an artifact of the run |
+| Comet | ``experiment.log_text(text, step=step, metadata={"tag": tag})`` |
+| CSV | appended to ``{log_dir}/{tag, '/' as '_'}.txt`` beside ``metrics.csv``, each entry headed ``[step N]`` |
 """
 
 from __future__ import annotations
@@ -89,7 +100,8 @@ def warn_no_pictures(logger: Any) -> None:
             return
         _WARNED_IDS.add(id(logger))
     rank_zero_warn(
-        f"lightning-spectral: {type(logger).__name__} cannot hold pictures (galleries, spectra): they are not logged "
+        f"lightning-spectral: {type(logger).__name__} cannot hold pictures or text (galleries, spectra, the modes' "
+        "lines): they are not logged "
         "to it. Add a logger that can (TensorBoardLogger, WandbLogger, MLFlowLogger, CometLogger or CSVLogger, "
         "e.g. Trainer(logger=[your_logger, CSVLogger('logs')])), or read the callback's `last_galleries`.",
         category=UserWarning,
@@ -320,6 +332,64 @@ def _send(logger: Any, kind: str, tag: str, array: np.ndarray, step: Optional[in
         logger.experiment.log_image(array, name=tag, step=step)
     elif kind == "csv":
         _save_png(array, _csv_path(logger.log_dir, tag, step))
+
+
+def _text_file(log_dir: str, tag: str) -> str:
+    return os.path.join(log_dir, (re.sub(r"[^A-Za-z0-9_.=-]+", "_", tag.strip("/")) or "text") + ".txt")
+
+
+def _send_text(logger: Any, kind: str, tag: str, text: str, step: Optional[int]) -> None:
+    if kind == "tensorboard":
+        logger.experiment.add_text(tag, text, global_step=step)
+    elif kind == "wandb":
+        logger.log_text(key=tag, columns=["text"], data=[[text]], step=step)
+    elif kind == "mlflow":
+        name = re.sub(r"[^A-Za-z0-9_.=-]+", "_", tag.strip("/")) or "text"
+        logger.experiment.log_text(logger.run_id, text, f"text/{name}-step{0 if step is None else int(step)}.txt")
+    elif kind == "comet":
+        logger.experiment.log_text(text, step=step, metadata={"tag": tag})
+    elif kind == "csv":
+        os.makedirs(logger.log_dir, exist_ok=True)
+        with open(_text_file(logger.log_dir, tag), "a", encoding="utf-8") as file:
+            file.write(("" if step is None else f"[step {int(step)}]\n") + text.rstrip("\n") + "\n")
+
+
+@rank_zero_only
+def log_text(target: Any, tag: str, text: str, step: Optional[int] = None) -> list[str]:
+    """Send ``text`` (lines a person reads) as ``tag`` to every logger of a Trainer (or to one logger) that holds
+    text, on rank 0 (the module doc's table); ``step`` (an integer >= 0) defaults to the Trainer's ``global_step``.
+
+    Raises:
+        TypeError: a ``tag`` or ``text`` that is not a string; before any logger is called.
+        ValueError: an empty ``tag``, a ``step`` that is not an integer >= 0.
+
+    Returns the kinds of logger that took it; a logger that cannot hold text is warned once (as for pictures).
+
+    Examples:
+        >>> import tempfile
+        >>> from lightning.pytorch.loggers import CSVLogger
+        >>> logger = CSVLogger(tempfile.mkdtemp())
+        >>> log_text(logger, "val/finc/missing", "missing mode 1: class 7 (19 of its top 20), about 10 % of the "
+        ...          "reference", step=3)
+        ['csv']
+        >>> print(open(os.path.join(logger.log_dir, "val_finc_missing.txt")).read().strip())
+        [step 3]
+        missing mode 1: class 7 (19 of its top 20), about 10 % of the reference
+    """
+    tag, step = _check_tag(tag), _check_step(step)
+    if not isinstance(text, str):
+        raise TypeError(f"`text` must be a string (lines a person reads), got {_describe(text)}.")
+    if step is None:
+        step = getattr(target, "global_step", None)
+    taken = []
+    for logger in loggers_of(target):
+        kind = _kind(logger)
+        if kind is None:
+            warn_no_pictures(logger)
+            continue
+        _send_text(logger, kind, tag, text, step)
+        taken.append(kind)
+    return taken
 
 
 @rank_zero_only
