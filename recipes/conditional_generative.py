@@ -11,8 +11,9 @@ the digit k", given to the model and the metric as the label k, one-hot) and
 seeded samples, ``n_samples / 10`` per prompt, and logs the unconditional FKEA Vendi / RKE beside
 :class:`~lightning_spectral.metrics.ConditionalVendi` (Conditional-Vendi, Information-Vendi, each prompt's Vendi) and
 a gallery of the least diverse prompts. The recipe adds torchmetrics' KID with the same extractor on the same
-samples in the same pass (``with_kid`` of ``recipes/generative.py``: ``alongside=`` of the callback), and prints the numbers per measured epoch, then each
-prompt's Vendi at the last one with the prompts that collapsed (Vendi below half the median prompt's).
+samples in the same pass (``with_kid`` of ``recipes/generative.py``: ``alongside=`` of the callback), and prints the
+numbers per measured epoch, then each prompt's Vendi at the last one with the prompts that collapsed (Vendi below
+half the median prompt's).
 ``--summary_json`` also writes it to a file. Read it with docs/conditional.md.
 """
 

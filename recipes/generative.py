@@ -14,10 +14,10 @@ of samples, embeds them with a frozen extractor (the pixels, :class:`~lightning_
 and logs FKEA Vendi / RKE, FINC's novel and missing modes against the training split (with galleries of generated
 and real images, and the spectra) and FastMMD with its p-value against the held-out split. The recipe adds
 torchmetrics' ``KernelInceptionDistance`` with the same extractor, fed the same samples in the same pass
-(``alongside=`` of the callback, :func:`with_kid`), and prints a summary: the numbers per measured epoch, then the missing and novel modes
-of the last one with the digits their images show (the real images' labels for missing modes; the nearest
-training image's label, in the extractor's space, for the generated images of novel modes). Read it with
-``docs/generative.md``; ``--summary_json`` also writes it to a file.
+(``alongside=`` of the callback, :func:`with_kid`), and prints a summary: the numbers per measured epoch, then the
+missing and novel modes of the last one with the digits their images show (the real images' labels for missing
+modes; the nearest training image's label, in the extractor's space, for the generated images of novel modes). Read
+it with ``docs/generative.md``; ``--summary_json`` also writes it to a file.
 """
 
 from __future__ import annotations
@@ -35,7 +35,6 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Optional
 
-import lightning as L
 import torch
 from digits_vae import DigitsVAE
 from jsonargparse.typing import NonNegativeInt, PositiveInt

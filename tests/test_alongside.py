@@ -35,7 +35,8 @@ class TinyFeature(nn.Module):
         super().__init__()
         self.project = nn.Linear(pixels, self.num_features)
         with torch.no_grad():
-            self.project.weight.copy_(torch.randn(self.num_features, pixels, generator=torch.Generator().manual_seed(0)))
+            weight = torch.randn(self.num_features, pixels, generator=torch.Generator().manual_seed(0))
+            self.project.weight.copy_(weight)
             self.project.bias.zero_()
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
@@ -49,7 +50,8 @@ def fid(**kwargs):
 def kid(**kwargs):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # "will save all extracted features in buffer"
-        return KernelInceptionDistance(feature=TinyFeature(), normalize=True, **{"subsets": 4, "subset_size": 40, **kwargs})
+        options = {"subsets": 4, "subset_size": 40, **kwargs}
+        return KernelInceptionDistance(feature=TinyFeature(), normalize=True, **options)
 
 
 def vae_sampler(module, n, generator):

@@ -82,8 +82,8 @@ class AlongsideMetrics:
                 )
             if name in taken:
                 raise ValueError(
-                    f"{owner}: `{argument}[{name!r}]` has the name of a metric in `metrics`; both would be logged under "
-                    "it: rename one."
+                    f"{owner}: `{argument}[{name!r}]` has the name of a metric in `metrics`; both would be logged "
+                    "under it: rename one."
                 )
         self.metrics: dict[str, Metric] = dict(metrics)
         self.owner, self.argument = owner, argument
@@ -165,14 +165,14 @@ class AlongsideMetrics:
             return
         local = torch.tensor([*(self._calls.get(key, 0) for key in keys), -int(self._blank is None)])
         most = trainer.strategy.reduce(local.to(trainer.strategy.root_device, copy=True), reduce_op="max").cpu()
-        missing = [key for key, count, top in zip(keys, local.tolist(), most.tolist()) if count < top]
+        missing = [key for key, count, top in zip(keys, local.tolist(), most.tolist(), strict=True) if count < top]
         if missing and int(most[-1]) < 0 or (missing and self._blank is None):
             raise RuntimeError(
                 f"{self.owner}: a rank fed no batch to `{self.argument}` metrics {sorted({k[0] for k in missing})}; "
                 "give every rank at least one batch (GeneratedSamples: `n_samples` >= world size x "
                 "`sample_batch_size`)."
             )
-        for (name, real), count, top in zip(keys, local.tolist(), most.tolist()):
+        for (name, real), count, top in zip(keys, local.tolist(), most.tolist(), strict=True):
             for _ in range(int(top) - count):
                 self.update(self._blank, [name], real=real)
 
@@ -214,6 +214,7 @@ def _named(metric: Metric, result: Any) -> Any:
     if isinstance(result, (tuple, list)):
         from torchmetrics.image.kid import KernelInceptionDistance
 
-        keys = ("mean", "std") if isinstance(metric, KernelInceptionDistance) and len(result) == 2 else range(len(result))
-        return dict(zip(keys, result))
+        kid = isinstance(metric, KernelInceptionDistance) and len(result) == 2
+        keys = ("mean", "std") if kid else range(len(result))
+        return dict(zip(keys, result, strict=True))
     return result

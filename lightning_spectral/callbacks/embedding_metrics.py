@@ -281,7 +281,8 @@ class EmbeddingMetrics(EmbeddingCallback):
             values = report(trainer, pl_module, name, metric, self.log_prefix, gallery, kept=self.last_galleries)
             self.last_values.update(values)
         with outside_inference_mode():
-            self.last_values.update(self.alongside.report(trainer, pl_module, self.log_prefix))  # torchmetrics' own sync
+            # torchmetrics syncs these metrics itself
+            self.last_values.update(self.alongside.report(trainer, pl_module, self.log_prefix))
         self._gallery = None
 
     def _inputs(self, batch: Any, pl_module: L.LightningModule) -> Any:

@@ -323,7 +323,8 @@ class GeneratedSamples(EmbeddingCallback):
                         self.last_galleries,
                     )
                 )
-            values.update(self.alongside.report(trainer, pl_module, self.log_prefix, self.seed))  # torchmetrics' own sync
+            # torchmetrics syncs these metrics itself
+            values.update(self.alongside.report(trainer, pl_module, self.log_prefix, self.seed))
             self.last_timings["alongside"] = self.alongside.seconds
         self.last_values = values
         self.history[trainer.current_epoch] = values
