@@ -1,16 +1,16 @@
 """The cost of torchmetrics' FID beside Vendi: fed through ``alongside=`` (the same samples) against a second
 sampling pass (a callback that samples the module again, as recipes did before ``alongside``).
 
-    python benchmarks/bench_alongside.py [--n-samples 10000] [--steps 1 50] [--repeats 3]
+    python benchmarks/bench_alongside.py [--n-samples 10000] [--steps 1 50] [--repeats 7]
 
 ``GeneratedSamples`` on a DigitsVAE (8x8 digits) with ``FKEAVendi(r=256)``, inside ``Trainer.validate``; FID is
 torchmetrics' ``FrechetInceptionDistance`` with a fixed 64 -> 64 linear extractor (Inception needs downloaded weights)
 and its real side (the 1,438 training digits) kept (``reset_real_features=False``). Three settings, each validated
 once to fill the references, then timed over ``--repeats`` validation epochs, interleaved (the median is printed),
 side by side in one process: Vendi alone (the baseline), Vendi + FID ``alongside``, and Vendi + FID in a second
-callback that draws the same seeded samples again. ``--steps k``: the sampler runs the VAE's decoder k times per sample (a stand-in for a
-k-step sampler such as a diffusion model's); the decoder of the DigitsVAE is cheap, so at k = 1 the two ways cost
-about the same and the saving grows with the sampler's cost.
+callback that draws the same seeded samples again. ``--steps k``: the sampler runs the VAE's decoder k times per
+sample (a stand-in for a k-step sampler such as a diffusion model's); the decoder of the DigitsVAE is cheap, so at
+k = 1 the two ways cost about the same and the saving grows with the sampler's cost.
 """
 
 from __future__ import annotations
