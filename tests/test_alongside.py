@@ -144,6 +144,13 @@ def test_embedding_metrics_feed_the_batch_inputs_to_fid(tmp_path):
     assert callback.last_values["mean"] == pytest.approx(float(x.mean()), rel=1e-6)
     assert "vendi/1" in callback.last_values or "vendi" in callback.last_values
     assert int(callback.alongside.metrics["fid"].real_features_num_samples) == 150  # once, over two epochs
+    # resumed from a checkpoint by the same callback object: the kept reference is cleared at setup and fed once
+    checkpoint = tmp_path / "last.ckpt"
+    trainer.save_checkpoint(checkpoint)
+    again = quiet_trainer(tmp_path, [callback], max_epochs=3, limit_train_batches=1, num_sanity_val_steps=0)
+    again.fit(module, train_dataloaders=val, val_dataloaders=val, ckpt_path=checkpoint)
+    assert int(callback.alongside.metrics["fid"].real_features_num_samples) == 150
+    assert callback.last_values["fid"] == pytest.approx(float(metric.compute()), rel=1e-6)
 
 
 def uniform_images(module, n, generator):

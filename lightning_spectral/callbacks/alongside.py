@@ -42,8 +42,9 @@ class AlongsideMetrics:
     ``{name}/{key}``; KID's ``(mean, std)`` as ``{name}/mean`` and ``{name}/std``; another tuple or a vector per
     index) without a further sync, then ``reset()``. ``compute()`` runs inside ``torch.random.fork_rng`` seeded with
     ``seed``: KID's random subsets are the same on every rank and every run, and the training's random stream is left
-    alone. The reference side is fed once per run to a metric built with ``reset_real_features=False`` (its
-    ``reset()`` keeps it), every measured epoch otherwise.
+    alone. The reference side is fed once per ``fit`` / ``validate`` to a metric built with
+    ``reset_real_features=False`` (its ``reset()`` keeps it; `to` clears it at ``setup``), every measured epoch
+    otherwise; the callback fills it (a reference fed by hand before is cleared).
 
     Args:
         metrics: ``{name: torchmetrics.Metric}`` (``None``: none).
@@ -102,23 +103,30 @@ class AlongsideMetrics:
         return name in self.metrics
 
     def to(self, device: torch.device) -> None:
-        """Move the metrics to ``device`` (at ``setup``) and give each process states of its own: ``reset()``
-        allocates them anew (``ddp_spawn`` on CPU hands every process the parent's tensors in shared memory, and
-        torchmetrics adds to its states in place: the ranks would add into one tensor). A reference kept with
-        ``reset_real_features=False`` survives."""
+        """At ``setup``: move the metrics to ``device`` and clear them whole, kept references included (the callback
+        fills them once per ``fit`` / ``validate``, so a resumed or repeated run never adds a reference twice).
+
+        Clearing also gives each process states of its own: ``ddp_spawn`` on CPU hands every process the parent's
+        tensors in shared memory, and torchmetrics adds to its states in place (the ranks would add into one tensor);
+        ``reset()`` allocates them anew.
+        """
         for metric in self.metrics.values():
             metric.to(device)
-            metric.reset()
+            kept = getattr(metric, "reset_real_features", None) is False
+            if kept:  # torchmetrics' own switch, for this one reset
+                metric.reset_real_features = True
+            try:
+                metric.reset()
+            finally:
+                if kept:
+                    metric.reset_real_features = False
+        self._real_fed.clear()
+        self._calls.clear()
 
     def needing_reference(self) -> list[str]:
         """The two-sided metrics to be fed their reference this epoch: all, but those whose kept reference was fed
         already (``reset_real_features=False``)."""
         return [name for name in self.two_sided if name not in self._real_fed]
-
-    def forget_references(self) -> None:
-        """Feed every reference again (a restored run: torchmetrics does not checkpoint a metric's states)."""
-        self._real_fed.clear()
-        self._calls = {key: count for key, count in self._calls.items() if not key[1]}
 
     @contextmanager
     def _timed(self) -> Iterator[None]:

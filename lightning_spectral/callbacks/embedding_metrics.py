@@ -81,7 +81,7 @@ class EmbeddingMetrics(EmbeddingCallback):
             (once per run when built with ``reset_real_features=False``). Its ``compute()`` is logged as
             ``{log_prefix}{name}`` (KID: ``{name}/mean``, ``{name}/std``) every validation epoch, then ``reset()``
             ([`AlongsideMetrics`][lightning_spectral.callbacks.alongside.AlongsideMetrics]); its states are not
-            checkpointed.
+            checkpointed (cleared at ``setup``, the reference filled again once per ``fit``).
 
     Raises:
         ValueError: bad arguments, named with the fix; an ``alongside`` value that is no ``torchmetrics.Metric``,
@@ -311,7 +311,6 @@ class EmbeddingMetrics(EmbeddingCallback):
         load_all_or_none(self.metrics, state_dict["metrics"], self.owner, self.state_key)
         self.reference_accumulated = bool(state_dict["reference_accumulated"])
         self.last_values = dict(last_values)
-        self.alongside.forget_references()
 
 
 def _needs(metric: Metric, reference_dataloader: Any, images: Any) -> dict[str, str]:

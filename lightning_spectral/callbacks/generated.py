@@ -117,7 +117,7 @@ class GeneratedSamples(EmbeddingCallback):
             ``real``, the images of the reference ``references[name]`` with ``real=True`` (once per run when built
             with ``reset_real_features=False``); its ``compute()`` is logged as ``{log_prefix}{name}`` (KID:
             ``{name}/mean``, ``{name}/std``) at every measured epoch, then ``reset()``. Its states are not
-            checkpointed (a resumed run feeds the reference again).
+            checkpointed: the callback clears them at ``setup`` and fills the reference again once per ``fit``.
 
     Raises:
         ValueError: bad arguments; a two-sample metric without a reference; a metric with its own ``feature``; an
@@ -468,11 +468,11 @@ class GeneratedSamples(EmbeddingCallback):
                 conditional = metric.inputs == "conditional"
                 prompts, labels = self._conditional_inputs(ids, z.device) if conditional else (None, None)
                 feed(metric, z, prompts, labels=labels)
-            if self.alongside:
-                self.alongside.update(images)  # the same images, no second sampling
             self.last_timings["sample"] += sampled - start
             self.last_timings["embed"] += embedded - sampled
             self.last_timings["update"] += time.perf_counter() - embedded
+            if self.alongside:
+                self.alongside.update(images)  # the same images, no second sampling (timed as "alongside")
             if kept < share and self._kept is not None:
                 keep = min(share - kept, len(ids))
                 self._kept.keep("samples", z[:keep], ids[:keep], images[:keep])
@@ -508,7 +508,6 @@ class GeneratedSamples(EmbeddingCallback):
         load_all_or_none(self.metrics, state_dict["metrics"], self.owner, self.state_key)
         self.history = history
         self.last_values = dict(last_values)
-        self.alongside.forget_references()
 
 
 def _check_prompts(prompts: Any, embeddings: Any) -> tuple[Any, Optional[Tensor]]:
