@@ -122,6 +122,7 @@ class AlongsideMetrics:
                     metric.reset_real_features = False
         self._real_fed.clear()
         self._calls.clear()
+        self._blank = None
 
     def needing_reference(self) -> list[str]:
         """The two-sided metrics to be fed their reference this epoch: all, but those whose kept reference was fed
@@ -171,16 +172,20 @@ class AlongsideMetrics:
         keys = [(name, real) for name in self.metrics for real in (False, True) if _has_list_state(self.metrics[name])]
         if not keys:
             return
-        local = torch.tensor([*(self._calls.get(key, 0) for key in keys), -int(self._blank is None)])
-        most = trainer.strategy.reduce(local.to(trainer.strategy.root_device, copy=True), reduce_op="max").cpu()
-        missing = [key for key, count, top in zip(keys, local.tolist(), most.tolist(), strict=True) if count < top]
-        if missing and int(most[-1]) < 0 or (missing and self._blank is None):
+        # one max-reduce: the counts, their negatives (the minimum), and whether any rank has no batch to copy
+        calls = [self._calls.get(key, 0) for key in keys]
+        local = torch.tensor([*calls, *(-c for c in calls), int(self._blank is None)])
+        reduced = trainer.strategy.reduce(local.to(trainer.strategy.root_device, copy=True), reduce_op="max").cpu()
+        most, least = reduced[: len(keys)].tolist(), (-reduced[len(keys) : 2 * len(keys)]).tolist()
+        uneven = sorted({name for (name, _), top, low in zip(keys, most, least, strict=True) if top != low})
+        if uneven and int(reduced[-1]) > 0:  # decided alike on every rank: all raise
             raise RuntimeError(
-                f"{self.owner}: a rank fed no batch to `{self.argument}` metrics {sorted({k[0] for k in missing})}; "
-                "give every rank at least one batch (GeneratedSamples: `n_samples` >= world size x "
-                "`sample_batch_size`)."
+                f"{self.owner}: a rank fed no batch to `{self.argument}` metrics {uneven}, whose list states need the "
+                "same number of updates on every rank; give every rank at least one batch (GeneratedSamples: "
+                "`n_samples` >= world size x `sample_batch_size`)."
             )
-        for (name, real), count, top in zip(keys, local.tolist(), most.tolist(), strict=True):
+        counts = list(zip(keys, calls, most, strict=True))
+        for (name, real), count, top in counts:
             for _ in range(int(top) - count):
                 self.update(self._blank, [name], real=real)
 
