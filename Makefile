@@ -84,6 +84,7 @@ bench: $(VENV)/.installed
 	$(BENCH_PY) benchmarks/bench_truncated_vendi.py r --data digits --n 400 --features 256 512 --t 10 50 --draws 1
 	$(BENCH_PY) benchmarks/bench_truncated_vendi.py drop --data digits --n 400 --features 256 --t 10 50 --draws 2 --classes 0
 	$(BENCH_PY) benchmarks/bench_generated.py --n-samples 1000 --frequencies 256
+	$(BENCH_PY) benchmarks/bench_alongside.py --n-samples 1000 --steps 1 --repeats 1
 	$(BENCH_PY) benchmarks/bench_cli_images.py --n 200 --encoders pixels
 	$(BENCH_PY) benchmarks/bench_width.py --n 200 --widths auto 256
 	$(BENCH_PY) benchmarks/bench_repeats.py --n 500 --r 128

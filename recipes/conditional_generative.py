@@ -11,8 +11,9 @@ the digit k", given to the model and the metric as the label k, one-hot) and
 seeded samples, ``n_samples / 10`` per prompt, and logs the unconditional FKEA Vendi / RKE beside
 :class:`~lightning_spectral.metrics.ConditionalVendi` (Conditional-Vendi, Information-Vendi, each prompt's Vendi) and
 a gallery of the least diverse prompts. The recipe adds torchmetrics' KID with the same extractor on the same
-samples (:class:`KIDAlongside` of ``recipes/generative.py``), and prints the numbers per measured epoch, then each
-prompt's Vendi at the last one with the prompts that collapsed (Vendi below half the median prompt's).
+samples in the same pass (``with_kid`` of ``recipes/generative.py``: ``alongside=`` of the callback), and prints the
+numbers per measured epoch, then each prompt's Vendi at the last one with the prompts that collapsed (Vendi below
+half the median prompt's).
 ``--summary_json`` also writes it to a file. Read it with docs/conditional.md.
 """
 
@@ -29,7 +30,7 @@ from typing import Any, Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from digits_vae import ConditionalDigitsVAE
-from generative import GenerativeCLI, KIDAlongside, write_summary  # the recipe beside this one
+from generative import GenerativeCLI, kid_of, with_kid, write_summary  # the recipe beside this one
 
 from lightning_spectral.callbacks import GeneratedSamples
 from lightning_spectral.data import DigitsImages
@@ -52,7 +53,7 @@ def collapsed_prompts(per_prompt: dict[int, float], ratio: float = 0.5) -> list[
     return sorted(label for label, value in per_prompt.items() if value < ratio * median)
 
 
-def summarise(generated: GeneratedSamples, kid: Optional[KIDAlongside]) -> dict[str, Any]:
+def summarise(generated: GeneratedSamples) -> dict[str, Any]:
     """Per measured epoch: Vendi-1, RKE, Conditional-Vendi-1 / RKE, Information-Vendi-1, KID, each prompt's Vendi;
     then the collapsed prompts of the last epoch and the gallery rows of the least diverse prompts."""
     role = roles(generated)
@@ -67,8 +68,8 @@ def summarise(generated: GeneratedSamples, kid: Optional[KIDAlongside]) -> dict[
                        information=values.get(f"{name}_information/1"))
             row["per_prompt"] = {int(key.rsplit("/", 1)[1]): value for key, value in values.items()
                                  if key.startswith(f"{name}_prompt/")}
-        if kid is not None and epoch in kid.history:
-            row["kid"], row["kid_std"] = kid.history[epoch]
+        if kid_of(values) is not None:
+            row["kid"], row["kid_std"] = kid_of(values)
         rows.append(row)
     last = rows[-1].get("per_prompt", {}) if rows else {}
     gallery = generated.last_galleries.get(f"{role.get('cond')}/least_diverse_prompts")
@@ -123,12 +124,10 @@ def main(args: Optional[list[str]] = None) -> dict[str, Any]:
     if generated is None or generated.prompts is None:
         raise ValueError("the config needs a lightning_spectral.callbacks.GeneratedSamples callback with `prompts`; "
                          "see recipes/configs/conditional_normal.yaml.")
-    kid = None
     if config["kid_subsets"] > 0:
-        kid = KIDAlongside(generated, subsets=config["kid_subsets"], subset_size=config["kid_subset_size"])
-        trainer.callbacks.append(kid)
+        with_kid(generated, subsets=config["kid_subsets"], subset_size=config["kid_subset_size"])
     trainer.fit(cli.model, datamodule=cli.datamodule, ckpt_path=config["ckpt_path"])
-    result = summarise(generated, kid)
+    result = summarise(generated)
     result["log_dir"] = trainer.logger.log_dir if trainer.logger is not None else None
     cond = generated.metrics.get(roles(generated).get("cond", ""))
     names = getattr(cond, "prompt_names", None)

@@ -13,11 +13,11 @@ A LightningCLI over ``DigitsVAE`` (``digits_vae.py`` beside this script) and
 of samples, embeds them with a frozen extractor (the pixels, :class:`~lightning_spectral.encoders.PixelImageFeature`)
 and logs FKEA Vendi / RKE, FINC's novel and missing modes against the training split (with galleries of generated
 and real images, and the spectra) and FastMMD with its p-value against the held-out split. The recipe adds
-torchmetrics' ``KernelInceptionDistance`` with the same extractor on the same samples, at the same epochs
-(:class:`KIDAlongside`), and prints a summary: the numbers per measured epoch, then the missing and novel modes
-of the last one with the digits their images show (the real images' labels for missing modes; the nearest
-training image's label, in the extractor's space, for the generated images of novel modes). Read it with
-``docs/generative.md``; ``--summary_json`` also writes it to a file.
+torchmetrics' ``KernelInceptionDistance`` with the same extractor, fed the same samples in the same pass
+(``alongside=`` of the callback, :func:`with_kid`), and prints a summary: the numbers per measured epoch, then the
+missing and novel modes of the last one with the digits their images show (the real images' labels for missing
+modes; the nearest training image's label, in the extractor's space, for the generated images of novel modes). Read
+it with ``docs/generative.md``; ``--summary_json`` also writes it to a file.
 """
 
 from __future__ import annotations
@@ -35,64 +35,41 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Optional
 
-import lightning as L
 import torch
 from digits_vae import DigitsVAE
 from jsonargparse.typing import NonNegativeInt, PositiveInt
-from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.cli import LightningCLI
 from torch import Tensor
 from torchmetrics.image.kid import KernelInceptionDistance
 
-from lightning_spectral.callbacks import GeneratedSamples, draw_samples
-from lightning_spectral.callbacks.embedding_callback import outside_inference_mode
+from lightning_spectral.callbacks import GeneratedSamples
+from lightning_spectral.callbacks.alongside import AlongsideMetrics
 from lightning_spectral.data import DigitsImages
 from lightning_spectral.io import CheckpointError, WriteError, check_checkpoint, check_writable, written
 from lightning_spectral.metrics import FastMMD, FINCNovelty, FKEAVendi
 
 
-class KIDAlongside(Callback):
-    """torchmetrics' KID of the samples :class:`GeneratedSamples` draws (same seeds, same extractor), at its epochs.
+def with_kid(generated: GeneratedSamples, subsets: int = 100, subset_size: int = 500,
+             reference: str = "reference_dataloader") -> GeneratedSamples:
+    """``generated`` with torchmetrics' KID of its own samples beside its metrics (``alongside``, logged as
+    ``gen/kid/mean`` and ``gen/kid/std``): the same extractor, the same images in the same sampling pass, the real side
+    (the reference loader's images) fed once and kept, KID's subsets drawn from the callback's ``seed``.
 
-    The real side (the reference loader's images) is fed once and kept; KID's random subsets are drawn from
-    ``seed`` inside ``torch.random.fork_rng`` (the training's random state is left alone). One process only.
+    The recipe adds it from its ``--kid_subsets`` flags, before the callback is set up; a config file can name it
+    under the callback's ``alongside`` instead.
     """
+    kid = KernelInceptionDistance(
+        feature=generated.feature.extractor, subsets=subsets, subset_size=subset_size, reset_real_features=False
+    )
+    generated.alongside = AlongsideMetrics({**generated.alongside.metrics, "kid": kid}, "GeneratedSamples",
+                                           taken=generated.metrics)
+    generated.references["kid"] = reference
+    return generated
 
-    def __init__(self, generated: GeneratedSamples, reference: str = "reference_dataloader", subsets: int = 100,
-                 subset_size: int = 500) -> None:
-        self.generated, self.reference = generated, reference
-        self.kid = KernelInceptionDistance(
-            feature=generated.feature.extractor, subsets=subsets, subset_size=subset_size, reset_real_features=False
-        )
-        self.has_real = False
-        self.history: dict[int, tuple[float, float]] = {}
 
-    def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if not self.generated.due(trainer):
-            return
-        gen = self.generated
-        with outside_inference_mode():
-            self.kid.to(pl_module.device)
-            if not self.has_real:
-                for batch in gen.resolve(trainer, self.reference, "reference", call=True):
-                    self.kid.update(batch["image"].to(pl_module.device), real=True)
-                self.has_real = True
-            prompts_for = None if gen.prompts is None else gen._prompts_of  # a conditional generator's prompts
-            for _, images in draw_samples(gen._sampler, pl_module, gen.n_samples, gen.sample_batch_size, gen.seed,
-                                          prompts_for=prompts_for):
-                self.kid.update(images, real=False)
-            with torch.random.fork_rng():
-                torch.manual_seed(gen.seed)
-                mean, std = self.kid.compute()
-            self.kid.reset()
-        self.history[trainer.current_epoch] = (float(mean), float(std))
-        pl_module.log_dict({"gen/kid_mean": float(mean), "gen/kid_std": float(std)})
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"history": dict(self.history)}
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self.history = {int(k): tuple(v) for k, v in state_dict["history"].items()}
+def kid_of(values: dict[str, float]) -> Optional[tuple[float, float]]:
+    """``(mean, std)`` of KID in an epoch's values, when it was measured."""
+    return (values["kid/mean"], values["kid/std"]) if "kid/mean" in values else None
 
 
 def names(generated: GeneratedSamples) -> dict[str, str]:
@@ -118,7 +95,7 @@ def nearest_classes(generated: GeneratedSamples, data: DigitsImages, images: lis
     return [labels[torch.cdist(generated.feature(row).cpu(), real).argmin(1)] for row in images]
 
 
-def summarise(generated: GeneratedSamples, kid: Optional[KIDAlongside], data: DigitsImages) -> dict[str, Any]:
+def summarise(generated: GeneratedSamples, data: DigitsImages) -> dict[str, Any]:
     """The per-epoch rows and the modes of the last measured epoch, as numbers."""
     role = names(generated)
     rows = []
@@ -133,8 +110,8 @@ def summarise(generated: GeneratedSamples, kid: Optional[KIDAlongside], data: Di
                        novelty=values[name], missing_mass=values[f"{name}_missing"])
         if "mmd" in role:
             row.update(mmd=values[role["mmd"]], p_value=values.get(f"{role['mmd']}_p_value"))
-        if kid is not None and epoch in kid.history:
-            row["kid"], row["kid_std"] = kid.history[epoch]
+        if kid_of(values) is not None:
+            row["kid"], row["kid_std"] = kid_of(values)
         rows.append(row)
     modes: dict[str, list[dict[str, Any]]] = {}
     if "finc" in role:
@@ -208,12 +185,10 @@ def main(args: Optional[list[str]] = None) -> dict[str, Any]:
     if generated is None:
         raise ValueError("the config has no lightning_spectral.callbacks.GeneratedSamples callback; see "
                          "recipes/configs/generative_normal.yaml.")
-    kid = None
     if config["kid_subsets"] > 0:
-        kid = KIDAlongside(generated, subsets=config["kid_subsets"], subset_size=config["kid_subset_size"])
-        trainer.callbacks.append(kid)
+        with_kid(generated, subsets=config["kid_subsets"], subset_size=config["kid_subset_size"])
     trainer.fit(cli.model, datamodule=cli.datamodule, ckpt_path=config["ckpt_path"])
-    result = summarise(generated, kid, cli.datamodule)
+    result = summarise(generated, cli.datamodule)
     result["log_dir"] = trainer.logger.log_dir if trainer.logger is not None else None
     result["timings"] = dict(generated.last_timings)
     if trainer.is_global_zero:

@@ -30,6 +30,7 @@ from PIL import Image
 from safetensors.torch import save_file
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
+from torchmetrics import MeanMetric
 
 from lightning_spectral.algebra import one_thread as linalg_one_thread
 from lightning_spectral.callbacks import (
@@ -147,6 +148,15 @@ def tiny_timm(**kwargs: Any) -> Any:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # "no weights: randomly initialised"
         return create_timm_encoder("vit_small_patch14_dinov2", **{**TINY_DINO, **kwargs})
+
+
+def tiny_fid() -> Any:
+    """torchmetrics' FID with a 4-feature extractor (no Inception download)."""
+    from torchmetrics.image.fid import FrechetInceptionDistance
+
+    extractor = nn.Sequential(nn.Flatten(), nn.LazyLinear(4))
+    extractor.num_features = 4  # type: ignore[assignment]
+    return FrechetInceptionDistance(feature=extractor)
 
 
 def generated(**kwargs: Any) -> GeneratedSamples:
@@ -1153,6 +1163,20 @@ CASES = [
         {"finc": FINCNovelty(**small())}, nn.Flatten(), references={"finc": 42}), ValueError,
         r"`references\['finc'\]` must be a loader"),
     row("GeneratedSamples image_key=1.5", lambda f: generated(image_key=1.5), ValueError, r"`image_key` must be a key"),
+    row("GeneratedSamples alongside={'fid': nn.Linear}", lambda f: generated(alongside={"fid": nn.Linear(2, 2)}),
+        ValueError, r"GeneratedSamples: `alongside\['fid'\]` must be a torchmetrics.Metric.*got Linear"),
+    row("GeneratedSamples alongside=list", lambda f: generated(alongside=[MeanMetric()]), ValueError,
+        r"GeneratedSamples: `alongside` must map names to torchmetrics metrics"),
+    row("GeneratedSamples alongside reuses a metrics name", lambda f: generated(alongside={"v": MeanMetric()}),
+        ValueError, r"`alongside\['v'\]` has the name of a metric in `metrics`.*rename one"),
+    row("GeneratedSamples alongside FID without a reference", lambda f: generated(alongside={"fid": tiny_fid()}),
+        ValueError, r"`references` must name a loader.*\['fid'\].*`alongside`.*missing \['fid'\]"),
+    row("GeneratedSamples reference for an alongside metric without real=", lambda f: generated(
+        alongside={"mean": MeanMetric()}, references={"mean": "val_dataloader"}), ValueError,
+        r"`references`.*not two-sample metrics \['mean'\]"),
+    row("EmbeddingMetrics alongside FID without reference_dataloader", lambda f: EmbeddingMetrics(
+        {"v": FKEAVendi(1.0)}, alongside={"fid": tiny_fid()}), ValueError,
+        r"EmbeddingMetrics: `alongside` metrics \['fid'\] take `real=`: pass `reference_dataloader`"),
     row("EmbeddingMetrics reference_dataloader=3", lambda f: EmbeddingMetrics(
         {"m": FastMMD(1.0)}, reference_dataloader=3), ValueError, r"`reference_dataloader` must be a DataLoader"),
     row("EmbeddingMetrics images=3", lambda f: EmbeddingMetrics({"v": FKEAVendi(1.0)}, images=3, index=0), ValueError,

@@ -260,6 +260,35 @@ def using_the_core(tmp_path, monkeypatch):
     assert names["metric"].sample_count() == 10_000
 
 
+# ---------------------------------------------------------------------------------------------------------------
+# FID beside Vendi (GeneratedSamples alongside=)
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def fid_beside_vendi(tmp_path, monkeypatch):
+    sys.path.insert(0, str(ROOT / "recipes"))
+    from digits_vae import DigitsVAE
+    from torchmetrics.image.fid import FrechetInceptionDistance
+
+    from lightning_spectral.callbacks import draw_samples
+    from lightning_spectral.data import DigitsImages
+
+    monkeypatch.chdir(tmp_path)  # L.Trainer() as written logs and checkpoints into the working folder
+    torch.manual_seed(0)
+    vae, digits = DigitsVAE(hidden=32, n_components=5), DigitsImages(batch_size=256)  # the last batch smaller
+    names = run_block(blocks("python")["generative-models-which-modes-a-model-drops-or-invents"],
+                      {"vae": vae, "digits": digits})
+    generated, trainer = names["generated"], names["trainer"]
+    fid = FrechetInceptionDistance(feature=names["fid"].inception, normalize=True)  # the same extractor, by hand
+    for _, images in draw_samples(lambda m, n, g: m.sample(n, generator=g), vae.eval(), 500, 250, 0):
+        fid.update(images, real=False)
+    for batch in digits.reference_dataloader():
+        fid.update(batch["image"], real=True)
+    assert generated.last_values["fid"] == pytest.approx(float(fid.compute()), rel=1e-6)
+    assert float(trainer.callback_metrics["gen/fid"]) == pytest.approx(generated.last_values["fid"], rel=1e-6)
+    assert "gen/vendi" in trainer.callback_metrics
+
+
 #: README block id -> the function that runs it with its free names.
 RUNNERS = {
     "metrics-in-a-lightningmodule": metrics_in_a_lightning_module,
@@ -267,6 +296,7 @@ RUNNERS = {
     "compare-and-align-embeddings-spec": compare_and_align_embeddings,
     "out-of-distribution-detection": out_of_distribution_detection,
     "using-the-core": using_the_core,
+    "generative-models-which-modes-a-model-drops-or-invents": fid_beside_vendi,
 }
 
 

@@ -20,9 +20,11 @@ from torchmetrics import Metric
 from typing_extensions import override
 
 from lightning_spectral._checks import check_embedding_source, check_features, check_positive_int, check_selector
+from lightning_spectral.callbacks.alongside import AlongsideMetrics
 from lightning_spectral.callbacks.embedding_callback import EmbeddingCallback, outside_inference_mode
-from lightning_spectral.callbacks.embeddings import BatchSelector, EmbeddingFn, ReferenceEmbedding, select
+from lightning_spectral.callbacks.embeddings import BatchSelector, EmbeddingFn, ReferenceEmbedding, select, to_device
 from lightning_spectral.callbacks.galleries import IndexedImages
+from lightning_spectral.callbacks.loaders import shard_loader
 from lightning_spectral.callbacks.report import report
 from lightning_spectral.callbacks.saved_state import check_saved_state, load_all_or_none, saved_mapping, state_key_of
 from lightning_spectral.functional.modes import check_candidates_memory
@@ -71,6 +73,19 @@ class EmbeddingMetrics(EmbeddingCallback):
         max_gallery_samples: validation embeddings kept per rank for galleries.
         dataloader_idx: the validation dataloader whose batches are measured (>= 0).
         log_prefix: prefix of the logged names.
+        alongside: ``{name: torchmetrics.Metric}`` fed the *inputs* of the same validation batches (what
+            ``batch_input`` selects, the images a metric with its own ``feature`` such as torchmetrics'
+            ``FrechetInceptionDistance`` / ``KernelInceptionDistance`` embeds itself; a metric of the module's
+            embeddings belongs in ``metrics``), with ``real=False`` when its ``update`` takes ``real``, and then
+            the inputs of ``reference_dataloader`` with ``real=True``, in the same pass as the reference embeddings
+            (once per run when built with ``reset_real_features=False``). Its ``compute()`` is logged as
+            ``{log_prefix}{name}`` (KID: ``{name}/mean``, ``{name}/std``) every validation epoch, then ``reset()``
+            ([`AlongsideMetrics`][lightning_spectral.callbacks.alongside.AlongsideMetrics]); its states are not
+            checkpointed (cleared at ``setup``, the reference filled again once per ``fit``).
+
+    Raises:
+        ValueError: bad arguments, named with the fix; an ``alongside`` value that is no ``torchmetrics.Metric``,
+            reuses a name of ``metrics``, or takes ``real`` without a ``reference_dataloader``.
 
     Examples:
         >>> from lightning_spectral.metrics import FKEAVendi
@@ -96,6 +111,7 @@ class EmbeddingMetrics(EmbeddingCallback):
         max_gallery_samples: int = 10_000,
         dataloader_idx: int = 0,
         log_prefix: str = "val/",
+        alongside: Optional[Mapping[str, Metric]] = None,
     ) -> None:
         check_embedding_source(embedding, "embedding", "EmbeddingMetrics")
         super().__init__(embedding, batch_input, owner="EmbeddingMetrics")
@@ -122,6 +138,13 @@ class EmbeddingMetrics(EmbeddingCallback):
             )
             for name, metric in self.metrics.items()
         }
+        self.alongside = AlongsideMetrics(alongside, "EmbeddingMetrics", taken=self.metrics)
+        if self.alongside.two_sided and reference_dataloader is None:
+            raise ValueError(
+                f"EmbeddingMetrics: `alongside` metrics {list(self.alongside.two_sided)} take `real=`: pass "
+                "`reference_dataloader`, whose inputs they get as the real side (`reference_features` are "
+                "embeddings, not inputs)."
+            )
         two_sample = [n for n, m in self._reported.items() if m.inputs == "two"]
         if two_sample and reference_dataloader is None and reference_features is None:
             raise ValueError(
@@ -193,6 +216,7 @@ class EmbeddingMetrics(EmbeddingCallback):
         self._lookup = self.resolve(trainer, self.images, "images")
         for metric in self.metrics.values():
             metric.to(pl_module.device)
+        self.alongside.to(pl_module.device)
         if self.spec_reference is not None:
             self.spec_reference.to(pl_module.device)
 
@@ -202,15 +226,21 @@ class EmbeddingMetrics(EmbeddingCallback):
             self._lookup, self.gallery_modes, self.gallery_per_mode
         )
         two_sample = self._with("two")
-        if trainer.sanity_checking or not two_sample:
+        along = self.alongside.needing_reference()
+        if trainer.sanity_checking or not (two_sample or along):
             return
         with outside_inference_mode():
-            if self._reference_loader is not None:  # the model changed since last epoch: embed the reference again
+            if self._reference_loader is not None and not two_sample:  # only alongside metrics: their inputs
+                for batch in shard_loader(self._reference_loader, trainer.global_rank, trainer.world_size):
+                    self.alongside.update(self._inputs(batch, pl_module), along, real=True)
+            elif self._reference_loader is not None:  # the model changed since last epoch: embed the reference again
                 for metric in two_sample:
                     metric.reset_reference()
-                for z, _ in self.embed_loader(self._reference_loader, trainer, pl_module):
+                for z, batch in self.embed_loader(self._reference_loader, trainer, pl_module):
                     for metric in two_sample:
                         feed(metric, z, real=True)
+                    if along:  # the same pass: the batch's inputs
+                        self.alongside.update(self._inputs(batch, pl_module), along, real=True)
             else:  # fixed features: once, or again each epoch for metrics whose reset() clears the reference
                 shard = self.reference_features[trainer.global_rank :: trainer.world_size].to(pl_module.device)  # type: ignore[index]
                 for metric in two_sample:
@@ -236,6 +266,8 @@ class EmbeddingMetrics(EmbeddingCallback):
         with outside_inference_mode():
             for metric in self._reported.values():
                 feed(metric, z, reference)
+            if self.alongside:
+                self.alongside.update(self._inputs(batch, pl_module))
         if self._gallery is not None and self._gallery.rows < self.max_gallery_samples:
             self._gallery.keep(z, reference, torch.as_tensor(select(batch, self.index, "index")).long().flatten())
 
@@ -248,7 +280,14 @@ class EmbeddingMetrics(EmbeddingCallback):
             gallery = self._gallery.view(metric.inputs == "paired") if pictured else None  # type: ignore[union-attr]
             values = report(trainer, pl_module, name, metric, self.log_prefix, gallery, kept=self.last_galleries)
             self.last_values.update(values)
+        with outside_inference_mode():
+            # torchmetrics syncs these metrics itself
+            self.last_values.update(self.alongside.report(trainer, pl_module, self.log_prefix))
         self._gallery = None
+
+    def _inputs(self, batch: Any, pl_module: L.LightningModule) -> Any:
+        """What the `alongside` metrics are fed of a batch: its inputs (``batch_input``), on the module's device."""
+        return to_device(select(batch, self.source.batch_input, "batch_input"), pl_module.device)  # type: ignore[union-attr]
 
     # ------------------------------------------------------------------ resume
 

@@ -48,6 +48,7 @@ from lightning_spectral._checks import (
     check_seed,
     check_selector,
 )
+from lightning_spectral.callbacks.alongside import AlongsideMetrics
 from lightning_spectral.callbacks.embedding_callback import EmbeddingCallback, outside_inference_mode
 from lightning_spectral.callbacks.embeddings import BatchSelector, select, to_device
 from lightning_spectral.callbacks.galleries import KeptImages
@@ -115,9 +116,19 @@ class GeneratedSamples(EmbeddingCallback):
             ``sample(prompts, generator=g)`` (``fn(pl_module, prompts, g)``) and must return one image per prompt.
         prompt_embeddings: ``(P, d_t)`` what the conditional metrics see of each of the ``P`` prompts (e.g. caption
             embeddings of class labels the model takes), default ``prompts`` themselves.
+        alongside: ``{name: torchmetrics.Metric}`` fed the same images in the same passes, no second sampling
+            ([`AlongsideMetrics`][lightning_spectral.callbacks.alongside.AlongsideMetrics]): e.g. torchmetrics'
+            ``FrechetInceptionDistance`` / ``KernelInceptionDistance`` with their own ``feature``. Each gets the
+            generated images as drawn (the metric's own ``normalize`` reads them) and, when its ``update`` takes
+            ``real``, the images of the reference ``references[name]`` with ``real=True`` (once per run when built
+            with ``reset_real_features=False``); its ``compute()`` is logged as ``{log_prefix}{name}`` (KID:
+            ``{name}/mean``, ``{name}/std``) at every measured epoch, then ``reset()``. Its states are not
+            checkpointed: the callback clears them at ``setup`` and fills the reference again once per ``fit``.
 
     Raises:
-        ValueError: bad arguments; a two-sample metric without a reference; a metric with its own ``feature``.
+        ValueError: bad arguments; a two-sample metric without a reference; a metric with its own ``feature``; an
+            ``alongside`` value that is no ``torchmetrics.Metric``, reuses a name of ``metrics``, takes ``real`` with
+            no reference, or is given a reference its ``update`` has no ``real`` for.
         TypeError: a metric lacks a member the callback calls (its galleries when asked for, its spectrum).
 
     Examples:
@@ -152,6 +163,7 @@ class GeneratedSamples(EmbeddingCallback):
         log_prefix: str = "gen/",
         prompts: Union[Sequence[int], Tensor, Callable[[Tensor], Tensor], None] = None,
         prompt_embeddings: Optional[Tensor] = None,
+        alongside: Optional[Mapping[str, Metric]] = None,
     ) -> None:
         super().__init__(None, owner="GeneratedSamples")
         if not isinstance(metrics, Mapping) or not metrics or not all(isinstance(m, Metric) for m in metrics.values()):
@@ -161,7 +173,8 @@ class GeneratedSamples(EmbeddingCallback):
             if getattr(metric, "feature", None) is not None:
                 raise ValueError(
                     f"GeneratedSamples: metric {name!r} has its own `feature`; the callback embeds the images once "
-                    "with its `feature` and feeds embeddings: build the metric without `feature=`."
+                    "with its `feature` and feeds embeddings: build the metric without `feature=`, or pass a "
+                    "torchmetrics metric that embeds the images itself (FID, KID) in `alongside=`."
                 )
             inputs = getattr(metric, "inputs", "one")
             if inputs == "conditional" and prompts is None:
@@ -188,14 +201,16 @@ class GeneratedSamples(EmbeddingCallback):
                     f"GeneratedSamples: `references[{name!r}]` must be a loader of real images (an iterable of "
                     f"batches) or the name of a datamodule method returning one, got {type(loader).__name__}."
                 )
+        self.alongside = AlongsideMetrics(alongside, "GeneratedSamples", taken=self.metrics)
         two_sample = sorted(n for n, m in self.metrics.items() if getattr(m, "inputs", "one") == "two")
+        two_sample = sorted([*two_sample, *self.alongside.two_sided])
         missing = [name for name in two_sample if name not in references]
         unknown = sorted(set(references) - set(two_sample))
         if missing or unknown:
             raise ValueError(
                 f"GeneratedSamples: `references` must name a loader (or a datamodule method such as "
-                f"'reference_dataloader') for each two-sample metric {two_sample}; missing {missing}, not two-sample "
-                f"metrics {unknown}."
+                f"'reference_dataloader') for each two-sample metric {two_sample} (in `metrics`, or in `alongside` "
+                f"with an `update(images, real=...)`); missing {missing}, not two-sample metrics {unknown}."
             )
         if not isinstance(sample, str) and not callable(sample):
             raise ValueError(
@@ -272,6 +287,7 @@ class GeneratedSamples(EmbeddingCallback):
         self._kept = None  # built at the first measured epoch, inside the process that measures
         for metric in self.metrics.values():
             metric.to(pl_module.device)
+        self.alongside.to(pl_module.device)
         self.feature.to(pl_module.device)
 
     def due(self, trainer: L.Trainer) -> bool:
@@ -295,6 +311,7 @@ class GeneratedSamples(EmbeddingCallback):
             self._kept = KeptImages(self.gallery_modes, self.gallery_per_mode)
             for name in self._loaders:  # each reference's share of images, streamed when a gallery first needs it
                 self._kept.load_with(name, lambda name=name: self._reference_images(trainer, pl_module, name))
+        self.alongside.seconds = 0.0
         with outside_inference_mode():
             start = time.perf_counter()
             self._feed_references(trainer, pl_module)
@@ -312,6 +329,9 @@ class GeneratedSamples(EmbeddingCallback):
                         self.last_galleries,
                     )
                 )
+            # torchmetrics syncs these metrics itself
+            values.update(self.alongside.report(trainer, pl_module, self.log_prefix, self.seed))
+            self.last_timings["alongside"] = self.alongside.seconds
         self.last_values = values
         self.history[trainer.current_epoch] = values
         self._kept.clear("samples")
@@ -389,12 +409,15 @@ class GeneratedSamples(EmbeddingCallback):
         """Images this rank keeps per stream for galleries."""
         return math.ceil(self.max_gallery_images / trainer.world_size) if self.galleries else 0
 
-    def _reference_batches(self, trainer: L.Trainer, pl_module: L.LightningModule, name: str) -> Iterator[Any]:
-        """``(embeddings, images, labels)`` of this rank's share of reference ``name``."""
+    def _reference_batches(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, name: str, embed: bool = True
+    ) -> Iterator[Any]:
+        """``(embeddings, images, labels)`` of this rank's share of reference ``name`` (no embeddings unless
+        ``embed``)."""
         for batch in shard_loader(self._loaders[name], trainer.global_rank, trainer.world_size):
             images = to_device(select(batch, self.image_key, "image_key"), pl_module.device)
             labels = None if self.label_key is None else torch.as_tensor(select(batch, self.label_key, "label_key"))
-            yield self.feature(images, f"references[{name!r}] images"), images, labels
+            yield self.feature(images, f"references[{name!r}] images") if embed else None, images, labels
 
     def _reference_images(self, trainer: L.Trainer, pl_module: L.LightningModule, name: str) -> Iterator[Any]:
         """``(embeddings, global ids, images, labels)`` of the first reference images this rank keeps for galleries:
@@ -419,11 +442,18 @@ class GeneratedSamples(EmbeddingCallback):
             if held == 0:
                 value = self.references[name]
                 groups.setdefault(value if isinstance(value, str) else id(value), []).append(name)
+        for name in self.alongside.needing_reference():  # the same pass: the images, with real=True
+            value = self.references[name]
+            groups.setdefault(value if isinstance(value, str) else id(value), []).append(name)
         for names in groups.values():
             self.reference_passes += 1
-            for z, _, _ in self._reference_batches(trainer, pl_module, names[0]):
-                for name in names:
+            spectral = [name for name in names if name in self._reported]
+            along = [name for name in names if name in self.alongside]
+            for z, images, _ in self._reference_batches(trainer, pl_module, names[0], embed=bool(spectral)):
+                for name in spectral:
                     feed(self._reported[name], z, real=True)
+                if along:
+                    self.alongside.update(images, along, real=True)
 
     def _feed_samples(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         share, kept = self._share(trainer), 0
@@ -447,6 +477,8 @@ class GeneratedSamples(EmbeddingCallback):
             self.last_timings["sample"] += sampled - start
             self.last_timings["embed"] += embedded - sampled
             self.last_timings["update"] += time.perf_counter() - embedded
+            if self.alongside:
+                self.alongside.update(images)  # the same images, no second sampling (timed as "alongside")
             if kept < share and self._kept is not None:
                 keep = min(share - kept, len(ids))
                 self._kept.keep("samples", z[:keep], ids[:keep], images[:keep])
