@@ -278,14 +278,14 @@ CASES = [
         r"`significance` must be a significance level in \(0, 1\)"),
     row("FINCNovelty significance=2.0 (the previous margin)", lambda f: FINCNovelty(1.0, significance=2.0), ValueError,
         r"`significance` must be a significance level in \(0, 1\) \(e.g. 0.05\), got 2.0"),
-    row("FINCNovelty draws=1", lambda f: FINCNovelty(1.0, draws=1), ValueError, r"`draws` must be an integer in \[2, 64\]"),
+    row("FINCNovelty draws=0", lambda f: FINCNovelty(1.0, draws=0), ValueError, r"`draws` must be an integer in \[1, 64\]"),
     row("FINCNovelty draws=65", lambda f: FINCNovelty(1.0, draws=65), ValueError, r"`draws` must be an integer"),
     row("FINCNovelty draws=True", lambda f: FINCNovelty(1.0, draws=True), ValueError, r"`draws`.*True"),
     row("FINCNovelty groups=True (deprecated)", lambda f: FINCNovelty(1.0, groups=True), ValueError,
         r"`groups` is deprecated \(use `draws`"),
     row("FINCNovelty draws=64, n_frequencies=2**14", lambda f: FINCNovelty(1.0, n_frequencies=2**14, draws=64),
-        ValueError, r"`n_frequencies`=16384 needs .* GiB \([\d,]+ bytes: 130 float64 sums of 32768 x 32768 "
-        r"\(`draws`=64 per side\).*fewer `draws`"),
+        ValueError, r"`n_frequencies`=16384 needs .* GiB \([\d,]+ bytes: 66 float64 sums of 32768 x 32768 "
+        r"\(`draws`=64\) and 7 at compute.*fewer `draws`"),
     row("FINCNovelty min_eigenvalue=-1", lambda f: FINCNovelty(1.0, min_eigenvalue=-1), ValueError,
         r"`min_eigenvalue`"),
     row("FINCNovelty reset_real_features='no'", lambda f: FINCNovelty(1.0, reset_real_features="no"), TypeError,
