@@ -501,7 +501,7 @@ CASES = [
     row("finc_spectrum significance=0.5", lambda f: finc_spectrum(x(40), x(40, seed=1), 1.0, n_frequencies=8,
         significance=1.5), ValueError, r"`significance` must be a significance level in \(0, 1\)"),
     row("finc_spectrum draws=0", lambda f: finc_spectrum(x(40), x(40, seed=1), 1.0, n_frequencies=8, draws=0),
-        ValueError, r"`draws` must be an integer in \[2, 64\]"),
+        ValueError, r"`draws` must be an integer in \[1, 64\]"),
     row("finc_spectrum min_eigenvalue=0",
         lambda f: finc_spectrum(x(), x(seed=1), 1.0, n_frequencies=8, min_eigenvalue=0),
         ValueError, r"`min_eigenvalue`"),
