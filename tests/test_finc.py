@@ -408,3 +408,23 @@ def test_missing_spectrum_at_rho_one_is_the_mirrored_novel_one_and_equals_its_ow
     overlap = (mirrored.eigenvectors[:, :3] * direct.eigenvectors[:, :3]).sum(0).abs()
     torch.testing.assert_close(overlap, torch.ones(3, dtype=torch.float64), rtol=0, atol=1e-9)
     assert float(metric.missing_score()) == pytest.approx(float(direct.score), abs=1e-12)
+
+
+def test_null_draws_at_rho_two_by_lanczos_are_close_to_the_dense_ones():
+    """Above 2r = 1024 with fewer samples than features the rho != 1 null runs Lanczos at a looser residual
+    (SHIFTED_RTOL): every draw within 10 % of the dense eigvalsh of the same matrix, never above it (a Ritz value
+    is a lower bound), and the threshold within 2 %."""
+    from lightning_spectral.functional.finc_null import NullModel, combinations, null_model, null_weights
+    from lightning_spectral.functional.sampling_noise import DEFAULT_RATIO, Multipliers, NoiseSums
+
+    g = torch.Generator().manual_seed(11)
+    gen = torch.randn(300, 4, generator=g, dtype=torch.float64)
+    ref = torch.randn(300, 4, generator=g, dtype=torch.float64)
+    rff = GaussianRFF(4, 520, sigma=1.0)  # 2r = 1040 > 1024: the Lanczos route
+    x, y = NoiseSums.of(gen, rff, Multipliers(3, 1.0, 0, DEFAULT_RATIO)), NoiseSums.of(ref, rff, None)
+    null = null_model(x, y, 2.0)
+    matrices = combinations(list(x.sums + y.sums), null_weights(x, y, 2.0), torch.float64)
+    dense = torch.stack([torch.linalg.eigvalsh(m)[-1] for m in matrices])
+    assert bool((null.draws <= dense * (1 + 1e-6) + 1e-12).all())
+    torch.testing.assert_close(null.draws, dense, rtol=0.1, atol=0)
+    assert null.threshold(0.05) == pytest.approx(NullModel(dense, 3).threshold(0.05), rel=0.02)

@@ -223,8 +223,11 @@ class FINCNovelty(SpectralMetric):
         return differential_spectrum(x, y, self.rho, self.significance, self.min_eigenvalue, vectors, null)
 
     def cached_null(self, missing: bool, x: NoiseSums, y: NoiseSums) -> Any:
-        """The null of ``C_x - rho C_y``, kept beside the spectra (at ``rho = 1`` novel and missing share it)."""
-        key = (self.rho == 1.0 or not missing, tuple(float(a.state.sum()) for a in self.accumulators.values()))
+        """The null of ``C_x - rho C_y``, kept beside the spectra: its matrices depend on the order of the sides only
+        through the scale ``c`` ([`noise_scale`][lightning_spectral.functional.finc_null.noise_scale]), so novel and
+        missing share it at ``rho = 1`` or when both sides hold as many samples."""
+        gen = x if x.draws else y
+        key = (noise_scale(gen, x, y, self.rho), tuple(float(a.state.sum()) for a in self.accumulators.values()))
         if self._null_cache is not None and self._null_cache[0] == key:
             return self._null_cache[1]
         null = null_model(x, y, self.rho)
