@@ -161,7 +161,7 @@ class FINCNovelty(SpectralMetric):
         extra = 1 + min(NULL_BATCH, 2 * draws)
         needed = 8 * ((kept + extra) * width * width + 2 * width)
         what = f"{kept} float64 sums of {width} x {width} (`draws`={draws}) and {extra} at compute"
-        fix = f"use a smaller `n_frequencies` (2r = 4096 to 16384 is typical) or fewer `draws` (>= 2; {draws} now)"
+        fix = f"use a smaller `n_frequencies` (2r = 4096 to 16384 is typical) or fewer `draws` (>= 1; {draws} now)"
         check_memory("FINCNovelty", "n_frequencies", n_frequencies, needed, what, fix)
 
     #: The layout of the sums: multiplier draws on the generated side only (written with every checkpoint).
