@@ -4,8 +4,8 @@ purity on a class that only one side holds.
     python benchmarks/bench_finc_fpr.py fpr [--trials 100] [--rho 1 2] [--n 500 2000 10000] [--data mixture ...]
     python benchmarks/bench_finc_fpr.py power [--trials 100] [--prevalence 0.02 0.05 0.1 0.2] [--n 2000] [--data ...]
 
-Every trial runs ``FINCNovelty`` (default ``significance`` 0.05, ``draws`` 3, ``min_eigenvalue`` 1e-3) as a user
-would: ``update`` of both sides, ``summary()``, ``novel_modes`` / ``missing_modes`` and ``top_samples``.
+Every trial runs ``FINCNovelty`` (default ``significance`` 0.05, ``draws`` 3 or ``--draws``, ``min_eigenvalue``
+1e-3) as a user would: ``update`` of both sides, ``summary()``, ``novel_modes`` / ``missing_modes`` and ``top_samples``.
 
 Data (nothing here was tuned on: the rule was designed on a Gaussian mixture and the digits, its constants fixed
 before these runs):
@@ -83,8 +83,11 @@ def source(name: str, fashion: str) -> tuple[torch.Tensor, torch.Tensor, float]:
     return SOURCES[name]
 
 
+DRAWS = [3]  # FINCNovelty's `draws` (`--draws`)
+
+
 def run(gen: torch.Tensor, ref: torch.Tensor, sigma: float, r: int, rho: float, seed: int) -> FINCNovelty:
-    metric = FINCNovelty(sigma=sigma, n_frequencies=r, rho=rho, seed=seed)
+    metric = FINCNovelty(sigma=sigma, n_frequencies=r, rho=rho, seed=seed, draws=DRAWS[0])
     for part in gen.split(1000):
         metric.update(part, real=False)
     for part in ref.split(1000):
@@ -194,7 +197,9 @@ def main() -> None:
     parser.add_argument("--prevalence", type=float, nargs="+", default=[0.02, 0.05, 0.1, 0.2])
     parser.add_argument("--r", type=int, default=256, help="n_frequencies (2r features)")
     parser.add_argument("--fashion", default="/usr/share/datasets/fashion-mnist")
+    parser.add_argument("--draws", type=int, default=3, help="FINCNovelty's `draws` (default 3)")
     args = parser.parse_args()
+    DRAWS[0] = args.draws
     if args.which == "fpr":
         args.rho = args.rho or [1.0, 2.0]
         args.n = args.n or [500, 2000, 10000]
@@ -204,7 +209,7 @@ def main() -> None:
         args.n = args.n or [2000]
         args.data = args.data or ["fashion"]
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cpus, torch {torch.__version__}, "
-          f"{torch.get_num_threads()} threads")
+          f"{torch.get_num_threads()} threads, draws {args.draws}")
     (bench_fpr if args.which == "fpr" else bench_power)(args)
 
 

@@ -29,8 +29,8 @@ def test_after_reset_only_the_kept_reference_is_written_and_it_resumes_exactly()
     metric.reset()  # the end of a validation epoch
     state = metric.state_dict()
     width = 64
-    triangle = width * (width + 1) // 2  # count, sum, the upper triangle; 3 multiplier sums and their triangles
-    assert sizes(state)["ref"] == (1 + width + triangle + 3 * (1 + triangle),)
+    triangle = width * (width + 1) // 2  # count, sum, the upper triangle: the reference keeps no multiplier sums
+    assert sizes(state)["ref"] == (1 + width + triangle,)
     assert sizes(state)["gen"] == (1,)  # no (2r)^2 zeros
     restored = FINCNovelty(sigma=1.5, n_frequencies=32, reset_real_features=False)
     restored.load_state_dict(state)
@@ -40,8 +40,31 @@ def test_after_reset_only_the_kept_reference_is_written_and_it_resumes_exactly()
     assert torch.equal(restored.novel_modes(3).p_values, metric.novel_modes(3).p_values)
     for kept, original in zip(restored.ref, metric.ref, strict=True):
         torch.testing.assert_close(kept.cov_sum, original.cov_sum, rtol=0, atol=0)
-        for a, b in zip(kept.noise_sums()[1:3], original.noise_sums()[1:3], strict=True):
-            torch.testing.assert_close(a, b, rtol=0, atol=0)  # the multiplier sums travel too
+    metric.update(ref, real=False)
+    restored.load_state_dict(metric.state_dict())
+    for a, b in zip(restored.gen[0].noise_sums()[:3], metric.gen[0].noise_sums()[:3], strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)  # the generated side's multiplier sums travel too
+
+
+def test_the_state_is_two_plus_draws_matrices_and_an_old_two_sided_checkpoint_is_refused():
+    """The reference keeps Q only, the generated side Q and its draws: 2 + draws (2r)^2 sums. A checkpoint of the
+    layout before (multiplier sums on both sides, no `noise` setting) is refused, naming what to do."""
+    g = torch.Generator().manual_seed(1)
+    metric = FINCNovelty(sigma=1.0, n_frequencies=8, draws=2)
+    metric.update(torch.randn(40, 3, generator=g), real=True)
+    metric.update(torch.randn(30, 3, generator=g), real=False)
+    state = metric.state_dict()
+    width, triangle = 16, 16 * 17 // 2
+    assert sizes(state)["ref"] == (1 + width + triangle,)
+    assert sizes(state)["gen"] == (1 + width + triangle + 2 * (1 + triangle),)
+    key = next(k for k in state if k.endswith("_extra_state"))
+    old = {**state[key], "sums": dict(state[key]["sums"])}
+    del old["settings"]  # the earlier layout wrote no settings; its reference held the draws too
+    old["sums"]["ref"] = torch.cat([old["sums"]["ref"], old["sums"]["gen"][1 + width + triangle :]])
+    fresh = FINCNovelty(sigma=1.0, n_frequencies=8, draws=2)
+    with pytest.raises(RuntimeError, match="multiplier draws on both sides.*Accumulate the data again"):
+        fresh.load_state_dict({**state, key: old})
+    assert fresh.sample_count(real=True) == 0  # nothing restored
 
 
 def test_a_mid_epoch_state_with_pending_rows_resumes_exactly():
@@ -83,7 +106,7 @@ def test_a_checkpoint_of_another_configuration_is_refused_before_anything_is_res
     other = FINCNovelty(sigma=1.0, n_frequencies=8, draws=2)
     other.update(torch.randn(10, 3), real=False)
     before = other.sample_count(real=False)
-    with pytest.raises(ValueError, match="checkpoint's 'gen' state has .* entries where these settings need"):
+    with pytest.raises(RuntimeError, match="written with draws=3 where this metric has draws=2"):
         other.load_state_dict(metric.state_dict())
     assert other.sample_count(real=False) == before
     old = metric.state_dict()  # as written with content groups: `gen_0` .. `ref_3`

@@ -309,8 +309,11 @@ def test_student_t_survival_matches_scipy():
         assert student_t_isf(0.05, dof) == pytest.approx(float(stats.t.isf(0.05, dof)), abs=1e-9)
 
 
-def test_null_draws_and_p_values_equal_the_dense_oracle():
-    """Each draw by the formula of the module doc, built sample by sample and decomposed densely."""
+@pytest.mark.parametrize("draws", [1, 3])
+def test_null_draws_and_p_values_equal_the_dense_oracle(draws):
+    """Each draw by the formula of the module doc, built sample by sample and decomposed densely: the generated
+    side's draw E_a scaled by c = sqrt(n_gen (1/n_x + rho^2/n_y)), for the novel (x = gen) and missing (x = ref)
+    spectra."""
     from scipy import stats
 
     from lightning_spectral.functional.sampling_noise import DEFAULT_RATIO, Multipliers
@@ -319,38 +322,50 @@ def test_null_draws_and_p_values_equal_the_dense_oracle():
     gen = torch.randn(90, 3, generator=g, dtype=torch.float64)
     ref = torch.randn(70, 3, generator=g, dtype=torch.float64) + 0.3
     rff = GaussianRFF(3, 12, sigma=1.5)
-    multipliers = Multipliers(3, 1.5, 0, DEFAULT_RATIO)
+    multipliers = Multipliers(draws, 1.5, 0, DEFAULT_RATIO)
+    phi = {"gen": rff(gen), "ref": rff(ref)}
+    weights = multipliers(gen)  # s_a(x_i) of the generated samples, (90, A)
+
+    def noise(a):  # E_a = (1/n) sum_i (s_a(x_i) - sbar_a) phi_i phi_i^T, generated side
+        centred = weights[:, a] - weights[:, a].mean()
+        return (phi["gen"] * centred[:, None]).T @ phi["gen"] / 90
+
     for rho in (1.0, 2.0):
-        spectrum = finc_spectrum(gen, ref, sigma=1.5, n_frequencies=12, rho=rho)
-        phi = {"gen": rff(gen), "ref": rff(ref)}
-        weights = {"gen": multipliers(gen), "ref": multipliers(ref)}  # s_a(x_i), (n, 3)
+        for missing in (False, True):
+            x, y = ("ref", "gen") if missing else ("gen", "ref")
+            pair = (ref, gen) if missing else (gen, ref)
+            if missing:  # the functional form keeps the draws of its first argument: build the sums directly
+                from lightning_spectral.functional.finc import differential_spectrum
+                from lightning_spectral.functional.sampling_noise import NoiseSums
 
-        def noise(side, a, phi=phi, weights=weights):  # E_a = (1/n) sum_i (s_a(x_i) - sbar_a) phi_i phi_i^T
-            centred = weights[side][:, a] - weights[side][:, a].mean()
-            return (phi[side] * centred[:, None]).T @ phi[side] / len(phi[side])
-
-        pooled = torch.cat([phi["gen"], phi["ref"]])
-        shift = (1 - rho) * pooled.T @ pooled / len(pooled)
-        draws = []
-        for a in range(3):  # draw a of one side paired with draw a of the other
-            for sign in (1.0, -1.0):
+                spectrum = differential_spectrum(
+                    NoiseSums.of(ref, rff, None), NoiseSums.of(gen, rff, multipliers), rho
+                )
+            else:
+                spectrum = finc_spectrum(*pair, sigma=1.5, n_frequencies=12, rho=rho, draws=draws)
+            n = {"gen": 90, "ref": 70}
+            c = (90 * (1 / n[x] + rho**2 / n[y])) ** 0.5
+            pooled = torch.cat([phi["gen"], phi["ref"]])
+            shift = (1 - rho) * pooled.T @ pooled / len(pooled)
+            expected = []
+            for a in range(draws):
                 if rho == 1.0:
-                    values = torch.linalg.eigvalsh(noise("gen", a) - sign * noise("ref", a))
-                    draws += [float(values[-1]), -float(values[0])]
+                    values = torch.linalg.eigvalsh(c * noise(a))
+                    expected += [float(values[-1]), -float(values[0])]
                     continue
-                for flip in (1.0, -1.0):
-                    matrix = shift + sign * noise("gen", a) - flip * rho * noise("ref", a)
-                    draws.append(float(torch.linalg.eigvalsh(matrix)[-1]))
-        draws = torch.tensor(draws, dtype=torch.float64)
-        torch.testing.assert_close(spectrum.null.draws, draws, rtol=1e-9, atol=1e-12)
-        exact = (phi["gen"].T @ phi["gen"] / 90) - rho * (phi["ref"].T @ phi["ref"] / 70)
-        values = torch.linalg.eigvalsh(exact).flip(0)
-        torch.testing.assert_close(spectrum.eigenvalues, values, rtol=0, atol=1e-12)
-        scale = float(draws.std()) * (1 + 1 / 3) ** 0.5  # nu = A = 3 independent draw pairs
-        p_values = torch.from_numpy(stats.t.sf(((values - draws.mean()) / scale).numpy(), 3))
-        torch.testing.assert_close(spectrum.p_values, p_values, rtol=1e-9, atol=1e-12)
-        assert spectrum.significant.tolist() == ((p_values <= 0.05) & (values > 1e-3)).tolist()
-        assert spectrum.threshold == pytest.approx(max(float(draws.mean()) + scale * stats.t.isf(0.05, 3), 1e-3))
+                for sign in (1.0, -1.0):
+                    expected.append(float(torch.linalg.eigvalsh(shift + sign * c * noise(a))[-1]))
+            expected = torch.tensor(expected, dtype=torch.float64)
+            torch.testing.assert_close(spectrum.null.draws, expected, rtol=1e-9, atol=1e-12)
+            exact = (phi[x].T @ phi[x] / n[x]) - rho * (phi[y].T @ phi[y] / n[y])
+            values = torch.linalg.eigvalsh(exact).flip(0)
+            torch.testing.assert_close(spectrum.eigenvalues, values, rtol=0, atol=1e-12)
+            scale = float(expected.std()) * (1 + 1 / draws) ** 0.5  # nu = A independent draws
+            p_values = torch.from_numpy(stats.t.sf(((values - expected.mean()) / scale).numpy(), draws))
+            torch.testing.assert_close(spectrum.p_values, p_values, rtol=1e-9, atol=1e-12)
+            assert spectrum.significant.tolist() == ((p_values <= 0.05) & (values > 1e-3)).tolist()
+            threshold = float(expected.mean()) + scale * stats.t.isf(0.05, draws)
+            assert spectrum.threshold == pytest.approx(max(threshold, 1e-3))
 
 
 def test_a_side_of_equal_samples_has_zero_noise_draws():
@@ -372,3 +387,44 @@ def test_finc_reads_inputs_that_require_grad_as_plain_values():
     expected = finc(generated, reference, 1.0, n_frequencies=64)
     score = finc(generated.clone().requires_grad_(), reference.clone().requires_grad_(), 1.0, n_frequencies=64)
     assert torch.equal(score, expected) and not score.requires_grad
+
+
+def test_missing_spectrum_at_rho_one_is_the_mirrored_novel_one_and_equals_its_own_decomposition():
+    """At rho = 1 the metric reads the missing spectrum off the novel one (C_ref - C_gen = -(C_gen - C_ref)): the
+    same eigenvalues, p-values, threshold and (up to sign) eigenvectors as decomposing C_ref - C_gen itself."""
+    from lightning_spectral.functional.finc import differential_spectrum
+
+    g = torch.Generator().manual_seed(3)
+    gen = torch.randn(120, 3, generator=g, dtype=torch.float64)
+    ref = torch.cat([torch.randn(80, 3, generator=g, dtype=torch.float64), torch.randn(40, 3, generator=g) + 4.0])
+    metric = FINCNovelty(sigma=1.5, n_frequencies=16)
+    metric.update(gen, real=False)
+    metric.update(ref, real=True)
+    direct = differential_spectrum(metric._side(real=True), metric._side(real=False), 1.0)
+    mirrored = metric._spectrum(missing=True)
+    torch.testing.assert_close(mirrored.eigenvalues, direct.eigenvalues, rtol=0, atol=1e-12)
+    torch.testing.assert_close(mirrored.p_values, direct.p_values, rtol=1e-9, atol=1e-12)
+    assert mirrored.threshold == pytest.approx(direct.threshold, rel=1e-12)
+    overlap = (mirrored.eigenvectors[:, :3] * direct.eigenvectors[:, :3]).sum(0).abs()
+    torch.testing.assert_close(overlap, torch.ones(3, dtype=torch.float64), rtol=0, atol=1e-9)
+    assert float(metric.missing_score()) == pytest.approx(float(direct.score), abs=1e-12)
+
+
+def test_null_draws_at_rho_two_by_lanczos_are_close_to_the_dense_ones():
+    """Above 2r = 1024 with fewer samples than features the rho != 1 null runs Lanczos at a looser residual
+    (SHIFTED_RTOL): every draw within 10 % of the dense eigvalsh of the same matrix, never above it (a Ritz value
+    is a lower bound), and the threshold within 2 %."""
+    from lightning_spectral.functional.finc_null import NullModel, combinations, null_model, null_weights
+    from lightning_spectral.functional.sampling_noise import DEFAULT_RATIO, Multipliers, NoiseSums
+
+    g = torch.Generator().manual_seed(11)
+    gen = torch.randn(300, 4, generator=g, dtype=torch.float64)
+    ref = torch.randn(300, 4, generator=g, dtype=torch.float64)
+    rff = GaussianRFF(4, 520, sigma=1.0)  # 2r = 1040 > 1024: the Lanczos route
+    x, y = NoiseSums.of(gen, rff, Multipliers(3, 1.0, 0, DEFAULT_RATIO)), NoiseSums.of(ref, rff, None)
+    null = null_model(x, y, 2.0)
+    matrices = combinations(list(x.sums + y.sums), null_weights(x, y, 2.0), torch.float64)
+    dense = torch.stack([torch.linalg.eigvalsh(m)[-1] for m in matrices])
+    assert bool((null.draws <= dense * (1 + 1e-6) + 1e-12).all())
+    torch.testing.assert_close(null.draws, dense, rtol=0.1, atol=0)
+    assert null.threshold(0.05) == pytest.approx(NullModel(dense, 3).threshold(0.05), rel=0.02)

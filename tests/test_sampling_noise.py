@@ -94,8 +94,8 @@ def test_groups_is_deprecated_and_read_as_draws():
     with pytest.warns(FutureWarning, match="`groups` is deprecated.*draws=3"):
         metric = FINCNovelty(sigma=1.0, n_frequencies=8, groups=4)
     assert metric.draws == 3
-    with pytest.raises(ValueError, match="`draws` must be an integer in \\[2, 64\\]"):
-        FINCNovelty(sigma=1.0, draws=1)
+    with pytest.raises(ValueError, match="`draws` must be an integer in \\[1, 64\\]"):
+        FINCNovelty(sigma=1.0, draws=0)
     with pytest.raises(ValueError, match="`groups` is deprecated"):
         FINCNovelty(sigma=1.0, groups=True)
 
@@ -105,20 +105,23 @@ def test_standard_error_is_the_root_mean_square_of_the_replicates():
 
 
 def test_summary_standard_errors_equal_the_replicates_of_the_oracle():
-    """se of the top eigenvalue: the RMS over draws of u_1^T (E_gen(a) - E_ref(a)) u_1, built sample by sample."""
+    """se of the top eigenvalue: the RMS over draws of u_1^T c E_gen(a) u_1 (c = sqrt(n_gen (1/n_gen + 1/n_ref))
+    at rho = 1), built sample by sample."""
     from lightning_spectral.functional.sampling_noise import DEFAULT_RATIO
 
     gen, ref = mixture_pair(n=300)
     gen, ref = gen.double(), ref.double()
-    metric = FINCNovelty(sigma=3.0, n_frequencies=32)
+    gen = gen[:250]
+    metric = FINCNovelty(sigma=3.0, n_frequencies=32, draws=3)
     metric.update(gen, real=False)
     metric.update(ref, real=True)
     summary = metric.summary()
     rff, multipliers = GaussianRFF(8, 32, sigma=3.0, seed=0), Multipliers(3, 3.0, 0, DEFAULT_RATIO)
-    (c_gen, d_gen), (c_ref, d_ref) = draws_exact(gen, rff, multipliers), draws_exact(ref, rff, multipliers)
+    (c_gen, d_gen), (c_ref, _) = draws_exact(gen, rff, multipliers), draws_exact(ref, rff, multipliers)
     values, vectors = torch.linalg.eigh(c_gen - c_ref)
     top = vectors[:, -1]
-    replicates = torch.stack([top @ (d_gen[a] - d_ref[a]) @ top for a in range(3)])
+    scale = math.sqrt(250 * (1 / 250 + 1 / 300))
+    replicates = torch.stack([top @ (scale * d_gen[a]) @ top for a in range(3)])
     assert float(summary["novel_top_se"]) == pytest.approx(float(replicates.pow(2).mean().sqrt()), rel=1e-6)
     assert float(summary["novel_top"]) == pytest.approx(float(values[-1]), rel=1e-9)
     assert {"se", "missing_se", "missing_top_se"} <= set(summary)

@@ -14,18 +14,21 @@ and more generally, with fewer than k positive eigenvalues in ``E[L]``, ``lambda
 p-value of the k-th eigenvalue is ``P(lambda_max(N) >= lambda_k)``, and declaring the eigenvalues with p-value
 ``<= significance`` significant names a spurious extra mode with probability at most ``significance``.
 
-The law of ``lambda_max(N)`` is estimated from the data by ``A`` multiplier draws per side
+The law of ``lambda_max(N)`` is estimated from the data by ``A`` multiplier draws of the generated side
 ([`sampling_noise`][lightning_spectral.functional.sampling_noise]): ``E_a = (1/n) sum_i (s_a(x_i) - sbar_a)
 phi_i phi_i^T`` with ``s_a`` a smooth random Fourier function of the sample (mean 0, variance 1, uncorrelated
 between samples farther apart than ``sigma / ratio``), a replicate of ``C - E C`` for that side (multiplier
-bootstrap, Chernozhukov, Chetverikov and Kato 2013). The draws of ``N`` are ``+-(E_gen(a) - s rho E_ref(a))``,
-draw ``a`` of one side paired with draw ``a`` of the other, ``s = +-1``: ``lambda_max`` and ``-lambda_min`` of
-``2 A`` matrices, ``4 A`` draws from ``A`` independent pairs. At ``rho > 1`` this bound is loose: the noise is
-largest along the shared modes, where ``E[L] = (1 - rho) C`` is far below 0 on one distribution. There the null
-is one distribution on both sides ("same distribution", the case the level is stated for) and each draw is the
-top eigenvalue of ``(1 - rho) C_pool + s E_gen(a) - t rho E_ref(a)`` (`null_model`; ``4 A`` draws). With their
-mean ``m`` and standard deviation ``s``, the p-value is the Student-t prediction interval's, with ``nu = A``
-degrees of freedom (the independent pairs behind the draws; the draws of one pair share its multipliers)::
+bootstrap, Chernozhukov, Chetverikov and Kato 2013). One side's draw stands for both sides' noise, scaled by
+``c = sqrt(n_gen (1/n_x + rho^2/n_y))`` (`noise_scale` in
+[`finc_null`][lightning_spectral.functional.finc_null]): exact in law when both sides hold one distribution
+(the null the level is stated for), and, for the novel spectrum, as the reference outgrows the generated side
+whatever the reference. So the reference keeps ``Q`` only: ``2 + A`` (2r)^2 sums (5 at the default ``A = 3``). At
+``rho = 1`` a draw gives ``lambda_max`` and ``-lambda_min`` of ``c E_a``. At ``rho > 1`` the Weyl bound is
+loose: the noise is largest along the shared modes, where ``E[L] = (1 - rho) C`` is far below 0 on one
+distribution. There the null is one distribution on both sides ("same distribution", the case the level is
+stated for) and each draw is the top eigenvalue of ``(1 - rho) C_pool + s c E_a`` (`null_model`, ``s = +-1``).
+Either way ``2 A`` draws. With their mean ``m`` and standard deviation ``s``, the p-value is the Student-t
+prediction interval's, with ``nu = A`` degrees of freedom (the independent draws)::
 
     p(lambda) = P(T_nu >= (lambda - m) / (s sqrt(1 + 1/nu)))
 
@@ -122,6 +125,17 @@ class DifferentialSpectrum(NamedTuple):
         """Sum of the significant eigenvalues (0 when none passes)."""
         return self.eigenvalues[self.significant].sum()
 
+    def mirrored(self) -> DifferentialSpectrum:
+        """The spectrum of ``-(C_x - C_y) = C_y - C_x`` at ``rho = 1`` (eigenvalues negated and reversed, the same
+        eigenvectors reversed), with its p-values under the same null (at ``rho = 1`` both orders share it:
+        `noise_scale` is symmetric in the sides there)."""
+        values = -self.eigenvalues.flip(0)
+        vectors = None if self.eigenvectors is None else self.eigenvectors.flip(1)
+        return DifferentialSpectrum(
+            values, vectors, self.null.p_values(values), self.threshold, self.significance, self.min_eigenvalue,
+            self.null,
+        )
+
 
 def differential_spectrum(
     x: NoiseSums,
@@ -168,15 +182,15 @@ def finc_spectrum(
 ) -> DifferentialSpectrum:
     """FINC on two embedding sets (N, d) and (M, d): the spectrum of ``C_gen - rho C_ref``, p-values, threshold.
 
-    Each side keeps ``draws`` multiplier draws of its sampling noise for the null (module doc); ``groups`` is
-    deprecated (read as ``draws = groups - 1``).
+    The generated side keeps ``draws`` multiplier draws of its sampling noise for the null (module doc);
+    ``groups`` is deprecated (read as ``draws = groups - 1``).
 
     Not differentiable: the inputs are detached (the content groups and the null are statistics of the data, not
     a loss), so inputs that require grad are read as plain values.
 
     Raises:
         ValueError: an empty side, widths that differ, NaN / Inf, ``rho`` or ``min_eigenvalue`` not a number
-            > 0, ``significance`` not in (0, 1), ``draws`` not an integer in [2, 64].
+            > 0, ``significance`` not in (0, 1), ``draws`` not an integer in [1, 64].
     """
     rho = check_positive(rho, "rho")
     significance = check_significance(significance)
@@ -188,7 +202,8 @@ def finc_spectrum(
         raise ValueError("finc: needs at least 1 generated and 2 reference samples.")
     rff = GaussianRFF(generated.shape[1], n_frequencies, sigma, seed).to(generated.device)
     multipliers = Multipliers(draws, rff.sigma, seed, DEFAULT_RATIO)
-    x, y = (NoiseSums.of(side, rff, multipliers, chunk_size) for side in (generated, reference))
+    x = NoiseSums.of(generated, rff, multipliers, chunk_size)
+    y = NoiseSums.of(reference, rff, None, chunk_size)
     return differential_spectrum(x, y, rho, significance, min_eigenvalue)
 
 

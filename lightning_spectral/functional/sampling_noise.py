@@ -28,7 +28,8 @@ not ``n``; measured in docs/benchmarks.md).
 
 State per stream: ``n``, ``Q``, the ``A`` multiplier sums ``w_a = sum_i s_a(x_i)`` and the ``A`` matrices
 ``S_a = sum_i s_a(x_i) phi_i phi_i^T``: ``(1 + A)`` D x D float64 sums, all plain sums (order-free, all-reduced
-with the rest).
+with the rest). A stream may keep no draws (``A = 0``: ``n`` and ``Q`` only); FINC keeps them on one side
+([`finc_null`][lightning_spectral.functional.finc_null]).
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ from torch import Tensor
 
 from lightning_spectral._checks import check_positive, check_positive_int
 
-#: Default number of multiplier draws per stream (each a D x D float64 sum).
+#: Default number of multiplier draws (each a D x D float64 sum), kept by FINC's generated side only.
 DEFAULT_DRAWS = 3
 
 #: The multipliers' frequencies are this many times the kernel's (``omega ~ N(0, (ratio / bandwidth)^2 I)``).
@@ -51,10 +52,11 @@ _frequencies: dict[tuple, tuple[Tensor, Tensor]] = {}
 
 
 def check_draws(value: int, name: str = "draws") -> int:
-    """Return ``int(value)`` or raise ``ValueError`` unless it is an integer in [2, 64]."""
-    if isinstance(value, bool) or not isinstance(value, int) or not 2 <= value <= 64:
+    """Return ``int(value)`` or raise ``ValueError`` unless it is an integer in [1, 64]."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 64:
         raise ValueError(
-            f"`{name}` must be an integer in [2, 64] (the sampling-noise draws per side; default 3), got {value!r}."
+            f"`{name}` must be an integer in [1, 64] (the sampling-noise draws; default {DEFAULT_DRAWS}), got "
+            f"{value!r}."
         )
     return value
 
@@ -128,17 +130,23 @@ class NoiseSums(NamedTuple):
     count: float
 
     @classmethod
-    def of(cls, x: Tensor, feature_map, multipliers: Multipliers, chunk_size: int = 4096) -> NoiseSums:
-        """The sums of the samples ``x`` (N, d) under ``feature_map``, accumulated chunk by chunk."""
+    def of(
+        cls, x: Tensor, feature_map, multipliers: Optional[Multipliers], chunk_size: int = 4096
+    ) -> NoiseSums:
+        """The sums of the samples ``x`` (N, d) under ``feature_map``, accumulated chunk by chunk (no draws when
+        ``multipliers`` is ``None``)."""
         width = feature_map(x[:1]).shape[1]
+        draws = 0 if multipliers is None else multipliers.draws
         total = torch.zeros(width, width, dtype=torch.float64, device=x.device)
-        weighted = torch.zeros(multipliers.draws, width, width, dtype=torch.float64, device=x.device)
-        weight_sums = torch.zeros(multipliers.draws, dtype=torch.float64, device=x.device)
+        weighted = torch.zeros(draws, width, width, dtype=torch.float64, device=x.device)
+        weight_sums = torch.zeros(draws, dtype=torch.float64, device=x.device)
         for start in range(0, x.shape[0], chunk_size):
             chunk = x[start : start + chunk_size]
             phi = feature_map(chunk)
             product = phi.T @ phi
             total += (product + product.T) / 2
+            if multipliers is None:
+                continue
             weights = multipliers(chunk)
             weight_sums += weights.sum(0)
             add_weighted_gram_(weighted, phi, weights)

@@ -26,7 +26,7 @@ from lightning_spectral.functional.finc import (
     differential_spectrum,
     draws_from_groups,
 )
-from lightning_spectral.functional.finc_null import NULL_BATCH, null_model
+from lightning_spectral.functional.finc_null import NULL_BATCH, noise_scale, null_model
 from lightning_spectral.functional.mode_shares import ModeRow, two_sided_shares
 from lightning_spectral.functional.modes import Ids, Modes, check_candidates_memory, mode_scores, orient, top_samples
 from lightning_spectral.functional.sampling_noise import (
@@ -51,7 +51,8 @@ class FINCNovelty(SpectralMetric):
     Score (``compute``): finite samples give ``L`` many small positive eigenvalues from noise alone, so only
     significant eigenvalues count: ``novelty = sum of eigenvalues with p-value <= significance (and >
     min_eigenvalue)``. The p-value of an eigenvalue is the chance that sampling noise alone puts the top
-    eigenvalue that high; its law is estimated from ``draws`` multiplier draws per side (each sample's multiplier
+    eigenvalue that high; its law is estimated from ``draws`` multiplier draws of the generated side, scaled to both
+    sides' noise (each sample's multiplier
     is a smooth random function of its own values, so order, batching and sharding do not matter, and neither do
     the last bits of the embeddings). On two samples of one
     distribution at most a ``significance`` share of runs names any mode. See
@@ -68,8 +69,9 @@ class FINCNovelty(SpectralMetric):
         significance: the level in (0, 1) (default 0.05): the share of same-distribution runs allowed to name a
             mode.
         min_eigenvalue: absolute minimum of a significant eigenvalue (default 1e-3, about 0.1 % extra mass).
-        draws: multiplier draws of the sampling noise per side, in [2, 64] (default 3): ``2 (1 + draws)`` (2r)^2
-            float64 sums are kept.
+        draws: multiplier draws of the sampling noise, kept by the generated side, in [1, 64] (default 3):
+            ``2 + draws`` (2r)^2 float64 sums are kept (5 by default; fewer draws widen the Student-t quantile and
+            cost power, docs/benchmarks.md).
         groups: deprecated (the content groups are gone): read as ``draws = groups - 1`` with a
             ``FutureWarning``.
         reset_real_features: if False, ``reset()`` keeps the reference side (as torchmetrics' FID), so a
@@ -146,23 +148,42 @@ class FINCNovelty(SpectralMetric):
         self.reset_real_features = reset_real_features
         multipliers = Multipliers(draws, rff.sigma, rff.seed, DEFAULT_RATIO)
         self.gen = [self.add_accumulator("gen", multipliers=multipliers)]
-        self.ref = [self.add_accumulator("ref", reference=True, multipliers=multipliers)]
+        self.ref = [self.add_accumulator("ref", reference=True)]
         if in_features is not None:
             self.build(check_positive_int(in_features, "in_features"))
 
     @staticmethod
     def _check_memory(n_frequencies: int, draws: int) -> None:
-        """Refuse before allocating: ``2 (1 + draws)`` (2r)^2 float64 sums, plus ``1 + NULL_BATCH`` matrices of the
-        same size at compute (the difference and a batch of the null's matrices)."""
+        """Refuse before allocating: ``2 + draws`` (2r)^2 float64 sums, plus the difference and a batch of the null's
+        matrices of the same size at compute."""
         width = 2 * n_frequencies
-        kept = 2 * (1 + draws)
-        matrices = kept + 1 + NULL_BATCH
-        needed = 8 * (matrices * width * width + 2 * width)
-        what = (
-            f"{kept} float64 sums of {width} x {width} (`draws`={draws} per side) and {1 + NULL_BATCH} at compute"
-        )
-        fix = f"use a smaller `n_frequencies` (2r = 4096 to 16384 is typical) or fewer `draws` (>= 2; {draws} now)"
+        kept = 2 + draws
+        extra = 1 + min(NULL_BATCH, 2 * draws)
+        needed = 8 * ((kept + extra) * width * width + 2 * width)
+        what = f"{kept} float64 sums of {width} x {width} (`draws`={draws}) and {extra} at compute"
+        fix = f"use a smaller `n_frequencies` (2r = 4096 to 16384 is typical) or fewer `draws` (>= 1; {draws} now)"
         check_memory("FINCNovelty", "n_frequencies", n_frequencies, needed, what, fix)
+
+    #: The layout of the sums: multiplier draws on the generated side only (written with every checkpoint).
+    NOISE_LAYOUT = "generated-side draws"
+
+    def checkpoint_settings(self) -> dict[str, Any]:
+        """The sums' layout and ``draws`` (a checkpoint of either other is refused on load)."""
+        return {"noise": self.NOISE_LAYOUT, "draws": self.draws}
+
+    def set_extra_state(self, state: Any) -> None:
+        """Refuse a checkpoint whose sums were written when both sides kept multiplier draws (no ``noise`` setting):
+        those draws cannot be converted (the multipliers depend on ``draws``)."""
+        if isinstance(state, dict) and set(state.get("sums", {})) == {"gen", "ref"} and "noise" not in (
+            state.get("settings") or {}
+        ) and any(packed.numel() > 1 for packed in state["sums"].values()):
+            raise RuntimeError(
+                "FINCNovelty: the checkpoint's sums were written by an earlier version that kept multiplier draws on "
+                "both sides (2 x (1 + draws) sums of (2r)^2); this version keeps them on the generated side only "
+                "(2 + draws) and cannot convert them. Accumulate the data again instead of resuming these sums (or "
+                "load the checkpoint with the version that wrote it)."
+            )
+        super().set_extra_state(state)
 
     def update(self, features: Tensor, real: bool) -> None:
         """Add embeddings (N, d) (or images, with ``feature``) of the reference (``real=True``) or of the
@@ -177,10 +198,16 @@ class FINCNovelty(SpectralMetric):
         return PooledSums(self.ref if real else self.gen, "FINCNovelty: this side holds no sample.")
 
     def _side(self, real: bool) -> NoiseSums:
-        return (self.ref if real else self.gen)[0].noise_sums()
+        accumulator = (self.ref if real else self.gen)[0]
+        if accumulator.multipliers is not None:
+            return accumulator.noise_sums()
+        total = accumulator.cov_sum
+        return NoiseSums(total, total.new_zeros((0, *total.shape)), total.new_zeros(0), float(accumulator.count))
 
     def _spectrum(self, missing: bool, vectors: bool = True) -> DifferentialSpectrum:
         name = ("missing" if missing else "novel") + ("" if vectors else "_values")
+        if missing and self.rho == 1.0:  # C_ref - C_gen = -(C_gen - C_ref): one eigendecomposition serves both
+            return self.cached(name, lambda: self._spectrum(False, vectors).mirrored())
         return self.cached(name, lambda: self._decompose(missing, vectors))
 
     def _decompose(self, missing: bool, vectors: bool) -> DifferentialSpectrum:
@@ -196,8 +223,11 @@ class FINCNovelty(SpectralMetric):
         return differential_spectrum(x, y, self.rho, self.significance, self.min_eigenvalue, vectors, null)
 
     def cached_null(self, missing: bool, x: NoiseSums, y: NoiseSums) -> Any:
-        """The null of ``C_x - rho C_y``, kept beside the spectra (at ``rho = 1`` novel and missing share it)."""
-        key = (self.rho == 1.0 or not missing, tuple(float(a.state.sum()) for a in self.accumulators.values()))
+        """The null of ``C_x - rho C_y``, kept beside the spectra: its matrices depend on the order of the sides only
+        through the scale ``c`` ([`noise_scale`][lightning_spectral.functional.finc_null.noise_scale]), so novel and
+        missing share it at ``rho = 1`` or when both sides hold as many samples."""
+        gen = x if x.draws else y
+        key = (noise_scale(gen, x, y, self.rho), tuple(float(a.state.sum()) for a in self.accumulators.values()))
         if self._null_cache is not None and self._null_cache[0] == key:
             return self._null_cache[1]
         null = null_model(x, y, self.rho)
@@ -288,8 +318,9 @@ class FINCNovelty(SpectralMetric):
     def standard_errors(self, missing: bool = False) -> tuple[Tensor, Tensor]:
         """Standard errors of the novelty (or missing) score and of the top eigenvalue, from the multiplier draws.
 
-        First order in the noise (the delta method; Kato 1995 for eigenvalues): a draw ``D_a = E_x(a) - rho E_y(a)``
-        of the noise of ``L`` moves the sum of the significant eigenvalues by ``tr(V^T D_a V)`` (``V`` their
+        First order in the noise (the delta method; Kato 1995 for eigenvalues): a draw ``D_a = c E_gen(a)`` of the
+        noise of ``L`` ([`noise_scale`][lightning_spectral.functional.finc_null.noise_scale]: one distribution on both
+        sides) moves the sum of the significant eigenvalues by ``tr(V^T D_a V)`` (``V`` their
         eigenvectors) and the top eigenvalue by ``u_1^T D_a u_1``; the standard error is the root mean square over
         the ``draws`` replicates ([`standard_error`][lightning_spectral.functional.sampling_noise.standard_error]).
         A collective under DDP.
@@ -304,8 +335,9 @@ class FINCNovelty(SpectralMetric):
         vectors = spectrum.eigenvectors[:, spectrum.significant]  # type: ignore[index]
         top = spectrum.eigenvectors[:, :1]  # type: ignore[index]
         score, first = [], []
-        for a in range(x.draws):
-            draw = x.draw(a) - self.rho * y.draw(a)
+        scale = noise_scale(gen, x, y, self.rho)
+        for a in range(gen.draws):
+            draw = scale * gen.draw(a)
             score.append((vectors * (draw @ vectors)).sum())
             first.append((top * (draw @ top)).sum())
         return standard_error(torch.stack(score)), standard_error(torch.stack(first))
