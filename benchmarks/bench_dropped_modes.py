@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -116,6 +117,12 @@ def missing_modes(gen, ref, ref_labels, factor, rho, r, min_eigenvalue, k=10, pe
     return named, novel, sigma
 
 
+def detail(target, trial, dropped, named) -> None:
+    """One trial's named missing modes on stderr: (dominant class, top-20 purity, eigenvalue, p-value) each."""
+    modes = [(c, round(purity, 2), round(value, 4), round(p, 4)) for value, p, c, purity in named]
+    print(json.dumps({"target": target, "trial": trial, "dropped": dropped, "named": modes}), file=sys.stderr, flush=True)
+
+
 def drop(x, y, n_ref, n_gen, dropped, seed):
     g = torch.Generator().manual_seed(seed)
     order = torch.randperm(len(x), generator=g)
@@ -154,6 +161,7 @@ def main() -> None:
                             dropped = [(3 * t + j) % 10 for j in range(3)]
                             gen, ref, ref_y = drop(x, y, args.n, args.n, dropped, seed=t)
                             named, _, sigma = missing_modes(gen, ref, ref_y, factor, rho, args.r, floor)
+                            detail("drop3", t, dropped, named)
                             pure = {c for _, _, c, purity in named if purity >= 0.8}
                             hits += len(pure & set(dropped))
                             wrong += sum(1 for _, _, c, _ in named if c not in dropped)
@@ -167,6 +175,7 @@ def main() -> None:
                             dropped = sorted(set(dropped))[:5]
                             gen, ref, ref_y = drop(x, y, min(1000, args.n), min(1000, args.n), dropped, seed=100 + t)
                             named, _, _ = missing_modes(gen, ref, ref_y, factor, rho, args.r, floor)
+                            detail("drop5", t, dropped, named)
                             hits += len({c for _, _, c, purity in named if purity >= 0.5} & set(dropped))
                             wrong += sum(1 for _, _, c, _ in named if c not in dropped)
                         row["drop5_named"] = f"{hits}/{5 * args.trials}"

@@ -6,7 +6,7 @@ import torch
 
 from lightning_spectral.functional import content_hash
 from lightning_spectral.kernels import AUTO_FACTOR, AUTO_SAMPLES, GaussianRFF, auto_bandwidth, median_bandwidth
-from lightning_spectral.metrics import FastMMD, FINCNovelty, FKEAVendi, KernelPCAOOD
+from lightning_spectral.metrics import ConditionalVendi, FastMMD, FINCNovelty, FKEAVendi, KernelPCAOOD, SPECDivergence
 from lightning_spectral.metrics.auto_bandwidth import reference_bandwidth, smallest_hashes
 
 
@@ -87,3 +87,44 @@ def test_a_map_with_auto_sigma_refuses_rows_until_fixed():
     torch.testing.assert_close(rff(torch.ones(2, 3)), GaussianRFF(3, 8, 2.0)(torch.ones(2, 3)))
     with pytest.raises(ValueError, match="`sigma` must be a positive number, got the string 'median'"):
         GaussianRFF(3, 8, "median")
+
+
+def test_spec_auto_gives_each_embedding_its_own_sigma():
+    gen, ref = sides()
+    second = gen[:, :3] @ torch.randn(3, 5, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    auto = SPECDivergence("gaussian", "auto", "auto", n_frequencies=48)
+    for part in range(0, len(gen), 250):
+        auto.update(gen[part : part + 250], second[part : part + 250])
+    summary = auto.summary()
+    want = (reference_bandwidth(gen, "test"), reference_bandwidth(second, "test"))
+    assert (float(summary["sigma_a"]), float(summary["sigma_b"])) == pytest.approx(want)  # FKEAVendi's rule on each
+    assert want[0] != pytest.approx(want[1])
+    fixed = SPECDivergence("gaussian", *want, n_frequencies=48)
+    fixed.update(gen, second)
+    torch.testing.assert_close(fixed.summary(), summary, rtol=1e-12, atol=1e-14)
+    half = SPECDivergence("gaussian", 2.0, "auto", n_frequencies=48)  # one side fixed, the other fitted
+    half.update(gen, second)
+    assert (half.sigmas[0], float(half.summary()["sigma_b"])) == (2.0, pytest.approx(want[1]))
+    restored = SPECDivergence("gaussian", "auto", "auto", n_frequencies=48)
+    restored.load_state_dict(auto.state_dict())
+    assert restored.sigmas == auto.sigmas
+    torch.testing.assert_close(restored.compute(), summary[""])
+
+
+def test_conditional_auto_reads_the_samples_not_the_prompts():
+    gen, _ = sides()
+    labels = torch.arange(len(gen)) % 4
+    auto = ConditionalVendi("auto", 0.1, 48, alpha=[1, 2], num_classes=4, per_prompt_frequencies=8)
+    auto.update(gen[:300], labels[:300])
+    auto.update(gen[300:], labels[300:])
+    summary = auto.summary()
+    assert float(summary["sigma"]) == pytest.approx(reference_bandwidth(gen, "test")) == auto.sigma
+    fixed = ConditionalVendi(auto.sigma, 0.1, 48, alpha=[1, 2], num_classes=4, per_prompt_frequencies=8)
+    fixed.update(gen, labels)
+    torch.testing.assert_close(fixed.summary(), summary, rtol=1e-12, atol=1e-14)
+    restored = ConditionalVendi("auto", 0.1, 48, alpha=[1, 2], num_classes=4, per_prompt_frequencies=8)
+    restored.load_state_dict(auto.state_dict())
+    assert restored.sigma == auto.sigma
+    torch.testing.assert_close(restored.summary(), summary)
+    with pytest.raises(RuntimeError, match=r"sigma='auto'"):
+        ConditionalVendi("auto", 0.1, 16).compute()

@@ -313,9 +313,13 @@ CASES = [
         r"`sigma_b`"),
     row("SPECDivergence in_features=(3,)", lambda f: SPECDivergence("cosine", in_features=(3,)), ValueError,
         r"`in_features`"),
+    row("SPECDivergence sigma_a='median'", lambda f: SPECDivergence("gaussian", sigma_a="median", sigma_b="auto"),
+        ValueError, r"`sigma_a` must be a positive number, got the string 'median'"),
     # ---- ConditionalVendi ----------------------------------------------------------------------------------------
     row("ConditionalVendi prompt_sigma=0", lambda f: ConditionalVendi(1.0, 0.0), ValueError, r"`prompt_sigma`.*> 0"),
     row("ConditionalVendi sigma=-1", lambda f: ConditionalVendi(-1.0, 1.0), ValueError, r"`sigma`"),
+    row("ConditionalVendi prompt_sigma='auto'", lambda f: ConditionalVendi("auto", "auto"), ValueError,
+        r"`prompt_sigma`"),
     row("ConditionalVendi alpha=0", lambda f: ConditionalVendi(1.0, 1.0, alpha=0), ValueError, r"`alpha`"),
     row("ConditionalVendi num_classes=0", lambda f: ConditionalVendi(1.0, 1.0, num_classes=0), ValueError,
         r"`num_classes`.*>= 1"),

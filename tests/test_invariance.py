@@ -269,9 +269,14 @@ def test_conditional_rank_without_samples_joins_with_zeros(tmp_path):
 
 def observe_auto(rank, world_size, sharding):
     """sigma="auto" metrics: the fitted sigma and every value, under any order, batching and sharding."""
-    gen, ref, _, probe = dataset()
+    from lightning_spectral.metrics import ConditionalVendi
+
+    gen, ref, second, probe = dataset()
+    x, labels, captions = conditional_dataset()
     rows = rows_of(rank, world_size, sharding)
     batch = 64 + 37 * rank + (13 if sharding == "shuffled" else 0)
+    spec = SPECDivergence("gaussian", "auto", "auto", n_frequencies=48, chunk_size=200)  # a sigma per embedding
+    conditional = ConditionalVendi("auto", 0.5, 32, alpha=[1, 2], num_classes=6, per_prompt_frequencies=8)
     vendi = FKEAVendi(sigma="auto", n_frequencies=96, chunk_size=200)
     finc = FINCNovelty(sigma="auto", n_frequencies=96, chunk_size=200)
     mmd = FastMMD(sigma="auto", n_frequencies=64, chunk_size=200)
@@ -283,8 +288,11 @@ def observe_auto(rank, world_size, sharding):
         mmd.update(gen[part], real=False)
         vendi.update(gen[part])
         detector.partial_fit(ref[part])
+        spec.update(gen[part], second[part])
+        conditional.update(x[part], captions[part], labels=labels[part])
     detector.finalize()
     return {
+        "spec": spec.summary(), "conditional": conditional.summary(),
         "vendi": vendi.summary(), "finc": finc.summary(), "mmd": mmd.summary(),
         "novel": finc.novel_modes(4).significant, "detector_sigma": detector.sigma,
         "detector_scores": detector.score(probe),
@@ -296,6 +304,8 @@ def one_process_auto():
     want = observe_auto(0, 1, "whole")
     assert 0 < float(want["finc"]["sigma"]) != float(want["vendi"]["sigma"])  # the reference's rows, not FILE's
     assert float(want["finc"]["sigma"]) == float(want["mmd"]["sigma"])  # one rule, the same reference rows
+    assert float(want["spec"]["sigma_a"]) == float(want["vendi"]["sigma"]) != float(want["spec"]["sigma_b"])
+    assert 0 < float(want["conditional"]["sigma"]) != float(want["vendi"]["sigma"])  # the samples' rows
     return want
 
 

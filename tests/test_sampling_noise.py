@@ -112,7 +112,7 @@ def test_summary_standard_errors_equal_the_replicates_of_the_oracle():
     gen, ref = mixture_pair(n=300)
     gen, ref = gen.double(), ref.double()
     gen = gen[:250]
-    metric = FINCNovelty(sigma=3.0, n_frequencies=32, draws=3)
+    metric = FINCNovelty(sigma=3.0, n_frequencies=32, draws=3, rho=1.0)  # the oracle below is at rho = 1
     metric.update(gen, real=False)
     metric.update(ref, real=True)
     summary = metric.summary()

@@ -137,7 +137,7 @@ def test_spectrum_plots_of_every_metric():
     from lightning_spectral.metrics import FastMMD, FINCNovelty, FKEAVendi, RFFCovariance, SPECDivergence
 
     generator = torch.Generator().manual_seed(0)
-    finc = FINCNovelty(sigma=1.0, n_frequencies=32)
+    finc = FINCNovelty(sigma=1.0, n_frequencies=32, rho=1.0)  # one novel cluster, one mode
     finc.update(torch.randn(200, 2, generator=generator) * 0.1, real=True)
     finc.update(torch.randn(200, 2, generator=generator) * 0.1 + 10.0, real=False)
     figure, (novel, missing) = finc.plot_spectrum(top=8)

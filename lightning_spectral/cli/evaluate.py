@@ -17,9 +17,10 @@ from lightning_spectral.cli import images
 from lightning_spectral.cli.pictures import as_lists
 from lightning_spectral.cli.reader import EmbeddingFile, shard_rows
 from lightning_spectral.cli.runtime import Session, UsageError, positive_ints, same_width
+from lightning_spectral.functional.finc import DEFAULT_RHO
 
 #: Defaults of the flags, equal to the metrics' own defaults (a test keeps them in sync).
-DEFAULTS = {"n_frequencies": 2048, "rho": 1.0, "significance": 0.05, "min_eigenvalue": 1e-3, "mmd_alpha": 0.05}
+DEFAULTS = {"n_frequencies": 2048, "rho": DEFAULT_RHO, "significance": 0.05, "min_eigenvalue": 1e-3, "mmd_alpha": 0.05}
 
 
 def add_parser(subparsers: Any, common: argparse.ArgumentParser) -> None:

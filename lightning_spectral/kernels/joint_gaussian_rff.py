@@ -5,12 +5,13 @@ Gaussian kernels), split into its sample and prompt blocks.
 from __future__ import annotations
 
 import math
-from typing import Optional
+from typing import Optional, Union
 
 import torch
 from torch import Tensor
 
 from lightning_spectral._checks import check_positive, check_positive_int, check_seed
+from lightning_spectral.kernels.bandwidth import check_sigma
 from lightning_spectral.kernels.feature_map import FeatureMap, standard_normal_draws
 
 
@@ -22,6 +23,8 @@ class JointGaussianRFF(FeatureMap):
     ``side="joint"``: ``[cos, sin](x Z_x / sigma_x + t Z_t / sigma_t) / sqrt(r)`` (the Gaussian kernel of
     ``[x / sigma_x, t / sigma_t]``); ``"samples"``: ``x Z_x / sigma_x`` only; ``"prompts"``: ``t Z_t / sigma_t``.
     Every row has unit norm, so each covariance has trace 1. `side` gives a map of one side for an accumulator.
+    ``sigma="auto"`` leaves the samples' bandwidth to
+    [`set_bandwidth`][lightning_spectral.kernels.JointGaussianRFF.set_bandwidth] (no side maps a row before it).
 
     Examples:
         >>> import torch
@@ -36,14 +39,14 @@ class JointGaussianRFF(FeatureMap):
 
     def __init__(
         self,
-        sigma: float,
+        sigma: Union[float, str],
         prompt_sigma: float,
         n_frequencies: int,
         seed: int = 0,
         in_features: Optional[tuple[int, int]] = None,
     ) -> None:
         super().__init__()
-        self.sigma = check_positive(sigma, "sigma")
+        self.sigma: Optional[float] = check_sigma(sigma)  # None: "auto", fixed by `set_bandwidth`
         self.prompt_sigma = check_positive(prompt_sigma, "prompt_sigma")
         self.n_frequencies = check_positive_int(n_frequencies, "n_frequencies")
         self.seed = check_seed(seed)
@@ -83,9 +86,19 @@ class JointGaussianRFF(FeatureMap):
     def out_features(self) -> int:
         return 2 * self.n_frequencies
 
+    @property
+    def awaits_bandwidth(self) -> bool:
+        """True while the samples' ``sigma="auto"`` is not fixed."""
+        return self.sigma is None
+
+    def set_bandwidth(self, sigma: float) -> None:
+        """Fix the samples' bandwidth of a map built with ``sigma="auto"``."""
+        self.sigma = check_positive(sigma, "sigma")
+
     def frequencies(self) -> Optional[Tensor]:
-        """The draw and both bandwidths (every rank must hold them identically), ``None`` before the widths."""
-        if self.in_features is None:
+        """The draw and both bandwidths (every rank must hold them identically), ``None`` before the widths (and an
+        ``"auto"`` sigma) are known."""
+        if self.in_features is None or self.sigma is None:
             return None
         scales = torch.tensor([self.sigma, self.prompt_sigma], dtype=torch.float64, device=self.z.device)
         return torch.cat([self.z.flatten(), scales])
@@ -98,6 +111,11 @@ class JointGaussianRFF(FeatureMap):
         """The phases (N, r) of one side, in the rows' compute dtype."""
         if self.in_features is None:
             raise RuntimeError("JointGaussianRFF: build it with the widths (d_samples, d_prompts) first.")
+        if self.sigma is None and name != "prompts":
+            raise RuntimeError(
+                "JointGaussianRFF(sigma='auto') maps no sample before its bandwidth is fixed: call `set_bandwidth(sigma)` "
+                "(a metric fixes it from its rows at the first read)."
+            )
         d_x = self.in_features[0]
         z = self.z.to(device=rows.device, dtype=rows.dtype)
         x_part = rows[:, :d_x] @ (z[:d_x] / self.sigma) if name != "prompts" else None
@@ -125,6 +143,11 @@ class _Side(FeatureMap):
     @property
     def out_features(self) -> int:
         return self.parent.out_features  # type: ignore[attr-defined]
+
+    @property
+    def awaits_bandwidth(self) -> bool:
+        """The parent's: rows wait while its ``sigma="auto"`` is not fixed (every side, so that all stay in step)."""
+        return self.parent.awaits_bandwidth  # type: ignore[attr-defined]
 
     def forward(self, rows: Tensor) -> Tensor:
         return self.parent(rows, self.name)  # type: ignore[attr-defined]

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional
 
 import torch
 from torch import Tensor
@@ -28,7 +28,8 @@ class PairedFeatureMap(FeatureMap):
         kernel: ``"gaussian"`` (random Fourier features, ``D = 2 r`` per embedding) or ``"cosine"`` (``D = d``).
         in_features: widths ``(d_a, d_b)``, or ``None`` to fix them later
             ([`build`][lightning_spectral.kernels.PairedFeatureMap.build]).
-        sigma: bandwidths ``(sigma_a, sigma_b)`` for the Gaussian kernel (ignored for cosine).
+        sigma: bandwidths ``(sigma_a, sigma_b)`` for the Gaussian kernel (ignored for cosine); either may be
+            ``"auto"``, fixed later by [`set_bandwidth`][lightning_spectral.kernels.PairedFeatureMap.set_bandwidth].
         n_frequencies: ``r`` per embedding for the Gaussian kernel.
         seed: frequency seed.
         persistent: save the frequencies in ``state_dict``.
@@ -46,7 +47,7 @@ class PairedFeatureMap(FeatureMap):
         self,
         kernel: str,
         in_features: Optional[tuple[int, int]] = None,
-        sigma: tuple[Optional[float], Optional[float]] = (None, None),
+        sigma: tuple[Any, Any] = (None, None),
         n_frequencies: int = 2000,
         seed: int = 0,
         persistent: bool = True,
@@ -110,9 +111,32 @@ class PairedFeatureMap(FeatureMap):
             self.in_features = (x_a.shape[1], x_b.shape[1])  # type: ignore[assignment]
         return torch.cat([phi_a, phi_b.to(phi_a.dtype)], dim=1)
 
+    @property
+    def awaits_bandwidth(self) -> bool:
+        """True while either Gaussian map's ``"auto"`` bandwidth is not fixed."""
+        return self.map_a.awaits_bandwidth or self.map_b.awaits_bandwidth
+
+    @property
+    def sigmas(self) -> tuple[Optional[float], Optional[float]]:
+        """``(sigma_a, sigma_b)`` of the Gaussian maps (``None`` while ``"auto"`` waits; ``(None, None)`` for cosine)."""
+        return getattr(self.map_a, "sigma", None), getattr(self.map_b, "sigma", None)
+
+    def set_bandwidth(self, sigma: Any) -> None:  # type: ignore[override]
+        """Fix the ``"auto"`` bandwidths: ``sigma`` is a pair ``(sigma_a, sigma_b)``; a map whose bandwidth is fixed
+        already keeps it (its entry is ignored).
+
+        Raises:
+            ValueError: not a pair.
+        """
+        if not isinstance(sigma, (tuple, list)) or len(sigma) != 2:
+            raise ValueError(f"PairedFeatureMap.set_bandwidth: `sigma` must be a pair (sigma_a, sigma_b), got {sigma!r}.")
+        for feature_map, value in zip((self.map_a, self.map_b), sigma):
+            if feature_map.awaits_bandwidth:
+                feature_map.set_bandwidth(value)
+
     def frequencies(self) -> Optional[Tensor]:
         """What every rank must hold identically: both frequency matrices, or the widths for the cosine kernel."""
-        if self.in_features is None:
+        if self.in_features is None or self.awaits_bandwidth:
             return None
         if isinstance(self.map_a, GaussianRFF):
             return torch.cat([self.map_a.omega.flatten(), self.map_b.omega.flatten()])

@@ -221,6 +221,13 @@ class SpectralMetric(Metric):
         rows = torch.cat(held) if held else torch.zeros(0, width, dtype=torch.float64)
         group = self.process_group if distributed_available() else None
         sigma = reference_bandwidth(rows, type(self).__name__, group)
+        self.set_bandwidth(sigma)
+        self.flush()
+        return sigma
+
+    def set_bandwidth(self, sigma: Any) -> None:
+        """Fix a ``sigma="auto"`` bandwidth to ``sigma`` (the fitted value, or a checkpoint's) without mapping the held
+        rows: the map, the noise multipliers that follow it, and ``sigma``."""
         self.feature_map.set_bandwidth(sigma)
         for accumulator in self.accumulators.values():  # FINC's noise multipliers follow the kernel's bandwidth
             multipliers = getattr(accumulator, "multipliers", None)
@@ -229,8 +236,11 @@ class SpectralMetric(Metric):
         self.sigma = sigma
         if hasattr(self, "sigmas"):
             self.sigmas = (sigma,)
-        self.flush()
-        return sigma
+
+    def fitted_bandwidth(self) -> Any:
+        """What a checkpoint keeps of a fitted ``sigma="auto"`` (``sigma``), given back to
+        [`set_bandwidth`][lightning_spectral.metrics.SpectralMetric.set_bandwidth] on load."""
+        return float(self.sigma)
 
     # ---- sync ----------------------------------------------------------------------------------------------------
     def sync(

@@ -31,7 +31,7 @@ def extra_state(metric: Any, sums: bool = True) -> dict[str, Any]:
     if settings:
         state["settings"] = settings
     if getattr(metric, "auto_sigma", False) and not metric.feature_map.awaits_bandwidth:
-        state["sigma"] = float(metric.sigma)  # sigma="auto"'s fitted value: the frequencies are Z / sigma
+        state["sigma"] = metric.fitted_bandwidth()  # sigma="auto"'s fitted value: the frequencies are Z / sigma
     state["shifts"] = {
         name: accumulator.shift.detach().cpu()
         for name, accumulator in metric.accumulators.items()
@@ -68,13 +68,7 @@ def load_extra_state(metric: Any, state: Any) -> None:
             "Build the metric as it was saved, or accumulate its data again instead of resuming these sums."
         )
     if state.get("sigma") is not None and metric.feature_map.awaits_bandwidth:  # sigma="auto"'s fitted value
-        metric.feature_map.set_bandwidth(state["sigma"])
-        for accumulator in metric.accumulators.values():
-            if getattr(accumulator, "multipliers", None) is not None and accumulator.multipliers.bandwidth is None:
-                accumulator.multipliers.bandwidth = state["sigma"]
-        metric.sigma = state["sigma"]
-        if hasattr(metric, "sigmas"):
-            metric.sigmas = (state["sigma"],)
+        metric.set_bandwidth(state["sigma"])
     _check_settings(metric, state.get("settings"))
     building = state.get("in_features") is not None and metric.in_features is None
     undo = _Snapshot(metric) if building else None

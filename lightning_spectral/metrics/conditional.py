@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 import torch
 from torch import Tensor, nn
@@ -31,6 +31,7 @@ from lightning_spectral.kernels.feature_map import FeatureMap
 from lightning_spectral.kernels.joint_gaussian_rff import JointGaussianRFF
 from lightning_spectral.metrics.accumulator import Accumulator
 from lightning_spectral.metrics.base import ModeGallery, SpectralMetric
+from lightning_spectral.sync.collectives import distributed_available
 
 
 class ConditionalVendi(SpectralMetric):
@@ -57,9 +58,14 @@ class ConditionalVendi(SpectralMetric):
     all-reduced under DDP (one all-reduce each); memory does not grow with the number of samples.
 
     Args:
-        sigma: Gaussian bandwidth of the samples' embeddings (as [`FKEAVendi`][lightning_spectral.metrics.FKEAVendi]).
+        sigma: Gaussian bandwidth of the samples' embeddings (as [`FKEAVendi`][lightning_spectral.metrics.FKEAVendi]),
+            or ``"auto"``: fixed at the first read by the rule of
+            [`auto_bandwidth`][lightning_spectral.kernels.auto_bandwidth] from the samples' rows alone (the prompts
+            play no part: the metric has no reference side, so it reads every sample it holds, as a one-sample
+            ``FKEAVendi(sigma="auto")`` does on the same samples); ``summary()["sigma"]`` reports it.
         prompt_sigma: Gaussian bandwidth of the prompts' embeddings: it defines "the same prompt" (one-hot labels
-            are sqrt(2) apart, so ``prompt_sigma = 0.1`` makes distinct labels unrelated).
+            are sqrt(2) apart, so ``prompt_sigma = 0.1`` makes distinct labels unrelated). A number: a median rule
+            would make distinct labels similar (0.5 x sqrt(2)), so it has no ``"auto"``.
         n_frequencies: r; each covariance is 2r x 2r.
         alpha: an order in (0, inf] or a sequence of orders.
         seed: frequency seed, identical on every rank.
@@ -115,7 +121,7 @@ class ConditionalVendi(SpectralMetric):
 
     def __init__(
         self,
-        sigma: float,
+        sigma: Union[float, str],
         prompt_sigma: float,
         n_frequencies: int = 2048,
         *,
@@ -221,6 +227,27 @@ class ConditionalVendi(SpectralMetric):
         if self.in_features is None and isinstance(in_features, (tuple, list)) and len(in_features) == 2:
             _check_draw_memory(in_features, self.n_frequencies, argument)
         super().build(in_features)
+
+    def fit_bandwidth(self) -> Optional[float]:
+        """Fix ``sigma="auto"`` now from the samples' columns of the held rows (the prompts' play no part), by the
+        rule of [`auto_bandwidth`][lightning_spectral.kernels.auto_bandwidth], and map the held rows; a no-op once
+        sigma is fixed. Returns sigma. A collective under DDP.
+
+        Raises:
+            RuntimeError: fewer than 2 samples on all ranks (update first).
+        """
+        from lightning_spectral.metrics.auto_bandwidth import reference_bandwidth
+
+        if not self.feature_map.awaits_bandwidth:
+            return self.sigma
+        held = self.accumulators["joint"].held_rows  # every accumulator holds the same samples: read them once
+        d_x = self.in_features[0] if self.in_features is not None else 0
+        rows = torch.cat(held)[:, :d_x] if held else torch.zeros(0, d_x, dtype=torch.float64)
+        group = self.process_group if distributed_available() else None
+        sigma = reference_bandwidth(rows, type(self).__name__, group)
+        self.set_bandwidth(sigma)
+        self.flush()
+        return sigma
 
     def checkpoint_settings(self) -> dict[str, Any]:
         """The settings the sums depend on beyond the frequencies: the labels and the per-label width."""
@@ -381,8 +408,8 @@ class ConditionalVendi(SpectralMetric):
         """``""``: Conditional-Vendi; ``information``: Information-Vendi and ``vendi``: the samples' unconditional
         Vendi (with ``unconditional``); ``prompt_vendi``: the prompts'; with ``num_classes``, ``min_prompt_vendi``
         (the least diverse prompt's Vendi among the labels seen at least twice, as ``least_diverse``) and
-        ``prompt`` (each label's Vendi, NaN for a label not seen). A dict per value for several orders. A collective
-        under DDP."""
+        ``prompt`` (each label's Vendi, NaN for a label not seen); ``sigma``: the samples' bandwidth (``"auto"``'s
+        fitted value too). A dict per value for several orders. A collective under DDP."""
         with self.synced():
             scores = self.scores()
             out: dict[str, Any] = {}
@@ -400,7 +427,7 @@ class ConditionalVendi(SpectralMetric):
                 seen = per_prompt[~per_prompt.isnan() & (counts >= 2)]  # a label seen once has Vendi 1
                 out["min_prompt_vendi"] = seen.min() if seen.numel() else torch.tensor(math.nan)
                 out["prompt"] = per_prompt  # logged per label as {name}_prompt/{label} (labels seen)
-            return out
+            return self.with_sigma(out)
 
     # ---- prompt-agnostic modes (Scendi) ---------------------------------------------------------------------------
     def _paired(self) -> Accumulator:
@@ -566,6 +593,10 @@ class _PerLabelMap(FeatureMap):
     def out_features(self) -> int:
         return 2 * self.n_frequencies
 
+    @property
+    def awaits_bandwidth(self) -> bool:
+        return self.parent.awaits_bandwidth  # type: ignore[attr-defined]
+
     def forward(self, x: Tensor) -> Tensor:
         parent: JointGaussianRFF = self.parent  # type: ignore[attr-defined]
         d_x = parent.in_features[0]  # type: ignore[index]
@@ -582,6 +613,9 @@ class _PerLabelAccumulator(Accumulator):
 
     def flush(self) -> None:
         if not self._pending:
+            return
+        if self.feature_map.awaits_bandwidth:  # sigma="auto": fix it first (it flushes every accumulator)
+            self.metric.fit_bandwidth()  # type: ignore[attr-defined]
             return
         rows = torch.cat(list(self._pending))
         self._pending.clear()
@@ -614,6 +648,10 @@ class _PairedSides(FeatureMap):
     @property
     def out_features(self) -> int:
         return 2 * self.parent.out_features  # type: ignore[attr-defined]
+
+    @property
+    def awaits_bandwidth(self) -> bool:
+        return self.parent.awaits_bandwidth  # type: ignore[attr-defined]
 
     def forward(self, rows: Tensor) -> Tensor:
         parent: JointGaussianRFF = self.parent  # type: ignore[attr-defined]

@@ -20,6 +20,7 @@ from lightning_spectral._checks import (
 from lightning_spectral.algebra.gram import DEFAULT_CHUNK_SIZE
 from lightning_spectral.functional.finc import (
     DEFAULT_MIN_EIGENVALUE,
+    DEFAULT_RHO,
     DEFAULT_SIGNIFICANCE,
     DifferentialSpectrum,
     check_significance,
@@ -64,7 +65,9 @@ class FINCNovelty(SpectralMetric):
     Args:
         sigma: Gaussian bandwidth (> 0), or ``"auto"``: fixed from the reference rows at the first read (the rule of [`auto_bandwidth`][lightning_spectral.kernels.auto_bandwidth]; ``summary()["sigma"]`` reports it).
         n_frequencies: r; covariances are 2r x 2r.
-        rho: novelty threshold (>= 1 in the paper; 1, 5 and 10 are used there).
+        rho: novelty threshold (>= 1; the paper uses 1, 5 and 10). Default 2: novel = more than twice as often as
+            the reference, missing = less than half as often; chosen on dropped classes (docs/benchmarks.md "Dropped
+            modes at the defaults"); ``rho = 1`` (any excess) names fewer of them, with a cheaper null.
         seed: frequency seed, identical on every rank.
         significance: the level in (0, 1) (default 0.05): the share of same-distribution runs allowed to name a
             mode.
@@ -88,7 +91,7 @@ class FINCNovelty(SpectralMetric):
     Examples:
         >>> import torch
         >>> g = torch.Generator().manual_seed(0)
-        >>> metric = FINCNovelty(sigma=1.0, n_frequencies=256)
+        >>> metric = FINCNovelty(sigma=1.0, n_frequencies=256, rho=1.0)
         >>> metric.update(torch.randn(300, 2, generator=g) * 0.1, real=True)
         >>> metric.update(torch.randn(200, 2, generator=g) * 0.1, real=False)           # shared mode
         >>> metric.update(torch.randn(100, 2, generator=g) * 0.1 + 10.0, real=False)    # novel mode
@@ -107,7 +110,7 @@ class FINCNovelty(SpectralMetric):
         sigma: Union[float, str],
         n_frequencies: int = 2048,
         *,
-        rho: float = 1.0,
+        rho: float = DEFAULT_RHO,
         seed: int = 0,
         significance: float = DEFAULT_SIGNIFICANCE,
         min_eigenvalue: float = DEFAULT_MIN_EIGENVALUE,

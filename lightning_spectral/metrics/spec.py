@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from numbers import Integral
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 import torch
 from torch import Tensor
@@ -20,9 +20,11 @@ from lightning_spectral._checks import (
 from lightning_spectral.algebra.gram import DEFAULT_CHUNK_SIZE
 from lightning_spectral.functional.modes import Ids, Modes, check_candidates_memory, orient, top_samples
 from lightning_spectral.functional.spec import check_pair, differential_eigh, nonzero
+from lightning_spectral.kernels.bandwidth import check_sigma
 from lightning_spectral.kernels.by_name import KERNELS
 from lightning_spectral.kernels.paired_feature_map import PairedFeatureMap
 from lightning_spectral.metrics.base import ModeGallery, SpectralMetric
+from lightning_spectral.sync.collectives import distributed_available
 
 
 class SPECDivergence(SpectralMetric):
@@ -39,8 +41,12 @@ class SPECDivergence(SpectralMetric):
     Args:
         kernel: ``"gaussian"`` (random Fourier features, ``D = 2 r`` per embedding) or ``"cosine"`` (``D = d``).
         sigma_a: Gaussian bandwidth of ``emb_a`` (see
-            [`match_bandwidth`][lightning_spectral.functional.match_bandwidth]).
-        sigma_b: Gaussian bandwidth of ``emb_b``.
+            [`match_bandwidth`][lightning_spectral.functional.match_bandwidth]), or ``"auto"``: fixed at the first read
+            from the held rows of ``emb_a`` alone, by the rule of
+            [`auto_bandwidth`][lightning_spectral.kernels.auto_bandwidth] (every sample is a "reference" row here:
+            the metric has one sample seen twice); ``summary()`` reports ``sigma_a`` and ``sigma_b``.
+        sigma_b: Gaussian bandwidth of ``emb_b``, or ``"auto"`` (the same rule on the rows of ``emb_b``: each
+            embedding gets its own sigma, as FKEAVendi(sigma="auto") would on it alone).
         n_frequencies: ``r`` per embedding for the Gaussian kernel.
         seed: frequency seed, shared by both maps and by every rank.
         in_features: widths ``(d_a, d_b)``, if known (else learnt from the first batch; under DDP a rank that
@@ -64,8 +70,8 @@ class SPECDivergence(SpectralMetric):
     def __init__(
         self,
         kernel: str = "gaussian",
-        sigma_a: Optional[float] = None,
-        sigma_b: Optional[float] = None,
+        sigma_a: Union[float, str, None] = None,
+        sigma_b: Union[float, str, None] = None,
         *,
         n_frequencies: int = 2000,
         seed: int = 0,
@@ -80,12 +86,11 @@ class SPECDivergence(SpectralMetric):
             if sigma_a is None or sigma_b is None:
                 raise ValueError(
                     "SPECDivergence(kernel='gaussian') needs `sigma_a` and `sigma_b`; choose them with "
-                    "`lightning_spectral.functional.match_bandwidth` or use kernel='cosine'."
+                    "`lightning_spectral.functional.match_bandwidth`, pass \"auto\" (fixed from the data at the first "
+                    "read), or use kernel='cosine'."
                 )
-            sigmas: tuple[Optional[float], Optional[float]] = (
-                check_positive(sigma_a, "sigma_a"),
-                check_positive(sigma_b, "sigma_b"),
-            )
+            fitted = (check_sigma(sigma_a, "sigma_a"), check_sigma(sigma_b, "sigma_b"))
+            sigmas: tuple[Any, Any] = tuple("auto" if value is None else value for value in fitted)  # type: ignore[assignment]
             check_state_memory("SPECDivergence", 2 * n_frequencies, matrices=1, vectors=1)
         else:
             sigmas = (None, None)
@@ -94,7 +99,8 @@ class SPECDivergence(SpectralMetric):
         seed = check_seed(seed)
         paired = PairedFeatureMap(kernel, None, sigmas, n_frequencies, seed, persistent=False)
         super().__init__(feature_map=paired, chunk_size=chunk_size, **kwargs)
-        self.kernel, self.sigmas, self.n_frequencies, self.seed = kernel, sigmas, n_frequencies, seed
+        self.kernel, self.n_frequencies, self.seed = kernel, n_frequencies, seed
+        self.sigmas: tuple[Optional[float], Optional[float]] = paired.sigmas  # None while "auto" waits
         self.joint = self.add_accumulator("joint")
         if in_features is not None:
             self.build(tuple(in_features))
@@ -106,6 +112,52 @@ class SPECDivergence(SpectralMetric):
             widths = tuple(check_positive_int(width, "in_features") for width in in_features)
             check_width_memory("SPECDivergence", widths, sum(widths))
         super().build(in_features)
+
+    def fit_bandwidth(self) -> Any:
+        """Fix the ``"auto"`` bandwidths now, each from the held rows of its own embedding (the rule of
+        [`auto_bandwidth`][lightning_spectral.kernels.auto_bandwidth]: rows chosen by content hash, so any order or
+        sharding gives the same pair), and map the held rows; a no-op once both are fixed. Returns
+        ``(sigma_a, sigma_b)``. A collective under DDP (one per ``"auto"`` side, on every rank).
+
+        Raises:
+            RuntimeError: fewer than 2 rows on all ranks (update first).
+        """
+        from lightning_spectral.metrics.auto_bandwidth import reference_bandwidth
+
+        if not self.feature_map.awaits_bandwidth:
+            return self.sigmas
+        held = self.joint.held_rows
+        widths = self.in_features if self.in_features is not None else (0, 0)
+        rows = torch.cat(held) if held else torch.zeros(0, sum(widths), dtype=torch.float64)
+        group = self.process_group if distributed_available() else None
+        parts = (rows[:, : widths[0]], rows[:, widths[0] :])
+        fitted = tuple(
+            reference_bandwidth(part, f"{type(self).__name__}.{name}", group) if feature_map.awaits_bandwidth else None
+            for part, name, feature_map in zip(
+                parts, ("sigma_a", "sigma_b"), (self.feature_map.map_a, self.feature_map.map_b)
+            )
+        )
+        self.set_bandwidth(fitted)
+        self.flush()
+        return self.sigmas
+
+    def set_bandwidth(self, sigma: Any) -> None:
+        """Fix the ``"auto"`` bandwidths to the pair ``sigma = (sigma_a, sigma_b)`` (an entry for a fixed side is
+        ignored) without mapping the held rows."""
+        self.feature_map.set_bandwidth(tuple(sigma))
+        self.sigmas = self.feature_map.sigmas
+
+    def fitted_bandwidth(self) -> Any:
+        """``(sigma_a, sigma_b)``: what a checkpoint keeps of fitted ``"auto"`` bandwidths."""
+        return tuple(float(value) for value in self.sigmas)  # type: ignore[arg-type]
+
+    def with_sigma(self, summary: dict[str, Any]) -> dict[str, Any]:
+        """``summary`` with ``"sigma_a"`` and ``"sigma_b"`` (Gaussian kernel), the bandwidths the values were computed
+        at (``"auto"``'s fitted values too)."""
+        if self.kernel == "gaussian":
+            for name, value in zip(("sigma_a", "sigma_b"), self.sigmas):
+                summary[name] = torch.tensor(float(value), dtype=torch.float64)  # type: ignore[arg-type]
+        return summary
 
     def update(self, emb_a: Tensor, emb_b: Tensor) -> None:
         """Add a batch: ``emb_a`` (N, d_a) and ``emb_b`` (N, d_b), row i of both the same sample.
