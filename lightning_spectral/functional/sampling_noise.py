@@ -59,6 +59,21 @@ def check_draws(value: int, name: str = "draws") -> int:
     return value
 
 
+#: Default number of draws a metric keeps for the standard errors of its scores (``noise_draws``): two D x D sums
+#: beside the metric's own, so the noise estimate's state is at most twice the metric's.
+DEFAULT_SCORE_DRAWS = 2
+
+
+def check_noise_draws(value: int, name: str = "noise_draws") -> int:
+    """Return ``value`` or raise ``ValueError`` unless it is an integer in [0, 64] (0: no standard errors)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 64:
+        raise ValueError(
+            f"`{name}` must be an integer in [0, 64] (the multiplier draws kept for standard errors; 0 keeps none "
+            f"and reports no `se`; default {DEFAULT_SCORE_DRAWS}), got {value!r}."
+        )
+    return value
+
+
 class Multipliers:
     """The multiplier functions ``s_a(x) = sqrt(2) cos(<omega_a, x> + b_a)``, ``a = 1..A`` (module doc).
 
