@@ -6,7 +6,8 @@ known from a large-n run.
 Data: a mixture of 6 Gaussians in d = 8 (means ~ N(0, 3^2 I), unit within-mode std), the reference ("real") with
 weights (0.10, 0.25, 0.20, 0.15, 0.15, 0.15), the generated side with (0.30, 0.20, 0.15, 0.15, 0.10, 0.10); kernel
 bandwidth sigma = 3; 2r = 2 ``--r`` random features from one fixed frequency seed (the population value is the one of
-this random-feature map, the quantity each metric estimates).
+this random-feature map, the quantity each metric estimates). SPEC-diff compares the generated samples with
+``tanh(x P / 3)`` of them (P a fixed Gaussian 8 x 8 matrix), both at sigma = 3.
 
 Population value: each score at n = ``--population`` (default 50,000) per side, one run. Its own noise is about
 sqrt(n / population) = 0.14 of a run's at n = 1,000: small beside the intervals, not zero.
@@ -28,12 +29,13 @@ import time
 import torch
 
 from lightning_spectral.functional.student_t import student_t_isf
-from lightning_spectral.metrics import FastMMD, FINCNovelty, FKEAVendi
+from lightning_spectral.metrics import FastMMD, FINCNovelty, FKEAVendi, SPECDivergence
 
 D_IN, SIGMA, T = 8, 3.0, 10
 REF_WEIGHTS = [0.10, 0.25, 0.20, 0.15, 0.15, 0.15]
 GEN_WEIGHTS = [0.30, 0.20, 0.15, 0.15, 0.10, 0.10]
 MEANS = 3.0 * torch.randn(6, D_IN, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+PROJECTION = torch.randn(D_IN, D_IN, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
 
 
 def sample(n: int, weights: list, seed: int) -> torch.Tensor:
@@ -57,6 +59,11 @@ def scores(gen: torch.Tensor, ref: torch.Tensor, r: int, draws: list[int]) -> di
     mmd.update(gen, real=False)
     summary = mmd.summary()
     out["FastMMD MMD^2"] = (float(summary[""]), float(summary["se"]), 0)
+    for a in draws:  # SPEC-diff between the samples and a bent copy of them (tanh of a projection)
+        spec = SPECDivergence("gaussian", SIGMA, SIGMA, n_frequencies=r, noise_draws=a)
+        spec.update(gen, torch.tanh(gen @ PROJECTION / 3))
+        summary = spec.summary()
+        out[f"SPEC-diff (A={a})"] = (float(summary[""]), float(summary["se"]), a)
     finc = FINCNovelty(SIGMA, r)
     finc.update(ref, real=True)
     finc.update(gen, real=False)

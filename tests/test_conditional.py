@@ -171,6 +171,7 @@ def test_metric_equals_the_functional_over_batches():
         assert float(summary["information"][order]) == pytest.approx(float(want["information"]), rel=1e-9)
         assert float(summary["vendi"][order]) == pytest.approx(float(want["vendi"]), rel=1e-9)
         assert float(summary["prompt_vendi"][order]) == pytest.approx(float(want["prompt_vendi"]), rel=1e-9)
+    assert float(summary["n_features"]) == 2 * metric.n_frequencies and float(summary["n"]) == metric.sample_count()
     assert metric.sample_count() == 250
 
 

@@ -154,3 +154,47 @@ def test_order_and_last_bits_do_not_move_the_se():
     for order in (1, 2):
         a, b = float(metric.summary()["se"][order]), float(moved.summary()["se"][order])
         assert b == pytest.approx(a, rel=1e-4)
+
+
+@pytest.mark.parametrize("kernel", ["gaussian", "cosine"])
+def test_spec_se_equals_finite_differences_of_the_n_by_n_draws(kernel):
+    """Oracle: the draws sample by sample (`draws_exact` through the metric's own map and multipliers), the top
+    |eigenvalue| of the non-symmetric S (C + h E_a) by `torch.linalg.eigvals` (no Cholesky), h -> 0."""
+    from lightning_spectral.metrics import SPECDivergence
+
+    a = mixture(300, seed=9)
+    b = a[:, :2] @ torch.randn(2, 2, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    sigmas = (1.5, 1.0) if kernel == "gaussian" else (None, None)
+    metric = SPECDivergence(kernel, *sigmas, n_frequencies=16, noise_draws=3, chunk_size=64)
+    for part in torch.arange(300).flip(0).split(41):
+        metric.update(a[part], b[part])
+    summary = metric.summary()
+    moment, noise = draws_exact(torch.cat([a, b], 1), metric.feature_map, metric.joint.multipliers)
+    width_a = metric.feature_map.widths[0]
+    signs = torch.ones(moment.shape[0], dtype=torch.float64)
+    signs[width_a:] = -1.0
+
+    def top(matrix):
+        return float(torch.linalg.eigvals(signs[:, None] * matrix).abs().max())
+
+    h = 1e-6
+    moves = torch.tensor([(top(moment + h * noise[i]) - top(moment - h * noise[i])) / (2 * h) for i in range(3)])
+    assert float(summary[""]) == pytest.approx(top(moment), rel=1e-6)
+    assert float(summary["se"]) == pytest.approx(float(moves.pow(2).mean().sqrt()), rel=1e-4)
+    assert float(summary["se"]) > 0
+
+
+def test_spec_se_matches_the_spread_over_fresh_samples():
+    from lightning_spectral.metrics import SPECDivergence
+
+    values, squares = [], []
+    projection = torch.randn(3, 3, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    for seed in range(60):
+        a = mixture(400, seed=600 + seed)
+        metric = SPECDivergence("gaussian", 1.5, 1.5, n_frequencies=32)
+        metric.update(a, torch.tanh(a @ projection))
+        summary = metric.summary()
+        values.append(float(summary[""]))
+        squares.append(float(summary["se"]) ** 2)
+    ratio = sum(squares) / len(squares) / torch.tensor(values).var().item()
+    assert 0.6 < ratio < 1.6, ratio

@@ -100,6 +100,10 @@ class Multipliers:
         self.bandwidth = None if bandwidth is None else check_positive(bandwidth, "bandwidth")
         self.seed, self.ratio = int(seed), check_positive(ratio, "ratio")
 
+    #: Widths of column blocks each scaled to unit row norm before the projection (inputs of the cosine kernel, whose
+    #: row norms carry no meaning; ``bandwidth`` is then on the unit sphere); ``None``: the rows as given.
+    unit_blocks: Optional[tuple[int, ...]] = None
+
     def frequencies(self, width: int, device: torch.device) -> tuple[Tensor, Tensor]:
         """``omega`` (d, A) and ``b`` (A,), float64, drawn from the seed (CPU generator) for input width ``d``."""
         if self.bandwidth is None:
@@ -115,7 +119,10 @@ class Multipliers:
     def __call__(self, x: Tensor) -> Tensor:
         """(N, A) float64: ``s_a(x_i)`` for the samples ``x`` (N, d), computed in float64."""
         omega, phase = self.frequencies(x.shape[1], x.device)
-        return math.sqrt(2.0) * torch.cos(x.double() @ omega + phase)
+        x = x.double()
+        if self.unit_blocks is not None:
+            x = torch.cat([torch.nn.functional.normalize(part, dim=1) for part in x.split(list(self.unit_blocks), 1)], 1)
+        return math.sqrt(2.0) * torch.cos(x @ omega + phase)
 
 
 def add_weighted_gram_(total: Tensor, phi: Tensor, weights: Tensor) -> Tensor:

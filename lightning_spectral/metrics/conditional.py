@@ -381,8 +381,8 @@ class ConditionalVendi(SpectralMetric):
         """``""``: Conditional-Vendi; ``information``: Information-Vendi and ``vendi``: the samples' unconditional
         Vendi (with ``unconditional``); ``prompt_vendi``: the prompts'; with ``num_classes``, ``min_prompt_vendi``
         (the least diverse prompt's Vendi among the labels seen at least twice, as ``least_diverse``) and
-        ``prompt`` (each label's Vendi, NaN for a label not seen). A dict per value for several orders. A collective
-        under DDP."""
+        ``prompt`` (each label's Vendi, NaN for a label not seen); ``n`` and ``n_features`` (2r), which the scores
+        depend on (no standard error yet). A dict per value for several orders. A collective under DDP."""
         with self.synced():
             scores = self.scores()
             out: dict[str, Any] = {}
@@ -392,6 +392,9 @@ class ConditionalVendi(SpectralMetric):
                     continue
                 values = {order: scores[order][name] for order in self.orders}
                 out[key] = values[self.orders[0]] if self._single_order else values
+            # the sample size and the feature count 2r the scores were computed at (Vendi-1 depends on both)
+            out["n"] = torch.tensor(float(self.sample_count()), dtype=torch.float64)
+            out["n_features"] = torch.tensor(float(2 * self.n_frequencies), dtype=torch.float64)
             if self.prompt_agnostic:
                 out["prompt_agnostic_share"] = self.prompt_agnostic_covariance().trace()
             if self.num_classes is not None:
