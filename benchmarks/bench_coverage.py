@@ -2,6 +2,7 @@
 known from a large-n run.
 
     python benchmarks/bench_coverage.py [--reps 200] [--n 1000] [--population 50000] [--r 128] [--draws 2 8]
+    python benchmarks/bench_coverage.py --cost [--n 20000] [--r 1024] [--repeats 5]
 
 Data: a mixture of 6 Gaussians in d = 8 (means ~ N(0, 3^2 I), unit within-mode std), the reference ("real") with
 weights (0.10, 0.25, 0.20, 0.15, 0.15, 0.15), the generated side with (0.30, 0.20, 0.15, 0.15, 0.10, 0.10); kernel
@@ -74,8 +75,34 @@ def scores(gen: torch.Tensor, ref: torch.Tensor, r: int, draws: list[int]) -> di
     return out
 
 
+def cost(n: int, r: int, repeats: int) -> None:
+    """Seconds of ``update`` (n rows) and of the first ``summary()`` with ``noise_draws`` 0 and 2, interleaved."""
+    x = sample(n, GEN_WEIGHTS, 5).float()
+    times: dict[tuple[int, str], list[float]] = {}
+    for _ in range(repeats):
+        for draws in (0, 2):
+            metric = FKEAVendi(SIGMA, r, alpha=[1, 2], noise_draws=draws)
+            start = time.perf_counter()
+            metric.update(x)
+            metric.flush()
+            middle = time.perf_counter()
+            metric.summary()
+            times.setdefault((draws, "update"), []).append(middle - start)
+            times.setdefault((draws, "summary"), []).append(time.perf_counter() - middle)
+    print(f"# FKEAVendi, n = {n}, 2r = {2 * r}, float32 rows, {repeats} interleaved repeats (median seconds)")
+    print("| noise_draws | update | summary() (score + se) | state (float64 (2r)^2 sums) |")
+    print("|---|---|---|---|")
+    median = {key: sorted(values)[len(values) // 2] for key, values in times.items()}
+    for draws in (0, 2):
+        print(f"| {draws} | {median[(draws, 'update')]:.3f} ({median[(draws, 'update')] / median[(0, 'update')]:.2f}x)"
+              f" | {median[(draws, 'summary')]:.3f} ({median[(draws, 'summary')] / median[(0, 'summary')]:.2f}x) |"
+              f" {1 + draws} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--cost", action="store_true", help="time noise_draws 0 against 2 instead (--n, --r)")
+    parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--reps", type=int, default=200)
     parser.add_argument("--n", type=int, default=1000)
     parser.add_argument("--population", type=int, default=50_000)
@@ -83,6 +110,9 @@ def main() -> None:
     parser.add_argument("--draws", type=int, nargs="+", default=[2, 8])
     args = parser.parse_args()
     torch.set_num_threads(2)
+    if args.cost:
+        cost(args.n, args.r, args.repeats)
+        return
     start = time.perf_counter()
     population = scores(sample(args.population, GEN_WEIGHTS, 1), sample(args.population, REF_WEIGHTS, 2), args.r,
                         args.draws)

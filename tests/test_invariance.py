@@ -84,6 +84,7 @@ def observe(rank, world_size, sharding):
         "p_value": test.p_value,
         "reject": test.reject,
         "spec": spec.compute(),
+        "spec_summary": spec.summary(),  # its se from the joint draws (directions of the pair: cosine kernel)
         "spec_spectrum": spec.spectrum()[:5],
         "spec_top": [ids for ids, _ in spec.top_samples(pair_batches, k=2, sign=1, per_cluster=10)],
     }
@@ -117,7 +118,7 @@ def one_process():
     assert bool(want["novel"].any()) and bool(want["missing"].any()) and bool(want["reject"].all())
     assert float(want["finc"][""]) > 0 and float(want["spec"]) > 0.01
     assert all(float(se) > 0 for se in want["vendi_summary"]["se"].values()) and float(want["vendi_truncated"]["se"][1]) > 0
-    assert bool((want["mmd_summary"]["se"] > 0).all())
+    assert bool((want["mmd_summary"]["se"] > 0).all()) and float(want["spec_summary"]["se"]) > 0
     return want
 
 
