@@ -312,7 +312,7 @@ def _report(
     # the standard error of each score, from the multiplier draws of FILE's side (FKEAVendi's, or FINC's generated
     # side's), beside the n and 2r it was computed at: Vendi-1 depends on both
     noise = (finc.gen[0] if finc is not None else owner.samples).noise_sums()
-    errors = vendi_standard_errors(noise, orders, None, "float64")
+    errors = vendi_standard_errors(noise, orders, None, "auto")  # float32 from 2r = 4096: an se needs no more
     errors = errors if isinstance(errors, dict) else {orders[0]: errors}
     result["vendi_se"] = {label: float(errors[order]) for label, order in zip(args.alpha, orders, strict=True)}
     result["se_draws"] = noise.draws  # the interval is score +- t(se_draws, 0.975) se
