@@ -400,7 +400,8 @@ CASES = [
             updated(ConditionalVendi(1.0, 0.5, 8), (x(4), x(4, 2))).state_dict()), RuntimeError,
         r"written for inputs of width \(3, 2\) where this metric takes \(3, 5\)"),
     row("FKEAVendi.load_state_dict a trace that is not the count",
-        lambda f: FKEAVendi(1.0, 8).load_state_dict(tampered(updated(FKEAVendi(1.0, 8), x(10)), "samples", 16 + 136, 5.0)),
+        lambda f: FKEAVendi(1.0, 8).load_state_dict(  # Q's last diagonal entry (the draws' sums follow it)
+            tampered(updated(FKEAVendi(1.0, 8), x(10)), "samples", 16 + 136, 5.0)),
         ValueError, r"'samples' sums .*(outer-product|trace).*edited or corrupted"),
     row("FastMMD.load_state_dict negative count",
         lambda f: FastMMD(1.0, 8).load_state_dict(

@@ -121,7 +121,8 @@ class Multipliers:
         omega, phase = self.frequencies(x.shape[1], x.device)
         x = x.double()
         if self.unit_blocks is not None:
-            x = torch.cat([torch.nn.functional.normalize(part, dim=1) for part in x.split(list(self.unit_blocks), 1)], 1)
+            parts = x.split(list(self.unit_blocks), 1)
+            x = torch.cat([torch.nn.functional.normalize(part, dim=1) for part in parts], 1)
         return math.sqrt(2.0) * torch.cos(x @ omega + phase)
 
 

@@ -137,7 +137,8 @@ def labelled(value: Any) -> dict[str, float]:
 
 def plot_summary(metric: Any, ax: Any = None, top: int = 50) -> tuple[Any, Any]:
     """One bar panel per value of ``metric.summary()`` (not ``sigma``, ``n``, ``n_real``, ``n_features`` or the
-    standard errors), a bar per component (FastMMD: MMD^2 and the p-value per bandwidth, with the 5 % level dashed). A collective under DDP (``summary`` syncs, once).
+    standard errors), a bar per component (FastMMD: MMD^2 and the p-value per bandwidth, with the 5 % level
+    dashed). A collective under DDP (``summary`` syncs, once).
 
     Returns:
         ``(figure, axis)``, or ``(figure, [axes])`` for several panels.
