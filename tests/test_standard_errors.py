@@ -198,3 +198,47 @@ def test_spec_se_matches_the_spread_over_fresh_samples():
         squares.append(float(summary["se"]) ** 2)
     ratio = sum(squares) / len(squares) / torch.tensor(values).var().item()
     assert 0.6 < ratio < 1.6, ratio
+
+
+def test_conditional_vendi_se_equals_autograd_through_the_n_by_n_draws():
+    """CV = V(C_J) / V(C_T), both sides' draws from one multiplier per row (`draws_exact`), dCV/dC by autograd."""
+    from lightning_spectral.metrics import ConditionalVendi
+
+    x, t = mixture(300, seed=10), mixture(300, seed=11)[:, :2]
+    x = x + t.sum(1, keepdim=True)  # the samples follow the prompts
+    metric = ConditionalVendi(1.5, 1.0, 16, alpha=[1, 2, "inf"], noise_draws=3, chunk_size=64, precision="float64")
+    for part in torch.arange(300).flip(0).split(53):
+        metric.update(x[part], t[part])
+    summary = metric.summary()
+    rows = torch.cat([x, t], 1)
+    multipliers = metric.accumulators["joint"].multipliers
+    c_joint, e_joint = draws_exact(rows, metric.accumulators["joint"].feature_map, multipliers)
+    c_prompts, e_prompts = draws_exact(rows, metric.accumulators["prompts"].feature_map, multipliers)
+    for order in (1, 2, "inf"):
+        joint, prompts = c_joint.clone().requires_grad_(True), c_prompts.clone().requires_grad_(True)
+        spectrum = lambda c: torch.linalg.eigvalsh(c).flip(0).clamp_min(0.0)  # noqa: E731
+        value = vendi_from_spectrum(spectrum(joint), order) / vendi_from_spectrum(spectrum(prompts), order)
+        value.backward()
+        moves = torch.stack([(joint.grad * e_joint[a]).sum() + (prompts.grad * e_prompts[a]).sum() for a in range(3)])
+        assert float(summary[""][order]) == pytest.approx(float(value), rel=1e-8)
+        assert float(summary["se"][order]) == pytest.approx(float(moves.pow(2).mean().sqrt()), rel=1e-6), order
+        assert float(summary["se"][order]) > 0
+    labelled = ConditionalVendi(1.5, 1.0, 16, num_classes=3, label_prompts=True)
+    labelled.update(x[:30], torch.arange(30) % 3)
+    assert "se" not in labelled.summary()  # no prompt-side draws: no se rather than a wrong one
+
+
+def test_conditional_vendi_se_matches_the_spread_over_fresh_samples():
+    from lightning_spectral.metrics import ConditionalVendi
+
+    values, squares = [], []
+    for seed in range(60):
+        t = mixture(400, seed=800 + seed)[:, :2]
+        x = t.sum(1, keepdim=True) + torch.randn(400, 3, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+        metric = ConditionalVendi(1.5, 1.0, 32, alpha=2)
+        metric.update(x, t)
+        summary = metric.summary()
+        values.append(float(summary[""]))
+        squares.append(float(summary["se"]) ** 2)
+    ratio = sum(squares) / len(squares) / torch.tensor(values).var().item()
+    assert 0.6 < ratio < 1.6, ratio

@@ -350,6 +350,17 @@ def vendi_standard_errors(
         A scalar float64 tensor for one order, a dict ``{order: se}`` for several.
     """
     orders, single = check_orders(alpha)
+    replicates = vendi_replicates(noise, orders, truncation, precision)
+    errors = {order: standard_error(moves) for order, moves in replicates.items()}
+    return errors[orders[0]] if single else errors
+
+
+def vendi_replicates(
+    noise: NoiseSums, alpha: Orders = 1.0, truncation: Optional[int] = None, precision: str = "float64"
+) -> dict:
+    r"""The replicates $d_a = \operatorname{tr}(G E_a)$ (A,) of each order's Vendi score, by order
+    (`vendi_standard_errors` is their root mean square)."""
+    orders, _ = check_orders(alpha)
     moment = noise.moment().double()
     draws = [noise.draw(a) for a in range(noise.draws)]
     gradients: dict = {}
@@ -366,8 +377,4 @@ def vendi_standard_errors(
         for order in orders:
             g = vendi_gradient(values, order, truncation)
             gradients[order] = (vectors * g) @ vectors.T
-    errors = {
-        order: standard_error(torch.stack([(gradient * draw).sum() for draw in draws]))
-        for order, gradient in gradients.items()
-    }
-    return errors[orders[0]] if single else errors
+    return {order: torch.stack([(gradient * draw).sum() for draw in draws]) for order, gradient in gradients.items()}
