@@ -271,6 +271,8 @@ CASES = [
     row("FKEAVendi noise_draws=2.0", lambda f: FKEAVendi(1.0, noise_draws=2.0), ValueError, r"`noise_draws`"),
     row("SPECDivergence noise_draws=65", lambda f: SPECDivergence("cosine", noise_draws=65), ValueError,
         r"`noise_draws`.*\[0, 64\]"),
+    row("ConditionalVendi noise_draws='2'", lambda f: ConditionalVendi(1.0, 1.0, 8, noise_draws="2"), ValueError,
+        r"`noise_draws`.*\[0, 64\]"),
     row("FKEAVendi seed='foo'", lambda f: FKEAVendi(1.0, seed="foo"), ValueError, r"`seed` must be an integer"),
     row("FKEAVendi seed=2**64", lambda f: FKEAVendi(1.0, seed=2**64), ValueError, r"`seed`.*range"),
     row("FKEAVendi chunk_size=0", lambda f: FKEAVendi(1.0, chunk_size=0), ValueError, r"`chunk_size`"),

@@ -457,6 +457,7 @@ def test_evaluate_with_prompts_gives_the_conditional_scores(tmp_path, capsys):
         assert close(out["information"][label], summary["information"][order])
         assert close(out["prompt_vendi"][label], summary["prompt_vendi"][order])
         assert close(out["vendi"][label], summary["vendi"][order])  # the samples' side of the same draw as FKEA's
+        assert close(out["conditional_se"][label], summary["se"][order]) and out["conditional_se"][label] > 0
     assert out["inputs"]["prompts"]["n"] == 600
 
 

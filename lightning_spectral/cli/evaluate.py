@@ -243,7 +243,10 @@ def run(args: argparse.Namespace, session: Session) -> dict[str, Any]:
         summary = conditional.summary()
         labels = dict(zip(orders, args.alpha, strict=True))
         result["inputs"]["prompts"] = prompts.describe()
-        for key, name in (("", "conditional"), ("information", "information"), ("prompt_vendi", "prompt_vendi")):
+        for key, name in (("", "conditional"), ("information", "information"), ("prompt_vendi", "prompt_vendi"),
+                          ("se", "conditional_se")):
+            if key not in summary:
+                continue
             values = summary[key] if isinstance(summary[key], dict) else {orders[0]: summary[key]}
             result[name] = {labels[order]: float(value) for order, value in values.items()}
     return result
