@@ -388,7 +388,7 @@ class ConditionalVendi(SpectralMetric):
         r"""The standard error of Conditional-Vendi (each order) from the ``noise_draws`` multiplier draws of the joint
         and prompt covariances (one multiplier per row, shared), to first order: with $V_J$, $V_T$ the Vendi scores of
         the two sides, $\mathrm{CV} = V_J / V_T$ moves by $d_a = \mathrm{CV}\,(d^J_a / V_J - d^T_a / V_T)$
-        ([`vendi_replicates`][lightning_spectral.functional.fkea.vendi_replicates]); se = their root mean square.
+        (`functional.vendi_replicates`); se = their root mean square.
         A collective under DDP.
 
         Raises:

@@ -139,7 +139,7 @@ class FKEAVendi(RFFCovariance):
 
     def standard_error(self) -> VendiResult:
         """The standard error of each score from the ``noise_draws`` multiplier draws, to first order
-        ([`vendi_standard_errors`][lightning_spectral.functional.fkea.vendi_standard_errors]): the sampling noise of
+        (`functional.vendi_standard_errors`): the sampling noise of
         the score at this n, not its bias with n. A collective under DDP.
 
         Raises:

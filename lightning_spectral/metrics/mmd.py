@@ -172,7 +172,7 @@ class FastMMD(SpectralMetric):
 
     def standard_error(self) -> Tensor:
         """The standard error of MMD^2 (either form) per bandwidth, from the side means and covariances the test keeps
-        ([`mmd_standard_error`][lightning_spectral.functional.mmd.mmd_standard_error]; no extra state): the sampling
+        (`functional.mmd_standard_error`; no extra state): the sampling
         noise at these sample sizes, for the interval ``MMD^2 +- 1.96 se``. A collective under DDP.
 
         Raises:

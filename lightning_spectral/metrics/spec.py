@@ -163,7 +163,7 @@ class SPECDivergence(SpectralMetric):
 
     def standard_error(self) -> Tensor:
         """The standard error of SPEC-diff from the ``noise_draws`` multiplier draws of the joint covariance, to first
-        order ([`spec_diff_standard_error`][lightning_spectral.functional.spec.spec_diff_standard_error]): its
+        order (`functional.spec_diff_standard_error`): its
         sampling noise at this n. A collective under DDP.
 
         Raises:
