@@ -250,7 +250,8 @@ def by_hand(module, data):
     metrics["mmd"].update(feature(images), real=False)
     summaries = {name: metric.summary() for name, metric in metrics.items()}
     values = {f"vendi/{order}": float(v) for order, v in summaries["vendi"][""].items()}
-    values.update({f"vendi_{key}": float(v) for key, v in summaries["vendi"].items() if key != ""})  # n, 2r
+    values.update({f"vendi_se/{order}": float(v) for order, v in summaries["vendi"]["se"].items()})  # per order
+    values.update({f"vendi_{key}": float(v) for key, v in summaries["vendi"].items() if key not in ("", "se")})  # n, 2r
     for name in ("finc", "mmd"):
         values.update({name if key == "" else f"{name}_{key}": float(v) for key, v in summaries[name].items()})
     return values
