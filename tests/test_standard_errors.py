@@ -234,7 +234,8 @@ def test_conditional_vendi_se_matches_the_spread_over_fresh_samples():
     values, squares = [], []
     for seed in range(60):
         t = mixture(400, seed=800 + seed)[:, :2]
-        x = t.sum(1, keepdim=True) + torch.randn(400, 3, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+        noise = torch.randn(400, 3, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+        x = t.sum(1, keepdim=True) + noise
         metric = ConditionalVendi(1.5, 1.0, 32, alpha=2)
         metric.update(x, t)
         summary = metric.summary()

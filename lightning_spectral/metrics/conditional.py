@@ -214,7 +214,8 @@ class ConditionalVendi(SpectralMetric):
         bandwidths = [b for b in (rff.sigma, rff.prompt_sigma) if b is not None]
         multipliers = None
         if self.noise_draws:
-            multipliers = Multipliers(self.noise_draws, min(bandwidths) if bandwidths else None, rff.seed, DEFAULT_RATIO)
+            finest = min(bandwidths) if bandwidths else None
+            multipliers = Multipliers(self.noise_draws, finest, rff.seed, DEFAULT_RATIO)
         self.add_accumulator("joint", feature_map=rff.side("joint"), multipliers=multipliers)
         if self.unconditional:
             self.add_accumulator("samples", feature_map=rff.side("samples"), same_samples_as="joint")
