@@ -128,6 +128,18 @@ def test_evaluate_equals_the_metrics_on_the_whole_array(tmp_path, capsys, suffix
     assert close(out["mmd"]["p_value"], test.p_value, rtol=1e-5) and out["mmd"]["reject"] is True
     assert out["mmd"]["p_value"] < 1e-6
 
+    # standard errors beside each score, with the n and 2r they were computed at
+    assert close(out["mmd"]["se"], mmd.standard_error()) and out["mmd"]["n_features"] == 2 * r
+    assert (out["mmd"]["n"], out["mmd"]["n_real"], out["n"], out["n_features"]) == (900, 700, 900, 2 * r)
+    assert close(out["finc"]["novelty_se"], finc.summary()["se"])
+    assert close(out["finc"]["missing"]["se"], finc.summary()["missing_se"]) and out["finc"]["missing"]["se"] > 0
+    assert out["se_draws"] == finc.draws  # FILE's draws are FINC's generated side's
+    from lightning_spectral.functional.fkea import vendi_standard_errors
+
+    errors = vendi_standard_errors(finc.gen[0].noise_sums(), [1, 2, "inf"])
+    for label, order in (("1", 1), ("2", 2), ("inf", "inf")):
+        assert close(out["vendi_se"][label], errors[order]) and out["vendi_se"][label] > 0
+
 
 def test_evaluate_one_distribution_against_itself(tmp_path, capsys):
     file, ref = write(tmp_path / "x.npy", blobs(800, seed=5)), write(tmp_path / "y.pt", blobs(800, seed=6))
@@ -136,6 +148,7 @@ def test_evaluate_one_distribution_against_itself(tmp_path, capsys):
     assert out["finc"]["novelty"] == 0.0 and out["finc"]["n_significant"] == 0
     assert out["mmd"]["p_value"] > 0.05 and out["mmd"]["reject"] is False
     assert set(out["vendi"]) == {"1", "2"}  # the default orders: Vendi and RKE
+    assert set(out["vendi_se"]) == {"1", "2"} and out["mmd"]["se"] > 0
 
 
 def test_evaluate_picks_a_width_that_fits_the_rows(tmp_path, capsys):
@@ -378,6 +391,9 @@ def test_console_script_with_default_flags(tmp_path):
     vendi.update(torch.from_numpy(x))
     expected = vendi.compute()
     assert close(out["vendi"]["1"], expected[1]) and close(out["vendi"]["2"], expected[2])
+    errors = vendi.standard_error()  # no reference: FKEAVendi's own draws
+    assert close(out["vendi_se"]["1"], errors[1]) and close(out["vendi_se"]["2"], errors[2])
+    assert out["se_draws"] == vendi.noise_draws and out["n"] == 300
     assert out["inputs"]["file"] == {"path": file, "n": 300, "d": 16, "dtype": "float32", "indexed": False}
 
 
@@ -448,6 +464,7 @@ def test_evaluate_with_prompts_gives_the_conditional_scores(tmp_path, capsys):
         assert close(out["information"][label], summary["information"][order])
         assert close(out["prompt_vendi"][label], summary["prompt_vendi"][order])
         assert close(out["vendi"][label], summary["vendi"][order])  # the samples' side of the same draw as FKEA's
+        assert close(out["conditional_se"][label], summary["se"][order]) and out["conditional_se"][label] > 0
     assert out["inputs"]["prompts"]["n"] == 600
 
 

@@ -171,6 +171,7 @@ def test_metric_equals_the_functional_over_batches():
         assert float(summary["information"][order]) == pytest.approx(float(want["information"]), rel=1e-9)
         assert float(summary["vendi"][order]) == pytest.approx(float(want["vendi"]), rel=1e-9)
         assert float(summary["prompt_vendi"][order]) == pytest.approx(float(want["prompt_vendi"]), rel=1e-9)
+    assert float(summary["n_features"]) == 2 * metric.n_frequencies and float(summary["n"]) == metric.sample_count()
     assert metric.sample_count() == 250
 
 
@@ -235,7 +236,7 @@ def test_label_prompts_read_the_prompt_side_from_the_counts_and_match_the_genera
         cheap.update(x[part], labels[part])
     assert set(cheap.accumulators) == {"joint", "per_prompt"}
     want, got = general.summary(), cheap.summary()
-    assert set(got) == {"", "prompt_vendi", "min_prompt_vendi", "prompt", "sigma"}
+    assert set(got) == {"", "prompt_vendi", "min_prompt_vendi", "prompt", "sigma", "n", "n_features"}
     for order in (1, 2):  # the accumulated prompt side holds float32 features of the one-hot rows
         assert float(got[""][order]) == pytest.approx(float(want[""][order]), rel=1e-5)
         assert float(got["prompt_vendi"][order]) == pytest.approx(float(want["prompt_vendi"][order]), rel=1e-5)

@@ -69,8 +69,14 @@ def expected(module):
     mmd.update(z, real=False)
     return {
         "vendi": float(vendi.compute()),
+        "vendi_se": float(vendi.standard_error()),  # the standard errors are logged beside the scores
+        "vendi_n": 600.0,
+        "vendi_n_features": 256.0,
         "novelty": float(novelty.compute()),
+        "novelty_se": float(novelty.summary()["se"]),
         "mmd": float(mmd.compute()),
+        "mmd_se": float(mmd.standard_error()),
+        "mmd_n_features": 128.0,
         "mmd_p_value": float(mmd.p_value()),
         "spec": float(spec(z, spec_reference, "cosine").spec_diff),
     }
@@ -87,7 +93,7 @@ def test_logged_values_equal_metrics_on_the_trained_encoder(tmp_path):
     want = expected(module)
     for name, value in want.items():
         assert float(trainer.callback_metrics[f"val/{name}"]) == pytest.approx(value, rel=1e-4, abs=1e-6), name
-    assert want["spec"] > 0.05 and want["vendi"] > 1.5  # not degenerate
+    assert want["spec"] > 0.05 and want["vendi"] > 1.5 and want["vendi_se"] > 0  # not degenerate
     events = EventAccumulator(str(trainer.logger.log_dir), size_guidance={"images": 0})
     events.Reload()
     tags = set(events.Tags()["images"])

@@ -66,6 +66,7 @@ def observe(rank, world_size, sharding):
     test = mmd.test()
     out = {
         "vendi": vendi.compute(),
+        "vendi_summary": vendi.summary(),  # the standard errors (multiplier draws) too
         "vendi_truncated": truncated.summary(),
         "vendi_modes": vendi.modes(4).eigenvalues,
         "vendi_top": [ids for ids, _ in vendi.top_samples(gen_batches, k=3, per_mode=10)],
@@ -80,9 +81,11 @@ def observe(rank, world_size, sharding):
         "novel_top": [ids for ids, _ in finc.top_samples(gen_batches, k=1, per_mode=20)],
         "missing_top": [ids for ids, _ in finc.top_samples(ref_batches, k=1, per_mode=20, missing=True)],
         "mmd": mmd.compute(),
+        "mmd_summary": mmd.summary(),
         "p_value": test.p_value,
         "reject": test.reject,
         "spec": spec.compute(),
+        "spec_summary": spec.summary(),  # its se from the joint draws (directions of the pair: cosine kernel)
         "spec_spectrum": spec.spectrum()[:5],
         "spec_top": [ids for ids, _ in spec.top_samples(pair_batches, k=2, sign=1, per_cluster=10)],
     }
@@ -115,6 +118,9 @@ def one_process():
     # the comparison is not vacuous: every selection has something to select
     assert bool(want["novel"].any()) and bool(want["missing"].any()) and bool(want["reject"].all())
     assert float(want["finc"][""]) > 0 and float(want["spec"]) > 0.01
+    assert all(float(se) > 0 for se in want["vendi_summary"]["se"].values())
+    assert float(want["vendi_truncated"]["se"][1]) > 0
+    assert bool((want["mmd_summary"]["se"] > 0).all()) and float(want["spec_summary"]["se"]) > 0
     return want
 
 

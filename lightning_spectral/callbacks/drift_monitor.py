@@ -113,11 +113,10 @@ class _DriftDivergence(SPECDivergence):
 
     def summary(self) -> dict[str, Tensor]:
         with self.synced():
-            return {
-                "": self.value(),
-                LOST: self.clusters(self.top, 1).eigenvalues,
-                NEW: self.clusters(self.top, -1).eigenvalues.abs(),
-            }
+            values = super().summary()  # the divergence, its se, n (and n_features)
+            values[LOST] = self.clusters(self.top, 1).eigenvalues
+            values[NEW] = self.clusters(self.top, -1).eigenvalues.abs()
+            return values
 
     def galleries(
         self, batches: Iterable, k: int, per_mode: int, reference_batches: Optional[Iterable] = None

@@ -244,7 +244,10 @@ def run(args: argparse.Namespace, session: Session) -> dict[str, Any]:
         summary = conditional.summary()
         labels = dict(zip(orders, args.alpha, strict=True))
         result["inputs"]["prompts"] = prompts.describe()
-        for key, name in (("", "conditional"), ("information", "information"), ("prompt_vendi", "prompt_vendi")):
+        for key, name in (("", "conditional"), ("information", "information"), ("prompt_vendi", "prompt_vendi"),
+                          ("se", "conditional_se")):
+            if key not in summary:
+                continue
             values = summary[key] if isinstance(summary[key], dict) else {orders[0]: summary[key]}
             result[name] = {labels[order]: float(value) for order, value in values.items()}
     return result
@@ -292,7 +295,7 @@ def _report(
     finc: Any, mmd: Any, wants_samples: bool,
 ) -> dict[str, Any]:
     """Every number of ``evaluate`` from the metrics' synced sums (inside their ``synced()`` blocks)."""
-    from lightning_spectral.functional.fkea import vendi_from_spectrum
+    from lightning_spectral.functional.fkea import vendi_from_spectrum, vendi_standard_errors
     from lightning_spectral.functional.modes import mode_scores, top_samples
 
     device = session.device
@@ -309,8 +312,17 @@ def _report(
         "sigma": float(args.sigma),
         "n_frequencies": int(args.n_frequencies),  # the r used ("auto": decided from the rows)
         "vendi": {label: float(scores[order]) for label, order in zip(args.alpha, orders, strict=True)},
-        "modes": {"eigenvalues": spectrum[: args.top_k]},
     }
+    # the standard error of each score, from the multiplier draws of FILE's side (FKEAVendi's, or FINC's generated
+    # side's), beside the n and 2r it was computed at: Vendi-1 depends on both
+    noise = (finc.gen[0] if finc is not None else owner.samples).noise_sums()
+    errors = vendi_standard_errors(noise, orders, None, "auto")  # float32 from 2r = 4096: an se needs no more
+    errors = errors if isinstance(errors, dict) else {orders[0]: errors}
+    result["vendi_se"] = {label: float(errors[order]) for label, order in zip(args.alpha, orders, strict=True)}
+    result["se_draws"] = noise.draws  # the interval is score +- t(se_draws, 0.975) se
+    result["n"] = int(noise.count)
+    result["n_features"] = 2 * int(args.n_frequencies)
+    result["modes"] = {"eigenvalues": spectrum[: args.top_k]}
     rows = shard_rows(data.n, session.rank, session.world_size)
 
     def batches():  # a second pass over this rank's rows of FILE, for top_samples
@@ -387,8 +399,10 @@ def _finc(finc: Any, args: argparse.Namespace, batches: Any) -> tuple[dict[str, 
     novel = finc.novel_modes(max(args.top_k, 50))  # 50 for the plot
     wanted = args.images is not None or args.mode_samples or bool(novel.significant.any())
     samples = finc.top_samples(batches(), k=args.top_k, per_mode=args.per_mode) if wanted else None
+    novel_se, _ = finc.standard_errors(missing=False)
     result = {
         "novelty": novelty,
+        "novelty_se": float(novel_se),
         "threshold": threshold,
         "n_significant": int(novel.significant.sum()),
         "novel_eigenvalues": novel.eigenvalues[: args.top_k],
@@ -399,6 +413,8 @@ def _finc(finc: Any, args: argparse.Namespace, batches: Any) -> tuple[dict[str, 
     if args.missing_modes:  # C_REF - rho C_FILE: one more eigendecomposition
         missing = finc.missing_modes(args.top_k)
         result["missing"] = {
+            "score": float(finc.missing_score()),
+            "se": float(finc.standard_errors(missing=True)[0]),
             "threshold": finc.threshold(missing=True),
             "n_significant": int(missing.significant.sum()),
             "eigenvalues": missing.eigenvalues,
@@ -446,6 +462,10 @@ def _mmd(mmd: Any, level: float) -> dict[str, Any]:
     test = mmd.test(alpha=level)
     return {
         "mmd2": float(mmd.value()),
+        "se": float(mmd.standard_error()),  # the sampling noise of MMD^2 at these sizes (interval +- 1.96 se)
+        "n": int(mmd.gen.count),
+        "n_real": int(mmd.real.count),
+        "n_features": 2 * int(mmd.n_frequencies),
         "mmd2_biased": float(test.statistic),
         "p_value": float(test.p_value),
         "reject": bool(test.reject),

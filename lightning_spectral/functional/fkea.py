@@ -22,8 +22,9 @@ import torch
 from torch import Tensor
 
 from lightning_spectral._checks import all_finite, check_dense, check_features, check_order, check_positive_int
-from lightning_spectral.algebra.eigen import psd_eigenvalues
-from lightning_spectral.algebra.gram import DEFAULT_CHUNK_SIZE, covariance
+from lightning_spectral.algebra.eigen import eigen_dtype, psd_eigenvalues
+from lightning_spectral.algebra.gram import DEFAULT_CHUNK_SIZE, covariance, symmetrize
+from lightning_spectral.functional.sampling_noise import NoiseSums, standard_error
 from lightning_spectral.kernels.exact import gaussian_kernel
 from lightning_spectral.kernels.gaussian_rff import GaussianRFF
 
@@ -270,3 +271,110 @@ def vendi_exact(
         raise ValueError("vendi_exact: `features` is empty; at least one sample is needed.")
     kernel = gaussian_kernel(features, sigma=sigma)
     return vendi_from_spectrum(psd_eigenvalues(kernel / kernel.shape[0]), alpha, truncation)
+
+
+def vendi_gradient(eigenvalues: Tensor, alpha: Alpha = 1.0, truncation: Optional[int] = None) -> Tensor:
+    r"""The gradient $g_i = \partial V / \partial \lambda_i$ of one Vendi score (`vendi_from_spectrum`) at a spectrum.
+
+    With $p = \lambda / T$, $T = \sum_j \lambda_j$ and $h_i = \partial V / \partial p_i$:
+    $g_i = (h_i - \sum_j h_j p_j) / T$, where $V = (\sum_i p_i^\alpha)^{1/(1-\alpha)}$ gives
+    $h_i = V \alpha p_i^{\alpha-1} / ((1-\alpha) \sum_j p_j^\alpha)$, $h_i = -V (\log p_i + 1)$ at $\alpha = 1$ and
+    $h_1 = -V^2$ at $\alpha = \infty$; with ``truncation=t`` the chain rule runs through
+    $\tilde p_i = p_i + \sum_{j > t} p_j / t$ (`truncate_spectrum`): $h_j = \tilde h_j$ for $j \le t$ and
+    $\bar{\tilde h}$ (their mean) for $j > t$. Eigenvalues at most ``1e-12`` of the largest get $h = 0$ (their
+    $\log$ diverges; their moves are round-off).
+
+    Args:
+        eigenvalues: (D,) non-negative eigenvalues, descending.
+        alpha: one order in (0, inf].
+        truncation: ``None`` or t >= 1.
+
+    Returns:
+        (D,) float64.
+
+    Examples:
+        >>> import torch
+        >>> lam = torch.tensor([0.5, 0.3, 0.2], dtype=torch.float64)
+        >>> g = vendi_gradient(lam, 2)
+        >>> step = 1e-6 * torch.tensor([1.0, -1.0, 0.0], dtype=torch.float64)
+        >>> change = float(vendi_score(lam + step, 2) - vendi_score(lam, 2))
+        >>> abs(change - float(g @ step)) < 1e-10
+        True
+    """
+    order = parse_alpha(alpha)
+    values = eigenvalues.double().clamp_min(0.0)
+    total = values.sum()
+    p = values / total
+    if truncation is not None and truncation < p.numel():
+        kept = truncate_spectrum(values, truncation)
+        tilde = vendi_gradient(kept, order)  # dV/dp~ up to a constant, which cancels in g below
+        h = torch.cat([tilde, tilde.mean().expand(p.numel() - truncation)])
+    else:
+        live = p > 1e-12 * float(p.max())
+        h = torch.zeros_like(p)
+        q = p[live]
+        if math.isinf(order):
+            h[0] = -1.0 / float(p[0]) ** 2
+        elif order == 1.0:
+            score = torch.exp(-(q * torch.log(q)).sum())
+            h[live] = -score * (torch.log(q) + 1)
+        else:
+            power = q.pow(order).sum()
+            score = power ** (1.0 / (1.0 - order))
+            h[live] = score * order * q.pow(order - 1) / ((1.0 - order) * power)
+    return (h - (h * p).sum()) / total
+
+
+def vendi_standard_errors(
+    noise: NoiseSums, alpha: Orders = 1.0, truncation: Optional[int] = None, precision: str = "float64"
+) -> VendiResult:
+    r"""Standard errors of the Vendi score(s) of ``C = Q / n`` from the multiplier draws ``E_a``
+    ([`sampling_noise`][lightning_spectral.functional.sampling_noise]), to first order (the delta method; eigenvalue
+    derivatives $\delta\lambda_i = u_i^\top E u_i$, Kato 1995):
+
+    $$d_a = \operatorname{tr}(G E_a), \quad G = U \operatorname{diag}(g) U^\top, \quad
+    \mathrm{se} = \sqrt{\tfrac{1}{A} \sum_a d_a^2}$$
+
+    with $g$ = `vendi_gradient` at the spectrum of ``C`` and $U$ its eigenvectors (one ``eigh`` for every order). RKE
+    alone (order 2, no truncation) needs none: $G = -2 V^2 (C / T - P I) / T$, $P = \|C\|_F^2 / T^2$, $V = 1 / P$.
+    The interval ``score +- t_{A, 0.975} se`` (Student-t with A degrees of freedom) is the sampling noise of the
+    score at this n: not its bias with n (Vendi-1 keeps rising with n).
+
+    Args:
+        noise: the stream's sums and draws (``A >= 1``).
+        alpha: an order or a sequence of orders.
+        truncation: ``None`` or t (the t-truncated score, `truncated_vendi`).
+        precision: the eigendecomposition's dtype, as `psd_eigenvalues`.
+
+    Returns:
+        A scalar float64 tensor for one order, a dict ``{order: se}`` for several.
+    """
+    orders, single = check_orders(alpha)
+    replicates = vendi_replicates(noise, orders, truncation, precision)
+    errors = {order: standard_error(moves) for order, moves in replicates.items()}
+    return errors[orders[0]] if single else errors
+
+
+def vendi_replicates(
+    noise: NoiseSums, alpha: Orders = 1.0, truncation: Optional[int] = None, precision: str = "float64"
+) -> dict:
+    r"""The replicates $d_a = \operatorname{tr}(G E_a)$ (A,) of each order's Vendi score, by order
+    (`vendi_standard_errors` is their root mean square)."""
+    orders, _ = check_orders(alpha)
+    moment = noise.moment().double()
+    draws = [noise.draw(a) for a in range(noise.draws)]
+    gradients: dict = {}
+    if truncation is None and all(parse_alpha(order) == 2.0 for order in orders):
+        total = moment.trace()
+        purity = moment.square().sum() / total**2
+        eye = torch.eye(moment.shape[0], dtype=moment.dtype, device=moment.device)
+        gradient = -2 / purity**2 * (moment / total - purity * eye) / total
+        gradients = {order: gradient for order in orders}
+    else:
+        dtype = eigen_dtype(precision, moment.shape[0])
+        values, vectors = torch.linalg.eigh(symmetrize(moment).to(dtype))
+        values, vectors = values.flip(0).double(), vectors.flip(1).double()
+        for order in orders:
+            g = vendi_gradient(values, order, truncation)
+            gradients[order] = (vectors * g) @ vectors.T
+    return {order: torch.stack([(gradient * draw).sum() for draw in draws]) for order, gradient in gradients.items()}

@@ -61,6 +61,21 @@ def check_draws(value: int, name: str = "draws") -> int:
     return value
 
 
+#: Default number of draws a metric keeps for the standard errors of its scores (``noise_draws``): two D x D sums
+#: beside the metric's own, so the noise estimate's state is at most twice the metric's.
+DEFAULT_SCORE_DRAWS = 2
+
+
+def check_noise_draws(value: int, name: str = "noise_draws") -> int:
+    """Return ``value`` or raise ``ValueError`` unless it is an integer in [0, 64] (0: no standard errors)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 64:
+        raise ValueError(
+            f"`{name}` must be an integer in [0, 64] (the multiplier draws kept for standard errors; 0 keeps none "
+            f"and reports no `se`; default {DEFAULT_SCORE_DRAWS}), got {value!r}."
+        )
+    return value
+
+
 class Multipliers:
     """The multiplier functions ``s_a(x) = sqrt(2) cos(<omega_a, x> + b_a)``, ``a = 1..A`` (module doc).
 
@@ -87,6 +102,10 @@ class Multipliers:
         self.bandwidth = None if bandwidth is None else check_positive(bandwidth, "bandwidth")
         self.seed, self.ratio = int(seed), check_positive(ratio, "ratio")
 
+    #: Widths of column blocks each scaled to unit row norm before the projection (inputs of the cosine kernel, whose
+    #: row norms carry no meaning; ``bandwidth`` is then on the unit sphere); ``None``: the rows as given.
+    unit_blocks: Optional[tuple[int, ...]] = None
+
     def frequencies(self, width: int, device: torch.device) -> tuple[Tensor, Tensor]:
         """``omega`` (d, A) and ``b`` (A,), float64, drawn from the seed (CPU generator) for input width ``d``."""
         if self.bandwidth is None:
@@ -102,7 +121,11 @@ class Multipliers:
     def __call__(self, x: Tensor) -> Tensor:
         """(N, A) float64: ``s_a(x_i)`` for the samples ``x`` (N, d), computed in float64."""
         omega, phase = self.frequencies(x.shape[1], x.device)
-        return math.sqrt(2.0) * torch.cos(x.double() @ omega + phase)
+        x = x.double()
+        if self.unit_blocks is not None:
+            parts = x.split(list(self.unit_blocks), 1)
+            x = torch.cat([torch.nn.functional.normalize(part, dim=1) for part in parts], 1)
+        return math.sqrt(2.0) * torch.cos(x @ omega + phase)
 
 
 def add_weighted_gram_(total: Tensor, phi: Tensor, weights: Tensor) -> Tensor:

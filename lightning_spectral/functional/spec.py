@@ -29,6 +29,7 @@ from torch import Tensor
 from lightning_spectral._checks import check_features, check_positive, check_positive_int, check_seed
 from lightning_spectral.algebra.eigen import eigen_dtype, extreme_eigenpairs, jittered_cholesky, symmetric_eigh
 from lightning_spectral.algebra.gram import DEFAULT_CHUNK_SIZE, add_gram_, covariance, symmetrize
+from lightning_spectral.functional.sampling_noise import standard_error
 from lightning_spectral.kernels.bandwidth import median_bandwidth
 from lightning_spectral.kernels.by_name import KERNELS
 from lightning_spectral.kernels.cosine_map import CosineMap
@@ -172,6 +173,35 @@ def differential_theta(
     signs[width_a:] = -1.0
     floor = 4.0 * math.sqrt(eps * float(joint_covariance.double().trace()))
     return symmetrize(theta), factor, signs, floor
+
+
+def spec_diff_standard_error(eigenvalues: Tensor, vectors: Tensor, signs: Tensor, draws: list[Tensor]) -> Tensor:
+    r"""The standard error of SPEC-diff $= \max_i |\lambda_i|$ from draws $E_a$ of the joint covariance's sampling
+    noise ([`sampling_noise`][lightning_spectral.functional.sampling_noise]), to first order.
+
+    $\Gamma = S C$ has the right eigenvector $v$ and the left eigenvector $S v$ ($C S (S v) = C v = \lambda S v$), so
+    a move $E$ of $C$ moves $\lambda$ by $v^\top S \cdot S E v / (v^\top S v) = v^\top E v / (v^\top S v)$ (the
+    first-order perturbation of a simple eigenvalue of a non-symmetric matrix); for the top $|\lambda|$, the replicate
+    is $d_a = \operatorname{sign}(\lambda)\, v^\top E_a v / (v^\top S v)$ and the standard error
+    $\sqrt{\tfrac{1}{A} \sum_a d_a^2}$. 0 when SPEC-diff is 0 (identical embeddings stay identical under every draw).
+
+    Args:
+        eigenvalues: (D,) from [`differential_eigh`][lightning_spectral.functional.spec.differential_eigh].
+        vectors: (D, D) its columns ``v``.
+        signs: (D,) the diagonal of ``S`` (+1 for the first embedding's features, -1 for the second's).
+        draws: the ``E_a``, each (D, D).
+
+    Returns:
+        A float64 scalar.
+    """
+    top = int(eigenvalues.abs().argmax())
+    value = float(eigenvalues[top])
+    if value == 0.0 or not draws:
+        return torch.zeros((), dtype=torch.float64)
+    v = vectors[:, top].double()
+    scale = float((v * signs.to(v) * v).sum())
+    moves = torch.stack([(v @ draw.double() @ v) / scale for draw in draws]) * math.copysign(1.0, value)
+    return standard_error(moves)
 
 
 def differential_eigh(joint_covariance: Tensor, width_a: int) -> tuple[Tensor, Tensor]:

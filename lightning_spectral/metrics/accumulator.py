@@ -419,7 +419,8 @@ class Accumulator(StreamSums):
         Every entry finite; ``n`` a non-negative integer; with ``Q``: ``Q_ii >= 0``, ``Q_ij^2 <= Q_ii Q_jj`` and
         ``|s|^2 <= n tr Q`` (Cauchy-Schwarz: ``Q`` is a sum of outer products); for a map whose features have a
         constant squared norm ``c`` (random Fourier features: 1), ``tr Q = n c`` per lane (around a shift ``c0``:
-        ``n c - 2 c0 . s - n |c0|^2``), ``|s| <= n sqrt(c)`` without ``Q``; all within float32 round-off.
+        ``n c - 2 c0 . s - n |c0|^2``), ``|s| <= n sqrt(c)`` without ``Q``; with multiplier draws
+        ``|w_a| <= sqrt(2) n`` and ``|diag S_a| <= sqrt(2) diag Q``; all within float32 round-off.
         """
         if not bool(torch.isfinite(flat).all()):
             return f"hold {int((~torch.isfinite(flat)).sum())} NaN or infinite entries"
@@ -460,6 +461,13 @@ class Accumulator(StreamSums):
                     f"have an outer-product trace {float(traces[0]):.6g} where {n:g} samples of features of squared "
                     f"norm {norm:g} give {float(expected[0]):.6g}"
                 )
+        if self.draws:  # multipliers |s_a| <= sqrt(2): |w_a| <= sqrt(2) n and |diag S_a| <= sqrt(2) diag Q
+            weights, weighted = self._noise_parts(flat)
+            bound = math.sqrt(2.0) * (1 + tol)
+            if bool((weights.abs() > bound * n + tol).any()) or bool(
+                (weighted.diagonal(dim1=-2, dim2=-1).abs() > bound * diagonal.reshape(-1) + tol).any()
+            ):
+                return "have multiplier sums larger than multipliers of size at most sqrt(2) allow"
         return ""
 
     def rebase(self, shift: Tensor) -> None:

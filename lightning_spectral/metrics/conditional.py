@@ -25,8 +25,15 @@ from lightning_spectral.functional.conditional import (
     entropy_of,
     prompt_agnostic_covariance,
 )
-from lightning_spectral.functional.fkea import Orders, VendiResult, check_orders, vendi_score
+from lightning_spectral.functional.fkea import Orders, VendiResult, check_orders, vendi_replicates, vendi_score
 from lightning_spectral.functional.modes import Ids, Modes, check_candidates_memory, orient, top_samples
+from lightning_spectral.functional.sampling_noise import (
+    DEFAULT_RATIO,
+    DEFAULT_SCORE_DRAWS,
+    Multipliers,
+    check_noise_draws,
+    standard_error,
+)
 from lightning_spectral.kernels.feature_map import FeatureMap
 from lightning_spectral.kernels.joint_gaussian_rff import JointGaussianRFF
 from lightning_spectral.metrics.accumulator import Accumulator
@@ -88,6 +95,9 @@ class ConditionalVendi(SpectralMetric):
         ridge: the ridge of the prompt-side solve of the Schur complement
             (`prompt_agnostic_covariance`): this library's regularisation (Scendi uses the pseudo-inverse), and the
             complement depends on it; report it with any value read from the complement.
+        noise_draws: ``A``, the multiplier draws kept on the joint and prompt sides for the standard error ``se`` of
+            Conditional-Vendi (default 2: ``2 A`` more (2r)^2 float64 sums; interval ``+- t_{A, 0.975} se``); 0, or
+            ``label_prompts=True``, keeps none and reports no ``se``.
         in_features: widths ``(d_samples, d_prompts)``, if known.
         chunk_size: rows mapped and summed at once (rows wait in a buffer until this many are pending).
         feature: a frozen ``nn.Module`` mapping a batch of images to (N, d) embeddings: ``update`` then takes
@@ -135,6 +145,7 @@ class ConditionalVendi(SpectralMetric):
         label_prompts: bool = False,
         prompt_agnostic: bool = False,
         ridge: float = 1e-3,
+        noise_draws: int = DEFAULT_SCORE_DRAWS,
         in_features: Optional[tuple[int, int]] = None,
         chunk_size: int = DEFAULT_CHUNK_SIZE,
         feature: Optional[nn.Module] = None,
@@ -144,13 +155,17 @@ class ConditionalVendi(SpectralMetric):
     ) -> None:
         orders, single = check_orders(alpha)
         eigen_dtype(precision, 0)
+        noise_draws = check_noise_draws(noise_draws)
         if in_features is not None and (not isinstance(in_features, (tuple, list)) or len(in_features) != 2):
             raise ValueError(
                 f"ConditionalVendi: `in_features` must be a pair (d_samples, d_prompts), got {in_features!r}; or "
                 "leave it None (the first batch fixes the widths)."
             )
         rff = JointGaussianRFF(sigma, prompt_sigma, n_frequencies, seed)
-        check_state_memory(type(self).__name__, rff.n_frequencies, matrices=3 if unconditional else 2, vectors=3)
+        draw_matrices = 0 if label_prompts is True else 2 * noise_draws  # the joint and prompt sides' draws
+        check_state_memory(
+            type(self).__name__, rff.n_frequencies, matrices=(3 if unconditional else 2) + draw_matrices, vectors=3
+        )
         self.num_classes = None if num_classes is None else check_positive_int(num_classes, "num_classes")
         if in_features is not None:
             _check_draw_memory(in_features, rff.n_frequencies, "in_features")
@@ -199,11 +214,21 @@ class ConditionalVendi(SpectralMetric):
             )
         # Every accumulator sees the same (sample, prompt) rows, through its own side of the joint map: "joint"
         # counts them (`sample_count`), the others are views of the same samples.
-        self.add_accumulator("joint", feature_map=rff.side("joint"))
+        # The joint and prompt sides keep the same multiplier draws (one multiplier per row: their noises are
+        # correlated, and the conditional score's replicate is their difference), at the finer bandwidth.
+        self.noise_draws = 0 if self.label_prompts else noise_draws
+        bandwidths = [b for b in (rff.sigma, rff.prompt_sigma) if b is not None]
+        multipliers = None
+        if self.noise_draws:  # sigma="auto": the samples' fitted bandwidth, set with it (`set_bandwidth`)
+            finest = min(bandwidths) if rff.sigma is not None else None
+            multipliers = Multipliers(self.noise_draws, finest, rff.seed, DEFAULT_RATIO)
+        self.add_accumulator("joint", feature_map=rff.side("joint"), multipliers=multipliers)
         if self.unconditional:
             self.add_accumulator("samples", feature_map=rff.side("samples"), same_samples_as="joint")
         if not self.label_prompts:
-            self.add_accumulator("prompts", feature_map=rff.side("prompts"), same_samples_as="joint")
+            self.add_accumulator(
+                "prompts", feature_map=rff.side("prompts"), same_samples_as="joint", multipliers=multipliers
+            )
         self.prompt_agnostic = check_bool(prompt_agnostic, "prompt_agnostic")
         self.ridge = check_positive(ridge, "ridge")
         if self.prompt_agnostic:
@@ -387,6 +412,33 @@ class ConditionalVendi(SpectralMetric):
                 out[order] = {"conditional": torch.exp(joint - prompts), "prompt_vendi": torch.exp(prompts)}
         return out
 
+    def standard_error(self) -> VendiResult:
+        r"""The standard error of Conditional-Vendi (each order) from the ``noise_draws`` multiplier draws of the joint
+        and prompt covariances (one multiplier per row, shared), to first order: with $V_J$, $V_T$ the Vendi scores of
+        the two sides, $\mathrm{CV} = V_J / V_T$ moves by $d_a = \mathrm{CV}\,(d^J_a / V_J - d^T_a / V_T)$
+        (`functional.vendi_replicates`); se = their root mean square.
+        A collective under DDP.
+
+        Raises:
+            RuntimeError: built with ``noise_draws=0`` or ``label_prompts=True`` (no draws are kept).
+        """
+        if not self.noise_draws:
+            raise RuntimeError("ConditionalVendi.standard_error: no draws were kept (noise_draws=0, or "
+                               "label_prompts=True); build it with noise_draws >= 1 and prompt embeddings.")
+        with self.synced():
+            return self.cached("se", self._standard_error)
+
+    def _standard_error(self) -> VendiResult:
+        joint = vendi_replicates(self.accumulators["joint"].noise_sums(), self.orders, None, self.precision)
+        prompts = vendi_replicates(self.accumulators["prompts"].noise_sums(), self.orders, None, self.precision)
+        errors = {}
+        for order, values in self.scores().items():
+            conditional, prompt_vendi = values["conditional"], values["prompt_vendi"]
+            joint_vendi = conditional * prompt_vendi
+            moves = conditional * (joint[order] / joint_vendi - prompts[order] / prompt_vendi)
+            errors[order] = standard_error(moves)
+        return errors[self.orders[0]] if self._single_order else errors
+
     def compute(self) -> VendiResult:
         """Conditional-Vendi of each order (a scalar for one order, ``{order: value}`` for several): the joint and
         prompt sides only (two eigendecompositions; none for order 2)."""
@@ -409,7 +461,8 @@ class ConditionalVendi(SpectralMetric):
         Vendi (with ``unconditional``); ``prompt_vendi``: the prompts'; with ``num_classes``, ``min_prompt_vendi``
         (the least diverse prompt's Vendi among the labels seen at least twice, as ``least_diverse``) and
         ``prompt`` (each label's Vendi, NaN for a label not seen); ``sigma``: the samples' bandwidth (``"auto"``'s
-        fitted value too). A dict per value for several orders. A collective under DDP."""
+        fitted value too); ``n`` and ``n_features`` (2r), which the scores depend on; ``se``: the standard error of
+        the conditional score (with ``noise_draws``). A dict per value for several orders. A collective under DDP."""
         with self.synced():
             scores = self.scores()
             out: dict[str, Any] = {}
@@ -419,6 +472,11 @@ class ConditionalVendi(SpectralMetric):
                     continue
                 values = {order: scores[order][name] for order in self.orders}
                 out[key] = values[self.orders[0]] if self._single_order else values
+            if self.noise_draws:
+                out["se"] = self.standard_error()
+            # the sample size and the feature count 2r the scores were computed at (Vendi-1 depends on both)
+            out["n"] = torch.tensor(float(self.sample_count()), dtype=torch.float64)
+            out["n_features"] = torch.tensor(float(2 * self.n_frequencies), dtype=torch.float64)
             if self.prompt_agnostic:
                 out["prompt_agnostic_share"] = self.prompt_agnostic_covariance().trace()
             if self.num_classes is not None:

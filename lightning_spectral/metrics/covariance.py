@@ -12,6 +12,7 @@ from lightning_spectral._checks import check_batches, check_positive_int, check_
 from lightning_spectral.algebra.gram import DEFAULT_CHUNK_SIZE
 from lightning_spectral.functional.mode_shares import ModeRow, counted_shares, counting, summed_over_ranks
 from lightning_spectral.functional.modes import Ids, Modes, check_candidates_memory, mode_scores, top_samples
+from lightning_spectral.functional.sampling_noise import DEFAULT_RATIO, Multipliers, check_noise_draws
 from lightning_spectral.kernels.feature_map import FeatureMap
 from lightning_spectral.kernels.gaussian_rff import GaussianRFF
 from lightning_spectral.metrics.base import ModeGallery, SpectralMetric
@@ -29,6 +30,8 @@ class Covariance(SpectralMetric):
         feature_map: ``phi`` (a [`FeatureMap`][lightning_spectral.kernels.FeatureMap]).
         centre: accumulate around a shift near the mean, so that ``centred_covariance`` stays exact for features
             with a large offset (the values do not change).
+        multipliers: keep the stream's sampling-noise draws
+            ([`sampling_noise`][lightning_spectral.functional.sampling_noise]; uncentred streams only).
         in_features: the input width d, if known (else the first batch fixes it).
         chunk_size: rows mapped and summed at once (rows wait in a buffer until this many are pending).
         feature: a frozen ``nn.Module`` mapping a batch of images to (N, d) embeddings: ``update`` then takes
@@ -46,6 +49,7 @@ class Covariance(SpectralMetric):
         feature_map: FeatureMap,
         *,
         centre: bool = False,
+        multipliers: Optional[Multipliers] = None,
         in_features: Optional[int] = None,
         chunk_size: int = DEFAULT_CHUNK_SIZE,
         feature: Optional[nn.Module] = None,
@@ -61,7 +65,7 @@ class Covariance(SpectralMetric):
             save_feature=save_feature,
             **kwargs,
         )
-        self.samples = self.add_accumulator("samples", centre=centre)
+        self.samples = self.add_accumulator("samples", centre=centre, multipliers=multipliers)
         if in_features is not None:
             self.build(check_positive_int(in_features, "in_features"))
 
@@ -175,6 +179,9 @@ class RFFCovariance(Covariance):
         sigma: Gaussian bandwidth (> 0) or ``"auto"`` (see [`FKEAVendi`][lightning_spectral.metrics.FKEAVendi]).
         n_frequencies: number of frequencies ``r`` (features ``2r``).
         seed: seed of the frequencies; every rank must use the same one.
+        noise_draws: multiplier draws kept for the standard errors of scalar readings (``A`` (2r)^2 float64 sums
+            beside ``Q``; [`sampling_noise`][lightning_spectral.functional.sampling_noise]); 0 (default here) keeps
+            none. [`FKEAVendi`][lightning_spectral.metrics.FKEAVendi] keeps 2 by default.
         chunk_size: rows mapped and summed at once (rows wait in a buffer until this many are pending).
         feature: a frozen ``nn.Module`` mapping a batch of images to (N, d) embeddings: ``update`` then takes
             images ([`FrozenFeature`][lightning_spectral.metrics.FrozenFeature]); ``None``: embeddings.
@@ -199,16 +206,20 @@ class RFFCovariance(Covariance):
         n_frequencies: int = 2048,
         *,
         seed: int = 0,
+        noise_draws: int = 0,
         chunk_size: int = DEFAULT_CHUNK_SIZE,
         feature: Optional[nn.Module] = None,
         normalize: Optional[bool] = None,
         save_feature: bool = False,
         **kwargs: Any,
     ) -> None:
+        noise_draws = check_noise_draws(noise_draws)
         rff = GaussianRFF(None, n_frequencies, sigma, seed, persistent=False)
-        check_state_memory(type(self).__name__, rff.n_frequencies, matrices=1, vectors=1)
+        check_state_memory(type(self).__name__, rff.n_frequencies, matrices=1 + noise_draws, vectors=1)
+        multipliers = Multipliers(noise_draws, rff.sigma, rff.seed, DEFAULT_RATIO) if noise_draws else None
         super().__init__(
             feature_map=rff,
+            multipliers=multipliers,
             chunk_size=chunk_size,
             feature=feature,
             normalize=normalize,
@@ -216,3 +227,4 @@ class RFFCovariance(Covariance):
             **kwargs,
         )
         self.sigma, self.n_frequencies, self.seed = rff.sigma, rff.n_frequencies, rff.seed
+        self.noise_draws = noise_draws

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Optional, Union
 
+import torch
 from torch import Tensor, nn
 
 from lightning_spectral._checks import (
@@ -16,7 +17,7 @@ from lightning_spectral._checks import (
     check_state_memory,
 )
 from lightning_spectral.algebra.gram import DEFAULT_CHUNK_SIZE
-from lightning_spectral.functional.mmd import MMDTest, mmd_from_means, streaming_p_value
+from lightning_spectral.functional.mmd import MMDTest, mmd_from_means, mmd_standard_error, streaming_p_value
 from lightning_spectral.kernels.bandwidth import check_sigma
 from lightning_spectral.kernels.multi_bandwidth_rff import MultiBandwidthRFF
 from lightning_spectral.metrics.base import SpectralMetric
@@ -156,12 +157,36 @@ class FastMMD(SpectralMetric):
         return self._per_bandwidth(mmd_from_means(*means, m, n, self.unbiased))
 
     def summary(self) -> dict[str, Tensor]:
-        """MMD^2 (``""``) and, unless ``statistic_only``, its ``p_value``. A collective under DDP."""
+        """MMD^2 (``""``) and, unless ``statistic_only``, its ``p_value`` and its standard error ``se``
+        ([`standard_error`][lightning_spectral.metrics.FastMMD.standard_error]); ``n`` (generated) and
+        ``n_real`` (reference) sizes and ``n_features`` (2r) beside them. A collective under DDP."""
         with self.synced():
             values = {"": self.value()}
             if not self.statistic_only:
                 values["p_value"] = self.p_value()
+                values["se"] = self.standard_error()
+            values["n"] = self.gen.count.clone()
+            values["n_real"] = self.real.count.clone()
+            values["n_features"] = torch.tensor(float(2 * self.n_frequencies), dtype=torch.float64)
         return self.with_sigma(values)
+
+    def standard_error(self) -> Tensor:
+        """The standard error of MMD^2 (either form) per bandwidth, from the side means and covariances the test keeps
+        (`functional.mmd_standard_error`; no extra state): the sampling
+        noise at these sample sizes, for the interval ``MMD^2 +- 1.96 se``. A collective under DDP.
+
+        Raises:
+            RuntimeError: with ``statistic_only=True`` (no covariances are kept).
+        """
+        if self.statistic_only:
+            raise RuntimeError("FastMMD.standard_error: built with statistic_only=True, which keeps no covariance; "
+                               "build it with statistic_only=False.")
+        with self.synced():
+            self._sizes()
+            means = (self.real.mean(), self.gen.mean())
+            covariances = (self.real.centred_covariance(), self.gen.centred_covariance())
+            m, n = float(self.real.count), float(self.gen.count)
+            return self._per_bandwidth(mmd_standard_error(*means, *covariances, m, n))
 
     def p_value(self) -> Tensor:
         """Asymptotic p-value of H0 (both sides from one distribution), per bandwidth; a collective under DDP."""

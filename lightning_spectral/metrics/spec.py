@@ -19,7 +19,13 @@ from lightning_spectral._checks import (
 )
 from lightning_spectral.algebra.gram import DEFAULT_CHUNK_SIZE
 from lightning_spectral.functional.modes import Ids, Modes, check_candidates_memory, orient, top_samples
-from lightning_spectral.functional.spec import check_pair, differential_eigh, nonzero
+from lightning_spectral.functional.sampling_noise import (
+    DEFAULT_RATIO,
+    DEFAULT_SCORE_DRAWS,
+    Multipliers,
+    check_noise_draws,
+)
+from lightning_spectral.functional.spec import check_pair, differential_eigh, nonzero, spec_diff_standard_error
 from lightning_spectral.kernels.bandwidth import check_sigma
 from lightning_spectral.kernels.by_name import KERNELS
 from lightning_spectral.kernels.paired_feature_map import PairedFeatureMap
@@ -49,6 +55,10 @@ class SPECDivergence(SpectralMetric):
             embedding gets its own sigma, as FKEAVendi(sigma="auto") would on it alone).
         n_frequencies: ``r`` per embedding for the Gaussian kernel.
         seed: frequency seed, shared by both maps and by every rank.
+        noise_draws: ``A``, the multiplier draws kept for the standard error ``se`` of SPEC-diff (default 2: two more
+            joint-size float64 sums; 0 keeps none and reports no ``se``); the 95 % interval is
+            ``SPEC-diff +- t_{A, 0.975} se``. The multipliers are functions of the pair at the finer of the two
+            bandwidths (Gaussian kernel) or of its two directions (cosine kernel).
         in_features: widths ``(d_a, d_b)``, if known (else learnt from the first batch; under DDP a rank that
             saw no sample adopts the others' widths before the sums are all-reduced).
         chunk_size: rows mapped and summed at once (rows wait in a buffer until this many are pending).
@@ -75,6 +85,7 @@ class SPECDivergence(SpectralMetric):
         *,
         n_frequencies: int = 2000,
         seed: int = 0,
+        noise_draws: int = DEFAULT_SCORE_DRAWS,
         in_features: Optional[tuple[int, int]] = None,
         chunk_size: int = DEFAULT_CHUNK_SIZE,
         **kwargs: Any,
@@ -82,6 +93,7 @@ class SPECDivergence(SpectralMetric):
         if kernel not in KERNELS:
             raise ValueError(f"SPECDivergence: `kernel` must be one of {KERNELS}, got {kernel!r}.")
         n_frequencies = check_positive_int(n_frequencies, "n_frequencies")
+        noise_draws = check_noise_draws(noise_draws)
         if kernel == "gaussian":
             if sigma_a is None or sigma_b is None:
                 raise ValueError(
@@ -91,7 +103,7 @@ class SPECDivergence(SpectralMetric):
                 )
             fitted = (check_sigma(sigma_a, "sigma_a"), check_sigma(sigma_b, "sigma_b"))
             sigmas: tuple[Any, Any] = tuple("auto" if value is None else value for value in fitted)  # type: ignore[assignment]
-            check_state_memory("SPECDivergence", 2 * n_frequencies, matrices=1, vectors=1)
+            check_state_memory("SPECDivergence", 2 * n_frequencies, matrices=1 + noise_draws, vectors=1)
         else:
             sigmas = (None, None)
         if in_features is not None and (not isinstance(in_features, (tuple, list)) or len(in_features) != 2):
@@ -101,7 +113,11 @@ class SPECDivergence(SpectralMetric):
         super().__init__(feature_map=paired, chunk_size=chunk_size, **kwargs)
         self.kernel, self.n_frequencies, self.seed = kernel, n_frequencies, seed
         self.sigmas: tuple[Optional[float], Optional[float]] = paired.sigmas  # None while "auto" waits
-        self.joint = self.add_accumulator("joint")
+        self.noise_draws = noise_draws
+        multipliers = None
+        if noise_draws:  # one multiplier per sample of the pair: at the finer bandwidth, or on the unit spheres
+            multipliers = Multipliers(noise_draws, self._multiplier_bandwidth(), seed, DEFAULT_RATIO)
+        self.joint = self.add_accumulator("joint", multipliers=multipliers)
         if in_features is not None:
             self.build(tuple(in_features))
 
@@ -110,7 +126,9 @@ class SPECDivergence(SpectralMetric):
         they cannot fit in memory."""
         if self.kernel == "cosine" and isinstance(in_features, (tuple, list)) and len(in_features) == 2:
             widths = tuple(check_positive_int(width, "in_features") for width in in_features)
-            check_width_memory("SPECDivergence", widths, sum(widths))
+            check_width_memory("SPECDivergence", widths, sum(widths), matrices=1 + self.noise_draws)
+            if self.joint.multipliers is not None:  # the cosine kernel reads directions: so do the multipliers
+                self.joint.multipliers.unit_blocks = widths
         super().build(in_features)
 
     def fit_bandwidth(self) -> Any:
@@ -146,6 +164,18 @@ class SPECDivergence(SpectralMetric):
         ignored) without mapping the held rows."""
         self.feature_map.set_bandwidth(tuple(sigma))
         self.sigmas = self.feature_map.sigmas
+        multipliers = self.joint.multipliers
+        if multipliers is not None and multipliers.bandwidth is None:  # the draws follow the fitted bandwidths
+            multipliers.bandwidth = self._multiplier_bandwidth()
+
+    def _multiplier_bandwidth(self) -> Optional[float]:
+        """The noise multipliers' scale: 1 on the unit spheres (cosine kernel), else the finer of the two
+        bandwidths (``None`` while an ``"auto"`` one waits)."""
+        if self.kernel == "cosine":
+            return 1.0
+        if any(value is None for value in self.sigmas):
+            return None
+        return min(self.sigmas)  # type: ignore[type-var]
 
     def fitted_bandwidth(self) -> Any:
         """``(sigma_a, sigma_b)``: what a checkpoint keeps of fitted ``"auto"`` bandwidths."""
@@ -193,6 +223,37 @@ class SPECDivergence(SpectralMetric):
     def compute(self) -> Tensor:
         """SPEC-diff, the largest ``|eigenvalue|`` (float64 scalar)."""
         return self._spectrum()[0].abs().max()
+
+    def standard_error(self) -> Tensor:
+        """The standard error of SPEC-diff from the ``noise_draws`` multiplier draws of the joint covariance, to first
+        order (`functional.spec_diff_standard_error`): its
+        sampling noise at this n. A collective under DDP.
+
+        Raises:
+            RuntimeError: built with ``noise_draws=0``.
+        """
+        if not self.noise_draws:
+            raise RuntimeError("SPECDivergence.standard_error: built with noise_draws=0, so no draws were kept; build "
+                               "it with noise_draws >= 1 (default 2).")
+        with self.synced():
+            values, vectors = self._spectrum()
+            noise = self.joint.noise_sums()
+            signs = torch.ones(values.shape[0], dtype=torch.float64, device=values.device)
+            signs[self.feature_map.widths[0]:] = -1.0
+            draws = [noise.draw(a) for a in range(noise.draws)]
+            return self.cached("se", lambda: spec_diff_standard_error(values, vectors, signs, draws))
+
+    def summary(self) -> dict[str, Tensor]:
+        """SPEC-diff (``""``), its standard error ``se`` (unless ``noise_draws=0``), the sample count ``n`` and,
+        for the Gaussian kernel, ``n_features`` (2r per embedding). A collective under DDP."""
+        with self.synced():
+            values = {"": self.value()}
+            if self.noise_draws:
+                values["se"] = self.standard_error()
+            values["n"] = torch.tensor(float(self.sample_count()), dtype=torch.float64)
+            if self.kernel == "gaussian":
+                values["n_features"] = torch.tensor(float(2 * self.n_frequencies), dtype=torch.float64)
+        return values
 
     def spectrum(self) -> Tensor:
         """Non-zero eigenvalues of ``Lambda`` (descending, both signs), over all ranks (a collective under DDP)."""

@@ -1,0 +1,245 @@
+"""Standard errors of the scores: FKEAVendi's from the multiplier draws (first order, against autograd through the
+n x n oracle's draws), FastMMD's in closed form (against the explicit features); both against the spread of the
+scores over fresh samples, and through a checkpoint."""
+
+import math
+
+import pytest
+import torch
+
+from lightning_spectral.functional.fkea import vendi_from_spectrum, vendi_gradient
+from lightning_spectral.functional.sampling_noise import DEFAULT_RATIO, Multipliers, draws_exact
+from lightning_spectral.kernels import GaussianRFF
+from lightning_spectral.metrics import FastMMD, FKEAVendi
+from tests.data import mixture_means, sample_mixture
+
+
+def mixture(n, seed):
+    means = mixture_means(4, d=3, spread=3.0, seed=7)
+    x, _ = sample_mixture(means, n, weights=[0.4, 0.3, 0.2, 0.1], std=0.8, seed=seed)
+    return x
+
+
+@pytest.mark.parametrize("alpha", [0.5, 1, 2, 3, "inf"])
+@pytest.mark.parametrize("truncation", [None, 3])
+def test_vendi_gradient_equals_autograd(alpha, truncation):
+    values = torch.rand(10, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    values = torch.sort(values, descending=True).values
+    values[-2:] = 0.0  # zero eigenvalues contribute nothing
+    leaf = values.clone().requires_grad_(True)
+    vendi_from_spectrum(leaf, alpha, truncation).backward()
+    torch.testing.assert_close(vendi_gradient(values, alpha, truncation), leaf.grad, rtol=1e-9, atol=1e-12)
+
+
+def oracle_se(x, sigma, r, draws, alpha, truncation):
+    """RMS over draws of <dV/dC, E_a>: the draws sample by sample (`draws_exact`), dV/dC by autograd through
+    eigvalsh of the n x n-built C."""
+    rff = GaussianRFF(x.shape[1], r, sigma=sigma, seed=0)
+    moment, noise = draws_exact(x, rff, Multipliers(draws, sigma, 0, DEFAULT_RATIO))
+    leaf = moment.clone().requires_grad_(True)
+    spectrum = torch.linalg.eigvalsh(leaf).flip(0).clamp_min(0.0)
+    vendi_from_spectrum(spectrum, alpha, truncation).backward()
+    replicates = torch.stack([(leaf.grad * noise[a]).sum() for a in range(draws)])
+    return float(replicates.pow(2).mean().sqrt())
+
+
+@pytest.mark.parametrize("alpha,truncation", [(1, None), (2, None), ("inf", None), (1, 4), (2, 4)])
+def test_fkea_se_equals_the_n_by_n_oracle(alpha, truncation):
+    x = mixture(400, seed=2)
+    metric = FKEAVendi(sigma=1.5, n_frequencies=24, alpha=alpha, truncation=truncation, chunk_size=64, noise_draws=3)
+    for batch in x.flip(0).split(57):
+        metric.update(batch)
+    summary = metric.summary()
+    assert float(summary["se"]) == pytest.approx(oracle_se(x, 1.5, 24, 3, alpha, truncation), rel=1e-6)
+    assert float(summary["se"]) > 0
+
+
+def test_several_orders_give_one_se_each_and_no_draws_give_none():
+    x = mixture(300, seed=3)
+    several = FKEAVendi(sigma=1.5, n_frequencies=24, alpha=[1, 2])
+    several.update(x)
+    summary = several.summary()
+    assert set(summary["se"]) == {1, 2}
+    for order in (1, 2):
+        single = FKEAVendi(sigma=1.5, n_frequencies=24, alpha=order)
+        single.update(x)
+        assert float(single.summary()["se"]) == pytest.approx(float(summary["se"][order]), rel=1e-9)
+    bare = FKEAVendi(sigma=1.5, n_frequencies=24, noise_draws=0)
+    bare.update(x)
+    assert "se" not in bare.summary() and float(bare.compute()) == pytest.approx(float(summary[""][1]), rel=1e-12)
+
+
+def test_fkea_se_matches_the_spread_over_fresh_samples():
+    """Mean se^2 over 60 draws of n = 500 against the variance of the 60 scores (Vendi-1 and RKE)."""
+    scores, squares = {1: [], 2: []}, {1: [], 2: []}
+    for seed in range(60):
+        metric = FKEAVendi(sigma=1.5, n_frequencies=32, alpha=[1, 2], seed=0, noise_draws=2)
+        metric.update(mixture(500, seed=100 + seed))
+        summary = metric.summary()
+        for order in (1, 2):
+            scores[order].append(float(summary[""][order]))
+            squares[order].append(float(summary["se"][order]) ** 2)
+    for order in (1, 2):
+        ratio = sum(squares[order]) / len(squares[order]) / torch.tensor(scores[order]).var().item()
+        assert 0.6 < ratio < 1.6, (order, ratio)
+
+
+def explicit_mmd_se(x, y, sigma, r):
+    rff = GaussianRFF(x.shape[1], r, sigma=sigma, seed=0)
+    phi_x, phi_y = rff(x).double(), rff(y).double()
+    delta = phi_x.mean(0) - phi_y.mean(0)
+    cov = lambda phi: torch.cov(phi.T, correction=0)  # noqa: E731
+    sigma_ = cov(phi_x) / x.shape[0] + cov(phi_y) / y.shape[0]
+    trace_sq = float((sigma_ @ sigma_).trace())
+    return math.sqrt(max(4 * float(delta @ sigma_ @ delta) - 2 * trace_sq, 2 * trace_sq))
+
+
+def test_mmd_se_equals_the_explicit_features():
+    x, y = mixture(300, seed=4), mixture(200, seed=5) + 0.4
+    metric = FastMMD(sigma=1.5, n_frequencies=32)
+    for batch in x.split(70):
+        metric.update(batch, real=True)
+    metric.update(y, real=False)
+    summary = metric.summary()
+    assert float(summary["se"]) == pytest.approx(explicit_mmd_se(x, y, 1.5, 32), rel=1e-9)
+    assert (float(summary["n"]), float(summary["n_real"]), float(summary["n_features"])) == (200.0, 300.0, 64.0)
+    several = FastMMD(sigma=[1.5, 3.0], n_frequencies=32)
+    several.update(x, real=True)
+    several.update(y, real=False)
+    assert float(several.summary()["se"][0]) == pytest.approx(float(summary["se"]), rel=1e-9)
+    assert "se" not in updated_statistic_only(x, y).summary()
+
+
+def updated_statistic_only(x, y):
+    metric = FastMMD(sigma=1.5, n_frequencies=32, statistic_only=True)
+    metric.update(x, real=True)
+    metric.update(y, real=False)
+    return metric
+
+
+def test_mmd_se_matches_the_spread_over_fresh_samples():
+    values, squares = [], []
+    for seed in range(80):
+        metric = FastMMD(sigma=1.5, n_frequencies=32)
+        metric.update(mixture(300, seed=200 + seed), real=True)
+        metric.update(mixture(300, seed=400 + seed) + 0.3, real=False)
+        summary = metric.summary()
+        values.append(float(summary[""]))
+        squares.append(float(summary["se"]) ** 2)
+    ratio = sum(squares) / len(squares) / torch.tensor(values).var().item()
+    assert 0.7 < ratio < 1.4, ratio
+
+
+def test_the_draws_travel_in_the_checkpoint():
+    x = mixture(300, seed=6)
+    metric = FKEAVendi(sigma=1.5, n_frequencies=16, alpha=[1, 2], truncation=5)
+    metric.update(x)
+    state = metric.state_dict()
+    width = 32
+    triangle = width * (width + 1) // 2
+    assert state["_extra_state"]["sums"]["samples"].shape == (1 + width + triangle + 2 * (1 + triangle),)
+    restored = FKEAVendi(sigma=1.5, n_frequencies=16, alpha=[1, 2], truncation=5)
+    restored.load_state_dict(state)
+    for order in (1, 2):
+        assert float(restored.summary()["se"][order]) == float(metric.summary()["se"][order])
+    with pytest.raises(ValueError, match="build the metric with the settings it was saved with"):
+        FKEAVendi(sigma=1.5, n_frequencies=16, noise_draws=3).load_state_dict(state)
+
+
+def test_order_and_last_bits_do_not_move_the_se():
+    x = mixture(400, seed=8).float()
+    metric, moved = (FKEAVendi(sigma=1.5, n_frequencies=24, alpha=[1, 2]) for _ in range(2))
+    metric.update(x)
+    moved.update(torch.nextafter(x, torch.full_like(x, math.inf)).flip(0))
+    for order in (1, 2):
+        a, b = float(metric.summary()["se"][order]), float(moved.summary()["se"][order])
+        assert b == pytest.approx(a, rel=1e-4)
+
+
+@pytest.mark.parametrize("kernel", ["gaussian", "cosine"])
+def test_spec_se_equals_finite_differences_of_the_n_by_n_draws(kernel):
+    """Oracle: the draws sample by sample (`draws_exact` through the metric's own map and multipliers), the top
+    |eigenvalue| of the non-symmetric S (C + h E_a) by `torch.linalg.eigvals` (no Cholesky), h -> 0."""
+    from lightning_spectral.metrics import SPECDivergence
+
+    a = mixture(300, seed=9)
+    b = a[:, :2] @ torch.randn(2, 2, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    sigmas = (1.5, 1.0) if kernel == "gaussian" else (None, None)
+    metric = SPECDivergence(kernel, *sigmas, n_frequencies=16, noise_draws=3, chunk_size=64)
+    for part in torch.arange(300).flip(0).split(41):
+        metric.update(a[part], b[part])
+    summary = metric.summary()
+    moment, noise = draws_exact(torch.cat([a, b], 1), metric.feature_map, metric.joint.multipliers)
+    width_a = metric.feature_map.widths[0]
+    signs = torch.ones(moment.shape[0], dtype=torch.float64)
+    signs[width_a:] = -1.0
+
+    def top(matrix):
+        return float(torch.linalg.eigvals(signs[:, None] * matrix).abs().max())
+
+    h = 1e-6
+    moves = torch.tensor([(top(moment + h * noise[i]) - top(moment - h * noise[i])) / (2 * h) for i in range(3)])
+    assert float(summary[""]) == pytest.approx(top(moment), rel=1e-6)
+    assert float(summary["se"]) == pytest.approx(float(moves.pow(2).mean().sqrt()), rel=1e-4)
+    assert float(summary["se"]) > 0
+
+
+def test_spec_se_matches_the_spread_over_fresh_samples():
+    from lightning_spectral.metrics import SPECDivergence
+
+    values, squares = [], []
+    projection = torch.randn(3, 3, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    for seed in range(60):
+        a = mixture(400, seed=600 + seed)
+        metric = SPECDivergence("gaussian", 1.5, 1.5, n_frequencies=32)
+        metric.update(a, torch.tanh(a @ projection))
+        summary = metric.summary()
+        values.append(float(summary[""]))
+        squares.append(float(summary["se"]) ** 2)
+    ratio = sum(squares) / len(squares) / torch.tensor(values).var().item()
+    assert 0.6 < ratio < 1.6, ratio
+
+
+def test_conditional_vendi_se_equals_autograd_through_the_n_by_n_draws():
+    """CV = V(C_J) / V(C_T), both sides' draws from one multiplier per row (`draws_exact`), dCV/dC by autograd."""
+    from lightning_spectral.metrics import ConditionalVendi
+
+    x, t = mixture(300, seed=10), mixture(300, seed=11)[:, :2]
+    x = x + t.sum(1, keepdim=True)  # the samples follow the prompts
+    metric = ConditionalVendi(1.5, 1.0, 16, alpha=[1, 2, "inf"], noise_draws=3, chunk_size=64, precision="float64")
+    for part in torch.arange(300).flip(0).split(53):
+        metric.update(x[part], t[part])
+    summary = metric.summary()
+    rows = torch.cat([x, t], 1)
+    multipliers = metric.accumulators["joint"].multipliers
+    c_joint, e_joint = draws_exact(rows, metric.accumulators["joint"].feature_map, multipliers)
+    c_prompts, e_prompts = draws_exact(rows, metric.accumulators["prompts"].feature_map, multipliers)
+    for order in (1, 2, "inf"):
+        joint, prompts = c_joint.clone().requires_grad_(True), c_prompts.clone().requires_grad_(True)
+        spectrum = lambda c: torch.linalg.eigvalsh(c).flip(0).clamp_min(0.0)  # noqa: E731
+        value = vendi_from_spectrum(spectrum(joint), order) / vendi_from_spectrum(spectrum(prompts), order)
+        value.backward()
+        moves = torch.stack([(joint.grad * e_joint[a]).sum() + (prompts.grad * e_prompts[a]).sum() for a in range(3)])
+        assert float(summary[""][order]) == pytest.approx(float(value), rel=1e-8)
+        assert float(summary["se"][order]) == pytest.approx(float(moves.pow(2).mean().sqrt()), rel=1e-6), order
+        assert float(summary["se"][order]) > 0
+    labelled = ConditionalVendi(1.5, 1.0, 16, num_classes=3, label_prompts=True)
+    labelled.update(x[:30], torch.arange(30) % 3)
+    assert "se" not in labelled.summary()  # no prompt-side draws: no se rather than a wrong one
+
+
+def test_conditional_vendi_se_matches_the_spread_over_fresh_samples():
+    from lightning_spectral.metrics import ConditionalVendi
+
+    values, squares = [], []
+    for seed in range(60):
+        t = mixture(400, seed=800 + seed)[:, :2]
+        noise = torch.randn(400, 3, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+        x = t.sum(1, keepdim=True) + noise
+        metric = ConditionalVendi(1.5, 1.0, 32, alpha=2)
+        metric.update(x, t)
+        summary = metric.summary()
+        values.append(float(summary[""]))
+        squares.append(float(summary["se"]) ** 2)
+    ratio = sum(squares) / len(squares) / torch.tensor(values).var().item()
+    assert 0.6 < ratio < 1.6, ratio
