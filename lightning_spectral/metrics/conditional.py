@@ -219,7 +219,7 @@ class ConditionalVendi(SpectralMetric):
         self.noise_draws = 0 if self.label_prompts else noise_draws
         bandwidths = [b for b in (rff.sigma, rff.prompt_sigma) if b is not None]
         multipliers = None
-        if self.noise_draws:  # sigma="auto": the samples' fitted bandwidth, set with it (`set_bandwidth`)
+        if self.noise_draws:  # sigma="auto": set with the fitted bandwidth (`set_bandwidth`)
             finest = min(bandwidths) if rff.sigma is not None else None
             multipliers = Multipliers(self.noise_draws, finest, rff.seed, DEFAULT_RATIO)
         self.add_accumulator("joint", feature_map=rff.side("joint"), multipliers=multipliers)
@@ -273,6 +273,14 @@ class ConditionalVendi(SpectralMetric):
         self.set_bandwidth(sigma)
         self.flush()
         return sigma
+
+    def set_bandwidth(self, sigma: Any) -> None:
+        """Fix ``sigma="auto"`` to ``sigma`` (see the base class); the noise draws take the finer of it and
+        ``prompt_sigma``, as with a number given at construction."""
+        super().set_bandwidth(sigma)
+        multipliers = self.accumulators["joint"].multipliers  # shared with the prompts' side
+        if multipliers is not None:
+            multipliers.bandwidth = min(float(sigma), float(self.prompt_sigma))
 
     def checkpoint_settings(self) -> dict[str, Any]:
         """The settings the sums depend on beyond the frequencies: the labels and the per-label width."""

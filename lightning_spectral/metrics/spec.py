@@ -245,7 +245,8 @@ class SPECDivergence(SpectralMetric):
 
     def summary(self) -> dict[str, Tensor]:
         """SPEC-diff (``""``), its standard error ``se`` (unless ``noise_draws=0``), the sample count ``n`` and,
-        for the Gaussian kernel, ``n_features`` (2r per embedding). A collective under DDP."""
+        for the Gaussian kernel, ``n_features`` (2r per embedding) and the bandwidths ``sigma_a``, ``sigma_b``. A
+        collective under DDP."""
         with self.synced():
             values = {"": self.value()}
             if self.noise_draws:
@@ -253,7 +254,7 @@ class SPECDivergence(SpectralMetric):
             values["n"] = torch.tensor(float(self.sample_count()), dtype=torch.float64)
             if self.kernel == "gaussian":
                 values["n_features"] = torch.tensor(float(2 * self.n_frequencies), dtype=torch.float64)
-        return values
+        return self.with_sigma(values)
 
     def spectrum(self) -> Tensor:
         """Non-zero eigenvalues of ``Lambda`` (descending, both signs), over all ranks (a collective under DDP)."""
