@@ -125,8 +125,7 @@ class FKEAVendi(RFFCovariance):
         covariance = self.samples.second_moment()
         if self._single_order and self.orders[0] == 2 and self.truncation is None:
             return rke_from_covariance(covariance)
-        spectrum = psd_eigenvalues(covariance, precision=self.precision)
-        return vendi_from_spectrum(spectrum, self.alpha, self.truncation)
+        return vendi_from_spectrum(self.spectrum(), self.alpha, self.truncation)
 
     def summary(self) -> dict[str, Tensor]:
         """The score (``""``), beside the sample size ``n`` and the feature count ``n_features`` (2r) it was
