@@ -7,7 +7,7 @@ from typing import Any, Optional, Union
 import torch
 from torch import Tensor, nn
 
-from lightning_spectral.algebra.eigen import eigen_dtype, psd_eigenvalues
+from lightning_spectral.algebra.eigen import eigen_dtype
 from lightning_spectral.algebra.gram import DEFAULT_CHUNK_SIZE
 from lightning_spectral.functional.fkea import (
     Orders,
