@@ -372,3 +372,31 @@ def test_finc_reads_inputs_that_require_grad_as_plain_values():
     expected = finc(generated, reference, 1.0, n_frequencies=64)
     score = finc(generated.clone().requires_grad_(), reference.clone().requires_grad_(), 1.0, n_frequencies=64)
     assert torch.equal(score, expected) and not score.requires_grad
+
+
+def test_modes_and_standard_errors_from_the_top_pairs_equal_the_dense_eigh(monkeypatch):
+    """At 2r = 1,024 the modes and the standard errors read the top eigen-pairs found by Lanczos; the same metric
+    with the dense ``eigh`` of all 2r pairs (the oracle) gives the same modes, p-values and standard errors."""
+    import importlib
+
+    functional_finc = importlib.import_module("lightning_spectral.functional.finc")  # the module, not the function
+
+    x, labels = sample_mixture(mixture_means(5, d=4, spread=3.0), 1200)
+    metrics = []
+    for dense in (False, True):
+        if dense:
+            dense_eigh = functional_finc.top_eigh
+            monkeypatch.setattr(functional_finc, "top_eigh", lambda m, k: dense_eigh(m, k, partial=False))
+        metric = FINCNovelty(sigma=1.0, n_frequencies=512)
+        metric.update(x[:600], real=True)
+        metric.update(torch.cat([x[600:1000], x[1000:][labels[1000:] == 0]]), real=False)
+        metrics.append((metric.novel_modes(3), metric.missing_modes(3), metric.standard_errors(),
+                        metric.standard_errors(missing=True), metric.summary()))
+    (novel, missing, se, missing_se, summary), (novel_d, missing_d, se_d, missing_se_d, summary_d) = metrics
+    for got, want in ((novel, novel_d), (missing, missing_d)):
+        torch.testing.assert_close(got.eigenvalues, want.eigenvalues, rtol=1e-9, atol=1e-12)
+        assert torch.equal(got.significant, want.significant)
+        torch.testing.assert_close((got.eigenvectors * want.eigenvectors).sum(0), torch.ones(3, dtype=torch.float64))
+    torch.testing.assert_close(torch.stack([*se, *missing_se]), torch.stack([*se_d, *missing_se_d]), rtol=1e-6, atol=1e-12)
+    assert summary[""] == summary_d[""] and summary["novel_modes"] == summary_d["novel_modes"]
+    assert 1 <= summary["novel_modes"] and summary["missing_modes"] <= 1024 // 16  # so the default route is Lanczos
