@@ -1,6 +1,6 @@
 """What a validation epoch of ``EmbeddingMetrics`` costs next to torchmetrics' KID + FID on the same samples.
 
-    python benchmarks/bench_epoch_cost.py [--n 2000] [--data fashion|digits] [--no-pictures]
+    python benchmarks/bench_epoch_cost.py [--n 2000] [--data fashion|digits] [--no-pictures] [--r R]
 
 The setting: ``n`` validation images (Fashion-MNIST's training images ``n .. 2n``, or the shipped 8 x 8 digits
 enlarged to 28 x 28 with ``--data digits``) embedded as their 784 raw pixels (the module's ``encoder`` is
@@ -11,8 +11,8 @@ enlarged to 28 x 28 with ``--data digits``) embedded as their 784 raw pixels (th
   nothing is embedded twice): ``update`` with the reference (real) and the samples (fake) in batches, then
   ``compute()`` of each. Timed inside the same process, before and after the callback's run.
 - ``EmbeddingMetrics`` at its defaults with ``FKEAVendi``, ``FINCNovelty`` and ``FastMMD`` at their defaults
-  (``sigma="auto"``; 2r = 4096, 4096 and 2048 features), galleries on (``images`` = the dataset, 4 modes x 8
-  images), inside ``Trainer.validate`` with a TensorBoard and a CSV logger. The callback's hooks are timed (the
+  (``sigma="auto"``; 2r = 4096, 4096 and 2048 features; ``--r`` sets every ``n_frequencies``), galleries on
+  (``images`` = the dataset, 4 modes x 8 images), inside ``Trainer.validate`` with a TensorBoard and a CSV logger. The callback's hooks are timed (the
   reference fed at the epoch's start, the batches' updates, the epoch end); the epoch end is split by ``report``'s
   own timings into the metrics (``summary()``, logging) and the pictures (galleries: the modes' eigenvectors, the
   second pass, the image grids and their PNGs).
@@ -101,7 +101,8 @@ def load(data: str, n: int, root: str) -> tuple[torch.Tensor, torch.Tensor]:
 
 def torchmetrics_cost(reference: torch.Tensor, samples: torch.Tensor, batch: int) -> float:
     start = time.perf_counter()
-    kid, fid = KernelInceptionDistance(feature=Identity()), FrechetInceptionDistance(feature=Identity())
+    kid = KernelInceptionDistance(feature=Identity(), subset_size=min(1000, len(samples)))  # the default at n >= 1000
+    fid = FrechetInceptionDistance(feature=Identity())
     for metric in (kid, fid):
         for i in range(0, len(reference), batch):
             metric.update(reference[i : i + batch], real=True)
@@ -138,14 +139,17 @@ def timed_hooks(callback: EmbeddingMetrics, times: dict[str, float]) -> None:
     module.report = timed_report  # type: ignore[assignment]
 
 
-def callback_cost(images: torch.Tensor, labels: torch.Tensor, n: int, batch: int, pictures: bool) -> dict[str, float]:
+def callback_cost(
+    images: torch.Tensor, labels: torch.Tensor, n: int, batch: int, pictures: bool, r: int = 0
+) -> dict[str, float]:
     reference = images[:n].flatten(1)
     dataset = Images(images[n:], labels[n:])
+    sizes = {"n_frequencies": r} if r else {}  # the metrics' defaults unless --r
     callback = EmbeddingMetrics(
         {
-            "vendi": FKEAVendi("auto"),
-            "finc": FINCNovelty("auto"),
-            "mmd": FastMMD("auto"),
+            "vendi": FKEAVendi("auto", **sizes),
+            "finc": FINCNovelty("auto", **sizes),
+            "mmd": FastMMD("auto", **sizes),
         },
         embedding="encoder",
         reference_features=reference,
@@ -178,13 +182,14 @@ def main() -> None:
     parser.add_argument("--data", choices=["fashion", "digits"], default="fashion")
     parser.add_argument("--fashion", default="/usr/share/datasets/fashion-mnist")
     parser.add_argument("--no-pictures", action="store_true")
+    parser.add_argument("--r", type=int, default=0, help="n_frequencies of every metric (0: their defaults)")
     args = parser.parse_args()
     warnings.filterwarnings("ignore")
     logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
     images, labels = load(args.data, args.n, args.fashion)
     reference, samples = images[: args.n], images[args.n :]
     before = torchmetrics_cost(reference, samples, args.batch)
-    times = callback_cost(images, labels, args.n, args.batch, not args.no_pictures)
+    times = callback_cost(images, labels, args.n, args.batch, not args.no_pictures, args.r)
     after = torchmetrics_cost(reference, samples, args.batch)
     baseline = (before + after) / 2
     print(f"{args.data}: {args.n} samples + {args.n} reference, 784-d, torch {torch.__version__}, "

@@ -409,7 +409,8 @@ def test_top_eigh_by_lanczos_equals_the_dense_eigh_at_a_width_that_takes_it():
     from lightning_spectral.algebra import top_eigh
 
     g = torch.Generator().manual_seed(0)
-    rows = torch.randn(3000, 1024, generator=g, dtype=torch.float64) * torch.linspace(3.0, 0.1, 1024, dtype=torch.float64)
+    scales = torch.linspace(3.0, 0.1, 1024, dtype=torch.float64)
+    rows = torch.randn(3000, 1024, generator=g, dtype=torch.float64) * scales
     psd = rows.T @ rows / 3000
     other = torch.randn(3000, 1024, generator=g, dtype=torch.float64)
     for matrix in (psd, psd - other.T @ other / 3000):
