@@ -12,8 +12,9 @@ enlarged to 28 x 28 with ``--data digits``) embedded as their 784 raw pixels (th
   ``compute()`` of each. Timed inside the same process, before and after the callback's run.
 - ``EmbeddingMetrics`` at its defaults with ``FKEAVendi``, ``FINCNovelty`` and ``FastMMD`` at their defaults
   (``sigma="auto"``; 2r = 4096, 4096 and 2048 features; ``--r`` sets every ``n_frequencies``), galleries on
-  (``images`` = the dataset, 4 modes x 8 images), inside ``Trainer.validate`` with a TensorBoard and a CSV logger. The callback's hooks are timed (the
-  reference fed at the epoch's start, the batches' updates, the epoch end); the epoch end is split by ``report``'s
+  (``images`` = the dataset, 4 modes x 8 images), inside ``Trainer.validate`` with a TensorBoard and a CSV logger.
+  The callback's hooks are timed (the reference fed at the epoch's start, the batches' updates, the epoch end); the
+  epoch end is split by ``report``'s
   own timings into the metrics (``summary()``, logging) and the pictures (galleries: the modes' eigenvectors, the
   second pass, the image grids and their PNGs).
 
