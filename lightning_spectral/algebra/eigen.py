@@ -42,7 +42,7 @@ def top_eigh(matrix: Tensor, k: int, partial: Optional[bool] = None, rtol: float
     Dense (`symmetric_eigh`, truncated) for small matrices or many pairs; by Lanczos
     ([`extreme_eigenpairs`][lightning_spectral.algebra.extreme_eigenpairs], every pair held to the residual
     ``||A v - lambda v|| <= rtol ||A||``, the dense ``eigh`` if it does not converge) with ``partial`` or, by default,
-    from [`PARTIAL_MIN_SIZE`][lightning_spectral.algebra.eigen.PARTIAL_MIN_SIZE] rows and ``k <= n / 16``. Signs are
+    from `PARTIAL_MIN_SIZE` rows and ``k <= n / 16``. Signs are
     arbitrary (callers orient them).
 
     Args:

@@ -186,7 +186,7 @@ class FINCNovelty(SpectralMetric):
 
     def _top_spectrum(self, missing: bool, k: int) -> DifferentialSpectrum:
         """The values' spectrum with the eigenvectors of its top ``k`` modes and of every significant one (the
-        standard errors' and the galleries' modes; [`top_modes`][lightning_spectral.functional.finc.top_modes]),
+        standard errors' and the galleries' modes; `top_modes`),
         kept for any later read of as many or fewer."""
         spectrum = self._spectrum(missing, vectors=False)
         significant = int(spectrum.significant.nonzero().max()) + 1 if bool(spectrum.significant.any()) else 0
