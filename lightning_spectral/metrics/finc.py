@@ -208,6 +208,13 @@ class FINCNovelty(SpectralMetric):
         gen, ref = self._side(real=False), self._side(real=True)
         x, y = (ref, gen) if missing else (gen, ref)
         null = self.cached_null(missing, x, y)
+        if missing and not vectors and self.rho == 1.0:  # C_ref - C_gen = -(C_gen - C_ref), entry by entry exactly
+            novel = self._spectrum(missing=False, vectors=False)
+            values = -novel.eigenvalues.flip(0)
+            threshold = max(null.threshold(self.significance), self.min_eigenvalue)
+            return DifferentialSpectrum(
+                values, None, null.p_values(values), threshold, self.significance, self.min_eigenvalue, null
+            )
         return differential_spectrum(x, y, self.rho, self.significance, self.min_eigenvalue, vectors, null)
 
     def cached_null(self, missing: bool, x: NoiseSums, y: NoiseSums) -> Any:
