@@ -147,7 +147,9 @@ class DigitsVAE(L.LightningModule):
 
     def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
         terms = self.loss(batch["image"], self._noise(batch_idx, 1))
-        self.log_dict({f"val/{key}": value for key, value in terms.items()}, batch_size=batch["image"].shape[0])
+        self.log_dict(  # averaged over ranks under DDP, as clip_finetune.py does
+            {f"val/{key}": value for key, value in terms.items()}, batch_size=batch["image"].shape[0], sync_dist=True
+        )
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         return torch.optim.Adam(self.parameters(), lr=self.hparams.lr)
@@ -267,7 +269,9 @@ class ConditionalDigitsVAE(L.LightningModule):
 
     def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
         terms = self.loss(batch["image"], batch["label"], step_noise(self, self.hparams.noise_seed, batch_idx, 1))
-        self.log_dict({f"val/{key}": value for key, value in terms.items()}, batch_size=batch["image"].shape[0])
+        self.log_dict(  # averaged over ranks under DDP, as clip_finetune.py does
+            {f"val/{key}": value for key, value in terms.items()}, batch_size=batch["image"].shape[0], sync_dist=True
+        )
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         return torch.optim.Adam(self.parameters(), lr=self.hparams.lr)

@@ -428,3 +428,31 @@ def test_null_draws_at_rho_two_by_lanczos_are_close_to_the_dense_ones():
     assert bool((null.draws <= dense * (1 + 1e-6) + 1e-12).all())
     torch.testing.assert_close(null.draws, dense, rtol=0.1, atol=0)
     assert null.threshold(0.05) == pytest.approx(NullModel(dense, 3).threshold(0.05), rel=0.02)
+
+
+def test_modes_and_standard_errors_from_the_top_pairs_equal_the_dense_eigh(monkeypatch):
+    """At 2r = 1,024 the modes and the standard errors read the top eigen-pairs found by Lanczos; the same metric
+    with the dense ``eigh`` of all 2r pairs (the oracle) gives the same modes, p-values and standard errors."""
+    import importlib
+
+    functional_finc = importlib.import_module("lightning_spectral.functional.finc")  # the module, not the function
+
+    x, labels = sample_mixture(mixture_means(5, d=4, spread=3.0), 1200)
+    metrics, top_eigh = [], functional_finc.top_eigh
+    for dense in (False, True):
+        if dense:
+            monkeypatch.setattr(functional_finc, "top_eigh", lambda m, k: top_eigh(m, k, partial=False))
+        metric = FINCNovelty(sigma=1.0, n_frequencies=512)
+        metric.update(x[:600], real=True)
+        metric.update(torch.cat([x[600:1000], x[1000:][labels[1000:] == 0]]), real=False)
+        metrics.append((metric.novel_modes(3), metric.missing_modes(3), metric.standard_errors(),
+                        metric.standard_errors(missing=True), metric.summary()))
+    (novel, missing, se, missing_se, summary), (novel_d, missing_d, se_d, missing_se_d, summary_d) = metrics
+    for got, want in ((novel, novel_d), (missing, missing_d)):
+        torch.testing.assert_close(got.eigenvalues, want.eigenvalues, rtol=1e-9, atol=1e-12)
+        assert torch.equal(got.significant, want.significant)
+        torch.testing.assert_close((got.eigenvectors * want.eigenvectors).sum(0), torch.ones(3, dtype=torch.float64))
+    errors, dense_errors = torch.stack([*se, *missing_se]), torch.stack([*se_d, *missing_se_d])
+    torch.testing.assert_close(errors, dense_errors, rtol=1e-6, atol=1e-12)
+    assert summary[""] == summary_d[""] and summary["novel_modes"] == summary_d["novel_modes"]
+    assert 1 <= summary["novel_modes"] and summary["missing_modes"] <= 1024 // 16  # so the default route is Lanczos

@@ -13,6 +13,7 @@ from lightning_spectral.algebra.eigen import (
     psd_eigenvalues,
     symmetric_eigh,
     top_eigenvalue,
+    top_eigh,
 )
 from lightning_spectral.algebra.gram import (
     DEFAULT_CHUNK_SIZE,
@@ -42,5 +43,6 @@ __all__ = [
     "symmetric_eigh",
     "symmetrize",
     "top_eigenvalue",
+    "top_eigh",
     "weighted_sum",
 ]

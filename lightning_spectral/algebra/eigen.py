@@ -30,6 +30,44 @@ def symmetric_eigh(matrix: Tensor) -> tuple[Tensor, Tensor]:
     return values.flip(0), vectors.flip(1)
 
 
+#: [`top_eigh`][lightning_spectral.algebra.top_eigh] finds ``k`` eigen-pairs by Lanczos (instead of a dense ``eigh``)
+#: from this many rows, when ``k`` is at most a sixteenth of them: at 2r = 4096 a dense ``eigh`` with vectors costs
+#: several times the ``eigvalsh`` a score needs, a few Lanczos products much less (docs/benchmarks.md, epoch cost).
+PARTIAL_MIN_SIZE = 1024
+
+
+def top_eigh(matrix: Tensor, k: int, partial: Optional[bool] = None, rtol: float = 1e-10) -> tuple[Tensor, Tensor]:
+    """The ``k`` largest eigenvalues (descending, float64) of a symmetric matrix and their eigenvectors (n, k).
+
+    Dense (`symmetric_eigh`, truncated) for small matrices or many pairs; by Lanczos
+    ([`extreme_eigenpairs`][lightning_spectral.algebra.extreme_eigenpairs], every pair held to the residual
+    ``||A v - lambda v|| <= rtol ||A||``, the dense ``eigh`` if it does not converge) with ``partial`` or, by default,
+    from `PARTIAL_MIN_SIZE` rows and ``k <= n / 16``. Signs are
+    arbitrary (callers orient them).
+
+    Args:
+        matrix: (n, n) symmetric (used as ``(A + A^T) / 2``, in float64).
+        k: pairs wanted (at most n are returned).
+        partial: ``True`` Lanczos, ``False`` dense, ``None`` by size.
+        rtol: the Lanczos residual tolerance, relative to ``||A||_2``.
+
+    Examples:
+        >>> import torch
+        >>> values, vectors = top_eigh(torch.diag(torch.arange(10.0)), 2, partial=True)
+        >>> values.round(decimals=10).tolist(), vectors.abs().argmax(0).tolist()
+        ([9.0, 8.0], [9, 8])
+    """
+    size = matrix.shape[0]
+    k = min(check_positive_int(k, "k"), size)
+    if partial is None:
+        partial = size >= PARTIAL_MIN_SIZE and 16 * k <= size
+    if not partial:
+        values, vectors = symmetric_eigh(matrix)
+        return values[:k], vectors[:, :k]
+    values, vectors = extreme_eigenpairs(matrix.double(), 0, k, rtol=rtol)
+    return values.flip(0), vectors.flip(1)
+
+
 @contextmanager
 def one_thread() -> Iterator[None]:
     """Run the enclosed torch calls on one intra-op thread, then restore the previous count.

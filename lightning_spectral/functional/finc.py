@@ -49,7 +49,7 @@ import torch
 from torch import Tensor
 
 from lightning_spectral._checks import check_features, check_positive
-from lightning_spectral.algebra.eigen import eigen_dtype, symmetric_eigh
+from lightning_spectral.algebra.eigen import eigen_dtype, symmetric_eigh, top_eigh
 from lightning_spectral.algebra.gram import DEFAULT_CHUNK_SIZE, symmetrize, weighted_sum
 from lightning_spectral.functional.finc_null import NullModel, null_model
 from lightning_spectral.functional.sampling_noise import (
@@ -170,6 +170,20 @@ def differential_spectrum(
     threshold = max(null.threshold(significance), min_eigenvalue)
     return DifferentialSpectrum(
         values, eigenvectors, null.p_values(values), threshold, significance, min_eigenvalue, null
+    )
+
+
+def top_modes(spectrum: DifferentialSpectrum, x: NoiseSums, y: NoiseSums, rho: float, k: int) -> DifferentialSpectrum:
+    """``spectrum`` (values only, of ``C_x - rho C_y``) with the top ``k`` eigenvectors (2r, k) added
+    ([`top_eigh`][lightning_spectral.algebra.top_eigh]: Lanczos for a few of a wide matrix, instead of the dense
+    ``eigh`` of all 2r). Its top ``k`` eigenvalues become the float64 ones of those pairs (the p-values follow), the
+    others, the threshold and the null stay ``spectrum``'s."""
+    top, eigenvectors = top_eigh(weighted_sum([(1.0 / x.count, x.total), (-rho / y.count, y.total)]), k)
+    values = spectrum.eigenvalues.clone()
+    values[: top.shape[0]] = top
+    return DifferentialSpectrum(
+        values, eigenvectors, spectrum.null.p_values(values), spectrum.threshold, spectrum.significance,
+        spectrum.min_eigenvalue, spectrum.null,
     )
 
 

@@ -27,7 +27,7 @@ import torch
 from torch import Tensor
 from torchmetrics import Metric
 
-from lightning_spectral.algebra.eigen import psd_eigenvalues, symmetric_eigh
+from lightning_spectral.algebra.eigen import psd_eigenvalues, symmetric_eigh, top_eigh
 from lightning_spectral.algebra.gram import DEFAULT_CHUNK_SIZE, add_gram_, weighted_sum
 from lightning_spectral.functional.modes import orient
 from lightning_spectral.functional.sampling_noise import Multipliers, NoiseSums, add_weighted_gram_
@@ -96,10 +96,15 @@ class StreamSums:
         [`psd_eigenvalues`][lightning_spectral.algebra.psd_eigenvalues])."""
         return psd_eigenvalues(self.second_moment(), precision=precision)
 
-    def modes(self) -> tuple[Tensor, Tensor]:
+    def modes(self, k: Optional[int] = None) -> tuple[Tensor, Tensor]:
         """Eigenvalues (descending, float64) and eigenvectors (columns) of ``C``, each vector's sign fixed so that
-        the mode scores sum to >= 0 over this stream's samples (``v . mu >= 0``; FKEA and FINC code)."""
-        values, vectors = symmetric_eigh(self.second_moment())
+        the mode scores sum to >= 0 over this stream's samples (``v . mu >= 0``; FKEA and FINC code); only the top
+        ``k`` pairs with ``k`` ([`top_eigh`][lightning_spectral.algebra.top_eigh]: Lanczos for a few pairs of a wide
+        ``C``)."""
+        if k is None:
+            values, vectors = symmetric_eigh(self.second_moment())
+        else:
+            values, vectors = top_eigh(self.second_moment(), k)
         return values, orient(vectors, self.mean())
 
 

@@ -90,10 +90,17 @@ class Covariance(SpectralMetric):
         """
         check_positive_int(k, "k")
         with self.synced():
-            values, vectors = self.cached("eigh", self.samples.modes)
+            values, vectors = self.cached_top("modes", k, self.samples.modes)  # the top k pairs, or more if kept
             k = min(k, values.shape[0])
-            vectors = vectors[:, :k]
+            values, vectors = values[:k], vectors[:, :k]
         return Modes(values[:k], vectors, torch.ones(k, dtype=torch.bool))
+
+    def spectrum(self) -> Tensor:
+        """The eigenvalues of ``C`` (descending, float64, round-off zeroed), kept while the sums are unchanged
+        ([`psd_eigenvalues`][lightning_spectral.algebra.psd_eigenvalues] at the metric's ``precision``, float64 if
+        it has none)."""
+        precision = getattr(self, "precision", "float64")
+        return self.cached(f"spectrum/{precision}", lambda: self.samples.eigenvalues(precision))
 
     def top_samples(
         self, batches: Iterable[tuple[Tensor, Ids]], k: int = 10, per_mode: int = 16
@@ -161,7 +168,9 @@ class Covariance(SpectralMetric):
         """
         from lightning_spectral.pictures.plots import panels, plot_spectrum
 
-        values = self.modes(check_positive_int(top, "top")).eigenvalues
+        check_positive_int(top, "top")
+        with self.synced():
+            values = self.spectrum()
         figure, (axis,) = panels(1, ax)
         plot_spectrum(values, top=top, title=f"{type(self).__name__}: kernel covariance spectrum", ax=axis)
         return figure, axis

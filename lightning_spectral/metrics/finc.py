@@ -26,6 +26,7 @@ from lightning_spectral.functional.finc import (
     check_significance,
     differential_spectrum,
     draws_from_groups,
+    top_modes,
 )
 from lightning_spectral.functional.finc_null import NULL_BATCH, noise_scale, null_model
 from lightning_spectral.functional.mode_shares import ModeRow, two_sided_shares
@@ -213,6 +214,20 @@ class FINCNovelty(SpectralMetric):
             return self.cached(name, lambda: self._spectrum(False, vectors).mirrored())
         return self.cached(name, lambda: self._decompose(missing, vectors))
 
+    def _top_spectrum(self, missing: bool, k: int) -> DifferentialSpectrum:
+        """The values' spectrum with the eigenvectors of its top ``k`` modes and of every significant one (the
+        standard errors' and the galleries' modes; `top_modes`),
+        kept for any later read of as many or fewer."""
+        spectrum = self._spectrum(missing, vectors=False)
+        significant = int(spectrum.significant.nonzero().max()) + 1 if bool(spectrum.significant.any()) else 0
+
+        def decompose(count: int) -> DifferentialSpectrum:
+            gen, ref = self._side(real=False), self._side(real=True)
+            x, y = (ref, gen) if missing else (gen, ref)
+            return top_modes(spectrum, x, y, self.rho, count)
+
+        return self.cached_top(("missing" if missing else "novel") + "_top", max(k, significant, 1), decompose)
+
     def _decompose(self, missing: bool, vectors: bool) -> DifferentialSpectrum:
         for side, accumulator, call in (("generated", self.gen[0], "real=False"), ("reference", self.ref[0], "real=True")):
             if float(accumulator.count) < 1:
@@ -251,8 +266,8 @@ class FINCNovelty(SpectralMetric):
     def _modes(self, k: int, missing: bool) -> Modes:
         check_positive_int(k, "k")
         with self.synced():
-            spectrum = self._spectrum(missing)
-            k = min(k, spectrum.eigenvalues.shape[0])
+            spectrum = self._top_spectrum(missing, k)
+            k = min(k, spectrum.eigenvectors.shape[1])  # type: ignore[union-attr]
             vectors = orient(spectrum.eigenvectors[:, :k], self.pooled(real=missing).feature_sum)  # type: ignore[index]
         return Modes(spectrum.eigenvalues[:k], vectors, spectrum.significant[:k], spectrum.p_values[:k])
 
@@ -332,10 +347,11 @@ class FINCNovelty(SpectralMetric):
             return self.cached(("missing" if missing else "novel") + "_se", lambda: self._standard_errors(missing))
 
     def _standard_errors(self, missing: bool) -> tuple[Tensor, Tensor]:
-        spectrum = self._spectrum(missing)
+        spectrum = self._top_spectrum(missing, 1)
         gen, ref = self._side(real=False), self._side(real=True)
         x, y = (ref, gen) if missing else (gen, ref)
-        vectors = spectrum.eigenvectors[:, spectrum.significant]  # type: ignore[index]
+        columns = spectrum.eigenvectors.shape[1]  # type: ignore[union-attr]  # every significant mode among them
+        vectors = spectrum.eigenvectors[:, spectrum.significant[:columns]]  # type: ignore[index]
         top = spectrum.eigenvectors[:, :1]  # type: ignore[index]
         score, first = [], []
         scale = noise_scale(gen, x, y, self.rho)

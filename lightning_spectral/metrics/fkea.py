@@ -7,7 +7,7 @@ from typing import Any, Optional, Union
 import torch
 from torch import Tensor, nn
 
-from lightning_spectral.algebra.eigen import eigen_dtype, psd_eigenvalues
+from lightning_spectral.algebra.eigen import eigen_dtype
 from lightning_spectral.algebra.gram import DEFAULT_CHUNK_SIZE
 from lightning_spectral.functional.fkea import (
     Orders,
@@ -134,8 +134,7 @@ class FKEAVendi(RFFCovariance):
         covariance = self.samples.second_moment()
         if self._single_order and self.orders[0] == 2 and self.truncation is None:
             return rke_from_covariance(covariance)
-        spectrum = psd_eigenvalues(covariance, precision=self.precision)
-        return vendi_from_spectrum(spectrum, self.alpha, self.truncation)
+        return vendi_from_spectrum(self.spectrum(), self.alpha, self.truncation)
 
     def standard_error(self) -> VendiResult:
         """The standard error of each score from the ``noise_draws`` multiplier draws, to first order

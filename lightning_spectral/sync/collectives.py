@@ -64,24 +64,24 @@ def all_gather_rows(
         >>> all_gather_rows(torch.ones(2, 3)).shape  # not distributed here
         torch.Size([2, 3])
     """
-    if strategy is not None:
-        if getattr(strategy, "world_size", 1) == 1:
-            return x
-        device = strategy.root_device  # NCCL gathers only the device's tensors
+    if strategy is not None and getattr(strategy, "world_size", 1) == 1:
+        return x
+    if strategy is not None and not distributed_available():  # a strategy without torch.distributed (e.g. XLA)
+        device = strategy.root_device
 
         def gather(tensor: Tensor, grads: bool = False) -> Any:  # (world, *tensor.shape)
             return strategy.all_gather(tensor, group=group, sync_grads=grads)
 
     else:
-        if not distributed_available():
+        # Lightning's DDP / FSDP `strategy.all_gather` calls torch.distributed.nn.functional.all_gather, deprecated
+        # (a FutureWarning at every call): the same collective on the strategy's process group, by torch.distributed.
+        if strategy is None and not distributed_available():
             return x
-        device = collective_device(group)
+        device = strategy.root_device if strategy is not None else collective_device(group)  # NCCL: device tensors
 
         def gather(tensor: Tensor, grads: bool = False) -> Any:  # world tensors shaped like ``tensor``
             if grads:
-                from torch.distributed.nn.functional import all_gather as differentiable_all_gather
-
-                return differentiable_all_gather(tensor, group=group or dist.group.WORLD)
+                return _DifferentiableGather.apply(tensor, group)
             parts = [torch.empty_like(tensor) for _ in range(dist.get_world_size(group))]
             dist.all_gather(parts, tensor, group=group)
             return parts
@@ -102,3 +102,21 @@ def all_reduce_max(value: float, group: Optional[Any] = None) -> float:
     tensor = torch.tensor([float(value)], dtype=torch.float64, device=collective_device(group))
     dist.all_reduce(tensor, op=dist.ReduceOp.MAX, group=group)
     return float(tensor)
+
+
+class _DifferentiableGather(torch.autograd.Function):
+    """All-gather whose backward sends each rank the sum over ranks of the gradients of its slice: every rank's
+    loss reads every slice, so ``d(sum_q loss_q) / d x_r = sum_q d loss_q / d slice_r`` (one all-reduce)."""
+
+    @staticmethod
+    def forward(ctx: Any, tensor: Tensor, group: Optional[Any]) -> tuple[Tensor, ...]:  # type: ignore[override]
+        ctx.group = group
+        parts = [torch.empty_like(tensor) for _ in range(dist.get_world_size(group))]
+        dist.all_gather(parts, tensor.contiguous(), group=group)
+        return tuple(parts)
+
+    @staticmethod
+    def backward(ctx: Any, *grads: Tensor) -> tuple[Optional[Tensor], None]:  # type: ignore[override]
+        stacked = torch.stack([grad.contiguous() for grad in grads])
+        dist.all_reduce(stacked, group=ctx.group)
+        return stacked[dist.get_rank(ctx.group)], None
