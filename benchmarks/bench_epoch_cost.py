@@ -30,7 +30,7 @@ import tempfile
 import time
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import lightning as L
 import numpy as np
@@ -141,14 +141,15 @@ def timed_hooks(callback: EmbeddingMetrics, times: dict[str, float]) -> None:
 
 
 def callback_cost(
-    images: torch.Tensor, labels: torch.Tensor, n: int, batch: int, pictures: bool, r: int = 0
+    images: torch.Tensor, labels: torch.Tensor, n: int, batch: int, pictures: bool, r: int = 0,
+    noise_draws: Optional[int] = None,
 ) -> dict[str, float]:
     reference = images[:n].flatten(1)
     dataset = Images(images[n:], labels[n:])
     sizes = {"n_frequencies": r} if r else {}  # the metrics' defaults unless --r
     callback = EmbeddingMetrics(
         {
-            "vendi": FKEAVendi("auto", **sizes),
+            "vendi": FKEAVendi("auto", **sizes, **({} if noise_draws is None else {"noise_draws": noise_draws})),
             "finc": FINCNovelty("auto", **sizes),
             "mmd": FastMMD("auto", **sizes),
         },
@@ -184,13 +185,15 @@ def main() -> None:
     parser.add_argument("--fashion", default="/usr/share/datasets/fashion-mnist")
     parser.add_argument("--no-pictures", action="store_true")
     parser.add_argument("--r", type=int, default=0, help="n_frequencies of every metric (0: their defaults)")
+    parser.add_argument("--noise-draws", type=int, default=None,
+                        help="FKEAVendi's noise_draws (default: its default, 2; 0: no standard error)")
     args = parser.parse_args()
     warnings.filterwarnings("ignore")
     logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
     images, labels = load(args.data, args.n, args.fashion)
     reference, samples = images[: args.n], images[args.n :]
     before = torchmetrics_cost(reference, samples, args.batch)
-    times = callback_cost(images, labels, args.n, args.batch, not args.no_pictures, args.r)
+    times = callback_cost(images, labels, args.n, args.batch, not args.no_pictures, args.r, args.noise_draws)
     after = torchmetrics_cost(reference, samples, args.batch)
     baseline = (before + after) / 2
     print(f"{args.data}: {args.n} samples + {args.n} reference, 784-d, torch {torch.__version__}, "
