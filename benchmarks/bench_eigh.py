@@ -28,8 +28,8 @@ import torch
 from lightning_spectral.algebra import covariance, extreme_eigenpairs, psd_eigenvalues
 from lightning_spectral.functional.finc import differential_spectrum
 from lightning_spectral.functional.finc_null import null_model
-from lightning_spectral.functional.sampling_noise import DEFAULT_RATIO, Multipliers, NoiseSums
 from lightning_spectral.functional.fkea import vendi_score
+from lightning_spectral.functional.sampling_noise import DEFAULT_RATIO, Multipliers, NoiseSums
 from lightning_spectral.kernels import GaussianRFF
 from lightning_spectral.metrics import FINCNovelty, FKEAVendi
 

@@ -18,11 +18,10 @@ from __future__ import annotations
 
 import argparse
 import logging
+import sys
 import tempfile
 import time
 import warnings
-
-import sys
 from pathlib import Path
 
 import lightning as L
@@ -33,6 +32,7 @@ from lightning_spectral.callbacks import GeneratedSamples
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "recipes"))
 from digits_vae import DigitsVAE  # noqa: E402  (the generative recipe's model)
+
 from lightning_spectral.data import DigitsImages
 from lightning_spectral.encoders import ClipImageFeature, PixelImageFeature
 from lightning_spectral.metrics import FastMMD, FINCNovelty, FKEAVendi

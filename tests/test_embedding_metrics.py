@@ -221,8 +221,8 @@ def test_a_metric_lacking_what_the_callback_calls_is_refused_by_name():
                                         r"\(asked for by `images`\)"):
         EmbeddingMetrics({"counts": _NoGalleries()}, index=2, images=digit_image)
     EmbeddingMetrics({"counts": _NoGalleries()})  # no images: no galleries asked for
-    from lightning_spectral.encoders import PixelImageFeature
     from lightning_spectral.callbacks import GeneratedSamples
+    from lightning_spectral.encoders import PixelImageFeature
 
     with pytest.raises(TypeError, match=r"GeneratedSamples: `metrics\['counts'\]` .*galleries"):
         GeneratedSamples({"counts": _NoGalleries()}, feature=PixelImageFeature(size=8))

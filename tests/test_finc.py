@@ -397,7 +397,7 @@ def test_missing_spectrum_at_rho_one_is_the_mirrored_novel_one_and_equals_its_ow
     g = torch.Generator().manual_seed(3)
     gen = torch.randn(120, 3, generator=g, dtype=torch.float64)
     ref = torch.cat([torch.randn(80, 3, generator=g, dtype=torch.float64), torch.randn(40, 3, generator=g) + 4.0])
-    metric = FINCNovelty(sigma=1.5, n_frequencies=16)
+    metric = FINCNovelty(sigma=1.5, n_frequencies=16, rho=1.0)
     metric.update(gen, real=False)
     metric.update(ref, real=True)
     direct = differential_spectrum(metric._side(real=True), metric._side(real=False), 1.0)
@@ -442,7 +442,7 @@ def test_modes_and_standard_errors_from_the_top_pairs_equal_the_dense_eigh(monke
     for dense in (False, True):
         if dense:
             monkeypatch.setattr(functional_finc, "top_eigh", lambda m, k: top_eigh(m, k, partial=False))
-        metric = FINCNovelty(sigma=1.0, n_frequencies=512)
+        metric = FINCNovelty(sigma=1.0, n_frequencies=512, rho=1.0)  # the mirrored missing spectrum too
         metric.update(x[:600], real=True)
         metric.update(torch.cat([x[600:1000], x[1000:][labels[1000:] == 0]]), real=False)
         metrics.append((metric.novel_modes(3), metric.missing_modes(3), metric.standard_errors(),

@@ -389,16 +389,18 @@ def test_finc_null_draws_by_lanczos_equal_the_dense_eigenvalues(rho):
     means = 3 * torch.randn(8, 16, generator=g, dtype=torch.float64)
     rff = GaussianRFF(16, 640, sigma=4.0, seed=0)
     sides = []
-    for _ in range(2):
+    for multipliers in (Multipliers(3, 4.0, 0), None):  # the draws on the generated side only, as FINC keeps them
         x = means[torch.randint(8, (600,), generator=g)] + torch.randn(600, 16, generator=g, dtype=torch.float64)
-        sides.append(NoiseSums.of(x, rff, Multipliers(3, 4.0, 0)))
+        sides.append(NoiseSums.of(x, rff, multipliers))
     null = finc.null_model(*sides, rho)
     matrices = finc.combinations(list(sides[0].sums + sides[1].sums), finc.null_weights(*sides, rho), torch.float64)
     dense = []
     for matrix in matrices:
         values = torch.linalg.eigvalsh(matrix)
         dense += [float(values[-1]), -float(values[0])] if rho == 1.0 else [float(values[-1])]
-    torch.testing.assert_close(null.draws, torch.tensor(dense, dtype=torch.float64), rtol=1e-9, atol=1e-13)
+    # rho != 1: Lanczos stops at a looser residual (SHIFTED_RTOL, 1e-4; measured 5e-6 relative here)
+    rtol = 1e-9 if rho == 1.0 else 1e-4
+    torch.testing.assert_close(null.draws, torch.tensor(dense, dtype=torch.float64), rtol=rtol, atol=1e-13)
 
 
 

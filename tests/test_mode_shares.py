@@ -56,10 +56,12 @@ def test_missing_shares_read_the_counted_share_of_each_dropped_class():
     for share, (ids, _) in zip(shares, tops, strict=True):
         label = int(ref_labels[ids].mode().values)
         counted = float((ref_labels == label).double().mean())  # the exact share of that class in the reference
-        # measured 1.02, 1.00 and 0.81 of the truth (the estimate before read 0.4 to 0.5 of it)
-        assert counted * 0.75 <= float(share) <= counted * 1.1
+        # measured 1.01, 1.04 and 0.74 of the truth at the default rho = 2 (1.02, 1.00, 0.81 at rho = 1; the
+        # estimate before read 0.4 to 0.5 of it)
+        assert counted * 0.7 <= float(share) <= counted * 1.1
     summary = metric.summary()
-    assert torch.equal(torch.stack(list(summary["missing_share"].values())), shares)
+    assert torch.equal(torch.stack(list(summary["missing_share"].values()))[:3], shares)  # the first 8 significant
+    assert len(summary["missing_share"]) == min(int(summary["missing_modes"]), 8)
     assert len(summary["novel_share"]) == int(summary["novel_modes"])
     gallery = metric.galleries([], k=3, per_mode=20, reference_batches=[(ref, torch.arange(len(ref)))])["missing"]
     assert gallery.labels[0].startswith(f"missing mode 1: about {100 * float(shares[0]):.0f} % of the reference")

@@ -152,6 +152,10 @@ class KeptImages(GalleryImages):
             (features.cpu(), ids.cpu(), images.detach().cpu(), None if labels is None else labels.cpu())
         )
 
+    def open(self, stream: str) -> None:
+        """Start ``stream`` empty (a rank may keep none of its rows and still take part in the gallery's pass)."""
+        self.kept.setdefault(stream, [])
+
     def load_with(self, stream: str, loader: Callable[[], Iterable[Row]]) -> None:
         """Fill ``stream`` from ``loader()`` (rows ``(features, global ids, images, labels)``) when first needed."""
         self.loaders[stream] = loader

@@ -456,7 +456,9 @@ class GeneratedSamples(EmbeddingCallback):
                     self.alongside.update(images, along, real=True)
 
     def _feed_samples(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        share, kept = self._share(trainer), 0
+        keeps = self._kept is not None and self._share(trainer) > 0
+        if keeps:
+            self._kept.open("samples")  # type: ignore[union-attr]
         chunks = draw_samples(
             self._sampler, pl_module, self.n_samples, self.sample_batch_size, self.seed,
             trainer.global_rank, trainer.world_size, None if self.prompts is None else self._prompts_of,
@@ -479,10 +481,11 @@ class GeneratedSamples(EmbeddingCallback):
             self.last_timings["update"] += time.perf_counter() - embedded
             if self.alongside:
                 self.alongside.update(images)  # the same images, no second sampling (timed as "alongside")
-            if kept < share and self._kept is not None:
-                keep = min(share - kept, len(ids))
-                self._kept.keep("samples", z[:keep], ids[:keep], images[:keep])
-                kept += keep
+            # the samples of global id < max_gallery_images, wherever they were drawn: the same set for any
+            # number of ranks, so the galleries (and the shares counted over them) do not depend on the sharding
+            kept = ids < self.max_gallery_images
+            if keeps and bool(kept.any()):
+                self._kept.keep("samples", z[kept], ids[kept], images[kept])  # type: ignore[union-attr]
 
     # ---- resume ------------------------------------------------------------------------------------------------
     @override

@@ -99,8 +99,8 @@ def mmd_standard_error(
     Examples:
         >>> import torch
         >>> S = torch.eye(2, dtype=torch.float64) / 2
-        >>> float(mmd_standard_error(torch.zeros(2), torch.zeros(2), S, S, 100.0, 100.0)) ** 2  # 2 tr(Sigma^2)
-        0.0002
+        >>> float(mmd_standard_error(torch.zeros(2), torch.zeros(2), S, S, 100.0, 100.0)) ** 2  # 2 tr(Sigma^2), Sigma = I / 100
+        0.0004
     """
     delta = (mean_x - mean_y).double()
     sigma = covariance_x.double() / m + covariance_y.double() / n

@@ -4,7 +4,13 @@ traces are exactly 1.
 """
 
 from lightning_spectral._checks import check_batch_memory
-from lightning_spectral.kernels.bandwidth import AUTO_FACTOR, AUTO_SAMPLES, auto_bandwidth, check_sigma, median_bandwidth
+from lightning_spectral.kernels.bandwidth import (
+    AUTO_FACTOR,
+    AUTO_SAMPLES,
+    auto_bandwidth,
+    check_sigma,
+    median_bandwidth,
+)
 from lightning_spectral.kernels.by_name import KERNELS, kernel_feature_map
 from lightning_spectral.kernels.cosine_map import CosineMap, unit_rows
 from lightning_spectral.kernels.exact import gaussian_kernel, scaled_distances

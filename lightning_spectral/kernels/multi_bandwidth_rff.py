@@ -11,11 +11,11 @@ import torch
 from torch import Tensor
 
 from lightning_spectral._checks import (
-    check_positive,
     check_bandwidths,
     check_batch_memory,
     check_features,
     check_frequency_memory,
+    check_positive,
     check_positive_int,
     check_seed,
 )

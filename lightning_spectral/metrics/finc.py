@@ -42,6 +42,9 @@ from lightning_spectral.kernels.gaussian_rff import GaussianRFF
 from lightning_spectral.metrics.accumulator import PooledSums
 from lightning_spectral.metrics.base import ModeGallery, SpectralMetric
 
+#: ``summary()`` reports the shares of at most this many significant modes per side (the largest): a poor generator
+#: can have a hundred significant missing modes, and every share is a logged scalar.
+SUMMARY_SHARES = 8
 
 class FINCNovelty(SpectralMetric):
     r"""Novel modes of generated embeddings against a reference: the spectrum of ``C_gen - rho C_ref`` (FINC).
@@ -367,7 +370,7 @@ class FINCNovelty(SpectralMetric):
         ``novel_top_se`` and ``missing_top_se``: the standard errors of the scores and top eigenvalues
         ([`standard_errors`][lightning_spectral.metrics.FINCNovelty.standard_errors]); ``novel_share`` /
         ``missing_share``: each significant mode's share of its side's samples (``{i: share}``, logged as
-        ``missing_share/0``, ...; empty without a significant mode;
+        ``missing_share/0``, ...; the first `SUMMARY_SHARES` significant modes, empty without one;
         [`mode_shares`][lightning_spectral.metrics.FINCNovelty.mode_shares]: it costs that side's eigenvectors,
         which the galleries reuse); ``sigma``."""
         with self.synced():
@@ -377,7 +380,7 @@ class FINCNovelty(SpectralMetric):
             missing_se, missing_top_se = self.standard_errors(missing=True)
             shares: dict[str, dict[int, Tensor]] = {}
             for name, spectrum, side in (("novel", novel, False), ("missing", missing, True)):
-                count = int(spectrum.significant.sum())
+                count = min(int(spectrum.significant.sum()), SUMMARY_SHARES)
                 shares[name] = dict(enumerate(self.mode_shares(count, missing=side)[:count])) if count else {}
         return self.with_sigma({
             "": novel.score,

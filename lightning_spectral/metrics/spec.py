@@ -11,7 +11,6 @@ from torch import Tensor
 
 from lightning_spectral._checks import (
     check_batches,
-    check_positive,
     check_positive_int,
     check_seed,
     check_state_memory,
