@@ -19,7 +19,6 @@ rows); nothing here was tuned on Fashion-MNIST before the rule was fixed (the ru
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import sys
 import time
@@ -31,13 +30,8 @@ import torch
 from lightning_spectral.kernels import median_bandwidth
 from lightning_spectral.metrics import FINCNovelty
 
-
-def read_idx(path: Path) -> np.ndarray:
-    with gzip.open(path) as f:
-        data = f.read()
-    dims = data[3]
-    shape = [int.from_bytes(data[4 + 4 * i : 8 + 4 * i], "big") for i in range(dims)]
-    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * dims).reshape(shape)
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from idx_files import read_idx  # noqa: E402
 
 
 def fashion(root: str, n: int = 12000) -> tuple[torch.Tensor, torch.Tensor]:

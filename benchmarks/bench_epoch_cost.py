@@ -24,8 +24,8 @@ Printed: each part in seconds, the callback's epoch over KID + FID, and the pict
 from __future__ import annotations
 
 import argparse
-import gzip
 import logging
+import sys
 import tempfile
 import time
 import warnings
@@ -44,6 +44,9 @@ from torchmetrics.image.kid import KernelInceptionDistance
 from lightning_spectral.callbacks import EmbeddingMetrics
 from lightning_spectral.data import load_digit_images
 from lightning_spectral.metrics import FastMMD, FINCNovelty, FKEAVendi
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from idx_files import read_idx  # noqa: E402
 
 
 class Identity(nn.Module):
@@ -79,13 +82,6 @@ class Flat(L.LightningModule):
     def validation_step(self, batch: dict, _: int) -> None:
         self.encoder(batch["image"])
 
-
-def read_idx(path: Path) -> np.ndarray:
-    with gzip.open(path) as f:
-        data = f.read()
-    dims = data[3]
-    shape = [int.from_bytes(data[4 + 4 * i : 8 + 4 * i], "big") for i in range(dims)]
-    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * dims).reshape(shape)
 
 
 def load(data: str, n: int, root: str) -> tuple[torch.Tensor, torch.Tensor]:

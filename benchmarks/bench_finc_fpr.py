@@ -29,10 +29,10 @@ the top-50 samples of the top mode (over the trials that found one).
 from __future__ import annotations
 
 import argparse
-import gzip
 import math
 import os
 import platform
+import sys
 import time
 from pathlib import Path
 
@@ -46,19 +46,17 @@ from lightning_spectral.metrics import FINCNovelty
 SOURCES: dict[str, tuple[torch.Tensor, torch.Tensor, float]] = {}
 
 
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from idx_files import read_idx  # noqa: E402
+
+
 def mixture(n: int, k: int = 10, d: int = 16, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     means = 4.0 * torch.randn(k, d, generator=torch.Generator().manual_seed(1000), dtype=torch.float64)
     g = torch.Generator().manual_seed(seed)
     labels = torch.randint(k, (n,), generator=g)
     return means[labels] + torch.randn(n, d, generator=g, dtype=torch.float64), labels
 
-
-def read_idx(path: Path) -> np.ndarray:
-    with gzip.open(path) as f:
-        data = f.read()
-    dims = data[3]
-    shape = [int.from_bytes(data[4 + 4 * i : 8 + 4 * i], "big") for i in range(dims)]
-    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * dims).reshape(shape)
 
 
 def source(name: str, fashion: str) -> tuple[torch.Tensor, torch.Tensor, float]:

@@ -27,9 +27,9 @@ from __future__ import annotations
 
 import argparse
 import copy
-import gzip
 import json
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -42,15 +42,11 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from lightning_spectral.callbacks import DriftMonitor, SPECAlign
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from idx_files import read_idx  # noqa: E402
+
 SETTINGS = ("none", "pixels", "start")
 
-
-def read_idx(path: Path) -> np.ndarray:
-    with gzip.open(path) as f:
-        data = f.read()
-    dims = data[3]
-    shape = [int.from_bytes(data[4 + 4 * i : 8 + 4 * i], "big") for i in range(dims)]
-    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * dims).reshape(shape)
 
 
 def load(name: str, root: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -37,9 +37,9 @@ from 2r = 4096 (scores within 0.002 % of float64's).
 from __future__ import annotations
 
 import argparse
-import gzip
 import os
 import platform
+import sys
 import time
 from pathlib import Path
 
@@ -51,13 +51,8 @@ from lightning_spectral.algebra.eigen import psd_eigenvalues
 from lightning_spectral.functional.fkea import vendi_from_spectrum
 from lightning_spectral.kernels import GaussianRFF, gaussian_kernel, median_bandwidth
 
-
-def read_idx(path: Path) -> np.ndarray:
-    with gzip.open(path) as f:
-        data = f.read()
-    dims = data[3]
-    shape = [int.from_bytes(data[4 + 4 * i : 8 + 4 * i], "big") for i in range(dims)]
-    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * dims).reshape(shape)
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from idx_files import read_idx  # noqa: E402
 
 
 def load(name: str, fashion: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

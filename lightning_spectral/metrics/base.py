@@ -215,15 +215,19 @@ class SpectralMetric(Metric):
 
         if not self.feature_map.awaits_bandwidth:
             return getattr(self, "sigma", None)
-        names = self.reference_names if self.two_sample else tuple(self.accumulators)
-        held = [rows for name in names for rows in self.accumulators[name].held_rows]
-        width = self.in_features if isinstance(self.in_features, int) else 0
-        rows = torch.cat(held) if held else torch.zeros(0, width, dtype=torch.float64)
         group = self.process_group if distributed_available() else None
-        sigma = reference_bandwidth(rows, type(self).__name__, group)
+        sigma = reference_bandwidth(self.bandwidth_rows(), type(self).__name__, group)
         self.set_bandwidth(sigma)
         self.flush()
         return sigma
+
+    def bandwidth_rows(self) -> Tensor:
+        """The held rows ``sigma="auto"`` reads on this rank (float64 (N, d)): the reference's for a two-sample
+        metric, every held row for a one-sample one."""
+        names = self.reference_names if self.two_sample else tuple(self.accumulators)
+        held = [rows for name in names for rows in self.accumulators[name].held_rows]
+        width = self.in_features if isinstance(self.in_features, int) else 0
+        return torch.cat(held) if held else torch.zeros(0, width, dtype=torch.float64)
 
     def set_bandwidth(self, sigma: Any) -> None:
         """Fix a ``sigma="auto"`` bandwidth to ``sigma`` (the fitted value, or a checkpoint's) without mapping the held

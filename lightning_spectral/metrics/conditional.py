@@ -38,7 +38,6 @@ from lightning_spectral.kernels.feature_map import FeatureMap
 from lightning_spectral.kernels.joint_gaussian_rff import JointGaussianRFF
 from lightning_spectral.metrics.accumulator import Accumulator
 from lightning_spectral.metrics.base import ModeGallery, SpectralMetric
-from lightning_spectral.sync.collectives import distributed_available
 
 
 class ConditionalVendi(SpectralMetric):
@@ -253,26 +252,12 @@ class ConditionalVendi(SpectralMetric):
             _check_draw_memory(in_features, self.n_frequencies, argument)
         super().build(in_features)
 
-    def fit_bandwidth(self) -> Optional[float]:
-        """Fix ``sigma="auto"`` now from the samples' columns of the held rows (the prompts' play no part), by the
-        rule of [`auto_bandwidth`][lightning_spectral.kernels.auto_bandwidth], and map the held rows; a no-op once
-        sigma is fixed. Returns sigma. A collective under DDP.
-
-        Raises:
-            RuntimeError: fewer than 2 samples on all ranks (update first).
-        """
-        from lightning_spectral.metrics.auto_bandwidth import reference_bandwidth
-
-        if not self.feature_map.awaits_bandwidth:
-            return self.sigma
-        held = self.accumulators["joint"].held_rows  # every accumulator holds the same samples: read them once
+    def bandwidth_rows(self) -> Tensor:
+        """The samples' columns of the held rows (the prompts' play no part in ``sigma="auto"``): every accumulator
+        holds the same samples, so they are read once, from ``joint``."""
+        held = self.accumulators["joint"].held_rows
         d_x = self.in_features[0] if self.in_features is not None else 0
-        rows = torch.cat(held)[:, :d_x] if held else torch.zeros(0, d_x, dtype=torch.float64)
-        group = self.process_group if distributed_available() else None
-        sigma = reference_bandwidth(rows, type(self).__name__, group)
-        self.set_bandwidth(sigma)
-        self.flush()
-        return sigma
+        return torch.cat(held)[:, :d_x] if held else torch.zeros(0, d_x, dtype=torch.float64)
 
     def set_bandwidth(self, sigma: Any) -> None:
         """Fix ``sigma="auto"`` to ``sigma`` (see the base class); the noise draws take the finer of it and
