@@ -372,7 +372,8 @@ class FINCNovelty(SpectralMetric):
         ``missing_share``: each significant mode's share of its side's samples (``{i: share}``, logged as
         ``missing_share/0``, ...; the first `SUMMARY_SHARES` significant modes, empty without one;
         [`mode_shares`][lightning_spectral.metrics.FINCNovelty.mode_shares]: it costs that side's eigenvectors,
-        which the galleries reuse); ``sigma``."""
+        which the galleries reuse); ``n``, ``n_real`` and ``n_features`` (2r), the sizes the values were computed at;
+        ``sigma``."""
         with self.synced():
             novel = self._spectrum(missing=False, vectors=False)
             missing = self._spectrum(missing=True, vectors=False)
@@ -382,6 +383,11 @@ class FINCNovelty(SpectralMetric):
             for name, spectrum, side in (("novel", novel, False), ("missing", missing, True)):
                 count = min(int(spectrum.significant.sum()), SUMMARY_SHARES)
                 shares[name] = dict(enumerate(self.mode_shares(count, missing=side)[:count])) if count else {}
+            sizes = {
+                "n": torch.tensor(float(self.sample_count()), dtype=torch.float64),
+                "n_real": torch.tensor(float(self.sample_count(real=True)), dtype=torch.float64),
+                "n_features": torch.tensor(float(self.feature_map.out_features), dtype=torch.float64),
+            }
         return self.with_sigma({
             "": novel.score,
             "missing": missing.score,
@@ -397,6 +403,7 @@ class FINCNovelty(SpectralMetric):
             "missing_top_se": missing_top_se,
             "novel_share": shares["novel"],
             "missing_share": shares["missing"],
+            **sizes,
         })
 
     def galleries(
