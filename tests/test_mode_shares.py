@@ -60,7 +60,8 @@ def test_missing_shares_read_the_counted_share_of_each_dropped_class():
         # estimate before read 0.4 to 0.5 of it)
         assert counted * 0.7 <= float(share) <= counted * 1.1
     summary = metric.summary()
-    assert torch.equal(torch.stack(list(summary["missing_share"].values()))[:3], shares)  # the first 8 significant
+    # the first 8 significant modes' shares: eigenvectors found for 8 modes, not 3, so equal to round-off
+    torch.testing.assert_close(torch.stack(list(summary["missing_share"].values()))[:3], shares, rtol=1e-9, atol=1e-12)
     assert len(summary["missing_share"]) == min(int(summary["missing_modes"]), 8)
     assert len(summary["novel_share"]) == int(summary["novel_modes"])
     gallery = metric.galleries([], k=3, per_mode=20, reference_batches=[(ref, torch.arange(len(ref)))])["missing"]
