@@ -233,13 +233,18 @@ class SpectralMetric(Metric):
         """Fix a ``sigma="auto"`` bandwidth to ``sigma`` (the fitted value, or a checkpoint's) without mapping the held
         rows: the map, the noise multipliers that follow it, and ``sigma``."""
         self.feature_map.set_bandwidth(sigma)
-        for accumulator in self.accumulators.values():  # FINC's noise multipliers follow the kernel's bandwidth
+        for accumulator in self.accumulators.values():  # the noise multipliers follow the kernel's bandwidth
             multipliers = getattr(accumulator, "multipliers", None)
             if multipliers is not None and multipliers.bandwidth is None:
-                multipliers.bandwidth = sigma
+                multipliers.bandwidth = self.noise_bandwidth(sigma)
         self.sigma = sigma
         if hasattr(self, "sigmas"):
             self.sigmas = (sigma,)
+
+    def noise_bandwidth(self, sigma: float) -> float:
+        """The scale of the noise multipliers (`functional.sampling_noise`) for the kernel bandwidth ``sigma``:
+        ``sigma`` itself, unless a metric's rows hold several scales."""
+        return sigma
 
     def fitted_bandwidth(self) -> Any:
         """What a checkpoint keeps of a fitted ``sigma="auto"`` (``sigma``), given back to

@@ -216,10 +216,9 @@ class ConditionalVendi(SpectralMetric):
         # The joint and prompt sides keep the same multiplier draws (one multiplier per row: their noises are
         # correlated, and the conditional score's replicate is their difference), at the finer bandwidth.
         self.noise_draws = 0 if self.label_prompts else noise_draws
-        bandwidths = [b for b in (rff.sigma, rff.prompt_sigma) if b is not None]
         multipliers = None
         if self.noise_draws:  # sigma="auto": set with the fitted bandwidth (`set_bandwidth`)
-            finest = min(bandwidths) if rff.sigma is not None else None
+            finest = None if rff.sigma is None else self.noise_bandwidth(rff.sigma)
             multipliers = Multipliers(self.noise_draws, finest, rff.seed, DEFAULT_RATIO)
         self.add_accumulator("joint", feature_map=rff.side("joint"), multipliers=multipliers)
         if self.unconditional:
@@ -259,13 +258,9 @@ class ConditionalVendi(SpectralMetric):
         d_x = self.in_features[0] if self.in_features is not None else 0
         return torch.cat(held)[:, :d_x] if held else torch.zeros(0, d_x, dtype=torch.float64)
 
-    def set_bandwidth(self, sigma: Any) -> None:
-        """Fix ``sigma="auto"`` to ``sigma`` (see the base class); the noise draws take the finer of it and
-        ``prompt_sigma``, as with a number given at construction."""
-        super().set_bandwidth(sigma)
-        multipliers = self.accumulators["joint"].multipliers  # shared with the prompts' side
-        if multipliers is not None:
-            multipliers.bandwidth = min(float(sigma), float(self.prompt_sigma))
+    def noise_bandwidth(self, sigma: float) -> float:
+        """The finer of the samples' ``sigma`` and ``prompt_sigma``: the multipliers see the joint rows."""
+        return min(float(sigma), float(self.prompt_sigma))
 
     def checkpoint_settings(self) -> dict[str, Any]:
         """The settings the sums depend on beyond the frequencies: the labels and the per-label width."""
