@@ -317,3 +317,49 @@ def test_mlflow_sqlite_store_holds_the_text_as_an_artifact(tmp_path):
     path = client.download_artifacts(logger.run_id, "text/val_finc_missing-step3.txt", str(tmp_path / "out"))
     with open(path, encoding="utf-8") as file:
         assert file.read() == LINES
+
+
+def comet_offline_archive(tmp_path, monkeypatch):
+    """A CometLogger writing an offline archive under tmp_path. Lightning's ``CometLogger(online=False)`` sets
+    Comet's ``disabled=True`` (nothing is recorded), so offline mode is chosen through Comet's own setting."""
+    monkeypatch.setenv("COMET_ERROR_TRACKING_ENABLE", "false")  # read at import: no error reports over the network
+    monkeypatch.setenv("COMET_START_ONLINE", "false")
+    monkeypatch.setenv("COMET_OFFLINE_DIRECTORY", str(tmp_path / "comet"))
+    monkeypatch.setenv("COMET_LOGGING_CONSOLE", "error")
+    pytest.importorskip("comet_ml")
+    from lightning.pytorch.loggers import CometLogger
+
+    return CometLogger(project="pictures")
+
+
+def comet_uploads(tmp_path, logger):
+    """End the experiment and return its archive's uploads: [(upload type, metadata, step, file bytes)]."""
+    import json
+    import zipfile
+
+    logger.experiment.end()
+    archives = glob.glob(str(tmp_path / "comet" / "*.zip"))
+    assert len(archives) == 1, archives
+    uploads = []
+    with zipfile.ZipFile(archives[0]) as archive:
+        for line in archive.read("messages.json").decode().splitlines():
+            message = json.loads(line)
+            if message.get("type") == "file_upload":
+                payload = message["payload"]
+                step = (payload.get("additional_params") or {}).get("step")
+                uploads.append((payload["upload_type"], payload.get("metadata"), step, archive.read(payload["file_path"])))
+    return uploads
+
+
+def test_comet_offline_archive_holds_the_gallery_and_the_text(tmp_path, monkeypatch):
+    logger = comet_offline_archive(tmp_path, monkeypatch)
+    trainer = fit(tmp_path, logger)
+    assert log_text(logger, "val/finc/missing", LINES, step=3) == ["comet"]
+    uploads = comet_uploads(tmp_path, logger)
+    pictures = [data for kind, _, _, data in uploads if kind == "visualization"]
+    assert len(pictures) == 2 and all(data.startswith(b"\x89PNG") for data in pictures)  # one gallery an epoch
+    texts = [(metadata["tag"], step, data.decode()) for kind, metadata, step, data in uploads if kind == "text-sample"]
+    assert [(tag, step) for tag, step, _ in texts] == [("val/vendi/modes", 3), ("val/vendi/modes", 6),
+                                                        ("val/finc/missing", 3)]  # the callback's lines, then ours
+    assert texts[0][2].startswith("top 2 modes, best samples first\nmode 1: about") and texts[2][2] == LINES
+    assert trainer.state.finished
