@@ -243,3 +243,48 @@ def test_conditional_vendi_se_matches_the_spread_over_fresh_samples():
         squares.append(float(summary["se"]) ** 2)
     ratio = sum(squares) / len(squares) / torch.tensor(values).var().item()
     assert 0.6 < ratio < 1.6, ratio
+
+
+def test_every_conditional_vendi_score_se_equals_autograd_through_the_n_by_n_draws():
+    """Information-Vendi V_X V_T / V_J, the samples' and the prompts' Vendi: autograd through the three sides'
+    n x n-built moments in the direction of their draws (one multiplier per row, `draws_exact`); the prompt-agnostic
+    share tr(Lambda): central finite differences of the Schur complement of the n x n-built paired moment."""
+    from lightning_spectral.functional.conditional import prompt_agnostic_covariance
+    from lightning_spectral.metrics import ConditionalVendi
+
+    x, t = mixture(240, seed=12), mixture(240, seed=13)[:, :2]
+    x = x + t.sum(1, keepdim=True)
+    metric = ConditionalVendi(1.5, 1.0, 12, alpha=[1, 2], noise_draws=3, chunk_size=64, precision="float64",
+                              prompt_agnostic=True, ridge=1e-2)
+    for part in torch.arange(240).flip(0).split(47):
+        metric.update(x[part], t[part])
+    summary = metric.summary()
+    rows = torch.cat([x, t], 1)
+    multipliers = metric.accumulators["joint"].multipliers
+    exact = {name: draws_exact(rows, metric.accumulators[name].feature_map, multipliers)
+             for name in ("joint", "samples", "prompts", "paired")}
+    spectrum = lambda c: torch.linalg.eigvalsh(c).flip(0).clamp_min(0.0)  # noqa: E731
+    for order in (1, 2):
+        leaves = {name: exact[name][0].clone().requires_grad_(True) for name in ("joint", "samples", "prompts")}
+        vendi = {name: vendi_from_spectrum(spectrum(leaf), order) for name, leaf in leaves.items()}
+        for key, value in (("information", vendi["samples"] * vendi["prompts"] / vendi["joint"]),
+                           ("vendi", vendi["samples"]), ("prompt_vendi", vendi["prompts"])):
+            grads = torch.autograd.grad(value, list(leaves.values()), retain_graph=True, allow_unused=True,
+                                        materialize_grads=True)
+            moves = torch.stack([sum((g * exact[name][1][a]).sum() for g, name in zip(grads, leaves, strict=True))
+                                 for a in range(3)])
+            assert float(summary[key][order]) == pytest.approx(float(value), rel=1e-8), key
+            assert float(summary[f"{key}_se"][order]) == pytest.approx(float(moves.pow(2).mean().sqrt()), rel=1e-6)
+            assert float(summary[f"{key}_se"][order]) > 0
+    moment, noise = exact["paired"]
+    width_x = metric.feature_map.out_features
+
+    def share(matrix):
+        return float(prompt_agnostic_covariance(matrix, width_x, 1e-2).trace())
+
+    h = 1e-6
+    moves = torch.tensor([(share(moment + h * noise[a]) - share(moment - h * noise[a])) / (2 * h) for a in range(3)])
+    assert float(summary["prompt_agnostic_share"]) == pytest.approx(share(moment), rel=1e-8)
+    assert float(summary["prompt_agnostic_share_se"]) == pytest.approx(float(moves.pow(2).mean().sqrt()), rel=1e-5)
+    assert float(summary["prompt_agnostic_share_se"]) > 0
+    assert "prompt_se" not in summary and "min_prompt_vendi_se" not in summary
