@@ -454,7 +454,8 @@ class ConditionalVendi(SpectralMetric):
             moves["prompt_vendi"][order] = prompts
             if self.unconditional:
                 samples, vendi, information = replicates["samples"][order], values["vendi"], values["information"]
-                moves["information"][order] = information * (samples / vendi + prompts / prompt_vendi - joint / joint_vendi)
+                relative = samples / vendi + prompts / prompt_vendi - joint / joint_vendi
+                moves["information"][order] = information * relative
                 moves["vendi"][order] = samples
         errors: dict[str, Any] = {}
         for key, by_order in moves.items():
