@@ -3,7 +3,7 @@ known from a large-n run.
 
     python benchmarks/bench_coverage.py [--reps 200] [--n 1000] [--population 50000] [--r 128] [--draws 2 8]
         [--only fkea mmd spec finc conditional covariance ood]
-    python benchmarks/bench_coverage.py --cost [--n 20000] [--r 1024] [--repeats 5]
+    python benchmarks/bench_coverage.py --cost [--n 20000] [--r 1024] [--repeats 5] [--only conditional]
 
 Data: a mixture of 6 Gaussians in d = 8 (means ~ N(0, 3^2 I), unit within-mode std), the reference ("real") with
 weights (0.10, 0.25, 0.20, 0.15, 0.15, 0.15), the generated side with (0.30, 0.20, 0.15, 0.15, 0.10, 0.10); kernel
@@ -192,6 +192,31 @@ def cost(n: int, r: int, repeats: int) -> None:
               f" {1 + draws} |")
 
 
+def cost_conditional(n: int, r: int, repeats: int) -> None:
+    """``ConditionalVendi`` (orders 1 and 2): seconds of ``update`` and of the first ``summary()`` with
+    ``noise_draws`` 0 and 2, interleaved."""
+    x, prompts = sample_labelled(n, GEN_WEIGHTS, 5)
+    times: dict[tuple[int, str], list[float]] = {}
+    for _ in range(repeats):
+        for draws in (0, 2):
+            metric = ConditionalVendi(SIGMA, PROMPT_SIGMA, r, alpha=[1, 2], noise_draws=draws)
+            start = time.perf_counter()
+            metric.update(x.float(), prompts.float())
+            metric.flush()
+            middle = time.perf_counter()
+            metric.summary()
+            times.setdefault((draws, "update"), []).append(middle - start)
+            times.setdefault((draws, "summary"), []).append(time.perf_counter() - middle)
+    print(f"# ConditionalVendi, n = {n}, 2r = {2 * r}, {repeats} interleaved repeats (median seconds)")
+    print("| noise_draws | update | summary() (scores + se) | state (float64 (2r)^2 sums) |")
+    print("|---|---|---|---|")
+    median = {key: sorted(values)[len(values) // 2] for key, values in times.items()}
+    for draws in (0, 2):
+        print(f"| {draws} | {median[(draws, 'update')]:.3f} ({median[(draws, 'update')] / median[(0, 'update')]:.2f}x)"
+              f" | {median[(draws, 'summary')]:.3f} ({median[(draws, 'summary')] / median[(0, 'summary')]:.2f}x) |"
+              f" {3 * (1 + draws)} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--cost", action="store_true", help="time noise_draws 0 against 2 instead (--n, --r)")
@@ -206,7 +231,10 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(2)
     if args.cost:
-        cost(args.n, args.r, args.repeats)
+        if "conditional" in args.only and "fkea" not in args.only:
+            cost_conditional(args.n, args.r, args.repeats)
+        else:
+            cost(args.n, args.r, args.repeats)
         return
     start = time.perf_counter()
     population = scores(sample(args.population, GEN_WEIGHTS, 1), sample(args.population, REF_WEIGHTS, 2), args.r,
