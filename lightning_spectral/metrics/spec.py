@@ -244,7 +244,8 @@ class SPECDivergence(SpectralMetric):
 
     def clusters_standard_error(self, k: int = 3, sign: int = 1) -> Tensor:
         r"""The standard errors (k,) of the eigenvalues of
-        [`clusters`][lightning_spectral.metrics.SPECDivergence.clusters] (``k``, ``sign``), from the ``noise_draws`` draws, to first order: each eigenvalue of $\Gamma = S C$ moves by
+        [`clusters`][lightning_spectral.metrics.SPECDivergence.clusters] (``k``, ``sign``), from the ``noise_draws``
+        draws, to first order: each eigenvalue of $\Gamma = S C$ moves by
         $v^\top E_a v / (v^\top S v)$ (`functional.spec_diff_standard_error`; a scale of $v$ cancels), and its se is
         the root mean square over the draws. A collective under DDP.
 
