@@ -2,13 +2,22 @@
 known from a large-n run.
 
     python benchmarks/bench_coverage.py [--reps 200] [--n 1000] [--population 50000] [--r 128] [--draws 2 8]
-    python benchmarks/bench_coverage.py --cost [--n 20000] [--r 1024] [--repeats 5]
+        [--only fkea mmd spec finc conditional covariance ood]
+    python benchmarks/bench_coverage.py --cost [--n 20000] [--r 1024] [--repeats 5] [--only conditional]
 
 Data: a mixture of 6 Gaussians in d = 8 (means ~ N(0, 3^2 I), unit within-mode std), the reference ("real") with
 weights (0.10, 0.25, 0.20, 0.15, 0.15, 0.15), the generated side with (0.30, 0.20, 0.15, 0.15, 0.10, 0.10); kernel
 bandwidth sigma = 3; 2r = 2 ``--r`` random features from one fixed frequency seed (the population value is the one of
 this random-feature map, the quantity each metric estimates). SPEC-diff compares the generated samples with
 ``tanh(x P / 3)`` of them (P a fixed Gaussian 8 x 8 matrix), both at sigma = 3.
+
+ConditionalVendi (orders 1 and 2, and the prompt-agnostic share with ridge 0.01): the generated side's samples with
+their mode as a one-hot prompt (prompt_sigma 0.5). RFFCovariance: three entries of C of the generated side.
+KernelPCAOOD: one CoRP detector (sigma 0.5 on the sphere, 16 components) fitted once on 5,000 reference rows (its
+readings' se are for the scores of a fixed detector), scoring the reference draw (in-distribution) against the
+generated draw plus N(0, 1.5^2 I) noise (out of distribution; AUROC about 0.87): AUROC, FPR at 95 % TPR, the
+threshold, the OOD flagged rate at a fixed threshold, the in-distribution scores' mean and standard deviation
+(closed forms: the 1.96 column).
 
 Population value: each score at n = ``--population`` (default 50,000) per side, one run. Its own noise is about
 sqrt(n / population) = 0.14 of a run's at n = 1,000: small beside the intervals, not zero.
@@ -29,8 +38,23 @@ import time
 
 import torch
 
+from lightning_spectral.functional.ood import (
+    detection_metrics,
+    detection_standard_errors,
+    rate_standard_error,
+    score_standard_errors,
+    threshold_at_tpr,
+)
 from lightning_spectral.functional.student_t import student_t_isf
-from lightning_spectral.metrics import FastMMD, FINCNovelty, FKEAVendi, SPECDivergence
+from lightning_spectral.metrics import (
+    ConditionalVendi,
+    FastMMD,
+    FINCNovelty,
+    FKEAVendi,
+    KernelPCAOOD,
+    RFFCovariance,
+    SPECDivergence,
+)
 
 D_IN, SIGMA, T = 8, 3.0, 10
 REF_WEIGHTS = [0.10, 0.25, 0.20, 0.15, 0.15, 0.15]
@@ -45,33 +69,102 @@ def sample(n: int, weights: list, seed: int) -> torch.Tensor:
     return MEANS[labels] + torch.randn(n, D_IN, generator=generator, dtype=torch.float64)
 
 
-def scores(gen: torch.Tensor, ref: torch.Tensor, r: int, draws: list[int]) -> dict[str, tuple[float, float, int]]:
+GROUPS = ("fkea", "mmd", "spec", "finc", "conditional", "covariance", "ood")
+PROMPT_SIGMA = 0.5  # one-hot prompts sqrt(2) apart: k_T = exp(-4) between distinct labels
+ENTRIES = ((0, 0), (0, 1), (3, 40))  # RFFCovariance entries whose se is checked
+_detector: dict[int, tuple[KernelPCAOOD, float]] = {}
+
+
+def sample_labelled(n: int, weights: list, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``sample`` with each row's mode as a one-hot prompt (n, 6)."""
+    generator = torch.Generator().manual_seed(seed)
+    labels = torch.multinomial(torch.tensor(weights, dtype=torch.float64), n, replacement=True, generator=generator)
+    x = MEANS[labels] + torch.randn(n, D_IN, generator=generator, dtype=torch.float64)
+    return x, torch.nn.functional.one_hot(labels, len(weights)).double()
+
+
+def detector(r: int) -> tuple[KernelPCAOOD, float]:
+    """One CoRP detector fitted on 5,000 reference rows (its fit is not the noise measured: the readings' se are
+    for the scores of a fixed detector), and a fixed threshold (its 95 % in-distribution quantile there)."""
+    if r not in _detector:
+        fitted = sample(5000, REF_WEIGHTS, 7)
+        model = KernelPCAOOD("corp", sigma=0.5, n_frequencies=r, n_components=16).fit(fitted)
+        _detector[r] = (model, float(threshold_at_tpr(model.score(fitted), 0.95)))
+    return _detector[r]
+
+
+def scores(
+    gen: torch.Tensor, ref: torch.Tensor, r: int, draws: list[int], groups=GROUPS, seed: int = 0
+) -> dict[str, tuple[float, float, int]]:
     """``{score: (value, se, dof)}`` for one sample (dof 0: the normal quantile)."""
     out: dict[str, tuple[float, float, int]] = {}
-    for a in draws:
+    if "conditional" in groups:
+        x, prompts = sample_labelled(gen.shape[0], GEN_WEIGHTS, seed)
+        for a in draws:
+            metric = ConditionalVendi(SIGMA, PROMPT_SIGMA, r, alpha=[1, 2], noise_draws=a, precision="float64",
+                                      prompt_agnostic=True, ridge=1e-2)
+            metric.update(x, prompts)
+            summary = metric.summary()
+            for key, label in (("", "Conditional"), ("information", "Information"), ("vendi", "Vendi"),
+                               ("prompt_vendi", "prompt Vendi")):
+                for order in (1, 2):
+                    se = summary["se" if key == "" else f"{key}_se"][order]
+                    out[f"CondVendi {label}-{order} (A={a})"] = (float(summary[key][order]), float(se), a)
+            out[f"CondVendi prompt-agnostic share (A={a})"] = (
+                float(summary["prompt_agnostic_share"]), float(summary["prompt_agnostic_share_se"]), a)
+    if "covariance" in groups:
+        for a in draws:
+            covariance = RFFCovariance(SIGMA, r, noise_draws=a)
+            covariance.update(gen)
+            summary = covariance.summary()
+            for i, j in ENTRIES:
+                out[f"RFFCovariance C[{i},{j}] (A={a})"] = (float(summary[""][i, j]), float(summary["se"][i, j]), a)
+    if "ood" in groups:
+        model, fixed = detector(r)
+        inside = model.score(ref)
+        blur = torch.randn(gen.shape, generator=torch.Generator().manual_seed(seed + 7), dtype=torch.float64)
+        outside = model.score(gen + 1.5 * blur)  # the generated mixture, blurred: out of distribution
+        detection, errors = detection_metrics(inside, outside), detection_standard_errors(inside, outside)
+        spread = score_standard_errors(inside)
+        rate = (outside > fixed).double().mean()
+        out["KernelPCAOOD AUROC"] = (float(detection["auroc"]), float(errors["auroc_se"]), 0)
+        out["KernelPCAOOD FPR@95"] = (float(detection["fpr"]), float(errors["fpr_se"]), 0)
+        out["KernelPCAOOD threshold"] = (float(detection["threshold"]), float(errors["threshold_se"]), 0)
+        rate_se = rate_standard_error(rate, outside.numel())
+        out["KernelPCAOOD OOD flagged rate (fixed threshold)"] = (float(rate), float(rate_se), 0)
+        out["KernelPCAOOD score mean"] = (float(inside.mean()), float(spread["mean_se"]), 0)
+        out["KernelPCAOOD score std"] = (float(inside.std(correction=0)), float(spread["std_se"]), 0)
+    draws_of = {group: draws if group in groups else [] for group in ("fkea", "spec")}
+    for a in draws_of["fkea"]:
         for name, truncation in (("", None), (f"t{T}-", T)):
             vendi = FKEAVendi(SIGMA, r, alpha=[1, 2, "inf"], truncation=truncation, noise_draws=a, precision="float64")
             vendi.update(gen)
             summary = vendi.summary()
             for order, label in ((1, "Vendi-1"), (2, "RKE"), ("inf", "Vendi-inf")):
                 out[f"{name}{label} (A={a})"] = (float(summary[""][order]), float(summary["se"][order]), a)
-    mmd = FastMMD(SIGMA, r)
-    mmd.update(ref, real=True)
-    mmd.update(gen, real=False)
-    summary = mmd.summary()
-    out["FastMMD MMD^2"] = (float(summary[""]), float(summary["se"]), 0)
-    for a in draws:  # SPEC-diff between the samples and a bent copy of them (tanh of a projection)
+    if "mmd" in groups:
+        mmd = FastMMD(SIGMA, r)
+        mmd.update(ref, real=True)
+        mmd.update(gen, real=False)
+        summary = mmd.summary()
+        out["FastMMD MMD^2"] = (float(summary[""]), float(summary["se"]), 0)
+    for a in draws_of["spec"]:  # SPEC-diff between the samples and a bent copy of them (tanh of a projection)
         spec = SPECDivergence("gaussian", SIGMA, SIGMA, n_frequencies=r, noise_draws=a)
         spec.update(gen, torch.tanh(gen @ PROJECTION / 3))
         summary = spec.summary()
         out[f"SPEC-diff (A={a})"] = (float(summary[""]), float(summary["se"]), a)
-    finc = FINCNovelty(SIGMA, r)
-    finc.update(ref, real=True)
-    finc.update(gen, real=False)
-    summary = finc.summary()
-    out["FINC top novel eigenvalue (A=3)"] = (float(summary["novel_top"]), float(summary["novel_top_se"]), 3)
-    out["FINC top missing eigenvalue (A=3)"] = (float(summary["missing_top"]), float(summary["missing_top_se"]), 3)
-    out["FINC novelty (A=3)"] = (float(summary[""]), float(summary["se"]), 3)
+        for sign, side in ((1, "+"), (-1, "-")):  # DriftMonitor's lost / new eigenvalues: clusters_standard_error
+            values, errors = spec.clusters(2, sign).eigenvalues.abs(), spec.clusters_standard_error(2, sign)
+            for i in range(min(2, values.numel())):
+                out[f"SPEC eigenvalue {side}{i + 1} (A={a})"] = (float(values[i]), float(errors[i]), a)
+    if "finc" in groups:
+        finc = FINCNovelty(SIGMA, r)
+        finc.update(ref, real=True)
+        finc.update(gen, real=False)
+        summary = finc.summary()
+        out["FINC top novel eigenvalue (A=3)"] = (float(summary["novel_top"]), float(summary["novel_top_se"]), 3)
+        out["FINC top missing eigenvalue (A=3)"] = (float(summary["missing_top"]), float(summary["missing_top_se"]), 3)
+        out["FINC novelty (A=3)"] = (float(summary[""]), float(summary["se"]), 3)
     return out
 
 
@@ -99,6 +192,31 @@ def cost(n: int, r: int, repeats: int) -> None:
               f" {1 + draws} |")
 
 
+def cost_conditional(n: int, r: int, repeats: int) -> None:
+    """``ConditionalVendi`` (orders 1 and 2): seconds of ``update`` and of the first ``summary()`` with
+    ``noise_draws`` 0 and 2, interleaved."""
+    x, prompts = sample_labelled(n, GEN_WEIGHTS, 5)
+    times: dict[tuple[int, str], list[float]] = {}
+    for _ in range(repeats):
+        for draws in (0, 2):
+            metric = ConditionalVendi(SIGMA, PROMPT_SIGMA, r, alpha=[1, 2], noise_draws=draws)
+            start = time.perf_counter()
+            metric.update(x.float(), prompts.float())
+            metric.flush()
+            middle = time.perf_counter()
+            metric.summary()
+            times.setdefault((draws, "update"), []).append(middle - start)
+            times.setdefault((draws, "summary"), []).append(time.perf_counter() - middle)
+    print(f"# ConditionalVendi, n = {n}, 2r = {2 * r}, {repeats} interleaved repeats (median seconds)")
+    print("| noise_draws | update | summary() (scores + se) | state (float64 (2r)^2 sums) |")
+    print("|---|---|---|---|")
+    median = {key: sorted(values)[len(values) // 2] for key, values in times.items()}
+    for draws in (0, 2):
+        print(f"| {draws} | {median[(draws, 'update')]:.3f} ({median[(draws, 'update')] / median[(0, 'update')]:.2f}x)"
+              f" | {median[(draws, 'summary')]:.3f} ({median[(draws, 'summary')] / median[(0, 'summary')]:.2f}x) |"
+              f" {3 * (1 + draws)} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--cost", action="store_true", help="time noise_draws 0 against 2 instead (--n, --r)")
@@ -108,18 +226,24 @@ def main() -> None:
     parser.add_argument("--population", type=int, default=50_000)
     parser.add_argument("--r", type=int, default=128)
     parser.add_argument("--draws", type=int, nargs="+", default=[2, 8])
+    parser.add_argument("--only", nargs="+", choices=GROUPS, default=list(GROUPS),
+                        help="the metrics to measure (default: all)")
     args = parser.parse_args()
     torch.set_num_threads(2)
     if args.cost:
-        cost(args.n, args.r, args.repeats)
+        if "conditional" in args.only and "fkea" not in args.only:
+            cost_conditional(args.n, args.r, args.repeats)
+        else:
+            cost(args.n, args.r, args.repeats)
         return
     start = time.perf_counter()
     population = scores(sample(args.population, GEN_WEIGHTS, 1), sample(args.population, REF_WEIGHTS, 2), args.r,
-                        args.draws)
+                        args.draws, args.only, seed=3)
     runs: dict[str, list[tuple[float, float, int]]] = {name: [] for name in population}
     for rep in range(args.reps):
         for name, value in scores(sample(args.n, GEN_WEIGHTS, 1000 + 2 * rep),
-                                  sample(args.n, REF_WEIGHTS, 1001 + 2 * rep), args.r, args.draws).items():
+                                  sample(args.n, REF_WEIGHTS, 1001 + 2 * rep), args.r, args.draws, args.only,
+                                  seed=100_000 + rep).items():
             runs[name].append(value)
     seconds = time.perf_counter() - start
     print(f"# {platform.processor() or platform.machine()}, torch {torch.__version__}, {torch.get_num_threads()} "

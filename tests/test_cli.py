@@ -21,7 +21,15 @@ from lightning_spectral.cli import evaluate as evaluate_command
 from lightning_spectral.cli import main
 from lightning_spectral.cli import ood as ood_command
 from lightning_spectral.encoders import save_features
-from lightning_spectral.functional import detection_metrics, spec, spec_diff_exact, threshold_at_tpr
+from lightning_spectral.functional import (
+    detection_metrics,
+    detection_standard_errors,
+    rate_standard_error,
+    spec,
+    spec_diff_exact,
+    threshold_at_tpr,
+    threshold_standard_error,
+)
 from lightning_spectral.metrics import FastMMD, FINCNovelty, FKEAVendi, KernelPCAOOD, SPECDivergence
 
 SUFFIXES = (".npy", ".pt", ".safetensors")
@@ -247,6 +255,14 @@ def test_ood_equals_kernel_pca_and_detection_metrics(tmp_path, capsys):
     metrics = detection_metrics(test_scores, ood_scores, tpr=0.9)
     assert close(out["ood"]["auroc"], metrics["auroc"]) and close(out["ood"]["fpr"], metrics["fpr"])
     assert 0.8 < out["ood"]["auroc"] < 1.0  # between the clusters: separable, not trivially
+    errors = detection_standard_errors(test_scores, ood_scores, tpr=0.9)  # closed forms beside each estimate
+    for key in ("auroc", "fpr"):
+        assert close(out["ood"][f"{key}_se"], errors[f"{key}_se"], rtol=1e-4) and out["ood"][f"{key}_se"] > 0
+    assert close(out["ood"]["threshold_at_tpr_se"], errors["threshold_se"], rtol=1e-4)
+    val_scores = detector.score(torch.from_numpy(val))
+    assert close(out["threshold_se"], threshold_standard_error(val_scores, 0.9), rtol=1e-4)
+    assert close(out["test"]["flagged_rate_se"], rate_standard_error(out["test"]["flagged_rate"], 500), rtol=1e-4)
+    assert close(out["ood"]["flagged_rate_se"], rate_standard_error(out["ood"]["flagged_rate"], 500), rtol=1e-4)
     assert close(out["test"]["mean"], test_scores.mean(), rtol=1e-5)
     top = test_scores.topk(16)
     assert out["most_ood"]["ids"] == top.indices.tolist()
@@ -486,6 +502,8 @@ def test_evaluate_with_prompts_gives_the_conditional_scores(tmp_path, capsys):
         assert close(out["prompt_vendi"][label], summary["prompt_vendi"][order])
         assert close(out["vendi"][label], summary["vendi"][order])  # the samples' side of the same draw as FKEA's
         assert close(out["conditional_se"][label], summary["se"][order]) and out["conditional_se"][label] > 0
+        for key in ("information_se", "prompt_vendi_se"):
+            assert close(out[key][label], summary[key][order]) and out[key][label] > 0
     assert out["inputs"]["prompts"]["n"] == 600
 
 

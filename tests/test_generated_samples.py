@@ -464,6 +464,9 @@ def test_a_conditional_generator_is_sampled_per_prompt_and_the_collapsed_prompt_
             want.update(flatten_values(name if key == "" else f"{name}_{key}", value))
     want = {key: value for key, value in want.items() if math.isfinite(value)}
     assert set(want) == set(callback.last_values)
+    # every score's se is logged beside it (ConditionalVendi's information, vendi, prompt_vendi too)
+    logged_se = {f"cond_{key}_se/{order}" for key in ("information", "vendi", "prompt_vendi") for order in (1, 2)}
+    assert logged_se <= set(want)
     for key, value in want.items():
         assert callback.last_values[key] == pytest.approx(value, rel=1e-9, abs=1e-12), key
 

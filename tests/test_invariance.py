@@ -8,7 +8,15 @@ differences left are float64 summation orders (~1e-15 relative)."""
 import pytest
 import torch
 
-from lightning_spectral.metrics import FastMMD, FINCNovelty, FKEAVendi, KernelPCAOOD, SPECDivergence
+from lightning_spectral.metrics import (
+    ConditionalVendi,
+    FastMMD,
+    FINCNovelty,
+    FKEAVendi,
+    KernelPCAOOD,
+    RFFCovariance,
+    SPECDivergence,
+)
 from tests.data import mixture_means, sample_mixture
 from tests.ddp import run_ddp
 
@@ -49,6 +57,8 @@ def observe(rank, world_size, sharding):
     finc = FINCNovelty(sigma=3.0, n_frequencies=96, chunk_size=200)
     mmd = FastMMD(sigma=[2.0, 5.0], n_frequencies=64, chunk_size=200)
     spec = SPECDivergence("cosine", chunk_size=200)  # widths learnt from the data, agreed across ranks
+    conditional = ConditionalVendi(3.0, 2.0, 24, alpha=[1, 2], chunk_size=200, prompt_agnostic=True)
+    covariance = RFFCovariance(3.0, 16, noise_draws=2, chunk_size=200)
     detectors = {m: KernelPCAOOD(m, sigma=0.7, n_frequencies=48, explained_variance=0.8) for m in ("corp", "cop", "linear")}
     for part in rows.split(batch):
         vendi.update(gen[part])
@@ -58,6 +68,8 @@ def observe(rank, world_size, sharding):
         mmd.update(gen[part], real=False)
         mmd.update(ref[part], real=True)
         spec.update(gen[part], second[part])
+        conditional.update(gen[part], second[part])
+        covariance.update(gen[part])
         for detector in detectors.values():
             detector.partial_fit(ref[part])
     gen_batches = list(zip(gen[rows].split(batch), rows.split(batch), strict=True))
@@ -88,6 +100,8 @@ def observe(rank, world_size, sharding):
         "spec_summary": spec.summary(),  # its se from the joint draws (directions of the pair: cosine kernel)
         "spec_spectrum": spec.spectrum()[:5],
         "spec_top": [ids for ids, _ in spec.top_samples(pair_batches, k=2, sign=1, per_cluster=10)],
+        "conditional_summary": conditional.summary(),  # every score's se from the draws of all four sides
+        "covariance_summary": covariance.summary(),  # C and its entrywise se
     }
     for mapping, detector in detectors.items():
         detector.finalize()
@@ -121,6 +135,11 @@ def one_process():
     assert all(float(se) > 0 for se in want["vendi_summary"]["se"].values())
     assert float(want["vendi_truncated"]["se"][1]) > 0
     assert bool((want["mmd_summary"]["se"] > 0).all()) and float(want["spec_summary"]["se"]) > 0
+    conditional = want["conditional_summary"]
+    assert all(float(conditional[key][order]) > 0 for key in ("se", "information_se", "vendi_se", "prompt_vendi_se")
+               for order in (1, 2))
+    assert float(conditional["prompt_agnostic_share_se"]) > 0
+    assert float(want["covariance_summary"]["se"].min()) > 0
     return want
 
 

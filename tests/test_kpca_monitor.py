@@ -14,7 +14,13 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from torch.utils.data import DataLoader, TensorDataset
 
 from lightning_spectral.callbacks.kpca_monitor import KPCAOODMonitor, OODDriftWarning
-from lightning_spectral.functional import detection_metrics, threshold_at_tpr
+from lightning_spectral.functional import (
+    detection_metrics,
+    detection_standard_errors,
+    score_standard_errors,
+    threshold_at_tpr,
+    threshold_standard_error,
+)
 from lightning_spectral.metrics import KernelPCAOOD
 from tests.conftest import DigitsClassifier, digits, quiet_trainer
 
@@ -97,20 +103,31 @@ def expected_metrics(detector, inside, outside):
     """What the monitor must log on its calibration epoch, from a detector and embeddings computed by hand."""
     inside = detector.score(inside)
     threshold = threshold_at_tpr(inside, TPR)
+    rate = float((inside > threshold).double().mean())
     metrics = {
         "threshold": float(threshold),
+        "threshold_se": float(threshold_standard_error(inside, TPR)),
         "n_components": detector.components.shape[1],
-        "flagged_rate": float((inside > threshold).double().mean()),
+        "flagged_rate": rate,
+        "flagged_rate_se": math.sqrt(rate * (1 - rate) / inside.numel()),
         "score_mean": float(inside.mean()),
+        "score_mean_se": float(inside.std() / math.sqrt(inside.numel())),
         "score_std": float(inside.std(correction=0)),
+        "score_std_se": float(score_standard_errors(inside)["std_se"]),
     }
     for name, z in outside.items():
         scores = detector.score(z)
         detection = detection_metrics(inside, scores, TPR)
-        metrics[f"{name}/flagged_rate"] = float((scores > threshold).double().mean())
+        errors = detection_standard_errors(inside, scores, TPR)
+        rate = float((scores > threshold).double().mean())
+        metrics[f"{name}/flagged_rate"] = rate
+        metrics[f"{name}/flagged_rate_se"] = math.sqrt(rate * (1 - rate) / scores.numel())
         metrics[f"{name}/score_mean"] = float(scores.mean())
+        metrics[f"{name}/score_mean_se"] = float(scores.std() / math.sqrt(scores.numel()))
         metrics[f"{name}/auroc"] = float(detection["auroc"])
+        metrics[f"{name}/auroc_se"] = float(errors["auroc_se"])
         metrics[f"{name}/fpr95"] = float(detection["fpr"])
+        metrics[f"{name}/fpr95_se"] = float(errors["fpr_se"])
     return metrics
 
 

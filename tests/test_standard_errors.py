@@ -243,3 +243,95 @@ def test_conditional_vendi_se_matches_the_spread_over_fresh_samples():
         squares.append(float(summary["se"]) ** 2)
     ratio = sum(squares) / len(squares) / torch.tensor(values).var().item()
     assert 0.6 < ratio < 1.6, ratio
+
+
+def test_every_conditional_vendi_score_se_equals_autograd_through_the_n_by_n_draws():
+    """Information-Vendi V_X V_T / V_J, the samples' and the prompts' Vendi: autograd through the three sides'
+    n x n-built moments in the direction of their draws (one multiplier per row, `draws_exact`); the prompt-agnostic
+    share tr(Lambda): central finite differences of the Schur complement of the n x n-built paired moment."""
+    from lightning_spectral.functional.conditional import prompt_agnostic_covariance
+    from lightning_spectral.metrics import ConditionalVendi
+
+    x, t = mixture(240, seed=12), mixture(240, seed=13)[:, :2]
+    x = x + t.sum(1, keepdim=True)
+    metric = ConditionalVendi(1.5, 1.0, 12, alpha=[1, 2], noise_draws=3, chunk_size=64, precision="float64",
+                              prompt_agnostic=True, ridge=1e-2)
+    for part in torch.arange(240).flip(0).split(47):
+        metric.update(x[part], t[part])
+    summary = metric.summary()
+    rows = torch.cat([x, t], 1)
+    multipliers = metric.accumulators["joint"].multipliers
+    exact = {name: draws_exact(rows, metric.accumulators[name].feature_map, multipliers)
+             for name in ("joint", "samples", "prompts", "paired")}
+    spectrum = lambda c: torch.linalg.eigvalsh(c).flip(0).clamp_min(0.0)  # noqa: E731
+    for order in (1, 2):
+        leaves = {name: exact[name][0].clone().requires_grad_(True) for name in ("joint", "samples", "prompts")}
+        vendi = {name: vendi_from_spectrum(spectrum(leaf), order) for name, leaf in leaves.items()}
+        for key, value in (("information", vendi["samples"] * vendi["prompts"] / vendi["joint"]),
+                           ("vendi", vendi["samples"]), ("prompt_vendi", vendi["prompts"])):
+            grads = torch.autograd.grad(value, list(leaves.values()), retain_graph=True, allow_unused=True,
+                                        materialize_grads=True)
+            moves = torch.stack([sum((g * exact[name][1][a]).sum() for g, name in zip(grads, leaves, strict=True))
+                                 for a in range(3)])
+            assert float(summary[key][order]) == pytest.approx(float(value), rel=1e-8), key
+            assert float(summary[f"{key}_se"][order]) == pytest.approx(float(moves.pow(2).mean().sqrt()), rel=1e-6)
+            assert float(summary[f"{key}_se"][order]) > 0
+    moment, noise = exact["paired"]
+    width_x = metric.feature_map.out_features
+
+    def share(matrix):
+        return float(prompt_agnostic_covariance(matrix, width_x, 1e-2).trace())
+
+    h = 1e-6
+    moves = torch.tensor([(share(moment + h * noise[a]) - share(moment - h * noise[a])) / (2 * h) for a in range(3)])
+    assert float(summary["prompt_agnostic_share"]) == pytest.approx(share(moment), rel=1e-8)
+    assert float(summary["prompt_agnostic_share_se"]) == pytest.approx(float(moves.pow(2).mean().sqrt()), rel=1e-5)
+    assert float(summary["prompt_agnostic_share_se"]) > 0
+    assert "prompt_se" not in summary and "min_prompt_vendi_se" not in summary
+
+
+def test_rff_covariance_se_is_the_entrywise_spread_of_the_n_by_n_draws():
+    """C is linear in the sums: each draw E_a (`draws_exact`, sample by sample) is its replicate, no derivative."""
+    from lightning_spectral.metrics import RFFCovariance
+
+    x = mixture(300, seed=14)
+    metric = RFFCovariance(1.5, 12, noise_draws=3, chunk_size=64)
+    for part in torch.arange(300).flip(0).split(61):
+        metric.update(x[part])
+    summary = metric.summary()
+    moment, noise = draws_exact(x, metric.feature_map, metric.samples.multipliers)
+    torch.testing.assert_close(summary[""], moment, rtol=1e-10, atol=1e-13)
+    torch.testing.assert_close(summary["se"], noise.square().mean(0).sqrt(), rtol=1e-8, atol=1e-13)
+    assert float(summary["se"].min()) > 0 and set(summary) == {"", "se", "sigma"}
+    plain = RFFCovariance(1.5, 12)
+    plain.update(x)
+    assert "se" not in plain.summary()
+    with pytest.raises(RuntimeError, match="noise_draws=0"):
+        plain.standard_error()
+
+
+def test_spec_cluster_eigenvalue_ses_equal_finite_differences_of_the_n_by_n_draws():
+    """Every top eigenvalue of either sign (DriftMonitor's `lost` / `new`), not only the largest |lambda|."""
+    from lightning_spectral.callbacks.drift_monitor import _DriftDivergence
+
+    a = mixture(300, seed=15)
+    b = torch.tanh(a @ torch.randn(3, 3, generator=torch.Generator().manual_seed(4), dtype=torch.float64))
+    metric = _DriftDivergence("gaussian", 1.5, 1.5, n_frequencies=12, noise_draws=3, chunk_size=64, top=3)
+    for part in torch.arange(300).flip(0).split(41):
+        metric.update(a[part], b[part])
+    summary = metric.summary()
+    moment, noise = draws_exact(torch.cat([a, b], 1), metric.feature_map, metric.joint.multipliers)
+    signs = torch.ones(moment.shape[0], dtype=torch.float64)
+    signs[metric.feature_map.widths[0]:] = -1.0
+
+    def top(matrix, sign):
+        values = torch.linalg.eigvals(signs[:, None] * matrix).real * sign
+        return values.sort(descending=True).values[:3]
+
+    h = 1e-6
+    for key, sign in (("lost", 1), ("new", -1)):
+        moves = torch.stack([(top(moment + h * noise[i], sign) - top(moment - h * noise[i], sign)) / (2 * h)
+                             for i in range(3)])
+        torch.testing.assert_close(summary[key], top(moment, sign), rtol=1e-6, atol=1e-10)
+        torch.testing.assert_close(summary[f"{key}_se"], moves.pow(2).mean(0).sqrt(), rtol=1e-4, atol=1e-9)
+        assert bool((summary[f"{key}_se"] > 0).all())

@@ -104,8 +104,9 @@ class _EmbedBatch:
 
 
 class _DriftDivergence(SPECDivergence):
-    """SPECDivergence of (start, now) whose summary adds the top eigenvalues of both signs and whose galleries are
-    named for drift: ``lost`` (the start groups, the current encoder does not) and ``new`` (the reverse)."""
+    """SPECDivergence of (start, now) whose summary adds the top eigenvalues of both signs (and their standard errors
+    ``lost_se``, ``new_se``) and whose galleries are named for drift: ``lost`` (the start groups, the current encoder
+    does not) and ``new`` (the reverse)."""
 
     def __init__(self, *args: Any, top: int = 3, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -116,6 +117,9 @@ class _DriftDivergence(SPECDivergence):
             values = super().summary()  # the divergence, its se, n (and n_features)
             values[LOST] = self.clusters(self.top, 1).eigenvalues
             values[NEW] = self.clusters(self.top, -1).eigenvalues.abs()
+            if self.noise_draws:  # each eigenvalue's se (`clusters_standard_error`)
+                values[f"{LOST}_se"] = self.clusters_standard_error(self.top, 1)
+                values[f"{NEW}_se"] = self.clusters_standard_error(self.top, -1)
             return values
 
     def galleries(

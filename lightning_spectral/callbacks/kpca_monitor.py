@@ -33,7 +33,13 @@ from lightning_spectral.callbacks.embedding_callback import EmbeddingCallback, o
 from lightning_spectral.callbacks.embeddings import BatchSelector, EmbeddingFn
 from lightning_spectral.callbacks.report import log_values
 from lightning_spectral.callbacks.saved_state import check_saved_state, load_all_or_none, refusal_fix, state_key_of
-from lightning_spectral.functional.ood import detection_metrics
+from lightning_spectral.functional.ood import (
+    detection_metrics,
+    detection_standard_errors,
+    rate_standard_error,
+    score_standard_errors,
+    threshold_standard_error,
+)
 from lightning_spectral.metrics.kernel_pca_ood import KernelPCAOOD
 
 __all__ = ["KPCAOODMonitor", "OODDriftWarning"]
@@ -61,7 +67,11 @@ class KPCAOODMonitor(EmbeddingCallback):
        in-distribution validation score (all ranks' scores); it stays fixed until the next refit.
     4. Every validation epoch logs ``{log_prefix}flagged_rate``, ``score_mean``, ``score_std``, ``threshold``,
        ``n_components`` and, per OOD set ``name``, ``{name}/flagged_rate``, ``{name}/score_mean``,
-       ``{name}/auroc`` and ``{name}/fpr95`` (``fpr`` + ``100 * tpr``). On later epochs an in-distribution
+       ``{name}/auroc`` and ``{name}/fpr95`` (``fpr`` + ``100 * tpr``), each estimate with its standard error
+       ``{key}_se`` in closed form for the scores of the fitted detector (`functional.ood`: binomial for a flagged
+       rate at the fixed threshold, DeLong for AUROC, the order statistic's for ``threshold``, read from this
+       epoch's in-distribution scores, and for the FPR, which moves with it; none for ``n_components``, a
+       setting's consequence). On later epochs an in-distribution
        flagged rate above ``max_flagged_rate`` raises an
        [`OODDriftWarning`][lightning_spectral.callbacks.OODDriftWarning] (and stops training with
        ``stop_on_drift``).
@@ -309,23 +319,35 @@ class KPCAOODMonitor(EmbeddingCallback):
             self.phase = MONITORING
         threshold = float(self.detector.threshold_)
         flagged_rate = float((inside > threshold).double().mean())
+        spread = score_standard_errors(inside)
         metrics = {
             "threshold": threshold,
+            "threshold_se": float(threshold_standard_error(inside, self.tpr)),
             "n_components": float(self.detector.components_.shape[1]),
             "flagged_rate": flagged_rate,
+            "flagged_rate_se": float(rate_standard_error(flagged_rate, inside.numel())),
             "score_mean": float(inside.mean()),
+            "score_mean_se": float(spread["mean_se"]),
             "score_std": float(inside.std(correction=0)),
+            "score_std_se": float(spread["std_se"]),
         }
+        fpr = f"fpr{100 * self.tpr:g}"
         for name, set_id in self._set_ids.items():
             outside = scores[set_id]
             if outside.numel() == 0:
                 self.warn_once(f"empty-{name}", f"KPCAOODMonitor: the OOD set {name!r} had no samples this epoch.")
                 continue
             detection = detection_metrics(inside, outside, self.tpr)
-            metrics[f"{name}/flagged_rate"] = float((outside > threshold).double().mean())
+            errors = detection_standard_errors(inside, outside, self.tpr)
+            rate = float((outside > threshold).double().mean())
+            metrics[f"{name}/flagged_rate"] = rate
+            metrics[f"{name}/flagged_rate_se"] = float(rate_standard_error(rate, outside.numel()))
             metrics[f"{name}/score_mean"] = float(outside.mean())
+            metrics[f"{name}/score_mean_se"] = float(score_standard_errors(outside)["mean_se"])
             metrics[f"{name}/auroc"] = float(detection["auroc"])
-            metrics[f"{name}/fpr{100 * self.tpr:g}"] = float(detection["fpr"])
+            metrics[f"{name}/auroc_se"] = float(errors["auroc_se"])
+            metrics[f"{name}/{fpr}"] = float(detection["fpr"])
+            metrics[f"{name}/{fpr}_se"] = float(errors["fpr_se"])
         log_values(pl_module, metrics, self.log_prefix)  # global already: computed from gathered scores
         if not calibrating and self.max_flagged_rate is not None and flagged_rate > self.max_flagged_rate:
             self._drifted(trainer, flagged_rate)

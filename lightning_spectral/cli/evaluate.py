@@ -255,7 +255,8 @@ def run(args: argparse.Namespace, session: Session) -> dict[str, Any]:
         labels = dict(zip(orders, args.alpha, strict=True))
         result["inputs"]["prompts"] = prompts.describe()
         for key, name in (("", "conditional"), ("information", "information"), ("prompt_vendi", "prompt_vendi"),
-                          ("se", "conditional_se")):
+                          ("se", "conditional_se"), ("information_se", "information_se"),
+                          ("prompt_vendi_se", "prompt_vendi_se")):
             if key not in summary:
                 continue
             values = summary[key] if isinstance(summary[key], dict) else {orders[0]: summary[key]}

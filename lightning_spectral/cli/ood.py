@@ -80,7 +80,13 @@ def _statistics(scores: Tensor) -> dict[str, float]:
 
 
 def run(args: argparse.Namespace, session: Session) -> dict[str, Any]:
-    from lightning_spectral.functional.ood import detection_metrics, threshold_at_tpr
+    from lightning_spectral.functional.ood import (
+        detection_metrics,
+        detection_standard_errors,
+        rate_standard_error,
+        threshold_at_tpr,
+        threshold_standard_error,
+    )
     from lightning_spectral.metrics.kernel_pca_ood import KernelPCAOOD
 
     if not 0 < args.tpr <= 1:
@@ -118,22 +124,32 @@ def run(args: argparse.Namespace, session: Session) -> dict[str, Any]:
     result["test"] = _statistics(test_scores)
     threshold: Optional[float] = None
     if "calibrate" in files:
-        threshold = float(threshold_at_tpr(_scores(detector, files["calibrate"], args, session), args.tpr))
+        calibration_scores = _scores(detector, files["calibrate"], args, session)
+        threshold = float(threshold_at_tpr(calibration_scores, args.tpr))
         result["threshold"] = threshold
-        result["test"]["flagged_rate"] = float((test_scores > threshold).double().mean())
+        result["threshold_se"] = float(threshold_standard_error(calibration_scores, args.tpr))
+        flagged = float((test_scores > threshold).double().mean())
+        result["test"]["flagged_rate"] = flagged
+        result["test"]["flagged_rate_se"] = float(rate_standard_error(flagged, test_scores.numel()))
     ood_scores = None
     if "ood" in files:
         ood_scores = _scores(detector, files["ood"], args, session)
         metrics = detection_metrics(test_scores, ood_scores, args.tpr)
+        errors = detection_standard_errors(test_scores, ood_scores, args.tpr)
         result["ood"] = {
             **_statistics(ood_scores),
             "auroc": float(metrics["auroc"]),
+            "auroc_se": float(errors["auroc_se"]),
             "fpr": float(metrics["fpr"]),
+            "fpr_se": float(errors["fpr_se"]),
             "tpr": args.tpr,
             "threshold_at_tpr": float(metrics["threshold"]),
+            "threshold_at_tpr_se": float(errors["threshold_se"]),
         }
         if threshold is not None:
-            result["ood"]["flagged_rate"] = float((ood_scores > threshold).double().mean())
+            flagged = float((ood_scores > threshold).double().mean())
+            result["ood"]["flagged_rate"] = flagged
+            result["ood"]["flagged_rate_se"] = float(rate_standard_error(flagged, ood_scores.numel()))
     top = test_scores.topk(min(args.top_k, test_scores.numel()))
     ids = files["test"].ids(0, files["test"].n)[top.indices]
     result["most_ood"] = {"ids": ids.tolist(), "scores": top.values.tolist()}

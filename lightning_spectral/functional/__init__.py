@@ -12,7 +12,14 @@ from lightning_spectral.functional.fkea import fkea_vendi, truncated_vendi, vend
 from lightning_spectral.functional.mmd import MMDTest, fast_mmd, fast_mmd_test, mmd_exact, mmd_exact_test
 from lightning_spectral.functional.mode_shares import ModeRow, exact_two_sided_shares, mode_line, two_sided_shares
 from lightning_spectral.functional.modes import Modes, mode_scores, top_samples
-from lightning_spectral.functional.ood import detection_metrics, threshold_at_tpr
+from lightning_spectral.functional.ood import (
+    detection_metrics,
+    detection_standard_errors,
+    rate_standard_error,
+    score_standard_errors,
+    threshold_at_tpr,
+    threshold_standard_error,
+)
 from lightning_spectral.functional.spec import (
     SPECClusters,
     SPECResult,
@@ -28,7 +35,11 @@ __all__ = [
     "content_hash",
     "reference_halves",
     "detection_metrics",
+    "detection_standard_errors",
+    "rate_standard_error",
+    "score_standard_errors",
     "threshold_at_tpr",
+    "threshold_standard_error",
     "conditional_vendi",
     "conditional_vendi_exact",
     "prompt_agnostic_eigenvalues_exact",

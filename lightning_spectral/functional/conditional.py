@@ -245,3 +245,23 @@ def prompt_agnostic_covariance(joint_xt: Tensor, width_x: int, ridge: float = 1e
     solved = torch.linalg.solve(c_tt + ridge * eye, c_xt.T)
     schur = c_xx - c_xt @ solved
     return (schur + schur.T) / 2
+
+
+def prompt_agnostic_share_replicates(moment: Tensor, draws: Tensor, width_x: int, ridge: float = 1e-3) -> Tensor:
+    r"""First-order replicates (A,) of $\operatorname{tr}\Lambda$ (`prompt_agnostic_covariance`) for the draws
+    ``draws`` (A, D, D) of the paired moment ``moment`` (D, D): its derivative in the direction of each draw $E$,
+
+    $$d = \operatorname{tr} E_{xx} - 2 \operatorname{tr}(E_{xt} S) + \operatorname{tr}(S^\top E_{tt} S), \qquad
+    S = (C_{tt} + \varepsilon I)^{-1} C_{tx},$$
+
+    from $d(M^{-1}) = -M^{-1}\, dM\, M^{-1}$ (``width_x`` rows / columns the samples', as there)."""
+    ridge = check_positive(ridge, "ridge")
+    moment, draws = moment.double(), draws.double()
+    c_xt, c_tt = moment[:width_x, width_x:], moment[width_x:, width_x:]
+    eye = torch.eye(c_tt.shape[0], dtype=torch.float64, device=c_tt.device)
+    solved = torch.linalg.solve(c_tt + ridge * eye, c_xt.T)  # S (D_t, D_x)
+    e_xx, e_xt, e_tt = draws[:, :width_x, :width_x], draws[:, :width_x, width_x:], draws[:, width_x:, width_x:]
+    first = e_xx.diagonal(dim1=1, dim2=2).sum(1)
+    cross = (e_xt * solved.T).sum((1, 2))  # tr(E_xt S)
+    second = ((e_tt @ solved) * solved).sum((1, 2))  # tr(S^T E_tt S)
+    return first - 2 * cross + second

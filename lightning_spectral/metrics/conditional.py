@@ -24,6 +24,7 @@ from lightning_spectral.functional.conditional import (
     conditional_scores,
     entropy_of,
     prompt_agnostic_covariance,
+    prompt_agnostic_share_replicates,
 )
 from lightning_spectral.functional.fkea import Orders, VendiResult, check_orders, vendi_replicates, vendi_score
 from lightning_spectral.functional.modes import Ids, Modes, check_candidates_memory, orient, top_samples
@@ -94,9 +95,11 @@ class ConditionalVendi(SpectralMetric):
         ridge: the ridge of the prompt-side solve of the Schur complement
             (`prompt_agnostic_covariance`): this library's regularisation (Scendi uses the pseudo-inverse), and the
             complement depends on it; report it with any value read from the complement.
-        noise_draws: ``A``, the multiplier draws kept on the joint and prompt sides for the standard error ``se`` of
-            Conditional-Vendi (default 2: ``2 A`` more (2r)^2 float64 sums; interval ``+- t_{A, 0.975} se``); 0, or
-            ``label_prompts=True``, keeps none and reports no ``se``.
+        noise_draws: ``A``, the multiplier draws kept on every covariance side for the standard errors of the
+            scores (``se``, ``information_se``, ``vendi_se``, ``prompt_vendi_se``, ``prompt_agnostic_share_se``;
+            default 2: ``A`` more sums per side, (2r)^2 each for the joint, sample and prompt sides, (4r)^2 for the
+            paired one: the noise state is ``A`` times the scores'; interval ``+- t_{A, 0.975} se``); 0, or
+            ``label_prompts=True``, keeps none and reports no standard errors.
         in_features: widths ``(d_samples, d_prompts)``, if known.
         chunk_size: rows mapped and summed at once (rows wait in a buffer until this many are pending).
         feature: a frozen ``nn.Module`` mapping a batch of images to (N, d) embeddings: ``update`` then takes
@@ -161,10 +164,9 @@ class ConditionalVendi(SpectralMetric):
                 "leave it None (the first batch fixes the widths)."
             )
         rff = JointGaussianRFF(sigma, prompt_sigma, n_frequencies, seed)
-        draw_matrices = 0 if label_prompts is True else 2 * noise_draws  # the joint and prompt sides' draws
-        check_state_memory(
-            type(self).__name__, rff.n_frequencies, matrices=(3 if unconditional else 2) + draw_matrices, vectors=3
-        )
+        sides = 3 if unconditional else 2
+        draw_matrices = 0 if label_prompts is True else sides * noise_draws  # each covariance side's draws
+        check_state_memory(type(self).__name__, rff.n_frequencies, matrices=sides + draw_matrices, vectors=3)
         self.num_classes = None if num_classes is None else check_positive_int(num_classes, "num_classes")
         if in_features is not None:
             _check_draw_memory(in_features, rff.n_frequencies, "in_features")
@@ -213,8 +215,8 @@ class ConditionalVendi(SpectralMetric):
             )
         # Every accumulator sees the same (sample, prompt) rows, through its own side of the joint map: "joint"
         # counts them (`sample_count`), the others are views of the same samples.
-        # The joint and prompt sides keep the same multiplier draws (one multiplier per row: their noises are
-        # correlated, and the conditional score's replicate is their difference), at the finer bandwidth.
+        # Every side keeps the same multiplier draws (one multiplier per row: their noises are correlated, and
+        # each score's replicate is a signed sum of theirs), at the finer bandwidth.
         self.noise_draws = 0 if self.label_prompts else noise_draws
         multipliers = None
         if self.noise_draws:  # sigma="auto": set with the fitted bandwidth (`set_bandwidth`)
@@ -222,7 +224,9 @@ class ConditionalVendi(SpectralMetric):
             multipliers = Multipliers(self.noise_draws, finest, rff.seed, DEFAULT_RATIO)
         self.add_accumulator("joint", feature_map=rff.side("joint"), multipliers=multipliers)
         if self.unconditional:
-            self.add_accumulator("samples", feature_map=rff.side("samples"), same_samples_as="joint")
+            self.add_accumulator(
+                "samples", feature_map=rff.side("samples"), same_samples_as="joint", multipliers=multipliers
+            )
         if not self.label_prompts:
             self.add_accumulator(
                 "prompts", feature_map=rff.side("prompts"), same_samples_as="joint", multipliers=multipliers
@@ -230,8 +234,10 @@ class ConditionalVendi(SpectralMetric):
         self.prompt_agnostic = check_bool(prompt_agnostic, "prompt_agnostic")
         self.ridge = check_positive(ridge, "ridge")
         if self.prompt_agnostic:
-            check_state_memory(type(self).__name__, 2 * rff.n_frequencies, matrices=1, vectors=1)
-            self.add_accumulator("paired", feature_map=_PairedSides(rff), same_samples_as="joint")
+            check_state_memory(type(self).__name__, 2 * rff.n_frequencies, matrices=1 + self.noise_draws, vectors=1)
+            self.add_accumulator(
+                "paired", feature_map=_PairedSides(rff), same_samples_as="joint", multipliers=multipliers
+            )
         if self.num_classes is not None:
             per_label = _PerLabelMap(rff, per_prompt_frequencies, self.num_classes)
             self.add_accumulator(
@@ -401,11 +407,29 @@ class ConditionalVendi(SpectralMetric):
         return out
 
     def standard_error(self) -> VendiResult:
-        r"""The standard error of Conditional-Vendi (each order) from the ``noise_draws`` multiplier draws of the joint
-        and prompt covariances (one multiplier per row, shared), to first order: with $V_J$, $V_T$ the Vendi scores of
-        the two sides, $\mathrm{CV} = V_J / V_T$ moves by $d_a = \mathrm{CV}\,(d^J_a / V_J - d^T_a / V_T)$
-        (`functional.vendi_replicates`); se = their root mean square.
-        A collective under DDP.
+        r"""The standard error of Conditional-Vendi (each order): ``standard_errors()[""]``. A collective under DDP.
+
+        Raises:
+            RuntimeError: built with ``noise_draws=0`` or ``label_prompts=True`` (no draws are kept).
+        """
+        return self.standard_errors()[""]
+
+    def standard_errors(self) -> dict[str, Any]:
+        r"""The standard error of every score of [`summary`][lightning_spectral.metrics.ConditionalVendi.summary]
+        that has one, by its key, from the ``noise_draws`` multiplier draws of every side (one multiplier per row,
+        shared), to first order. With $V_J$, $V_X$, $V_T$ the Vendi scores of the joint, sample and prompt
+        covariances and $d^J_a$, $d^X_a$, $d^T_a$ their replicates (`functional.vendi_replicates`:
+        $\operatorname{tr}(\nabla V \, E_a)$), the draw-$a$ replicates are
+
+        - ``""``: $\mathrm{CV} = V_J / V_T$ moves by $\mathrm{CV}\,(d^J_a / V_J - d^T_a / V_T)$;
+        - ``"information"``: $\mathrm{IV} = V_X V_T / V_J$ by $\mathrm{IV}\,(d^X_a / V_X + d^T_a / V_T - d^J_a / V_J)$;
+        - ``"vendi"``: $d^X_a$; ``"prompt_vendi"``: $d^T_a$ (with ``unconditional``: ``information``, ``vendi``);
+        - ``"prompt_agnostic_share"`` (with ``prompt_agnostic``): $\operatorname{tr}\Lambda$ moves by
+          $\operatorname{tr} E^{xx}_a - 2 \operatorname{tr}(E^{xt}_a S) + \operatorname{tr}(S^\top E^{tt}_a S)$,
+          $S = (C_{tt} + \varepsilon I)^{-1} C_{tx}$ (`functional.prompt_agnostic_share_replicates`).
+
+        se = the root mean square of the replicates (a scalar per order, ``{order: se}`` for several). The per-label
+        values (``prompt``, ``min_prompt_vendi``) have none: the per-label sums keep no draws. A collective under DDP.
 
         Raises:
             RuntimeError: built with ``noise_draws=0`` or ``label_prompts=True`` (no draws are kept).
@@ -414,18 +438,37 @@ class ConditionalVendi(SpectralMetric):
             raise RuntimeError("ConditionalVendi.standard_error: no draws were kept (noise_draws=0, or "
                                "label_prompts=True); build it with noise_draws >= 1 and prompt embeddings.")
         with self.synced():
-            return self.cached("se", self._standard_error)
+            return self.cached("se", self._standard_errors)
 
-    def _standard_error(self) -> VendiResult:
-        joint = vendi_replicates(self.accumulators["joint"].noise_sums(), self.orders, None, self.precision)
-        prompts = vendi_replicates(self.accumulators["prompts"].noise_sums(), self.orders, None, self.precision)
-        errors = {}
+    def _standard_errors(self) -> dict[str, Any]:
+        replicates = {
+            name: vendi_replicates(self.accumulators[name].noise_sums(), self.orders, None, self.precision)
+            for name in self._sides()
+        }
+        moves: dict[str, dict] = {"": {}, "information": {}, "vendi": {}, "prompt_vendi": {}}
         for order, values in self.scores().items():
             conditional, prompt_vendi = values["conditional"], values["prompt_vendi"]
+            joint, prompts = replicates["joint"][order], replicates["prompts"][order]
             joint_vendi = conditional * prompt_vendi
-            moves = conditional * (joint[order] / joint_vendi - prompts[order] / prompt_vendi)
-            errors[order] = standard_error(moves)
-        return errors[self.orders[0]] if self._single_order else errors
+            moves[""][order] = conditional * (joint / joint_vendi - prompts / prompt_vendi)
+            moves["prompt_vendi"][order] = prompts
+            if self.unconditional:
+                samples, vendi, information = replicates["samples"][order], values["vendi"], values["information"]
+                relative = samples / vendi + prompts / prompt_vendi - joint / joint_vendi
+                moves["information"][order] = information * relative
+                moves["vendi"][order] = samples
+        errors: dict[str, Any] = {}
+        for key, by_order in moves.items():
+            if by_order:
+                values = {order: standard_error(move) for order, move in by_order.items()}
+                errors[key] = values[self.orders[0]] if self._single_order else values
+        if self.prompt_agnostic:
+            noise = self._paired().noise_sums()
+            draws = torch.stack([noise.draw(a) for a in range(noise.draws)])
+            errors["prompt_agnostic_share"] = standard_error(
+                prompt_agnostic_share_replicates(noise.moment(), draws, self.feature_map.out_features, self.ridge)
+            )
+        return errors
 
     def compute(self) -> VendiResult:
         """Conditional-Vendi of each order (a scalar for one order, ``{order: value}`` for several): the joint and
@@ -449,8 +492,11 @@ class ConditionalVendi(SpectralMetric):
         Vendi (with ``unconditional``); ``prompt_vendi``: the prompts'; with ``num_classes``, ``min_prompt_vendi``
         (the least diverse prompt's Vendi among the labels seen at least twice, as ``least_diverse``) and
         ``prompt`` (each label's Vendi, NaN for a label not seen); ``sigma``: the samples' bandwidth (``"auto"``'s
-        fitted value too); ``n`` and ``n_features`` (2r), which the scores depend on; ``se``: the standard error of
-        the conditional score (with ``noise_draws``). A dict per value for several orders. A collective under DDP."""
+        fitted value too); ``n`` and ``n_features`` (2r), which the scores depend on; with ``noise_draws``, the
+        standard errors ``se`` (of the conditional score), ``information_se``, ``vendi_se``, ``prompt_vendi_se`` and
+        ``prompt_agnostic_share_se`` beside the values they belong to
+        ([`standard_errors`][lightning_spectral.metrics.ConditionalVendi.standard_errors]; none for the per-label
+        values). A dict per value for several orders. A collective under DDP."""
         with self.synced():
             scores = self.scores()
             out: dict[str, Any] = {}
@@ -460,13 +506,17 @@ class ConditionalVendi(SpectralMetric):
                     continue
                 values = {order: scores[order][name] for order in self.orders}
                 out[key] = values[self.orders[0]] if self._single_order else values
-            if self.noise_draws:
-                out["se"] = self.standard_error()
+            errors = self.standard_errors() if self.noise_draws else {}
+            for key, value in errors.items():
+                if key in out:
+                    out["se" if key == "" else f"{key}_se"] = value
             # the sample size and the feature count 2r the scores were computed at (Vendi-1 depends on both)
             out["n"] = torch.tensor(float(self.sample_count()), dtype=torch.float64)
             out["n_features"] = torch.tensor(float(2 * self.n_frequencies), dtype=torch.float64)
             if self.prompt_agnostic:
                 out["prompt_agnostic_share"] = self.prompt_agnostic_covariance().trace()
+                if "prompt_agnostic_share" in errors:
+                    out["prompt_agnostic_share_se"] = errors["prompt_agnostic_share"]
             if self.num_classes is not None:
                 per_prompt = self.per_prompt()
                 counts = self.prompt_counts().to(per_prompt.device).round()

@@ -188,9 +188,10 @@ class RFFCovariance(Covariance):
         sigma: Gaussian bandwidth (> 0) or ``"auto"`` (see [`FKEAVendi`][lightning_spectral.metrics.FKEAVendi]).
         n_frequencies: number of frequencies ``r`` (features ``2r``).
         seed: seed of the frequencies; every rank must use the same one.
-        noise_draws: multiplier draws kept for the standard errors of scalar readings (``A`` (2r)^2 float64 sums
-            beside ``Q``; [`sampling_noise`][lightning_spectral.functional.sampling_noise]); 0 (default here) keeps
-            none. [`FKEAVendi`][lightning_spectral.metrics.FKEAVendi] keeps 2 by default.
+        noise_draws: multiplier draws kept for the standard errors (``A`` (2r)^2 float64 sums beside ``Q``;
+            [`sampling_noise`][lightning_spectral.functional.sampling_noise]): ``summary()["se"]``, the entrywise se
+            of ``C``; 0 (default here) keeps none and reports no ``se``.
+            [`FKEAVendi`][lightning_spectral.metrics.FKEAVendi] keeps 2 by default.
         chunk_size: rows mapped and summed at once (rows wait in a buffer until this many are pending).
         feature: a frozen ``nn.Module`` mapping a batch of images to (N, d) embeddings: ``update`` then takes
             images ([`FrozenFeature`][lightning_spectral.metrics.FrozenFeature]); ``None``: embeddings.
@@ -237,3 +238,29 @@ class RFFCovariance(Covariance):
         )
         self.sigma, self.n_frequencies, self.seed = rff.sigma, rff.n_frequencies, rff.seed
         self.noise_draws = noise_draws
+
+    def standard_error(self) -> Tensor:
+        r"""The standard error of every entry of ``C`` (D, D), float64: $\sqrt{\tfrac{1}{A}\sum_a (E_a)_{ij}^2}$, the
+        root mean square of the ``noise_draws`` multiplier draws
+        ([`sampling_noise`][lightning_spectral.functional.sampling_noise]). ``C`` is linear in the sums, so each
+        draw is its replicate exactly (no first-order step). A collective under DDP.
+
+        Raises:
+            RuntimeError: built with ``noise_draws=0`` (no draws were kept).
+        """
+        if not self.noise_draws:
+            raise RuntimeError(f"{type(self).__name__}.standard_error: built with noise_draws=0, so no draws were "
+                               "kept; build it with noise_draws >= 1.")
+        with self.synced():
+            noise = self.samples.noise_sums()
+            return torch.stack([noise.draw(a) for a in range(noise.draws)]).square().mean(0).sqrt()
+
+    def summary(self) -> dict[str, Tensor]:
+        """The covariance ``C`` (``""``, D x D: a matrix, not a scalar), with ``noise_draws`` its entrywise standard
+        error ``se`` (D x D; [`standard_error`][lightning_spectral.metrics.RFFCovariance.standard_error]), and
+        ``sigma`` (a setting, no se). A collective under DDP."""
+        with self.synced():
+            values = {"": self.value()}
+            if self.noise_draws:
+                values["se"] = self.standard_error()
+        return self.with_sigma(values)

@@ -242,6 +242,28 @@ class SPECDivergence(SpectralMetric):
             draws = [noise.draw(a) for a in range(noise.draws)]
             return self.cached("se", lambda: spec_diff_standard_error(values, vectors, signs, draws))
 
+    def clusters_standard_error(self, k: int = 3, sign: int = 1) -> Tensor:
+        r"""The standard errors (k,) of the eigenvalues of
+        [`clusters`][lightning_spectral.metrics.SPECDivergence.clusters] (``k``, ``sign``), from the ``noise_draws``
+        draws, to first order: each eigenvalue of $\Gamma = S C$ moves by
+        $v^\top E_a v / (v^\top S v)$ (`functional.spec_diff_standard_error`; a scale of $v$ cancels), and its se is
+        the root mean square over the draws. A collective under DDP.
+
+        Raises:
+            RuntimeError: built with ``noise_draws=0``.
+        """
+        if not self.noise_draws:
+            raise RuntimeError("SPECDivergence.clusters_standard_error: built with noise_draws=0, so no draws were "
+                               "kept; build it with noise_draws >= 1 (default 2).")
+        with self.synced():
+            vectors = self.clusters(k, sign).eigenvectors.double()
+            noise = self.joint.noise_sums()
+            signs = torch.ones(vectors.shape[0], dtype=torch.float64, device=vectors.device)
+            signs[self.feature_map.widths[0]:] = -1.0
+            scale = (vectors * signs[:, None] * vectors).sum(0)
+            moves = torch.stack([(vectors * (noise.draw(a) @ vectors)).sum(0) / scale for a in range(noise.draws)])
+            return moves.square().mean(0).sqrt()
+
     def summary(self) -> dict[str, Tensor]:
         """SPEC-diff (``""``), its standard error ``se`` (unless ``noise_draws=0``), the sample count ``n`` and,
         for the Gaussian kernel, ``n_features`` (2r per embedding) and the bandwidths ``sigma_a``, ``sigma_b``. A
