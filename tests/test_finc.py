@@ -456,3 +456,24 @@ def test_modes_and_standard_errors_from_the_top_pairs_equal_the_dense_eigh(monke
     torch.testing.assert_close(errors, dense_errors, rtol=1e-6, atol=1e-12)
     assert summary[""] == summary_d[""] and summary["novel_modes"] == summary_d["novel_modes"]
     assert 1 <= summary["novel_modes"] and summary["missing_modes"] <= 1024 // 16  # so the default route is Lanczos
+
+
+@pytest.mark.parametrize("rho", [1.0, 2.0])
+def test_partial_spectrum_keeps_the_score_modes_and_top_of_the_full_one(rho):
+    """From 2r = 1024 the score, the threshold, ``summary`` and the modes read a partial spectrum (the eigenvalues
+    above the threshold by Lanczos, certified by a Cholesky factorisation); on a planted novel and a dropped mode
+    every value equals the full eigvalsh's to round-off and no decision changes, on both sides."""
+    x, labels = sample_mixture(mixture_means(5, d=4, spread=3.0), 1400)
+    metric = FINCNovelty(sigma=1.0, n_frequencies=520, rho=rho)  # 2r = 1040: the partial route
+    metric.update(x[:600][labels[:600] != 1], real=True)
+    metric.update(torch.cat([x[600:1100][labels[600:1100] != 2], x[1100:][labels[1100:] == 1]]), real=False)
+    score, missing = metric.compute(), metric.missing_score()
+    for side in (False, True):
+        partial = metric._spectrum(side, vectors=False)
+        full = metric._spectrum(side, vectors=False, full=True)
+        count = partial.eigenvalues.numel()
+        assert count < 1040 // 16 and int(partial.significant.sum()) >= 1  # Lanczos answered; a mode on each side
+        torch.testing.assert_close(partial.eigenvalues, full.eigenvalues[:count], rtol=0, atol=1e-12)
+        assert torch.equal(partial.significant, full.significant[:count]) and not bool(full.significant[count:].any())
+        assert partial.threshold == full.threshold
+        assert float((missing if side else score)) == pytest.approx(float(full.score), abs=1e-12)

@@ -49,7 +49,13 @@ import torch
 from torch import Tensor
 
 from lightning_spectral._checks import check_features, check_positive
-from lightning_spectral.algebra.eigen import eigen_dtype, symmetric_eigh, top_eigh
+from lightning_spectral.algebra.eigen import (
+    PARTIAL_MIN_SIZE,
+    eigen_dtype,
+    eigenvalues_above,
+    symmetric_eigh,
+    top_eigh,
+)
 from lightning_spectral.algebra.gram import DEFAULT_CHUNK_SIZE, symmetrize, weighted_sum
 from lightning_spectral.functional.finc_null import NullModel, null_model
 from lightning_spectral.functional.sampling_noise import (
@@ -74,6 +80,10 @@ DEFAULT_RHO = 2.0
 
 #: Default absolute minimum of a significant eigenvalue (a tolerance rather than FINC Algorithm 1's "> 0").
 DEFAULT_MIN_EIGENVALUE = 1e-3
+
+#: Lanczos's accepted residual (relative to ``||L||``) of the eigenvalues above the threshold in a ``partial``
+#: spectrum, by the difference's dtype (float32 from FLOAT32_MIN_SIZE rows: its residuals stall near 1e-6).
+PARTIAL_RTOL = {torch.float32: 1e-5, torch.float64: 1e-10}
 
 
 def check_significance(value: float, name: str = "significance") -> float:
@@ -103,7 +113,8 @@ class DifferentialSpectrum(NamedTuple):
     """Eigenvalues (and eigenvectors) of ``C_x - rho C_y`` with their p-values and the significance threshold.
 
     Attributes:
-        eigenvalues: (2r,) float64, descending.
+        eigenvalues: (2r,) float64, descending; a ``partial`` one (`differential_spectrum`) holds the top m only:
+            every eigenvalue above the threshold and at least the largest.
         eigenvectors: (2r, 2r) float64 columns (not yet oriented), or ``None`` when only the score was needed.
         p_values: (2r,) float64, ``P(lambda_max(noise) >= lambda_k)`` (module doc).
         threshold: the eigenvalue at which a mode becomes significant:
@@ -151,23 +162,32 @@ def differential_spectrum(
     min_eigenvalue: float = DEFAULT_MIN_EIGENVALUE,
     vectors: bool = True,
     null: Optional[NullModel] = None,
+    partial: bool = False,
 ) -> DifferentialSpectrum:
     """Eigenvalues (and, with ``vectors``, eigenvectors) of ``C_x - rho C_y``, their p-values and the threshold.
 
     Without ``vectors`` one ``eigvalsh`` suffices (the score needs no eigenvectors), in float32 from
     [`FLOAT32_MIN_SIZE`][lightning_spectral.algebra.FLOAT32_MIN_SIZE] rows (the FINC score within 0.001 % of float64's at
-    2r = 4096 and 8192, docs/benchmarks.md). ``null`` reuses a `null_model` of the same sums.
+    2r = 4096 and 8192, docs/benchmarks.md). With ``partial`` (and no ``vectors``) from
+    [`PARTIAL_MIN_SIZE`][lightning_spectral.algebra.eigen.PARTIAL_MIN_SIZE] rows only the eigenvalues above the
+    threshold (and the largest) are found ([`eigenvalues_above`][lightning_spectral.algebra.eigenvalues_above]:
+    Lanczos with an inertia certificate, the dense ``eigvalsh`` when it fails): the score, the significant modes and
+    the top eigenvalue are those of the full spectrum, to round-off. ``null`` reuses a `null_model` of the same sums.
     """
     if null is None:
         null = null_model(x, y, rho)
+    threshold = max(null.threshold(significance), min_eigenvalue)
     terms = [(1.0 / x.count, x.total), (-rho / y.count, y.total)]
+    size = x.total.shape[0]
     if vectors:
         values, eigenvectors = symmetric_eigh(weighted_sum(terms))
     else:  # float32 from FLOAT32_MIN_SIZE rows, as FKEAVendi; eigvalsh reads one triangle of the symmetric difference
-        dtype = eigen_dtype("auto", x.total.shape[0])
-        values = torch.linalg.eigvalsh(weighted_sum(terms, dtype)).double().flip(0)
+        difference = weighted_sum(terms, eigen_dtype("auto", size))
+        if partial and size >= PARTIAL_MIN_SIZE:  # a Ritz value just below the threshold need not converge
+            values = eigenvalues_above(difference, threshold, rtol=PARTIAL_RTOL[difference.dtype])
+        else:
+            values = torch.linalg.eigvalsh(difference).double().flip(0)
         eigenvectors = None
-    threshold = max(null.threshold(significance), min_eigenvalue)
     return DifferentialSpectrum(
         values, eigenvectors, null.p_values(values), threshold, significance, min_eigenvalue, null
     )
@@ -179,8 +199,7 @@ def top_modes(spectrum: DifferentialSpectrum, x: NoiseSums, y: NoiseSums, rho: f
     ``eigh`` of all 2r). Its top ``k`` eigenvalues become the float64 ones of those pairs (the p-values follow), the
     others, the threshold and the null stay ``spectrum``'s."""
     top, eigenvectors = top_eigh(weighted_sum([(1.0 / x.count, x.total), (-rho / y.count, y.total)]), k)
-    values = spectrum.eigenvalues.clone()
-    values[: top.shape[0]] = top
+    values = torch.cat([top, spectrum.eigenvalues[top.shape[0] :]])  # a partial spectrum may hold fewer than k
     return DifferentialSpectrum(
         values, eigenvectors, spectrum.null.p_values(values), spectrum.threshold, spectrum.significance,
         spectrum.min_eigenvalue, spectrum.null,

@@ -17,6 +17,7 @@ from lightning_spectral._checks import (
     check_positive_int,
     check_side,
 )
+from lightning_spectral.algebra.eigen import PARTIAL_MIN_SIZE
 from lightning_spectral.algebra.gram import DEFAULT_CHUNK_SIZE
 from lightning_spectral.functional.finc import (
     DEFAULT_MIN_EIGENVALUE,
@@ -211,11 +212,15 @@ class FINCNovelty(SpectralMetric):
         total = accumulator.cov_sum
         return NoiseSums(total, total.new_zeros((0, *total.shape)), total.new_zeros(0), float(accumulator.count))
 
-    def _spectrum(self, missing: bool, vectors: bool = True) -> DifferentialSpectrum:
-        name = ("missing" if missing else "novel") + ("" if vectors else "_values")
-        if missing and self.rho == 1.0:  # C_ref - C_gen = -(C_gen - C_ref): one eigendecomposition serves both
-            return self.cached(name, lambda: self._spectrum(False, vectors).mirrored())
-        return self.cached(name, lambda: self._decompose(missing, vectors))
+    def _spectrum(self, missing: bool, vectors: bool = True, full: bool = False) -> DifferentialSpectrum:
+        """The spectrum of ``C_gen - rho C_ref`` (or the missing side's). Without ``vectors`` and ``full`` a
+        ``partial`` one from 2r = 1024 (every eigenvalue above the threshold and the top one, all the score and the
+        modes read; `differential_spectrum`); ``full`` all 2r eigenvalues (the plot)."""
+        full = full or self.feature_map.out_features < PARTIAL_MIN_SIZE  # below it: eigvalsh (the partial route's)
+        name = ("missing" if missing else "novel") + ("" if vectors else "_values" if full else "_partial")
+        if missing and self.rho == 1.0 and (vectors or full):  # C_ref - C_gen = -(C_gen - C_ref): one serves both
+            return self.cached(name, lambda: self._spectrum(False, vectors, full).mirrored())
+        return self.cached(name, lambda: self._decompose(missing, vectors, partial=not (vectors or full)))
 
     def _top_spectrum(self, missing: bool, k: int) -> DifferentialSpectrum:
         """The values' spectrum with the eigenvectors of its top ``k`` modes and of every significant one (the
@@ -231,7 +236,7 @@ class FINCNovelty(SpectralMetric):
 
         return self.cached_top(("missing" if missing else "novel") + "_top", max(k, significant, 1), decompose)
 
-    def _decompose(self, missing: bool, vectors: bool) -> DifferentialSpectrum:
+    def _decompose(self, missing: bool, vectors: bool, partial: bool = False) -> DifferentialSpectrum:
         for side, accumulator, call in (("generated", self.gen[0], "real=False"), ("reference", self.ref[0], "real=True")):
             if float(accumulator.count) < 1:
                 raise RuntimeError(
@@ -241,7 +246,7 @@ class FINCNovelty(SpectralMetric):
         gen, ref = self._side(real=False), self._side(real=True)
         x, y = (ref, gen) if missing else (gen, ref)
         null = self.cached_null(missing, x, y)
-        return differential_spectrum(x, y, self.rho, self.significance, self.min_eigenvalue, vectors, null)
+        return differential_spectrum(x, y, self.rho, self.significance, self.min_eigenvalue, vectors, null, partial)
 
     def cached_null(self, missing: bool, x: NoiseSums, y: NoiseSums) -> Any:
         """The null of ``C_x - rho C_y``, kept beside the spectra: its matrices depend on the order of the sides only
@@ -466,7 +471,7 @@ class FINCNovelty(SpectralMetric):
         check_positive_int(top, "top")
         which = (False, True) if missing is None else (check_bool(missing, "missing"),)
         with self.synced():
-            spectra = [self._spectrum(side, vectors=False) for side in which]
+            spectra = [self._spectrum(side, vectors=False, full=True) for side in which]
         figure, axes = panels(len(which), ax)
         for axis, side, spectrum in zip(axes, which, spectra):
             name, x, y = ("missing", "ref", "gen") if side else ("novel", "gen", "ref")
