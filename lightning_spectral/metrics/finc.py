@@ -27,6 +27,7 @@ from lightning_spectral.functional.finc import (
     check_significance,
     differential_spectrum,
     draws_from_groups,
+    top_bias,
     top_modes,
 )
 from lightning_spectral.functional.finc_null import NULL_BATCH, noise_scale, null_model
@@ -369,6 +370,10 @@ class FINCNovelty(SpectralMetric):
             first.append((top * (draw @ top)).sum())
         return standard_error(torch.stack(score)), standard_error(torch.stack(first))
 
+    def _top_bias(self, missing: bool) -> Tensor:
+        gen, ref = self._side(real=False), self._side(real=True)
+        return top_bias(*((ref, gen) if missing else (gen, ref)), self.rho)
+
     def summary(self) -> dict[str, Any]:
         """The novelty score (``""``), the missing-mode score, how many novel / missing modes are significant, and
         the top novel / missing mode's eigenvalue (excess mass) and p-value; ``se``, ``missing_se``,
@@ -377,13 +382,19 @@ class FINCNovelty(SpectralMetric):
         ``missing_share``: each significant mode's share of its side's samples (``{i: share}``, logged as
         ``missing_share/0``, ...; the first `SUMMARY_SHARES` significant modes, empty without one;
         [`mode_shares`][lightning_spectral.metrics.FINCNovelty.mode_shares]: it costs that side's eigenvectors,
-        which the galleries reuse); ``n``, ``n_real`` and ``n_features`` (2r), the sizes the values were computed at;
+        which the galleries reuse); ``novel_top_bias`` / ``missing_top_bias``: the top eigenvalue's upward bias
+        (second order, [`top_bias`][lightning_spectral.functional.finc.top_bias]), so its 95 % interval is
+        ``[top - bias - q se, top + q se]`` (``q = t_{draws, 0.975}``; near the noise floor the top eigenvalue is
+        the largest of many noisy ones, and the symmetric ``top +- q se`` misses low, docs/benchmarks.md "Coverage
+        of the standard errors"); ``n``, ``n_real`` and ``n_features`` (2r), the sizes the values were computed at;
         ``sigma``."""
         with self.synced():
             novel = self._spectrum(missing=False, vectors=False)
             missing = self._spectrum(missing=True, vectors=False)
             novel_se, novel_top_se = self.standard_errors(missing=False)
             missing_se, missing_top_se = self.standard_errors(missing=True)
+            novel_bias, missing_bias = (self.cached(name + "_top_bias", lambda side=side: self._top_bias(side))
+                                        for name, side in (("novel", False), ("missing", True)))
             shares: dict[str, dict[int, Tensor]] = {}
             for name, spectrum, side in (("novel", novel, False), ("missing", missing, True)):
                 count = min(int(spectrum.significant.sum()), SUMMARY_SHARES)
@@ -406,6 +417,8 @@ class FINCNovelty(SpectralMetric):
             "missing_se": missing_se,
             "novel_top_se": novel_top_se,
             "missing_top_se": missing_top_se,
+            "novel_top_bias": novel_bias,
+            "missing_top_bias": missing_bias,
             "novel_share": shares["novel"],
             "missing_share": shares["missing"],
             **sizes,
