@@ -144,7 +144,8 @@ class DifferentialSpectrum(NamedTuple):
         return self.eigenvalues[self.significant].sum()
 
     def mirrored(self) -> DifferentialSpectrum:
-        """The spectrum of ``-(C_x - C_y) = C_y - C_x`` at ``rho = 1`` (eigenvalues negated and reversed, the same
+        """The spectrum of ``-(C_x - C_y) = C_y - C_x`` at ``rho = 1`` (of a full spectrum, not a ``partial`` one:
+        eigenvalues negated and reversed, the same
         eigenvectors reversed), with its p-values under the same null (at ``rho = 1`` both orders share it:
         `noise_scale` is symmetric in the sides there)."""
         values = -self.eigenvalues.flip(0)
@@ -170,7 +171,7 @@ def differential_spectrum(
     Without ``vectors`` one ``eigvalsh`` suffices (the score needs no eigenvectors), in float32 from
     [`FLOAT32_MIN_SIZE`][lightning_spectral.algebra.FLOAT32_MIN_SIZE] rows (the FINC score within 0.001 % of float64's at
     2r = 4096 and 8192, docs/benchmarks.md). With ``partial`` (and no ``vectors``) from
-    [`PARTIAL_MIN_SIZE`][lightning_spectral.algebra.eigen.PARTIAL_MIN_SIZE] rows only the eigenvalues above the
+    `PARTIAL_MIN_SIZE` rows only the eigenvalues above the
     threshold (and the largest) are found ([`eigenvalues_above`][lightning_spectral.algebra.eigenvalues_above]:
     Lanczos with an inertia certificate, the dense ``eigvalsh`` when it fails): the score, the significant modes and
     the top eigenvalue are those of the full spectrum, to round-off. ``null`` reuses a `null_model` of the same sums.
@@ -218,7 +219,7 @@ def top_bias(x: NoiseSums, y: NoiseSums, rho: float) -> Tensor:
     bootstrap estimate is ``b = mean_a [(lambda_max(L + D_a) + lambda_max(L - D_a)) / 2 - lambda_max(L)]`` (the
     ``+-`` pair cancels the first-order term exactly), clamped at 0. The top eigenvalue's interval is then
     ``[lambda - b - q se, lambda + q se]``: the upper end needs no bias term (the inequality above), the lower one
-    does. Each ``lambda_max`` by Lanczos from [`PARTIAL_MIN_SIZE`][lightning_spectral.algebra.eigen.PARTIAL_MIN_SIZE]
+    does. Each ``lambda_max`` by Lanczos from `PARTIAL_MIN_SIZE`
     rows (residual `SHIFTED_RTOL`), else ``eigvalsh``; ``2 A + 1`` of them. Returns a float64 scalar.
     """
     gen = x if x.draws else y

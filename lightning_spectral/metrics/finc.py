@@ -383,7 +383,7 @@ class FINCNovelty(SpectralMetric):
         ``missing_share/0``, ...; the first `SUMMARY_SHARES` significant modes, empty without one;
         [`mode_shares`][lightning_spectral.metrics.FINCNovelty.mode_shares]: it costs that side's eigenvectors,
         which the galleries reuse); ``novel_top_bias`` / ``missing_top_bias``: the top eigenvalue's upward bias
-        (second order, [`top_bias`][lightning_spectral.functional.finc.top_bias]), so its 95 % interval is
+        (second order, ``functional.finc.top_bias``), so its 95 % interval is
         ``[top - bias - q se, top + q se]`` (``q = t_{draws, 0.975}``; near the noise floor the top eigenvalue is
         the largest of many noisy ones, and the symmetric ``top +- q se`` misses low, docs/benchmarks.md "Coverage
         of the standard errors"); ``n``, ``n_real`` and ``n_features`` (2r), the sizes the values were computed at;
