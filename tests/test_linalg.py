@@ -443,6 +443,7 @@ def test_eigenvalues_above_equal_the_top_of_eigvalsh_and_fall_back_on_a_repeated
         matrix = symmetrize(q @ torch.diag(spectrum) @ q.T).to(dtype)
         values = eigenvalues_above(matrix, level, rtol=1e-10 if dtype == torch.float64 else 1e-5)
         torch.testing.assert_close(values, torch.tensor(expected, dtype=torch.float64), rtol=rtol, atol=atol)
+    assert eigenvalues_above(torch.zeros(600, 600, dtype=dtype), 1e-3).tolist() == [0.0]  # no noise at all
     assert not calls
     repeated = torch.cat([torch.tensor([0.9, 0.5, 0.5]), torch.linspace(-1.0, 0.1, 597)]).double()
     matrix = symmetrize(q @ torch.diag(repeated) @ q.T).to(dtype)

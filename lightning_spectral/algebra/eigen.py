@@ -234,7 +234,8 @@ def eigenvalues_above(
     Lanczos (as [`extreme_eigenvalues`][lightning_spectral.algebra.extreme_eigenvalues]) runs until every Ritz pair
     ``(theta_i, y_i)`` with ``theta_i > threshold``, and the largest, has residual ``<= rtol ||A||_2``. Ritz values
     come from inside, so an eigenvalue may still be missing (not yet emerged, or a second copy of a repeated one,
-    which a single start vector cannot find). The certificate: with ``Y`` the found vectors (n, m) and ``g = ||A||``,
+    which a single start vector cannot find). The certificate: with ``Y`` the found vectors (n, m) and
+    ``g = max(||A||, |threshold|)``,
     ``A' = A - Y diag(theta - threshold + g) Y^T`` moves the found eigenvalues to ``threshold - g`` and leaves the
     others (to the residuals); a Cholesky factorisation of ``threshold I - A'`` exists iff every eigenvalue of ``A'``
     is below ``threshold`` (Sylvester's law of inertia), i.e. iff no eigenvalue above ``threshold`` was missed. One
@@ -315,7 +316,7 @@ def _lanczos_above(
 def _no_eigenvalue_missed(matrix: Tensor, threshold: float, values: Tensor, vectors: Tensor, norm: float) -> bool:
     """True iff ``threshold I - A + Y diag(theta - threshold + ||A||) Y^T`` has a Cholesky factor (`eigenvalues_above`:
     no eigenvalue of ``A`` above ``threshold`` besides the found ones)."""
-    shift = (values - threshold + max(norm, 1e-300)).to(matrix.dtype)
+    shift = (values - threshold + max(norm, abs(threshold), 1e-30)).to(matrix.dtype)  # found ones: below the level
     deflated = torch.addmm(-matrix, vectors * shift, vectors.T)
     deflated.diagonal().add_(threshold)
     return int(torch.linalg.cholesky_ex(deflated)[1]) == 0
