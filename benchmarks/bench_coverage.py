@@ -28,6 +28,10 @@ interval is ``score +- q se`` with ``q = t_{A, 0.975}`` (Student-t with A = the 
 normal quantile would give with A draws). Printed per score: the coverage (share of runs whose interval holds the
 population value), the mean se over the spread of the scores across runs (``se / sd``: 1 is a correct se), and the
 bias of the score over that spread (``bias / sd``: a score whose mean moves with n is not covered by a correct se).
+FINC's top eigenvalues also get a "bias-widened" row: the interval ``[top - b - q se, top + q se]`` with ``b`` the
+summary's ``novel_top_bias`` / ``missing_top_bias`` (the bootstrap's second-order bias; ``functional.finc.top_bias``).
+
+    python benchmarks/bench_coverage.py --only finc --rho 2 1 [--reps 200]   # FINC's rows alone, per rho
 """
 
 from __future__ import annotations
@@ -94,9 +98,10 @@ def detector(r: int) -> tuple[KernelPCAOOD, float]:
 
 
 def scores(
-    gen: torch.Tensor, ref: torch.Tensor, r: int, draws: list[int], groups=GROUPS, seed: int = 0
-) -> dict[str, tuple[float, float, int]]:
-    """``{score: (value, se, dof)}`` for one sample (dof 0: the normal quantile)."""
+    gen: torch.Tensor, ref: torch.Tensor, r: int, draws: list[int], groups=GROUPS, seed: int = 0, rhos=(2.0,)
+) -> dict[str, tuple]:
+    """``{score: (value, se, dof[, bias])}`` for one sample (dof 0: the normal quantile; a bias widens the interval
+    downwards: ``[value - bias - q se, value + q se]``)."""
     out: dict[str, tuple[float, float, int]] = {}
     if "conditional" in groups:
         x, prompts = sample_labelled(gen.shape[0], GEN_WEIGHTS, seed)
@@ -157,14 +162,18 @@ def scores(
             values, errors = spec.clusters(2, sign).eigenvalues.abs(), spec.clusters_standard_error(2, sign)
             for i in range(min(2, values.numel())):
                 out[f"SPEC eigenvalue {side}{i + 1} (A={a})"] = (float(values[i]), float(errors[i]), a)
-    if "finc" in groups:
-        finc = FINCNovelty(SIGMA, r)
+    for rho in rhos if "finc" in groups else []:
+        finc = FINCNovelty(SIGMA, r, rho=rho)
         finc.update(ref, real=True)
         finc.update(gen, real=False)
         summary = finc.summary()
-        out["FINC top novel eigenvalue (A=3)"] = (float(summary["novel_top"]), float(summary["novel_top_se"]), 3)
-        out["FINC top missing eigenvalue (A=3)"] = (float(summary["missing_top"]), float(summary["missing_top_se"]), 3)
-        out["FINC novelty (A=3)"] = (float(summary[""]), float(summary["se"]), 3)
+        for side in ("novel", "missing"):  # the documented interval [top - bias - q se, top + q se] beside +- q se
+            value, se = float(summary[f"{side}_top"]), float(summary[f"{side}_top_se"])
+            out[f"FINC top {side} eigenvalue, rho={rho:g} (A=3)"] = (value, se, 3)
+            out[f"FINC top {side} eigenvalue, rho={rho:g}, bias-widened (A=3)"] = (
+                value, se, 3, float(summary[f"{side}_top_bias"])
+            )
+        out[f"FINC novelty, rho={rho:g} (A=3)"] = (float(summary[""]), float(summary["se"]), 3)
     return out
 
 
@@ -228,6 +237,7 @@ def main() -> None:
     parser.add_argument("--draws", type=int, nargs="+", default=[2, 8])
     parser.add_argument("--only", nargs="+", choices=GROUPS, default=list(GROUPS),
                         help="the metrics to measure (default: all)")
+    parser.add_argument("--rho", type=float, nargs="+", default=[2.0], help="FINC's rho values (default: 2)")
     args = parser.parse_args()
     torch.set_num_threads(2)
     if args.cost:
@@ -238,12 +248,12 @@ def main() -> None:
         return
     start = time.perf_counter()
     population = scores(sample(args.population, GEN_WEIGHTS, 1), sample(args.population, REF_WEIGHTS, 2), args.r,
-                        args.draws, args.only, seed=3)
-    runs: dict[str, list[tuple[float, float, int]]] = {name: [] for name in population}
+                        args.draws, args.only, seed=3, rhos=args.rho)
+    runs: dict[str, list[tuple]] = {name: [] for name in population}
     for rep in range(args.reps):
         for name, value in scores(sample(args.n, GEN_WEIGHTS, 1000 + 2 * rep),
                                   sample(args.n, REF_WEIGHTS, 1001 + 2 * rep), args.r, args.draws, args.only,
-                                  seed=100_000 + rep).items():
+                                  seed=100_000 + rep, rhos=args.rho).items():
             runs[name].append(value)
     seconds = time.perf_counter() - start
     print(f"# {platform.processor() or platform.machine()}, torch {torch.__version__}, {torch.get_num_threads()} "
@@ -252,13 +262,18 @@ def main() -> None:
     print("| score | population | mean | coverage (t, A dof) | coverage (1.96) | se / sd | bias / sd |")
     print("|---|---|---|---|---|---|---|")
     for name, values in runs.items():
-        value = torch.tensor([v for v, _, _ in values], dtype=torch.float64)
-        se = torch.tensor([s for _, s, _ in values], dtype=torch.float64)
+        value = torch.tensor([v[0] for v in values], dtype=torch.float64)
+        se = torch.tensor([v[1] for v in values], dtype=torch.float64)
+        # a fourth entry: the upward bias b of a top eigenvalue: the interval [value - b - q se, value + q se]
+        bias = torch.tensor([v[3] if len(v) > 3 else 0.0 for v in values], dtype=torch.float64)
         dof = values[0][2]
         truth = population[name][0]
         quantile = student_t_isf(0.025, dof) if dof else 1.959964
-        covered = float(((value - truth).abs() <= quantile * se).double().mean())
-        normal = float(((value - truth).abs() <= 1.959964 * se).double().mean())
+
+        def share(q: float) -> float:
+            return float(((truth >= value - bias - q * se) & (truth <= value + q * se)).double().mean())
+
+        covered, normal = share(quantile), share(1.959964)
         sd = float(value.std())
         t_cell = f"{covered:.1%} (q = {quantile:.2f})" if dof else "-"
         print(f"| {name} | {truth:.5g} | {float(value.mean()):.5g} | {t_cell} | {normal:.1%} | "

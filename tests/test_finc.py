@@ -456,3 +456,53 @@ def test_modes_and_standard_errors_from_the_top_pairs_equal_the_dense_eigh(monke
     torch.testing.assert_close(errors, dense_errors, rtol=1e-6, atol=1e-12)
     assert summary[""] == summary_d[""] and summary["novel_modes"] == summary_d["novel_modes"]
     assert 1 <= summary["novel_modes"] and summary["missing_modes"] <= 1024 // 16  # so the default route is Lanczos
+
+
+@pytest.mark.parametrize("rho", [1.0, 2.0])
+def test_partial_spectrum_keeps_the_score_modes_and_top_of_the_full_one(rho):
+    """From 2r = 1024 the score, the threshold, ``summary`` and the modes read a partial spectrum (the eigenvalues
+    above the threshold by Lanczos, certified by a Cholesky factorisation); on a planted novel and a dropped mode
+    every value equals the full eigvalsh's to round-off and no decision changes, on both sides."""
+    x, labels = sample_mixture(mixture_means(5, d=4, spread=3.0), 1400)
+    metric = FINCNovelty(sigma=1.0, n_frequencies=520, rho=rho)  # 2r = 1040: the partial route
+    metric.update(x[:600][labels[:600] != 1], real=True)
+    metric.update(torch.cat([x[600:1100][labels[600:1100] != 2], x[1100:][labels[1100:] == 1]]), real=False)
+    score, missing = metric.compute(), metric.missing_score()
+    for side in (False, True):
+        partial = metric._spectrum(side, vectors=False)
+        full = metric._spectrum(side, vectors=False, full=True)
+        count = partial.eigenvalues.numel()
+        assert count < 1040 // 16 and int(partial.significant.sum()) >= 1  # Lanczos answered; a mode on each side
+        torch.testing.assert_close(partial.eigenvalues, full.eigenvalues[:count], rtol=0, atol=1e-12)
+        assert torch.equal(partial.significant, full.significant[:count]) and not bool(full.significant[count:].any())
+        assert partial.threshold == full.threshold
+        assert float((missing if side else score)) == pytest.approx(float(full.score), abs=1e-12)
+
+
+def test_top_bias_equals_its_bootstrap_formula_and_widens_the_interval_down_to_the_noise_floor():
+    """``top_bias`` against its definition (dense eigvalsh of ``L`` and ``L +- c E_a``), by Lanczos at 2r = 1040;
+    and on one distribution at rho = 2 (the truth ``lambda_max(-C) <= 0``) the top missing eigenvalue, the largest
+    of noisy ones, lies above 0 by more than ``q se``: the symmetric interval misses the truth, the documented
+    ``[top - bias - q se, top + q se]`` holds it."""
+    from lightning_spectral.functional.finc import top_bias
+    from lightning_spectral.functional.finc_null import noise_scale
+    from lightning_spectral.functional.sampling_noise import DEFAULT_RATIO, Multipliers, NoiseSums
+    from lightning_spectral.functional.student_t import student_t_isf
+
+    x, labels = sample_mixture(mixture_means(5, d=4, spread=3.0), 1200)
+    rff = GaussianRFF(4, 520, sigma=1.0)  # 2r = 1040: Lanczos
+    gen = NoiseSums.of(torch.cat([x[:500], x[1000:][labels[1000:] == 0]]), rff, Multipliers(3, 1.0, 0, DEFAULT_RATIO))
+    ref = NoiseSums.of(x[500:1000], rff, None)
+    for first, second in ((gen, ref), (ref, gen)):
+        matrix = first.moment() - 2.0 * second.moment()
+        scale = noise_scale(gen, first, second, 2.0)
+        top = float(torch.linalg.eigvalsh(matrix)[-1])
+        shifts = [float(torch.linalg.eigvalsh(matrix + s * scale * gen.draw(a))[-1]) - top
+                  for a in range(3) for s in (1.0, -1.0)]
+        assert float(top_bias(first, second, 2.0)) == pytest.approx(max(sum(shifts) / 6, 0.0), rel=0.02, abs=1e-6)
+    metric = FINCNovelty(sigma=1.0, n_frequencies=64, rho=2.0)
+    metric.update(x[:600], real=True)
+    metric.update(x[600:], real=False)
+    summary, q = metric.summary(), student_t_isf(0.025, 3)
+    top, se, bias = (float(summary[key]) for key in ("missing_top", "missing_top_se", "missing_top_bias"))
+    assert top - q * se > 0 >= top - bias - q * se

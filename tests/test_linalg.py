@@ -7,11 +7,13 @@ from lightning_spectral.algebra import (
     add_covariance_,
     add_gram_,
     eigen_dtype,
+    eigenvalues_above,
     extreme_eigenpairs,
     extreme_eigenvalues,
     jittered_cholesky,
     psd_eigenvalues,
     symmetric_eigh,
+    symmetrize,
     top_eigenvalue,
     weighted_sum,
 )
@@ -422,3 +424,29 @@ def test_top_eigh_by_lanczos_equals_the_dense_eigh_at_a_width_that_takes_it():
         torch.testing.assert_close((vectors * want_vectors[:, :4]).sum(0).abs(), torch.ones(4, dtype=torch.float64))
     dense = top_eigh(psd, 4, partial=False)
     torch.testing.assert_close(dense[0], symmetric_eigh(psd)[0][:4], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_eigenvalues_above_equal_the_top_of_eigvalsh_and_fall_back_on_a_repeated_one(dtype, monkeypatch):
+    """Lanczos with the inertia certificate: the eigenvalues above the level (or the top one) equal eigvalsh's, with
+    no fallback; a repeated eigenvalue above the level (one start vector finds one copy) fails the certificate and
+    the dense eigvalsh answers, so the copy is not lost."""
+    import lightning_spectral.algebra.eigen as eigen
+
+    q, _ = torch.linalg.qr(torch.randn(600, 600, generator=torch.Generator().manual_seed(3), dtype=torch.float64))
+    calls = []
+    dense = torch.linalg.eigvalsh
+    monkeypatch.setattr(eigen.torch.linalg, "eigvalsh", lambda m: calls.append(1) or dense(m))
+    rtol, atol = (1e-12, 1e-12) if dtype == torch.float64 else (0, 2e-5)
+    for top, level, expected in (([0.9, 0.5, 0.3], 0.2, [0.9, 0.5, 0.3]), ([0.9, 0.5, 0.3], 1.0, [0.9])):
+        spectrum = torch.cat([torch.tensor(top, dtype=torch.float64), torch.linspace(-1.0, 0.1, 597).double()])
+        matrix = symmetrize(q @ torch.diag(spectrum) @ q.T).to(dtype)
+        values = eigenvalues_above(matrix, level, rtol=1e-10 if dtype == torch.float64 else 1e-5)
+        torch.testing.assert_close(values, torch.tensor(expected, dtype=torch.float64), rtol=rtol, atol=atol)
+    assert eigenvalues_above(torch.zeros(600, 600, dtype=dtype), 1e-3).tolist() == [0.0]  # no noise at all
+    assert not calls
+    repeated = torch.cat([torch.tensor([0.9, 0.5, 0.5]), torch.linspace(-1.0, 0.1, 597)]).double()
+    matrix = symmetrize(q @ torch.diag(repeated) @ q.T).to(dtype)
+    values = eigenvalues_above(matrix, 0.2, rtol=1e-10 if dtype == torch.float64 else 1e-5)
+    assert calls and values.shape == (600,)
+    torch.testing.assert_close(values[:3], repeated[:3], rtol=rtol, atol=atol)

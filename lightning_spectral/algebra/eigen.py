@@ -225,6 +225,103 @@ def extreme_eigenpairs(
     return theta[keep], vectors
 
 
+def eigenvalues_above(
+    matrix: Tensor, threshold: float, rtol: float = 1e-5, max_steps: Optional[int] = None, seed: int = 0
+) -> Tensor:
+    r"""Every eigenvalue of a symmetric matrix above ``threshold`` (and at least the largest), descending, float64:
+    by Lanczos with an inertia certificate instead of a full ``eigvalsh``, which answers when the certificate fails.
+
+    Lanczos (as [`extreme_eigenvalues`][lightning_spectral.algebra.extreme_eigenvalues]) runs until every Ritz pair
+    ``(theta_i, y_i)`` with ``theta_i > threshold``, and the largest, has residual ``<= rtol ||A||_2``. Ritz values
+    come from inside, so an eigenvalue may still be missing (not yet emerged, or a second copy of a repeated one,
+    which a single start vector cannot find). The certificate: with ``Y`` the found vectors (n, m) and
+    ``g = max(||A||, |threshold|)``,
+    ``A' = A - Y diag(theta - threshold + g) Y^T`` moves the found eigenvalues to ``threshold - g`` and leaves the
+    others (to the residuals); a Cholesky factorisation of ``threshold I - A'`` exists iff every eigenvalue of ``A'``
+    is below ``threshold`` (Sylvester's law of inertia), i.e. iff no eigenvalue above ``threshold`` was missed. One
+    Cholesky is ``n^3 / 3`` flops of BLAS-3, a fraction of the tridiagonal reduction of ``eigvalsh``
+    (docs/benchmarks.md, "FINC's noise floor without a full eigendecomposition"). Not converged within
+    ``max_steps``, more than ``n / 16`` pairs above ``threshold``, or no factorisation: the dense ``eigvalsh`` (all
+    n values).
+
+    Args:
+        matrix: (n, n) symmetric to round-off (used as given; float32 is iterated and factorised in float32).
+        threshold: the level; eigenvalues at or below it are not looked for.
+        rtol: accepted residual, relative to ``||A||_2`` (>= 1e-5 in float32).
+        max_steps: Krylov steps before the dense fallback; default
+            [`default_lanczos_steps`][lightning_spectral.algebra.default_lanczos_steps].
+        seed: seed of the start vector.
+
+    Returns:
+        (m,) float64, descending: the eigenvalues above ``threshold`` and at least the largest one (or all n).
+
+    Examples:
+        >>> import torch
+        >>> q, _ = torch.linalg.qr(torch.randn(400, 400, dtype=torch.float64))
+        >>> a = q @ torch.diag(torch.cat([torch.tensor([0.9, 0.5]), torch.linspace(-1.0, 0.1, 398)]).double()) @ q.T
+        >>> [round(v, 8) for v in eigenvalues_above(a, 0.2).tolist()]
+        [0.9, 0.5]
+    """
+    matrix, steps = _lanczos_input(matrix, rtol, max_steps, "eigenvalues_above", symmetric=True)
+    size = matrix.shape[0]
+    found = _lanczos_above(matrix, steps, rtol, seed, float(threshold), max(1, size // 16))
+    if found is not None and _no_eigenvalue_missed(matrix, float(threshold), *found):
+        return found[0].double().flip(0)
+    return torch.linalg.eigvalsh(matrix).double().flip(0)
+
+
+def _lanczos_above(
+    matrix: Tensor, steps: int, rtol: float, seed: int, threshold: float, most: int
+) -> Optional[tuple[Tensor, Tensor, float]]:
+    """Lanczos until the Ritz pairs above ``threshold`` (and the top one) converge: ``(values ascending, vectors,
+    ||A|| estimate)``, or None (budget spent, or more than ``most`` pairs)."""
+    size = matrix.shape[0]
+    generator = torch.Generator(device="cpu").manual_seed(int(seed))
+    start = torch.randn(size, generator=generator, dtype=torch.float64).to(matrix.device)
+    basis = matrix.new_zeros(size, steps + 1)
+    basis[:, 0] = start / start.norm()
+    alphas, betas = [], []
+    next_check = 5
+    for step in range(1, steps + 1):
+        done = basis[:, :step]
+        w = matrix @ basis[:, step - 1]
+        alphas.append(basis[:, step - 1] @ w)
+        for _ in range(2):  # full reorthogonalisation, twice
+            w -= done @ (done.T @ w)
+        beta = w.norm()
+        betas.append(beta)
+        exhausted = step == steps or float(beta) <= 1e-300
+        if step >= next_check or exhausted:
+            next_check = step + max(5, step // 8)
+            alpha, off = torch.stack(alphas), torch.stack(betas)
+            tridiagonal = torch.diag(alpha) + torch.diag(off[:-1], 1) + torch.diag(off[:-1], -1)
+            with one_thread():
+                theta, s = torch.linalg.eigh(tridiagonal.double())
+            chosen = [i for i in range(theta.shape[0]) if float(theta[i]) > threshold] or [theta.shape[0] - 1]
+            if len(chosen) > most:
+                return None
+            norm = float(theta.abs().max())
+            tolerance = rtol * norm
+            if float((off[-1].double() * s[-1, chosen]).abs().max()) <= tolerance:
+                ritz = done @ s[:, chosen].to(matrix.dtype)
+                residual = (matrix @ ritz - ritz * theta[chosen].to(matrix.dtype)).norm(dim=0).max()
+                if float(residual) <= tolerance:
+                    return theta[chosen], ritz, norm
+            if exhausted:
+                return None
+        basis[:, step] = w / beta
+    return None
+
+
+def _no_eigenvalue_missed(matrix: Tensor, threshold: float, values: Tensor, vectors: Tensor, norm: float) -> bool:
+    """True iff ``threshold I - A + Y diag(theta - threshold + ||A||) Y^T`` has a Cholesky factor (`eigenvalues_above`:
+    no eigenvalue of ``A`` above ``threshold`` besides the found ones)."""
+    shift = (values - threshold + max(norm, abs(threshold), 1e-30)).to(matrix.dtype)  # found ones: below the level
+    deflated = torch.addmm(-matrix, vectors * shift, vectors.T)
+    deflated.diagonal().add_(threshold)
+    return int(torch.linalg.cholesky_ex(deflated)[1]) == 0
+
+
 def _lanczos_input(
     matrix: Tensor, rtol: float, max_steps: Optional[int], owner: str, symmetric: bool = False
 ) -> tuple[Tensor, int]:

@@ -49,9 +49,16 @@ import torch
 from torch import Tensor
 
 from lightning_spectral._checks import check_features, check_positive
-from lightning_spectral.algebra.eigen import eigen_dtype, symmetric_eigh, top_eigh
+from lightning_spectral.algebra.eigen import (
+    PARTIAL_MIN_SIZE,
+    eigen_dtype,
+    eigenvalues_above,
+    extreme_eigenvalues,
+    symmetric_eigh,
+    top_eigh,
+)
 from lightning_spectral.algebra.gram import DEFAULT_CHUNK_SIZE, symmetrize, weighted_sum
-from lightning_spectral.functional.finc_null import NullModel, null_model
+from lightning_spectral.functional.finc_null import SHIFTED_RTOL, NullModel, noise_scale, null_model
 from lightning_spectral.functional.sampling_noise import (
     DEFAULT_DRAWS,
     DEFAULT_RATIO,
@@ -74,6 +81,10 @@ DEFAULT_RHO = 2.0
 
 #: Default absolute minimum of a significant eigenvalue (a tolerance rather than FINC Algorithm 1's "> 0").
 DEFAULT_MIN_EIGENVALUE = 1e-3
+
+#: Lanczos's accepted residual (relative to ``||L||``) of the eigenvalues above the threshold in a ``partial``
+#: spectrum, by the difference's dtype (float32 from FLOAT32_MIN_SIZE rows: its residuals stall near 1e-6).
+PARTIAL_RTOL = {torch.float32: 1e-5, torch.float64: 1e-10}
 
 
 def check_significance(value: float, name: str = "significance") -> float:
@@ -103,7 +114,8 @@ class DifferentialSpectrum(NamedTuple):
     """Eigenvalues (and eigenvectors) of ``C_x - rho C_y`` with their p-values and the significance threshold.
 
     Attributes:
-        eigenvalues: (2r,) float64, descending.
+        eigenvalues: (2r,) float64, descending; a ``partial`` one (`differential_spectrum`) holds the top m only:
+            every eigenvalue above the threshold and at least the largest.
         eigenvectors: (2r, 2r) float64 columns (not yet oriented), or ``None`` when only the score was needed.
         p_values: (2r,) float64, ``P(lambda_max(noise) >= lambda_k)`` (module doc).
         threshold: the eigenvalue at which a mode becomes significant:
@@ -132,7 +144,8 @@ class DifferentialSpectrum(NamedTuple):
         return self.eigenvalues[self.significant].sum()
 
     def mirrored(self) -> DifferentialSpectrum:
-        """The spectrum of ``-(C_x - C_y) = C_y - C_x`` at ``rho = 1`` (eigenvalues negated and reversed, the same
+        """The spectrum of ``-(C_x - C_y) = C_y - C_x`` at ``rho = 1`` (of a full spectrum, not a ``partial`` one:
+        eigenvalues negated and reversed, the same
         eigenvectors reversed), with its p-values under the same null (at ``rho = 1`` both orders share it:
         `noise_scale` is symmetric in the sides there)."""
         values = -self.eigenvalues.flip(0)
@@ -151,23 +164,32 @@ def differential_spectrum(
     min_eigenvalue: float = DEFAULT_MIN_EIGENVALUE,
     vectors: bool = True,
     null: Optional[NullModel] = None,
+    partial: bool = False,
 ) -> DifferentialSpectrum:
     """Eigenvalues (and, with ``vectors``, eigenvectors) of ``C_x - rho C_y``, their p-values and the threshold.
 
     Without ``vectors`` one ``eigvalsh`` suffices (the score needs no eigenvectors), in float32 from
     [`FLOAT32_MIN_SIZE`][lightning_spectral.algebra.FLOAT32_MIN_SIZE] rows (the FINC score within 0.001 % of float64's at
-    2r = 4096 and 8192, docs/benchmarks.md). ``null`` reuses a `null_model` of the same sums.
+    2r = 4096 and 8192, docs/benchmarks.md). With ``partial`` (and no ``vectors``) from
+    `PARTIAL_MIN_SIZE` rows only the eigenvalues above the
+    threshold (and the largest) are found ([`eigenvalues_above`][lightning_spectral.algebra.eigenvalues_above]:
+    Lanczos with an inertia certificate, the dense ``eigvalsh`` when it fails): the score, the significant modes and
+    the top eigenvalue are those of the full spectrum, to round-off. ``null`` reuses a `null_model` of the same sums.
     """
     if null is None:
         null = null_model(x, y, rho)
+    threshold = max(null.threshold(significance), min_eigenvalue)
     terms = [(1.0 / x.count, x.total), (-rho / y.count, y.total)]
+    size = x.total.shape[0]
     if vectors:
         values, eigenvectors = symmetric_eigh(weighted_sum(terms))
     else:  # float32 from FLOAT32_MIN_SIZE rows, as FKEAVendi; eigvalsh reads one triangle of the symmetric difference
-        dtype = eigen_dtype("auto", x.total.shape[0])
-        values = torch.linalg.eigvalsh(weighted_sum(terms, dtype)).double().flip(0)
+        difference = weighted_sum(terms, eigen_dtype("auto", size))
+        if partial and size >= PARTIAL_MIN_SIZE:  # a Ritz value just below the threshold need not converge
+            values = eigenvalues_above(difference, threshold, rtol=PARTIAL_RTOL[difference.dtype])
+        else:
+            values = torch.linalg.eigvalsh(difference).double().flip(0)
         eigenvectors = None
-    threshold = max(null.threshold(significance), min_eigenvalue)
     return DifferentialSpectrum(
         values, eigenvectors, null.p_values(values), threshold, significance, min_eigenvalue, null
     )
@@ -179,12 +201,47 @@ def top_modes(spectrum: DifferentialSpectrum, x: NoiseSums, y: NoiseSums, rho: f
     ``eigh`` of all 2r). Its top ``k`` eigenvalues become the float64 ones of those pairs (the p-values follow), the
     others, the threshold and the null stay ``spectrum``'s."""
     top, eigenvectors = top_eigh(weighted_sum([(1.0 / x.count, x.total), (-rho / y.count, y.total)]), k)
-    values = spectrum.eigenvalues.clone()
-    values[: top.shape[0]] = top
+    values = torch.cat([top, spectrum.eigenvalues[top.shape[0] :]])  # a partial spectrum may hold fewer than k
     return DifferentialSpectrum(
         values, eigenvectors, spectrum.null.p_values(values), spectrum.threshold, spectrum.significance,
         spectrum.min_eigenvalue, spectrum.null,
     )
+
+
+def top_bias(x: NoiseSums, y: NoiseSums, rho: float) -> Tensor:
+    """The upward bias of the top eigenvalue of ``L = C_x - rho C_y``, by the multiplier bootstrap (second order).
+
+    ``lambda_max`` is convex: with the noise ``N``, ``lambda_max(L + N) >= lambda + u^T N u`` (``u`` the top
+    eigenvector of ``E L``), so the estimate is biased up, by about ``sum_j (u_j^T N u)^2 / (lambda - lambda_j)``
+    (second-order perturbation, Kato 1995, II.2): small for a top mode far above the rest, of the size of the
+    standard error near the noise floor, where the top eigenvalue is the largest of many noisy ones. With the
+    draws ``D_a = c E_gen(a)`` of the noise ([`noise_scale`][lightning_spectral.functional.finc_null.noise_scale]) the
+    bootstrap estimate is ``b = mean_a [(lambda_max(L + D_a) + lambda_max(L - D_a)) / 2 - lambda_max(L)]`` (the
+    ``+-`` pair cancels the first-order term exactly), clamped at 0. The top eigenvalue's interval is then
+    ``[lambda - b - q se, lambda + q se]``: the upper end needs no bias term (the inequality above), the lower one
+    does. Each ``lambda_max`` by Lanczos from `PARTIAL_MIN_SIZE`
+    rows (residual `SHIFTED_RTOL`), else ``eigvalsh``; ``2 A + 1`` of them. Returns a float64 scalar.
+    """
+    gen = x if x.draws else y
+    size = x.total.shape[0]
+    dtype = eigen_dtype("auto", size)
+    scale = noise_scale(gen, x, y, rho)
+    terms = [(1.0 / x.count, x.total), (-rho / y.count, y.total)]
+
+    def top(extra: list) -> float:
+        matrix = weighted_sum(terms + extra, dtype)
+        if size < PARTIAL_MIN_SIZE:
+            return float(torch.linalg.eigvalsh(matrix)[-1])
+        return float(extreme_eigenvalues(matrix, rtol=SHIFTED_RTOL, which="largest", symmetric=True)[1])
+
+    centre = top([])
+    shifts = []
+    for a in range(gen.draws):
+        mean = float(gen.weight_sums[a]) / gen.count
+        for sign in (1.0, -1.0):
+            draw = [(sign * scale / gen.count, gen.weighted[a]), (-sign * scale * mean / gen.count, gen.total)]
+            shifts.append(top(draw) - centre)
+    return torch.tensor(max(sum(shifts) / len(shifts), 0.0), dtype=torch.float64)
 
 
 def finc_spectrum(

@@ -17,6 +17,7 @@ from lightning_spectral._checks import (
     check_positive_int,
     check_side,
 )
+from lightning_spectral.algebra.eigen import PARTIAL_MIN_SIZE
 from lightning_spectral.algebra.gram import DEFAULT_CHUNK_SIZE
 from lightning_spectral.functional.finc import (
     DEFAULT_MIN_EIGENVALUE,
@@ -26,6 +27,7 @@ from lightning_spectral.functional.finc import (
     check_significance,
     differential_spectrum,
     draws_from_groups,
+    top_bias,
     top_modes,
 )
 from lightning_spectral.functional.finc_null import NULL_BATCH, noise_scale, null_model
@@ -211,11 +213,15 @@ class FINCNovelty(SpectralMetric):
         total = accumulator.cov_sum
         return NoiseSums(total, total.new_zeros((0, *total.shape)), total.new_zeros(0), float(accumulator.count))
 
-    def _spectrum(self, missing: bool, vectors: bool = True) -> DifferentialSpectrum:
-        name = ("missing" if missing else "novel") + ("" if vectors else "_values")
-        if missing and self.rho == 1.0:  # C_ref - C_gen = -(C_gen - C_ref): one eigendecomposition serves both
-            return self.cached(name, lambda: self._spectrum(False, vectors).mirrored())
-        return self.cached(name, lambda: self._decompose(missing, vectors))
+    def _spectrum(self, missing: bool, vectors: bool = True, full: bool = False) -> DifferentialSpectrum:
+        """The spectrum of ``C_gen - rho C_ref`` (or the missing side's). Without ``vectors`` and ``full`` a
+        ``partial`` one from 2r = 1024 (every eigenvalue above the threshold and the top one, all the score and the
+        modes read; `differential_spectrum`); ``full`` all 2r eigenvalues (the plot)."""
+        full = full or self.feature_map.out_features < PARTIAL_MIN_SIZE  # below it: eigvalsh (the partial route's)
+        name = ("missing" if missing else "novel") + ("" if vectors else "_values" if full else "_partial")
+        if missing and self.rho == 1.0 and (vectors or full):  # C_ref - C_gen = -(C_gen - C_ref): one serves both
+            return self.cached(name, lambda: self._spectrum(False, vectors, full).mirrored())
+        return self.cached(name, lambda: self._decompose(missing, vectors, partial=not (vectors or full)))
 
     def _top_spectrum(self, missing: bool, k: int) -> DifferentialSpectrum:
         """The values' spectrum with the eigenvectors of its top ``k`` modes and of every significant one (the
@@ -231,7 +237,7 @@ class FINCNovelty(SpectralMetric):
 
         return self.cached_top(("missing" if missing else "novel") + "_top", max(k, significant, 1), decompose)
 
-    def _decompose(self, missing: bool, vectors: bool) -> DifferentialSpectrum:
+    def _decompose(self, missing: bool, vectors: bool, partial: bool = False) -> DifferentialSpectrum:
         for side, accumulator, call in (("generated", self.gen[0], "real=False"), ("reference", self.ref[0], "real=True")):
             if float(accumulator.count) < 1:
                 raise RuntimeError(
@@ -241,7 +247,7 @@ class FINCNovelty(SpectralMetric):
         gen, ref = self._side(real=False), self._side(real=True)
         x, y = (ref, gen) if missing else (gen, ref)
         null = self.cached_null(missing, x, y)
-        return differential_spectrum(x, y, self.rho, self.significance, self.min_eigenvalue, vectors, null)
+        return differential_spectrum(x, y, self.rho, self.significance, self.min_eigenvalue, vectors, null, partial)
 
     def cached_null(self, missing: bool, x: NoiseSums, y: NoiseSums) -> Any:
         """The null of ``C_x - rho C_y``, kept beside the spectra: its matrices depend on the order of the sides only
@@ -364,6 +370,10 @@ class FINCNovelty(SpectralMetric):
             first.append((top * (draw @ top)).sum())
         return standard_error(torch.stack(score)), standard_error(torch.stack(first))
 
+    def _top_bias(self, missing: bool) -> Tensor:
+        gen, ref = self._side(real=False), self._side(real=True)
+        return top_bias(*((ref, gen) if missing else (gen, ref)), self.rho)
+
     def summary(self) -> dict[str, Any]:
         """The novelty score (``""``), the missing-mode score, how many novel / missing modes are significant, and
         the top novel / missing mode's eigenvalue (excess mass) and p-value; ``se``, ``missing_se``,
@@ -372,13 +382,19 @@ class FINCNovelty(SpectralMetric):
         ``missing_share``: each significant mode's share of its side's samples (``{i: share}``, logged as
         ``missing_share/0``, ...; the first `SUMMARY_SHARES` significant modes, empty without one;
         [`mode_shares`][lightning_spectral.metrics.FINCNovelty.mode_shares]: it costs that side's eigenvectors,
-        which the galleries reuse); ``n``, ``n_real`` and ``n_features`` (2r), the sizes the values were computed at;
+        which the galleries reuse); ``novel_top_bias`` / ``missing_top_bias``: the top eigenvalue's upward bias
+        (second order, ``functional.finc.top_bias``), so its 95 % interval is
+        ``[top - bias - q se, top + q se]`` (``q = t_{draws, 0.975}``; near the noise floor the top eigenvalue is
+        the largest of many noisy ones, and the symmetric ``top +- q se`` misses low, docs/benchmarks.md "Coverage
+        of the standard errors"); ``n``, ``n_real`` and ``n_features`` (2r), the sizes the values were computed at;
         ``sigma``."""
         with self.synced():
             novel = self._spectrum(missing=False, vectors=False)
             missing = self._spectrum(missing=True, vectors=False)
             novel_se, novel_top_se = self.standard_errors(missing=False)
             missing_se, missing_top_se = self.standard_errors(missing=True)
+            novel_bias, missing_bias = (self.cached(name + "_top_bias", lambda side=side: self._top_bias(side))
+                                        for name, side in (("novel", False), ("missing", True)))
             shares: dict[str, dict[int, Tensor]] = {}
             for name, spectrum, side in (("novel", novel, False), ("missing", missing, True)):
                 count = min(int(spectrum.significant.sum()), SUMMARY_SHARES)
@@ -401,6 +417,8 @@ class FINCNovelty(SpectralMetric):
             "missing_se": missing_se,
             "novel_top_se": novel_top_se,
             "missing_top_se": missing_top_se,
+            "novel_top_bias": novel_bias,
+            "missing_top_bias": missing_bias,
             "novel_share": shares["novel"],
             "missing_share": shares["missing"],
             **sizes,
@@ -466,7 +484,7 @@ class FINCNovelty(SpectralMetric):
         check_positive_int(top, "top")
         which = (False, True) if missing is None else (check_bool(missing, "missing"),)
         with self.synced():
-            spectra = [self._spectrum(side, vectors=False) for side in which]
+            spectra = [self._spectrum(side, vectors=False, full=True) for side in which]
         figure, axes = panels(len(which), ax)
         for axis, side, spectrum in zip(axes, which, spectra):
             name, x, y = ("missing", "ref", "gen") if side else ("novel", "gen", "ref")

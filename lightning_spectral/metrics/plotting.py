@@ -137,7 +137,7 @@ def labelled(value: Any) -> dict[str, float]:
 
 def plot_summary(metric: Any, ax: Any = None, top: int = 50) -> tuple[Any, Any]:
     """One bar panel per value of ``metric.summary()`` (not ``sigma``, ``n``, ``n_real``, ``n_features`` or the
-    standard errors), a bar per component (FastMMD: MMD^2 and the p-value per bandwidth, with the 5 % level
+    standard errors and biases), a bar per component (FastMMD: MMD^2 and the p-value per bandwidth, with the 5 % level
     dashed). A collective under DDP (``summary`` syncs, once).
 
     Returns:
@@ -150,7 +150,7 @@ def plot_summary(metric: Any, ax: Any = None, top: int = 50) -> tuple[Any, Any]:
         key: torch.stack([torch.as_tensor(v) for v in value.values()]) if isinstance(value, dict) else value
         for key, value in metric.summary().items()
         # not values: the bandwidth and sizes they were computed at, their standard errors; {}: no mode's share
-        if key not in ("sigma", "n", "n_real", "n_features") and key != "se" and not key.endswith("_se")
+        if key not in ("sigma", "n", "n_real", "n_features") and key != "se" and not key.endswith(("_se", "_bias"))
         and not (isinstance(value, dict) and not value)
     }
     figure = plot_values(values, title=type(metric).__name__, lines={"p_value": 0.05}, ax=ax)
