@@ -340,7 +340,7 @@ class FINCNovelty(SpectralMetric):
         groups = groups_of(mode_groups(samples, rows))
         shares = self.mode_shares(vectors.shape[1], missing)
         firsts = [group[0] for group in groups]
-        return ModeGroups(groups, [samples[i] for i in firsts], shares[firsts], modes)
+        return ModeGroups(groups, [samples[i] for i in firsts], shares[firsts], modes, samples)
 
     def mode_shares(self, k: int = 10, missing: bool = False) -> Tensor:
         """Each of the top ``k`` novel (or missing) modes' share of its side's samples (the generated ones, or the
@@ -518,12 +518,22 @@ class ModeGroups(NamedTuple):
         samples: per region the representative's top samples ``(ids, scores)``.
         shares: (regions,) the representative's share of its side's samples.
         modes: the eigen-pairs the groups index.
+        mode_samples: per mode its top samples ``(ids, scores)`` (`top_samples`).
     """
 
     groups: list[list[int]]
     samples: list[tuple[Tensor, Tensor]]
     shares: Tensor
     modes: Modes
+    mode_samples: list[tuple[Tensor, Tensor]]
+
+    def region_of(self) -> list[int]:
+        """Each mode's region (an index into ``groups``)."""
+        region = [0] * sum(len(group) for group in self.groups)
+        for index, group in enumerate(self.groups):
+            for mode in group:
+                region[mode] = index
+        return region
 
 
 def _detail(group: list[int], modes: Modes) -> str:
