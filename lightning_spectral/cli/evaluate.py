@@ -456,9 +456,9 @@ def _finc(finc: Any, args: argparse.Namespace, batches: Any) -> tuple[dict[str, 
 
 
 def _name_samples(args: argparse.Namespace, finc: dict, novel: Any, missing: Any) -> None:
-    """``finc["novel_modes"]`` / ``finc["missing"]["modes"]``: per mode its eigenvalue, p-value, significance, region (missing modes),
-    share of its side's samples and top samples, named by image path (image inputs, or FILE with ``--images``) or
-    by row id (embedding inputs)."""
+    """``finc["novel_modes"]`` / ``finc["missing"]["modes"]``: per mode its eigenvalue, p-value, significance,
+    region (significant missing modes), share of its side's samples and top samples, named by image path (image
+    inputs, or FILE with ``--images``) or by row id (embedding inputs)."""
     lists = getattr(args, "_lists", {})
     file_list = lists.get("file", args.images)
     finc["novel_modes"] = _modes_json(finc["novel_eigenvalues"], finc["p_values"], finc["significant"],

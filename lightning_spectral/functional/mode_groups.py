@@ -16,8 +16,11 @@ directions, its mean first and its within-cluster directions after), each with i
   contrast of two neighbouring classes, which the first mode then holds together, is far from 0 on both).
 
 Without the second condition the first mode of two dropped neighbouring classes (their union) swallowed the
-second class's own mode (digits: 9 dropped classes fewer named in 20 trials at a containment of 0.8, docs/benchmarks.md). Its group is reported under its first mode
-(the representative): one gallery row (the representative's top samples), one share, one line. The scores it reads
+second class's own mode (digits: 9 dropped classes fewer named in 20 trials at a containment of 0.8,
+docs/benchmarks.md).
+
+A group is reported under its first mode (the representative): one gallery row (the representative's top samples),
+one share, one line. The scores it reads
 are those of the top samples on every mode (`top_samples_and_rows`): global ids break ties, so the groups do not
 depend on order, batch size or sharding.
 
@@ -28,9 +31,11 @@ Fashion-MNIST.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import NamedTuple
 
-import torch
 from torch import Tensor
+
+from lightning_spectral.functional.modes import Modes
 
 #: The share of a mode's top samples that must be members of an earlier mode for it to join that mode's group.
 MERGE_CONTAINMENT = 0.9
@@ -98,6 +103,28 @@ def groups_of(representative: Sequence[int]) -> list[list[int]]:
     return list(groups.values())
 
 
-def as_tensor(representative: Sequence[int]) -> Tensor:
-    """The representatives as a (k,) int64 tensor."""
-    return torch.tensor(list(representative), dtype=torch.long)
+class ModeGroups(NamedTuple):
+    """Modes reported as regions (``FINCNovelty.grouped_modes``).
+
+    Attributes:
+        groups: per region its modes (indices into ``modes``, the representative first), representatives ascending.
+        samples: per region the representative's top samples ``(ids, scores)``.
+        shares: (regions,) the representative's share of its side's samples.
+        modes: the eigen-pairs the groups index.
+        mode_samples: per mode its top samples ``(ids, scores)`` (`top_samples`).
+    """
+
+    groups: list[list[int]]
+    samples: list[tuple[Tensor, Tensor]]
+    shares: Tensor
+    modes: Modes
+    mode_samples: list[tuple[Tensor, Tensor]]
+
+    def region_of(self) -> list[int]:
+        """Each mode's region (an index into ``groups``)."""
+        region = [0] * sum(len(group) for group in self.groups)
+        for index, group in enumerate(self.groups):
+            for mode in group:
+                region[mode] = index
+        return region
+

@@ -86,8 +86,8 @@ def top_samples(
     """Stream ``(features, ids)`` batches and keep, per mode, the ``per_mode`` highest-scoring samples.
 
     Memory is ``O(k * per_mode)`` plus one batch. Equal scores are ranked by id (smaller first), so the answer
-    does not depend on the order of the batches or on the sharding. Under DDP every rank streams its own shard, then only
-    the candidates (``k * per_mode`` scores and ids per rank) are gathered and merged, so every rank returns
+    does not depend on the order of the batches or on the sharding. Under DDP every rank streams its own shard,
+    then only the candidates (``k * per_mode`` scores and ids per rank) are gathered and merged, so every rank returns
     the global answer. Every rank must call it (it is a collective), and every rank's ``score`` must return
     ``k`` modes (a rank with no batches is fine).
 
@@ -170,7 +170,9 @@ def _order(scores: Tensor, ids: Tensor, per_mode: int) -> Tensor:
     return by_id.gather(1, order)
 
 
-def _merge(best: tuple[Tensor, Tensor, Tensor], scores: Tensor, ids: Tensor, per_mode: int) -> tuple[Tensor, Tensor, Tensor]:
+def _merge(
+    best: tuple[Tensor, Tensor, Tensor], scores: Tensor, ids: Tensor, per_mode: int
+) -> tuple[Tensor, Tensor, Tensor]:
     """The candidates ``best`` ((k, P) scores and ids, (k, P, k) rows) and a batch's (N, k) scores and (N,) ids."""
     best_scores, best_ids, best_rows = best
     kept = best_scores.shape[1]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any, NamedTuple, Optional, Union
+from typing import Any, Optional, Union
 
 import torch
 from lightning.pytorch.utilities import rank_zero_warn
@@ -29,7 +29,7 @@ from lightning_spectral.functional.finc import (
     top_modes,
 )
 from lightning_spectral.functional.finc_null import NULL_BATCH, noise_scale, null_model
-from lightning_spectral.functional.mode_groups import groups_of, mode_groups
+from lightning_spectral.functional.mode_groups import ModeGroups, groups_of, mode_groups
 from lightning_spectral.functional.mode_shares import ModeRow, two_sided_shares
 from lightning_spectral.functional.modes import (
     Ids,
@@ -318,15 +318,16 @@ class FINCNovelty(SpectralMetric):
 
     def grouped_modes(
         self, batches: Iterable[tuple[Tensor, Ids]], k: int = 10, per_mode: int = 16, missing: bool = False
-    ) -> "ModeGroups":
+    ) -> ModeGroups:
         """The top ``k`` novel (or missing) modes with split modes reported as one: a mode whose top samples are
         members of an earlier mode's region, and which does not split that mode's own top samples, joins that
-        mode's group ([`mode_groups`][lightning_spectral.functional.mode_groups]). One pass over ``batches`` (generated batches
-        for novel modes, reference batches for missing ones), as `top_samples`; a collective under DDP.
+        mode's group ([`mode_groups`][lightning_spectral.functional.mode_groups]). One pass over ``batches``
+        (generated batches for novel modes, reference batches for missing ones), as `top_samples`; a collective
+        under DDP.
 
         Returns:
-            A [`ModeGroups`][lightning_spectral.metrics.finc.ModeGroups]: per group its modes (the representative
-            first), the representative's top samples and share.
+            A [`ModeGroups`][lightning_spectral.functional.mode_groups.ModeGroups]: per group its modes (the
+            representative first), the representative's top samples and share.
         """
         check_bool(missing, "missing")
         batches = check_batches(batches, "FINCNovelty.grouped_modes")
@@ -508,32 +509,6 @@ class FINCNovelty(SpectralMetric):
             title = f"{name} modes: C_{x} - {self.rho:g} C_{y} ({count} significant)"
             plot_spectrum(spectrum.eigenvalues, spectrum.threshold, top=top, title=title, ax=axis)
         return figure, axes if len(axes) > 1 else axes[0]
-
-
-class ModeGroups(NamedTuple):
-    """Modes reported as regions ([`grouped_modes`][lightning_spectral.metrics.FINCNovelty.grouped_modes]).
-
-    Attributes:
-        groups: per region its modes (indices into ``modes``, the representative first), representatives ascending.
-        samples: per region the representative's top samples ``(ids, scores)``.
-        shares: (regions,) the representative's share of its side's samples.
-        modes: the eigen-pairs the groups index.
-        mode_samples: per mode its top samples ``(ids, scores)`` (`top_samples`).
-    """
-
-    groups: list[list[int]]
-    samples: list[tuple[Tensor, Tensor]]
-    shares: Tensor
-    modes: Modes
-    mode_samples: list[tuple[Tensor, Tensor]]
-
-    def region_of(self) -> list[int]:
-        """Each mode's region (an index into ``groups``)."""
-        region = [0] * sum(len(group) for group in self.groups)
-        for index, group in enumerate(self.groups):
-            for mode in group:
-                region[mode] = index
-        return region
 
 
 def _detail(group: list[int], modes: Modes) -> str:
