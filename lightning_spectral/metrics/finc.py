@@ -323,7 +323,7 @@ class FINCNovelty(SpectralMetric):
         members of an earlier mode's region, and which does not split that mode's own top samples, joins that
         mode's group ([`mode_groups`][lightning_spectral.functional.mode_groups]). One pass over ``batches``
         (generated batches for novel modes, reference batches for missing ones), as `top_samples`; a collective
-        under DDP.
+        under DDP. It groups the ``k`` modes it is given: the galleries pass the significant ones.
 
         Returns:
             A [`ModeGroups`][lightning_spectral.functional.mode_groups.ModeGroups]: per group its modes (the
