@@ -71,6 +71,7 @@ from lightning_spectral.functional import (
 from lightning_spectral.functional.conditional import conditional_vendi, conditional_vendi_exact
 from lightning_spectral.functional.content_groups import reference_halves
 from lightning_spectral.functional.fkea import renyi_entropy, vendi_score
+from lightning_spectral.functional.mode_groups import mode_groups
 from lightning_spectral.io import CheckpointError, EmbeddingFile, WriteError, check_writable, open_rgb, written
 from lightning_spectral.kernels import (
     CosineMap,
@@ -493,6 +494,11 @@ CASES = [
         RuntimeError, r"no generated samples.*update\(x, real=False\)"),
     row("FINCNovelty.compute no reference", lambda f: updated(FINCNovelty(**small()), x(), real=False).compute(),
         RuntimeError, r"no reference samples were accumulated.*real=True"),
+    row("FINCNovelty.grouped_modes per_mode=0",
+        lambda f: FINCNovelty(**small()).grouped_modes([(x(), torch.arange(len(x())))], per_mode=0), ValueError,
+        r"`per_mode`"),
+    row("mode_groups containment=0", lambda f: mode_groups([], [], containment=0), ValueError,
+        r"containment must be in \(0, 1\]"),
     row("FINCNovelty called like a function", lambda f: FINCNovelty(**small())(x(), real=False), RuntimeError,
         r"called like a function.*update\(x, real=\.\.\.\)"),
     row("FastMMD.update real='yes'", lambda f: FastMMD(**small()).update(x(), real="yes"), TypeError, r"`real`"),

@@ -92,6 +92,8 @@ def observe(rank, world_size, sharding):
         "missing_p": finc.missing_modes(4).p_values,
         "novel_top": [ids for ids, _ in finc.top_samples(gen_batches, k=1, per_mode=20)],
         "missing_top": [ids for ids, _ in finc.top_samples(ref_batches, k=1, per_mode=20, missing=True)],
+        "novel_groups": [torch.tensor(group) for group in finc.grouped_modes(gen_batches, k=4, per_mode=16).groups],
+        "novel_group_top": [ids for ids, _ in finc.grouped_modes(gen_batches, k=4, per_mode=16).samples],
         "mmd": mmd.compute(),
         "mmd_summary": mmd.summary(),
         "p_value": test.p_value,

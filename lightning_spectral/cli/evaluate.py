@@ -388,20 +388,26 @@ def _missing_samples(args: argparse.Namespace, session: Session, finc: Any, refe
         (embeddings.to(session.device), ids)
         for embeddings, ids in reference.chunks(args.batch_size, rows, session.progress, "missing modes REF")
     )
-    return finc.top_samples(batches, k=count, per_mode=args.per_mode, missing=True)
+    return finc.grouped_modes(batches, k=count, per_mode=args.per_mode, missing=True)  # split modes as one region
 
 
 def _missing_gallery(args: argparse.Namespace, missing: dict, samples: Any) -> str:
     from lightning_spectral.cli.pictures import save_gallery
     from lightning_spectral.functional.mode_shares import mode_line
 
-    total, shares = missing["n_significant"], missing["shares"]
-    labels = [mode_line("missing", i, float(shares[i]), "reference") for i in range(len(samples))]
+    total, regions = missing["n_significant"], samples.groups
+    labels = [
+        mode_line("missing", i, float(share), "reference")
+        + (f" (modes {', '.join(str(m + 1) for m in group)} merged)" if len(group) > 1 else "")
+        for i, (group, share) in enumerate(zip(regions, samples.shares, strict=True))
+    ]
     title = f"{plural(total, 'significant missing mode')} of FILE: REF images ({images.source_name(args, 'reference')})"
-    title += f", {len(samples)} shown" if len(samples) != total else ""
+    shown = len(samples.mode_samples)
+    title += f", {shown} shown" if shown != total else ""
+    title += f" as {plural(len(regions), 'region')}" if len(regions) != shown else ""
     return save_gallery(
-        Path(args.plot_dir), "evaluate_missing_modes", samples, Path(args._lists["reference"]), args.thumb_size,
-        labels=labels, title=title,
+        Path(args.plot_dir), "evaluate_missing_modes", samples.samples, Path(args._lists["reference"]),
+        args.thumb_size, labels=labels, title=title,
     )
 
 
@@ -452,8 +458,8 @@ def _finc(finc: Any, args: argparse.Namespace, batches: Any) -> tuple[dict[str, 
 
 def _name_samples(args: argparse.Namespace, finc: dict, novel: Any, missing: Any) -> None:
     """``finc["novel_modes"]`` / ``finc["missing"]["modes"]``: per mode its eigenvalue, p-value, significance,
-    share of its side's samples and top samples, named by image path (image inputs, or FILE with ``--images``) or
-    by row id (embedding inputs)."""
+    region (significant missing modes), share of its side's samples and top samples, named by image path (image
+    inputs, or FILE with ``--images``) or by row id (embedding inputs)."""
     lists = getattr(args, "_lists", {})
     file_list = lists.get("file", args.images)
     finc["novel_modes"] = _modes_json(finc["novel_eigenvalues"], finc["p_values"], finc["significant"],
@@ -461,7 +467,11 @@ def _name_samples(args: argparse.Namespace, finc: dict, novel: Any, missing: Any
     if "missing" in finc:
         part = finc["missing"]
         part["modes"] = _modes_json(part["eigenvalues"], part["p_values"], part["significant"], part["shares"],
-                                    missing, lists.get("reference"))
+                                    None if missing is None else missing.mode_samples, lists.get("reference"))
+        if missing is not None:  # the significant modes' regions: split modes reported as one (mode_groups)
+            for mode, region in enumerate(missing.region_of()):
+                part["modes"][mode]["region"] = region
+            part["n_regions"] = len(missing.groups)
 
 
 def _modes_json(values: Any, p_values: Any, significant: Any, shares: Any, samples: Any, listing: Any) -> list:

@@ -31,8 +31,17 @@ from lightning_spectral.functional.finc import (
     top_modes,
 )
 from lightning_spectral.functional.finc_null import NULL_BATCH, noise_scale, null_model
+from lightning_spectral.functional.mode_groups import ModeGroups, groups_of, mode_groups
 from lightning_spectral.functional.mode_shares import ModeRow, two_sided_shares
-from lightning_spectral.functional.modes import Ids, Modes, check_candidates_memory, mode_scores, orient, top_samples
+from lightning_spectral.functional.modes import (
+    Ids,
+    Modes,
+    check_candidates_memory,
+    mode_scores,
+    orient,
+    top_samples,
+    top_samples_and_rows,
+)
 from lightning_spectral.functional.sampling_noise import (
     DEFAULT_DRAWS,
     DEFAULT_RATIO,
@@ -313,6 +322,33 @@ class FINCNovelty(SpectralMetric):
             batches, lambda x: mode_scores(x, feature_map, vectors), vectors.shape[1], per_mode, self.process_group
         )
 
+    def grouped_modes(
+        self, batches: Iterable[tuple[Tensor, Ids]], k: int = 10, per_mode: int = 16, missing: bool = False
+    ) -> ModeGroups:
+        """The top ``k`` novel (or missing) modes with split modes reported as one: a mode whose top samples are
+        members of an earlier mode's region, and which does not split that mode's own top samples, joins that
+        mode's group ([`mode_groups`][lightning_spectral.functional.mode_groups]). One pass over ``batches``
+        (generated batches for novel modes, reference batches for missing ones), as `top_samples`; a collective
+        under DDP. It groups the ``k`` modes it is given: the galleries pass the significant ones.
+
+        Returns:
+            A [`ModeGroups`][lightning_spectral.functional.mode_groups.ModeGroups]: per group its modes (the
+            representative first), the representative's top samples and share.
+        """
+        check_bool(missing, "missing")
+        batches = check_batches(batches, "FINCNovelty.grouped_modes")
+        per_mode = check_positive_int(per_mode, "per_mode")
+        check_candidates_memory("FINCNovelty", check_positive_int(k, "k"), per_mode, rows=True)
+        modes = self._modes(k, missing)
+        feature_map, vectors = self.feature_map, modes.eigenvectors
+        samples, rows = top_samples_and_rows(
+            batches, lambda x: mode_scores(x, feature_map, vectors), vectors.shape[1], per_mode, self.process_group
+        )
+        groups = groups_of(mode_groups(samples, rows))
+        shares = self.mode_shares(vectors.shape[1], missing)
+        firsts = [group[0] for group in groups]
+        return ModeGroups(groups, [samples[i] for i in firsts], shares[firsts], modes, samples)
+
     def mode_shares(self, k: int = 10, missing: bool = False) -> Tensor:
         """Each of the top ``k`` novel (or missing) modes' share of its side's samples (the generated ones, or the
         reference's) (k,): the share of that side's samples that are the mode's members, when the side's other
@@ -441,19 +477,18 @@ class FINCNovelty(SpectralMetric):
                 if stream is None or count == 0:
                     continue
                 total = int(self._spectrum(missing, vectors=False).significant.sum())
-                samples = self.top_samples(stream, k=count, per_mode=per_mode, missing=missing)
-                shares = self.mode_shares(count, missing)
+                grouped = self.grouped_modes(stream, k=count, per_mode=per_mode, missing=missing)
                 side = "reference" if missing else "generated samples"
                 rows = [
-                    ModeRow(name, i, float(share), side, f"(eigenvalue {float(v):.3g}, p={float(p):.2g})")
-                    for i, (v, p, share) in enumerate(
-                        zip(modes.eigenvalues[:count], modes.p_values[:count], shares, strict=True)
-                    )
+                    ModeRow(name, i, float(share), side, _detail(group, modes))
+                    for i, (group, share) in enumerate(zip(grouped.groups, grouped.shares, strict=True))
                 ]
                 title = f"{total} significant {name} mode{'' if total == 1 else 's'}"
                 title += f", {count} shown" if count != total else ""
+                if len(rows) != count:
+                    title += f" as {len(rows)} region{'' if len(rows) == 1 else 's'}"
                 galleries[name] = ModeGallery(
-                    samples, [row.line() for row in rows], "reference" if missing else "samples", title, rows
+                    grouped.samples, [row.line() for row in rows], "reference" if missing else "samples", title, rows
                 )
         return galleries
 
@@ -492,3 +527,12 @@ class FINCNovelty(SpectralMetric):
             title = f"{name} modes: C_{x} - {self.rho:g} C_{y} ({count} significant)"
             plot_spectrum(spectrum.eigenvalues, spectrum.threshold, top=top, title=title, ax=axis)
         return figure, axes if len(axes) > 1 else axes[0]
+
+
+def _detail(group: list[int], modes: Modes) -> str:
+    """``"(eigenvalue 0.012, p=0.001)"``, with ``"; modes 1, 4 merged"`` (1-based) for a group of several."""
+    first = group[0]
+    text = f"eigenvalue {float(modes.eigenvalues[first]):.3g}, p={float(modes.p_values[first]):.2g}"  # type: ignore[index]
+    if len(group) > 1:
+        text += "; modes " + ", ".join(str(i + 1) for i in group) + " merged"
+    return f"({text})"

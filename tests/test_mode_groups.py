@@ -1,0 +1,71 @@
+"""Split modes reported as one region (functional/mode_groups.py), and top samples whose ties break by id."""
+
+import torch
+
+from lightning_spectral.functional.mode_groups import groups_of, mode_groups
+from lightning_spectral.functional.modes import top_samples, top_samples_and_rows
+from lightning_spectral.metrics import FINCNovelty
+
+
+def blobs(seed):
+    """A shared blob, and two novel tight blobs far apart (sd 0.1 at sigma 1: each clears rho = 2 as several
+    modes)."""
+    g = torch.Generator().manual_seed(seed)
+    ref = torch.randn(300, 2, generator=g) * 0.1
+    gen = torch.cat([
+        torch.randn(200, 2, generator=g) * 0.1,
+        torch.randn(100, 2, generator=g) * 0.1 + 10.0,
+        torch.randn(100, 2, generator=g) * 0.1 - 10.0,
+    ])
+    return ref, gen
+
+
+def test_a_tight_cluster_split_into_several_modes_is_one_region_and_two_clusters_stay_two():
+    ref, gen = blobs(1)
+    metric = FINCNovelty(sigma=1.0, n_frequencies=256, rho=2.0)
+    metric.update(ref, real=True)
+    metric.update(gen, real=False)
+    count = int(metric.novel_modes(20).significant.sum())
+    assert count >= 3  # the split the rule undoes
+    grouped = metric.grouped_modes([(gen, torch.arange(len(gen)))], k=count, per_mode=16)
+    assert sorted(mode for group in grouped.groups for mode in group) == list(range(count))
+    assert len(grouped.groups) == 2
+    blob_of = torch.cat([torch.zeros(200), torch.ones(100), 2 * torch.ones(100)]).long()
+    shown = [set(blob_of[ids].tolist()) for ids, _ in grouped.samples]
+    assert sorted(map(tuple, shown)) == [(1,), (2,)]  # each row one novel blob, the two blobs both shown
+    assert grouped.shares.shape == (2,)
+    galleries = metric.galleries([(gen, torch.arange(len(gen)))], count, 16)
+    assert len(galleries["novel"].labels) == 2 and "merged" in " ".join(galleries["novel"].labels)
+    assert galleries["novel"].title.endswith("as 2 regions")
+
+
+def test_a_contrast_of_two_regions_does_not_join_their_union():
+    # mode 1 = the union of two groups (its top samples score -1 or +1 on mode 2), mode 2 = their contrast
+    top = [(torch.arange(4), torch.full((4,), 4.0)), (torch.arange(4, 8), torch.full((4,), 2.0))]
+    rows = [torch.tensor([[4.0, -2.0], [4.0, 2.0], [4.0, -2.0], [4.0, 2.0]]), torch.tensor([[3.0, 2.0]] * 4)]
+    assert mode_groups(top, rows) == [0, 1]
+    rows[0][:, 1] = 0.1  # mode 2 is near 0 on mode 1's centre: a within-region direction
+    assert mode_groups(top, rows) == [0, 0]
+    assert groups_of([0, 0, 2, 0]) == [[0, 1, 3], [2]]
+
+
+def test_equal_scores_are_ranked_by_id_under_any_order_and_batch_size():
+    x = torch.tensor([[1.0], [2.0], [2.0], [2.0], [0.5], [2.0]])  # four ties at the top
+    ids = torch.tensor([50, 7, 3, 9, 1, 4])
+
+    def score(features):
+        return torch.cat([features, -features], 1)
+
+    want = top_samples([(x, ids)], score, 2, 3)
+    assert want[0][0].tolist() == [3, 4, 7]
+    assert want[1][0].tolist() == [1, 50, 3]
+    for seed in range(3):
+        order = torch.randperm(6, generator=torch.Generator().manual_seed(seed))
+        for size in (1, 2, 4):
+            batches = list(zip(x[order].split(size), ids[order].split(size), strict=True))
+            got, rows = top_samples_and_rows(batches, score, 2, 3)
+            assert [i.tolist() for i, _ in got] == [i.tolist() for i, _ in want]
+            for (mode_ids, _), mode_rows in zip(got, rows, strict=True):  # rows: the top samples' scores
+                position = {int(v): j for j, v in enumerate(ids)}
+                expected = score(x[[position[int(i)] for i in mode_ids]]).double()
+                assert torch.equal(mode_rows, expected)
