@@ -7,7 +7,8 @@ from typing import Any, Optional, Union
 import torch
 from torch import Tensor, nn
 
-from lightning_spectral.algebra.eigen import eigen_dtype
+from lightning_spectral._checks import check_order
+from lightning_spectral.algebra.eigen import eigen_dtype, psd_eigh
 from lightning_spectral.algebra.gram import DEFAULT_CHUNK_SIZE
 from lightning_spectral.functional.fkea import (
     Orders,
@@ -148,8 +149,17 @@ class FKEAVendi(RFFCovariance):
             raise RuntimeError("FKEAVendi.standard_error: built with noise_draws=0, so no draws were kept; build it "
                                "with noise_draws >= 1 (default 2).")
         with self.synced():
-            noise = self.samples.noise_sums()
-            return self.cached("se", lambda: vendi_standard_errors(noise, self.alpha, self.truncation, self.precision))
+            return self.cached("se", self._standard_error)
+
+    def _standard_error(self) -> VendiResult:
+        """`standard_error` on the synced sums; the ``eigh`` it needs (not for RKE alone) also gives the score's
+        spectrum (`Covariance.spectrum`, kept unless already there): one eigendecomposition for both."""
+        noise = self.samples.noise_sums()
+        eigen = None
+        if self.truncation is not None or any(float(check_order(order, "alpha")) != 2.0 for order in self.orders):
+            eigen = psd_eigh(self.samples.second_moment(), precision=self.precision)
+            self.cached(f"spectrum/{self.precision}", lambda: eigen[0])
+        return vendi_standard_errors(noise, self.alpha, self.truncation, self.precision, eigen)
 
     def summary(self) -> dict[str, Tensor]:
         """The score (``""``), its standard error ``se`` (unless ``noise_draws=0``;
@@ -157,9 +167,10 @@ class FKEAVendi(RFFCovariance):
         the feature count ``n_features`` (2r) it was computed at: Vendi-1 depends on both (see the class doc), so a
         logged value names them. A collective under DDP."""
         with self.synced():
+            error = self.standard_error() if self.noise_draws else None  # first: its eigh gives the score's spectrum
             values = {"": self.value()}
-            if self.noise_draws:
-                values["se"] = self.standard_error()
+            if error is not None:
+                values["se"] = error
             values["n"] = torch.tensor(float(self.sample_count()), dtype=torch.float64)
             values["n_features"] = torch.tensor(float(self.feature_map.out_features), dtype=torch.float64)
         return self.with_sigma(values)
