@@ -7,7 +7,12 @@ import math
 import pytest
 import torch
 
-from lightning_spectral.functional.fkea import gradient_replicates, vendi_from_spectrum, vendi_gradient
+from lightning_spectral.functional.fkea import (
+    gradient_replicates,
+    vendi_from_spectrum,
+    vendi_gradient,
+    vendi_standard_errors,
+)
 from lightning_spectral.functional.sampling_noise import DEFAULT_RATIO, Multipliers, draws_exact
 from lightning_spectral.kernels import GaussianRFF
 from lightning_spectral.metrics import FastMMD, FKEAVendi
@@ -50,6 +55,28 @@ def test_gradient_replicates_equal_the_dense_gradient_matrix(alpha, truncation, 
     tolerance = 1e-12 if dtype == torch.float64 else 1e-5
     scale = float(gradient.abs().max()) * max(float(draw.abs().sum()) for draw in draws)
     torch.testing.assert_close(gradient_replicates(gradient, vectors, draws), want, rtol=0, atol=tolerance * scale)
+
+
+def test_truncated_and_inf_se_from_the_top_pairs_by_lanczos_equal_the_dense_route():
+    """At 2r = 1,024 the t-truncated (t = 10) and order-inf se read the top pairs by Lanczos (`top_eigh`) beside the
+    score's spectrum; the dense ``eigh`` of every pair gives the same se. Fewer vectors than the gradient needs
+    raise."""
+    x = mixture(300, seed=9)
+    for alpha, truncation in (([1, 2, "inf"], 10), ("inf", None)):
+        metric = FKEAVendi(sigma=1.5, n_frequencies=512, alpha=alpha, truncation=truncation, noise_draws=2)
+        metric.update(x)
+        got = metric.summary()["se"]
+        with metric.synced():
+            noise = metric.samples.noise_sums()
+        want = vendi_standard_errors(noise, alpha, truncation, metric.precision)
+        for order in ([alpha] if isinstance(alpha, str) else alpha):
+            value, expected = (got, want) if isinstance(alpha, str) else (got[order], want[order])
+            assert float(value) == pytest.approx(float(expected), rel=1e-6), (order, truncation)
+    moment = noise.moment()
+    values, vectors = torch.linalg.eigh(moment)
+    gradient = vendi_gradient(values.flip(0).clamp_min(0.0), 1)
+    with pytest.raises(ValueError, match="pass them all"):
+        gradient_replicates(gradient, vectors.flip(1)[:, :5], [noise.draw(0)])
 
 
 def oracle_se(x, sigma, r, draws, alpha, truncation):

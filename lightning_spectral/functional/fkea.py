@@ -351,7 +351,8 @@ def vendi_standard_errors(
         truncation: ``None`` or t (the t-truncated score, `truncated_vendi`).
         precision: the eigendecomposition's dtype, as `psd_eigenvalues`.
         eigen: ``(values, vectors)`` of ``C`` if already at hand
-            ([`psd_eigh`][lightning_spectral.algebra.psd_eigh] at ``precision``); ``None``: computed here.
+            ([`psd_eigh`][lightning_spectral.algebra.psd_eigh] at ``precision``, or the spectrum with its leading
+            pairs as `gradient_replicates` takes them); ``None``: computed here.
 
     Returns:
         A scalar float64 tensor for one order, a dict ``{order: se}`` for several.
@@ -397,14 +398,21 @@ def gradient_replicates(gradient: Tensor, vectors: Tensor, draws: Sequence[Tenso
 
     Args:
         gradient: $g$ (D,), float64, in the order of ``vectors``' columns (descending eigenvalues).
-        vectors: $U$ (D, D), orthonormal columns.
+        vectors: $U$ (D, D), orthonormal columns; or only the leading k (D, k) when $g_i = c$ past them (the
+            t-truncated scores: k = t; order inf: k = 1).
         draws: the $E_a$, each (D, D) float64.
 
     Returns:
         (A,) float64.
+
+    Raises:
+        ValueError: ``g`` varies past the columns given.
     """
     rest = gradient[-1]
     kept = (gradient != rest).nonzero().flatten()
+    if kept.numel() and int(kept[-1]) >= vectors.shape[1]:
+        raise ValueError(f"gradient_replicates: the gradient varies up to pair {int(kept[-1]) + 1}, past the "
+                         f"{vectors.shape[1]} eigenvectors given; pass them all.")
     basis = vectors[:, kept]
     moved = (basis * (gradient[kept] - rest).to(basis.dtype)) @ basis.T
     moved = moved.double()

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any, Optional, Union
 
 import torch
 from torch import Tensor, nn
 
 from lightning_spectral._checks import check_order
-from lightning_spectral.algebra.eigen import eigen_dtype, psd_eigh
+from lightning_spectral.algebra.eigen import eigen_dtype, psd_eigh, top_eigh
 from lightning_spectral.algebra.gram import DEFAULT_CHUNK_SIZE
 from lightning_spectral.functional.fkea import (
     Orders,
@@ -155,8 +156,14 @@ class FKEAVendi(RFFCovariance):
         """`standard_error` on the synced sums; the ``eigh`` it needs (not for RKE alone) also gives the score's
         spectrum (`Covariance.spectrum`, kept unless already there): one eigendecomposition for both."""
         noise = self.samples.noise_sums()
-        eigen = None
-        if self.truncation is not None or any(float(check_order(order, "alpha")) != 2.0 for order in self.orders):
+        orders = [check_order(order, "alpha") for order in self.orders]
+        width, eigen = self.feature_map.out_features, None
+        pairs = self.truncation if self.truncation is not None else 1 if min(orders) == math.inf else width
+        if 16 * pairs <= width:
+            # the gradient is one value past the top t pairs (t-truncated) or past the first (order inf): those
+            # pairs (`top_eigh`: Lanczos from 1,024 rows) beside the score's spectrum, no dense eigh
+            eigen = (self.spectrum(), top_eigh(self.samples.second_moment(), pairs)[1])
+        elif self.truncation is not None or any(order != 2.0 for order in orders):
             eigen = psd_eigh(self.samples.second_moment(), precision=self.precision)
             self.cached(f"spectrum/{self.precision}", lambda: eigen[0])
         return vendi_standard_errors(noise, self.alpha, self.truncation, self.precision, eigen)
