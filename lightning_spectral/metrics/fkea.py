@@ -62,7 +62,9 @@ class FKEAVendi(RFFCovariance):
         seed: frequency seed, identical on every rank.
         truncation: ``None`` (default: the Vendi score) or t, an integer >= 1: the t-truncated Vendi score.
         noise_draws: ``A``, the multiplier draws kept for the standard error ``se`` of each score (default 2: two
-            (2r)^2 float64 sums beside ``Q``: the state is 3x, an update measured 1.6x, the first ``summary()`` 4.5x;
+            (2r)^2 float64 sums beside ``Q``: the state is 3x, an update measured 1.6x, the first ``summary()`` 4.5x
+            at 2r = 1,024 when its ``eigh`` with eigenvectors came on top of the score's ``eigvalsh`` (it now gives
+            the score's spectrum too);
             [`sampling_noise`][lightning_spectral.functional.sampling_noise]); 0 keeps none and reports no ``se``.
             The 95 % interval is ``score +- t_{A, 0.975} se`` (Student-t with ``A`` degrees of freedom: 4.30 at
             A = 2, 3.18 at A = 3, 2.23 at A = 10).
