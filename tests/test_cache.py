@@ -50,3 +50,31 @@ def test_fkea_modes_are_computed_once_per_state():
     assert torch.equal(vendi.modes(3).eigenvalues, modes.eigenvalues)
     vendi.update(torch.randn(50, 2, generator=g) * 3)
     assert not torch.equal(vendi.modes(3).eigenvalues, modes.eigenvalues)  # the update invalidated the cache
+
+
+def test_fkea_summary_decomposes_once_for_the_score_and_its_se(monkeypatch):
+    """The se's ``eigh`` also gives the score's spectrum (no ``eigvalsh``); a repeat reads the cache; an update,
+    a reset empty it."""
+    import lightning_spectral.metrics.accumulator as accumulator
+    import lightning_spectral.metrics.fkea as fkea
+
+    eighs = []
+    original = fkea.psd_eigh
+    monkeypatch.setattr(fkea, "psd_eigh", lambda *args, **kwargs: eighs.append(1) or original(*args, **kwargs))
+
+    def no_eigvalsh(*args, **kwargs):
+        raise AssertionError("a second eigendecomposition")
+
+    monkeypatch.setattr(accumulator, "psd_eigenvalues", no_eigvalsh)
+    vendi = FKEAVendi(sigma=1.0, n_frequencies=16, alpha=[1, "inf"])
+    vendi.update(torch.randn(50, 2, generator=g))
+    first = vendi.summary()
+    again = vendi.summary()
+    assert len(eighs) == 1 and torch.equal(again["se"][1], first["se"][1])
+    assert torch.equal(vendi.compute()[1], first[""][1])
+    vendi.update(torch.randn(50, 2, generator=g) * 3)
+    assert not torch.equal(vendi.summary()["se"][1], first["se"][1]) and len(eighs) == 2
+    vendi.reset()
+    vendi.update(torch.randn(50, 2, generator=g))
+    vendi.summary()
+    assert len(eighs) == 3

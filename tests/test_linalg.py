@@ -450,3 +450,20 @@ def test_eigenvalues_above_equal_the_top_of_eigvalsh_and_fall_back_on_a_repeated
     values = eigenvalues_above(matrix, 0.2, rtol=1e-10 if dtype == torch.float64 else 1e-5)
     assert calls and values.shape == (600,)
     torch.testing.assert_close(values[:3], repeated[:3], rtol=rtol, atol=atol)
+
+
+def test_psd_eigh_gives_psd_eigenvalues_values_and_their_vectors():
+    """Same cleaning as `psd_eigenvalues` (round-off zeroed, descending), and C = U diag(values) U^T to round-off,
+    in float64 and float32."""
+    from lightning_spectral.algebra import psd_eigenvalues, psd_eigh
+
+    phi = torch.randn(30, 64, generator=torch.Generator().manual_seed(4), dtype=torch.float64)
+    moment = phi.T @ phi / 30  # rank 30 of 64
+    for precision, tolerance in (("float64", 1e-12), ("float32", 1e-5)):
+        values, vectors = psd_eigh(moment, precision=precision)
+        torch.testing.assert_close(values, psd_eigenvalues(moment, precision=precision), rtol=0, atol=tolerance)
+        assert bool((values[30:] == 0).all()) and bool((values[:-1] >= values[1:]).all())
+        rebuilt = (vectors.double() * values) @ vectors.double().T
+        assert float((rebuilt - moment).abs().max()) < tolerance * float(values[0]) * 10
+    with pytest.raises(ValueError, match="psd_eigh: the matrix has NaN"):
+        psd_eigh(torch.full((3, 3), float("nan")))

@@ -7,7 +7,12 @@ import math
 import pytest
 import torch
 
-from lightning_spectral.functional.fkea import vendi_from_spectrum, vendi_gradient
+from lightning_spectral.functional.fkea import (
+    gradient_replicates,
+    vendi_from_spectrum,
+    vendi_gradient,
+    vendi_standard_errors,
+)
 from lightning_spectral.functional.sampling_noise import DEFAULT_RATIO, Multipliers, draws_exact
 from lightning_spectral.kernels import GaussianRFF
 from lightning_spectral.metrics import FastMMD, FKEAVendi
@@ -29,6 +34,49 @@ def test_vendi_gradient_equals_autograd(alpha, truncation):
     leaf = values.clone().requires_grad_(True)
     vendi_from_spectrum(leaf, alpha, truncation).backward()
     torch.testing.assert_close(vendi_gradient(values, alpha, truncation), leaf.grad, rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("alpha,truncation", [(1, None), (0.5, None), (3, None), ("inf", None), (1, 4), (2, 4)])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_gradient_replicates_equal_the_dense_gradient_matrix(alpha, truncation, dtype):
+    """tr(G E_a) from the pairs whose g_i is not the tail's (plus g_D tr E_a) against the whole G = U diag(g) U^T
+    formed in float64, on a rank-deficient C (zero eigenvalues: their g is the tail's)."""
+    generator = torch.Generator().manual_seed(3)
+    phi = torch.randn(9, 16, generator=generator, dtype=torch.float64)  # rank 9 of 16
+    moment = phi.T @ phi / 9
+    draws = [phi.T @ (torch.randn(9, 1, generator=generator, dtype=torch.float64) * phi) / 9 for _ in range(3)]
+    values, vectors = torch.linalg.eigh(moment.to(dtype))
+    values, vectors = values.double().flip(0).clamp_min(0.0), vectors.flip(1)
+    values[9:] = 0.0  # the round-off of the null space, as `psd_eigh` zeroes it
+    gradient = vendi_gradient(values, alpha, truncation)
+    assert int((gradient != gradient[-1]).sum()) < 16  # some pairs are left out
+    dense = (vectors.double() * gradient) @ vectors.double().T
+    want = torch.stack([(dense * draw).sum() for draw in draws])
+    tolerance = 1e-12 if dtype == torch.float64 else 1e-5
+    scale = float(gradient.abs().max()) * max(float(draw.abs().sum()) for draw in draws)
+    torch.testing.assert_close(gradient_replicates(gradient, vectors, draws), want, rtol=0, atol=tolerance * scale)
+
+
+def test_truncated_and_inf_se_from_the_top_pairs_by_lanczos_equal_the_dense_route():
+    """At 2r = 1,024 the t-truncated (t = 10) and order-inf se read the top pairs by Lanczos (`top_eigh`) beside the
+    score's spectrum; the dense ``eigh`` of every pair gives the same se. Fewer vectors than the gradient needs
+    raise."""
+    x = mixture(300, seed=9)
+    for alpha, truncation in (([1, 2, "inf"], 10), ("inf", None)):
+        metric = FKEAVendi(sigma=1.5, n_frequencies=512, alpha=alpha, truncation=truncation, noise_draws=2)
+        metric.update(x)
+        got = metric.summary()["se"]
+        with metric.synced():
+            noise = metric.samples.noise_sums()
+        want = vendi_standard_errors(noise, alpha, truncation, metric.precision)
+        for order in ([alpha] if isinstance(alpha, str) else alpha):
+            value, expected = (got, want) if isinstance(alpha, str) else (got[order], want[order])
+            assert float(value) == pytest.approx(float(expected), rel=1e-6), (order, truncation)
+    moment = noise.moment()
+    values, vectors = torch.linalg.eigh(moment)
+    gradient = vendi_gradient(values.flip(0).clamp_min(0.0), 1)
+    with pytest.raises(ValueError, match="pass them all"):
+        gradient_replicates(gradient, vectors.flip(1)[:, :5], [noise.draw(0)])
 
 
 def oracle_se(x, sigma, r, draws, alpha, truncation):

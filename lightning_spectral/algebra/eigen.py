@@ -439,14 +439,43 @@ def psd_eigenvalues(
     if not all_finite(matrix):
         raise ValueError("psd_eigenvalues: the matrix has NaN or Inf entries.")
     dtype = eigen_dtype(precision, matrix.shape[0])
+    values = torch.linalg.eigvalsh(symmetrize(matrix.double()).to(dtype)).double().flip(0)
+    return _psd_cleaned(values, rtol, dtype, drop_round_off, "psd_eigenvalues")
+
+
+def psd_eigh(
+    matrix: Tensor, rtol: float = 1e-5, precision: str = "float64", drop_round_off: bool = True
+) -> tuple[Tensor, Tensor]:
+    """[`psd_eigenvalues`][lightning_spectral.algebra.psd_eigenvalues] with the eigenvectors: one ``eigh`` at
+    ``precision``, its eigenvalues cleaned by the same rules.
+
+    Returns:
+        ``(values (D,) descending float64, vectors (D, D))``, column ``i`` the eigenvector of ``values[i]``, in the
+        eigendecomposition's dtype (float32 under ``"float32"``, or ``"auto"`` from 4,096 rows).
+
+    Examples:
+        >>> import torch
+        >>> values, vectors = psd_eigh(torch.diag(torch.tensor([0.2, 0.5, 0.3], dtype=torch.float64)))
+        >>> values.tolist(), vectors.abs().argmax(0).tolist()
+        ([0.5, 0.3, 0.2], [1, 2, 0])
+    """
+    if not all_finite(matrix):
+        raise ValueError("psd_eigh: the matrix has NaN or Inf entries.")
+    dtype = eigen_dtype(precision, matrix.shape[0])
+    values, vectors = torch.linalg.eigh(symmetrize(matrix.double()).to(dtype))
+    return _psd_cleaned(values.double().flip(0), rtol, dtype, drop_round_off, "psd_eigh"), vectors.flip(1)
+
+
+def _psd_cleaned(values: Tensor, rtol: float, dtype: torch.dtype, drop_round_off: bool, owner: str) -> Tensor:
+    """Descending eigenvalues of a PSD matrix (float64) with round-off negatives (and, with ``drop_round_off``,
+    round-off positives) set to 0 (`psd_eigenvalues`' rules); raises below ``-rtol * lambda_max``."""
     if dtype == torch.float32:
         rtol = max(rtol, 1e-4)
-    values = torch.linalg.eigvalsh(symmetrize(matrix.double()).to(dtype)).double().flip(0)
     scale = max(float(values[0]), 0.0) if values.numel() else 0.0
     lowest = float(values[-1]) if values.numel() else 0.0
     if lowest < -rtol * scale - 1e-300:
         raise ValueError(
-            f"psd_eigenvalues: eigenvalue {lowest:.3e} is below the round-off tolerance "
+            f"{owner}: eigenvalue {lowest:.3e} is below the round-off tolerance "
             f"-{rtol:g} * lambda_max = {-rtol * scale:.3e}: the matrix is not positive semi-definite."
         )
     values = values.clamp_min(0.0)

@@ -22,8 +22,8 @@ import torch
 from torch import Tensor
 
 from lightning_spectral._checks import all_finite, check_dense, check_features, check_order, check_positive_int
-from lightning_spectral.algebra.eigen import eigen_dtype, psd_eigenvalues
-from lightning_spectral.algebra.gram import DEFAULT_CHUNK_SIZE, covariance, symmetrize
+from lightning_spectral.algebra.eigen import psd_eigenvalues, psd_eigh
+from lightning_spectral.algebra.gram import DEFAULT_CHUNK_SIZE, covariance
 from lightning_spectral.functional.sampling_noise import NoiseSums, standard_error
 from lightning_spectral.kernels.exact import gaussian_kernel
 from lightning_spectral.kernels.gaussian_rff import GaussianRFF
@@ -326,7 +326,11 @@ def vendi_gradient(eigenvalues: Tensor, alpha: Alpha = 1.0, truncation: Optional
 
 
 def vendi_standard_errors(
-    noise: NoiseSums, alpha: Orders = 1.0, truncation: Optional[int] = None, precision: str = "float64"
+    noise: NoiseSums,
+    alpha: Orders = 1.0,
+    truncation: Optional[int] = None,
+    precision: str = "float64",
+    eigen: Optional[tuple[Tensor, Tensor]] = None,
 ) -> VendiResult:
     r"""Standard errors of the Vendi score(s) of ``C = Q / n`` from the multiplier draws ``E_a``
     ([`sampling_noise`][lightning_spectral.functional.sampling_noise]), to first order (the delta method; eigenvalue
@@ -335,7 +339,8 @@ def vendi_standard_errors(
     $$d_a = \operatorname{tr}(G E_a), \quad G = U \operatorname{diag}(g) U^\top, \quad
     \mathrm{se} = \sqrt{\tfrac{1}{A} \sum_a d_a^2}$$
 
-    with $g$ = `vendi_gradient` at the spectrum of ``C`` and $U$ its eigenvectors (one ``eigh`` for every order). RKE
+    with $g$ = `vendi_gradient` at the spectrum of ``C`` and $U$ its eigenvectors (one ``eigh`` for every order;
+    `gradient_replicates` forms $G$ from the pairs whose $g_i$ is not the tail's). RKE
     alone (order 2, no truncation) needs none: $G = -2 V^2 (C / T - P I) / T$, $P = \|C\|_F^2 / T^2$, $V = 1 / P$.
     The interval ``score +- t_{A, 0.975} se`` (Student-t with A degrees of freedom) is the sampling noise of the
     score at this n: not its bias with n (Vendi-1 keeps rising with n).
@@ -345,36 +350,70 @@ def vendi_standard_errors(
         alpha: an order or a sequence of orders.
         truncation: ``None`` or t (the t-truncated score, `truncated_vendi`).
         precision: the eigendecomposition's dtype, as `psd_eigenvalues`.
+        eigen: ``(values, vectors)`` of ``C`` if already at hand
+            ([`psd_eigh`][lightning_spectral.algebra.psd_eigh] at ``precision``, or the spectrum with its leading
+            pairs as `gradient_replicates` takes them); ``None``: computed here.
 
     Returns:
         A scalar float64 tensor for one order, a dict ``{order: se}`` for several.
     """
     orders, single = check_orders(alpha)
-    replicates = vendi_replicates(noise, orders, truncation, precision)
+    replicates = vendi_replicates(noise, orders, truncation, precision, eigen)
     errors = {order: standard_error(moves) for order, moves in replicates.items()}
     return errors[orders[0]] if single else errors
 
 
 def vendi_replicates(
-    noise: NoiseSums, alpha: Orders = 1.0, truncation: Optional[int] = None, precision: str = "float64"
+    noise: NoiseSums,
+    alpha: Orders = 1.0,
+    truncation: Optional[int] = None,
+    precision: str = "float64",
+    eigen: Optional[tuple[Tensor, Tensor]] = None,
 ) -> dict:
     r"""The replicates $d_a = \operatorname{tr}(G E_a)$ (A,) of each order's Vendi score, by order
-    (`vendi_standard_errors` is their root mean square)."""
+    (`vendi_standard_errors` is their root mean square; ``eigen`` as there)."""
     orders, _ = check_orders(alpha)
     moment = noise.moment().double()
     draws = [noise.draw(a) for a in range(noise.draws)]
-    gradients: dict = {}
     if truncation is None and all(parse_alpha(order) == 2.0 for order in orders):
         total = moment.trace()
         purity = moment.square().sum() / total**2
         eye = torch.eye(moment.shape[0], dtype=moment.dtype, device=moment.device)
         gradient = -2 / purity**2 * (moment / total - purity * eye) / total
-        gradients = {order: gradient for order in orders}
-    else:
-        dtype = eigen_dtype(precision, moment.shape[0])
-        values, vectors = torch.linalg.eigh(symmetrize(moment).to(dtype))
-        values, vectors = values.flip(0).double(), vectors.flip(1).double()
-        for order in orders:
-            g = vendi_gradient(values, order, truncation)
-            gradients[order] = (vectors * g) @ vectors.T
-    return {order: torch.stack([(gradient * draw).sum() for draw in draws]) for order, gradient in gradients.items()}
+        return {order: torch.stack([(gradient * draw).sum() for draw in draws]) for order in orders}
+    values, vectors = psd_eigh(moment, precision=precision) if eigen is None else eigen
+    return {order: gradient_replicates(vendi_gradient(values, order, truncation), vectors, draws) for order in orders}
+
+
+def gradient_replicates(gradient: Tensor, vectors: Tensor, draws: Sequence[Tensor]) -> Tensor:
+    r"""$d_a = \operatorname{tr}(G E_a)$ for $G = U \operatorname{diag}(g) U^\top$ without the pairs whose
+    $g_i$ equals the tail's $c = g_D$ (the zero eigenvalues' and, under truncation, those past t: `vendi_gradient`
+    gives them one value):
+
+    $$G = \sum_{i:\, g_i \ne c} (g_i - c)\, u_i u_i^\top + c I, \qquad
+    d_a = \operatorname{tr}(G_{\ne c} E_a) + c \operatorname{tr}(E_a),$$
+
+    exact for orthonormal $U$; $G_{\ne c}$ is formed in ``vectors``' dtype (float32 when the ``eigh`` was), in
+    $O(D^2 k)$ for the $k$ pairs kept.
+
+    Args:
+        gradient: $g$ (D,), float64, in the order of ``vectors``' columns (descending eigenvalues).
+        vectors: $U$ (D, D), orthonormal columns; or only the leading k (D, k) when $g_i = c$ past them (the
+            t-truncated scores: k = t; order inf: k = 1).
+        draws: the $E_a$, each (D, D) float64.
+
+    Returns:
+        (A,) float64.
+
+    Raises:
+        ValueError: ``g`` varies past the columns given.
+    """
+    rest = gradient[-1]
+    kept = (gradient != rest).nonzero().flatten()
+    if kept.numel() and int(kept[-1]) >= vectors.shape[1]:
+        raise ValueError(f"gradient_replicates: the gradient varies up to pair {int(kept[-1]) + 1}, past the "
+                         f"{vectors.shape[1]} eigenvectors given; pass them all.")
+    basis = vectors[:, kept]
+    moved = (basis * (gradient[kept] - rest).to(basis.dtype)) @ basis.T
+    moved = moved.double()
+    return torch.stack([(moved * draw).sum() + rest * draw.trace() for draw in draws])

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any, Optional, Union
 
 import torch
 from torch import Tensor, nn
 
-from lightning_spectral.algebra.eigen import eigen_dtype
+from lightning_spectral._checks import check_order
+from lightning_spectral.algebra.eigen import eigen_dtype, psd_eigh, top_eigh
 from lightning_spectral.algebra.gram import DEFAULT_CHUNK_SIZE
 from lightning_spectral.functional.fkea import (
     Orders,
@@ -60,7 +62,9 @@ class FKEAVendi(RFFCovariance):
         seed: frequency seed, identical on every rank.
         truncation: ``None`` (default: the Vendi score) or t, an integer >= 1: the t-truncated Vendi score.
         noise_draws: ``A``, the multiplier draws kept for the standard error ``se`` of each score (default 2: two
-            (2r)^2 float64 sums beside ``Q``: the state is 3x, an update measured 1.6x, the first ``summary()`` 4.5x;
+            (2r)^2 float64 sums beside ``Q``: the state is 3x, an update measured 1.6x, the first ``summary()`` 4.5x
+            at 2r = 1,024 when its ``eigh`` with eigenvectors came on top of the score's ``eigvalsh`` (it now gives
+            the score's spectrum too);
             [`sampling_noise`][lightning_spectral.functional.sampling_noise]); 0 keeps none and reports no ``se``.
             The 95 % interval is ``score +- t_{A, 0.975} se`` (Student-t with ``A`` degrees of freedom: 4.30 at
             A = 2, 3.18 at A = 3, 2.23 at A = 10).
@@ -148,8 +152,23 @@ class FKEAVendi(RFFCovariance):
             raise RuntimeError("FKEAVendi.standard_error: built with noise_draws=0, so no draws were kept; build it "
                                "with noise_draws >= 1 (default 2).")
         with self.synced():
-            noise = self.samples.noise_sums()
-            return self.cached("se", lambda: vendi_standard_errors(noise, self.alpha, self.truncation, self.precision))
+            return self.cached("se", self._standard_error)
+
+    def _standard_error(self) -> VendiResult:
+        """`standard_error` on the synced sums; the ``eigh`` it needs (not for RKE alone) also gives the score's
+        spectrum (`Covariance.spectrum`, kept unless already there): one eigendecomposition for both."""
+        noise = self.samples.noise_sums()
+        orders = [check_order(order, "alpha") for order in self.orders]
+        width, eigen = self.feature_map.out_features, None
+        pairs = self.truncation if self.truncation is not None else 1 if min(orders) == math.inf else width
+        if 16 * pairs <= width:
+            # the gradient is one value past the top t pairs (t-truncated) or past the first (order inf): those
+            # pairs (`top_eigh`: Lanczos from 1,024 rows) beside the score's spectrum, no dense eigh
+            eigen = (self.spectrum(), top_eigh(self.samples.second_moment(), pairs)[1])
+        elif self.truncation is not None or any(order != 2.0 for order in orders):
+            eigen = psd_eigh(self.samples.second_moment(), precision=self.precision)
+            self.cached(f"spectrum/{self.precision}", lambda: eigen[0])
+        return vendi_standard_errors(noise, self.alpha, self.truncation, self.precision, eigen)
 
     def summary(self) -> dict[str, Tensor]:
         """The score (``""``), its standard error ``se`` (unless ``noise_draws=0``;
@@ -157,9 +176,10 @@ class FKEAVendi(RFFCovariance):
         the feature count ``n_features`` (2r) it was computed at: Vendi-1 depends on both (see the class doc), so a
         logged value names them. A collective under DDP."""
         with self.synced():
+            error = self.standard_error() if self.noise_draws else None  # first: its eigh gives the score's spectrum
             values = {"": self.value()}
-            if self.noise_draws:
-                values["se"] = self.standard_error()
+            if error is not None:
+                values["se"] = error
             values["n"] = torch.tensor(float(self.sample_count()), dtype=torch.float64)
             values["n_features"] = torch.tensor(float(self.feature_map.out_features), dtype=torch.float64)
         return self.with_sigma(values)
