@@ -270,7 +270,7 @@ def main() -> None:
         truth = population[name][0]
         quantile = student_t_isf(0.025, dof) if dof else 1.959964
 
-        def share(q: float) -> float:
+        def share(q: float, truth=truth, value=value, bias=bias, se=se) -> float:
             return float(((truth >= value - bias - q * se) & (truth <= value + q * se)).double().mean())
 
         covered, normal = share(quantile), share(1.959964)

@@ -347,7 +347,8 @@ def comet_uploads(tmp_path, logger):
             if message.get("type") == "file_upload":
                 payload = message["payload"]
                 step = (payload.get("additional_params") or {}).get("step")
-                uploads.append((payload["upload_type"], payload.get("metadata"), step, archive.read(payload["file_path"])))
+                data = archive.read(payload["file_path"])
+                uploads.append((payload["upload_type"], payload.get("metadata"), step, data))
     return uploads
 
 
