@@ -1,8 +1,10 @@
 """Which modes stand for the same region of the samples: split modes reported as one.
 
-Above ``rho = 1`` one tight cluster can clear the FINC null as several significant modes (FINC section 3: the
-eigenvectors of ``C_x - rho C_y`` restricted to a region the other side lacks are that region's own principal
-directions, its mean first and its within-cluster directions after), each with its own gallery row and share.
+Above ``rho = 1`` one tight cluster can clear the FINC null as several significant modes, each with its own
+gallery row and share. FINC (Zhang et al., section 4) reads a mode off each eigenvector of a positive eigenvalue
+of ``C_x - rho C_y``, which holds for well-separated modes; on a region the other side lacks, that matrix is the
+region's own second moment, whose leading eigenvector is its mean direction and whose next ones are directions
+within the region (our reading, measured in ``tests/test_mode_groups.py``), so they clear the null as well.
 
 **Members.** A mode's members are the samples scoring at least half the median score of its top samples,
 ``u_i(x) >= median(top u_i) / 2`` (the rule of the counted shares, `functional/mode_shares.py`).
