@@ -30,6 +30,9 @@ population value), the mean se over the spread of the scores across runs (``se /
 bias of the score over that spread (``bias / sd``: a score whose mean moves with n is not covered by a correct se).
 FINC's top eigenvalues also get a "bias-widened" row: the interval ``[top - b - q se, top + q se]`` with ``b`` the
 summary's ``novel_top_bias`` / ``missing_top_bias`` (the bootstrap's second-order bias; ``functional.finc.top_bias``).
+FINC's mode shares: the top novel mode's share (``mode_shares(1)``, mode 1 of the mixture: 0.30 of the generated side
+against 0.10) and, with the sides swapped, the same mode as the top missing mode (held by the reference, which keeps
+no draws), each with ``mode_share_standard_errors``.
 
     python benchmarks/bench_coverage.py --only finc --rho 2 1 [--reps 200]   # FINC's rows alone, per rho
 """
@@ -174,6 +177,16 @@ def scores(
                 value, se, 3, float(summary[f"{side}_top_bias"])
             )
         out[f"FINC novelty, rho={rho:g} (A=3)"] = (float(summary[""]), float(summary["se"]), 3)
+        # the top novel mode's share (mode 1 of the mixture, 0.30 against 0.10: the side with draws holds it)
+        share, share_se = finc.mode_shares(1), finc.mode_share_standard_errors(1)
+        out[f"FINC top novel mode's share, rho={rho:g} (A=3)"] = (float(share[0]), float(share_se[0]), 3)
+        # sides swapped: the same mode is now missing, held by the reference, which keeps no draws
+        swapped = FINCNovelty(SIGMA, r, rho=rho)
+        swapped.update(gen, real=True)
+        swapped.update(ref, real=False)
+        share, share_se = swapped.mode_shares(1, missing=True), swapped.mode_share_standard_errors(1, missing=True)
+        out[f"FINC top missing mode's share (sides swapped), rho={rho:g} (A=3)"] = (
+            float(share[0]), float(share_se[0]), 3)
     return out
 
 

@@ -84,6 +84,7 @@ def observe(rank, world_size, sharding):
         "vendi_top": [ids for ids, _ in vendi.top_samples(gen_batches, k=3, per_mode=10)],
         "vendi_shares": torch.tensor([row.share for row in vendi.galleries(gen_batches, 3, 10)["modes"].rows]),
         "finc": finc.summary(),
+        "finc_share_se": finc.mode_share_standard_errors(3, missing=True),
         "threshold": finc.threshold(),
         "threshold_missing": finc.threshold(missing=True),
         "novel": finc.novel_modes(4).significant,
@@ -142,6 +143,10 @@ def one_process():
                for order in (1, 2))
     assert float(conditional["prompt_agnostic_share_se"]) > 0
     assert float(want["covariance_summary"]["se"].min()) > 0
+    for side in ("novel", "missing"):  # the mode shares' standard errors, compared above with the rest of the summary
+        errors = want["finc"][f"{side}_share_se"]
+        assert errors and set(errors) == set(want["finc"][f"{side}_share"]) and all(float(se) > 0 for se in errors.values())
+    assert float(want["finc_share_se"].min()) > 0
     return want
 
 
