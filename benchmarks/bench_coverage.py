@@ -3,7 +3,7 @@ known from a large-n run.
 
     python benchmarks/bench_coverage.py [--reps 200] [--n 1000] [--population 50000] [--r 128] [--draws 2 8]
         [--only fkea mmd spec finc conditional covariance ood]
-    python benchmarks/bench_coverage.py --cost [--n 20000] [--r 1024] [--repeats 5] [--only conditional]
+    python benchmarks/bench_coverage.py --cost [--n 20000] [--r 1024] [--repeats 5] [--only conditional [--labels]]
 
 Data: a mixture of 6 Gaussians in d = 8 (means ~ N(0, 3^2 I), unit within-mode std), the reference ("real") with
 weights (0.10, 0.25, 0.20, 0.15, 0.15, 0.15), the generated side with (0.30, 0.20, 0.15, 0.15, 0.10, 0.10); kernel
@@ -214,29 +214,32 @@ def cost(n: int, r: int, repeats: int) -> None:
               f" {1 + draws} |")
 
 
-def cost_conditional(n: int, r: int, repeats: int) -> None:
+def cost_conditional(n: int, r: int, repeats: int, labels: bool = False) -> None:
     """``ConditionalVendi`` (orders 1 and 2): seconds of ``update`` and of the first ``summary()`` with
-    ``noise_draws`` 0 and 2, interleaved."""
+    ``noise_draws`` 0 and 2, interleaved; with ``labels``, also the per-label sums (``num_classes`` = 6, the prompts'
+    labels; r_p = min(128, r)), which keep ``noise_draws`` draws per label."""
     x, prompts = sample_labelled(n, GEN_WEIGHTS, 5)
+    extra = {"num_classes": 6} if labels else {}
     times: dict[tuple[int, str], list[float]] = {}
     for _ in range(repeats):
         for draws in (0, 2):
-            metric = ConditionalVendi(SIGMA, PROMPT_SIGMA, r, alpha=[1, 2], noise_draws=draws)
+            metric = ConditionalVendi(SIGMA, PROMPT_SIGMA, r, alpha=[1, 2], noise_draws=draws, **extra)
             start = time.perf_counter()
-            metric.update(x.float(), prompts.float())
+            metric.update(x.float(), prompts.float(), **({"labels": prompts.argmax(1)} if labels else {}))
             metric.flush()
             middle = time.perf_counter()
             metric.summary()
             times.setdefault((draws, "update"), []).append(middle - start)
             times.setdefault((draws, "summary"), []).append(time.perf_counter() - middle)
-    print(f"# ConditionalVendi, n = {n}, 2r = {2 * r}, {repeats} interleaved repeats (median seconds)")
+    print(f"# ConditionalVendi{' with num_classes = 6' if labels else ''}, n = {n}, 2r = {2 * r}, {repeats} "
+          "interleaved repeats (median seconds)")
     print("| noise_draws | update | summary() (scores + se) | state (float64 (2r)^2 sums) |")
     print("|---|---|---|---|")
     median = {key: sorted(values)[len(values) // 2] for key, values in times.items()}
     for draws in (0, 2):
         print(f"| {draws} | {median[(draws, 'update')]:.3f} ({median[(draws, 'update')] / median[(0, 'update')]:.2f}x)"
               f" | {median[(draws, 'summary')]:.3f} ({median[(draws, 'summary')] / median[(0, 'summary')]:.2f}x) |"
-              f" {3 * (1 + draws)} |")
+              f" {3 * (1 + draws)}{f' + 6 x {1 + draws} of (2 r_p)^2' if labels else ''} |")
 
 
 def main() -> None:
@@ -251,11 +254,13 @@ def main() -> None:
     parser.add_argument("--only", nargs="+", choices=GROUPS, default=list(GROUPS),
                         help="the metrics to measure (default: all)")
     parser.add_argument("--rho", type=float, nargs="+", default=[2.0], help="FINC's rho values (default: 2)")
+    parser.add_argument("--labels", action="store_true",
+                        help="with --cost --only conditional: also keep the per-label sums (num_classes = 6)")
     args = parser.parse_args()
     torch.set_num_threads(2)
     if args.cost:
         if "conditional" in args.only and "fkea" not in args.only:
-            cost_conditional(args.n, args.r, args.repeats)
+            cost_conditional(args.n, args.r, args.repeats, args.labels)
         else:
             cost(args.n, args.r, args.repeats)
         return

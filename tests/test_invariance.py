@@ -252,6 +252,8 @@ def conditional_one_process():
     want = observe_conditional(0, 1, "whole")
     assert want["least"][0][:2].tolist() == [4, 5]  # the comparison is not vacuous: the collapsed prompts come first
     assert float(want["by_label"][""][1]) > 1.5 and want["count"] == N
+    prompt_se = want["by_label"]["prompt_se"]  # per-label draws: compared with the rest of the summary
+    assert bool((prompt_se[:4] > 0).all()) and float(want["by_label"]["min_prompt_vendi_se"]) >= 0
     return want
 
 

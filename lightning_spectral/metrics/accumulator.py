@@ -218,8 +218,14 @@ class Accumulator(StreamSums):
         """``A``, the multiplier draws kept (0 without multipliers)."""
         return 0 if self.multipliers is None else self.multipliers.draws
 
+    #: Lanes with their own multiplier sums: 1 (the draws of the one lane), or the lanes themselves when they split
+    #: the rows (a subclass's per-label sums).
+    @property
+    def _noise_lanes(self) -> int:
+        return 1
+
     def _noise_size(self, width: int) -> int:
-        return self.draws * (1 + width * width + (width if self.mean_draws else 0))
+        return self._noise_lanes * self.draws * (1 + width * width + (width if self.mean_draws else 0))
 
     def allocate(self, width: int) -> None:
         """Size the sums for features of width ``D`` (zeros; a no-op when they have that size already)."""
@@ -249,12 +255,15 @@ class Accumulator(StreamSums):
         return flat[0], sums, outer
 
     def _noise_parts(self, flat: Tensor) -> tuple[Tensor, Tensor]:
-        """Views ``(w (A,), S (A, D, D))`` into a flat state with multipliers."""
-        width, draws = self.width, self.draws
+        """Views ``(w (A,), S (A, D, D))`` into a flat state with multipliers (``(L, A)`` and ``(L, A, D, D)`` with
+        ``L`` noise lanes)."""
+        width, draws, lanes = self.width, self.draws, self._noise_lanes
+        lead = () if lanes == 1 else (lanes,)
         start = flat.numel() - self._noise_size(width)  # type: ignore[arg-type]
-        weights = flat[start : start + draws]
-        end = start + draws + draws * width * width  # type: ignore[operator]
-        return weights, flat[start + draws : end].view(draws, width, width)  # type: ignore[arg-type]
+        weights = flat[start : start + lanes * draws].view(*lead, draws)
+        start += lanes * draws
+        end = start + lanes * draws * width * width  # type: ignore[operator]
+        return weights, flat[start:end].view(*lead, draws, width, width)  # type: ignore[arg-type]
 
     def _mean_draw_part(self, flat: Tensor) -> Optional[Tensor]:
         """The view ``F`` (A, D) into a flat state with ``mean_draws``, else ``None``."""
@@ -388,7 +397,7 @@ class Accumulator(StreamSums):
             parts.append(outer[..., rows, cols].reshape(-1))
             if self.draws:
                 weights, weighted = self._noise_parts(flat)
-                parts += [weights, weighted[..., rows, cols].reshape(-1)]
+                parts += [weights.reshape(-1), weighted[..., rows, cols].reshape(-1)]
                 if self.mean_draws:
                     parts.append(self._mean_draw_part(flat).reshape(-1))  # type: ignore[union-attr]
         return torch.cat(parts)
@@ -407,7 +416,8 @@ class Accumulator(StreamSums):
         lanes = 1 if self.bandwidths is None else self.bandwidths
         triangle = 0 if width is None or not self.covariance else width * (width + 1) // 2
         expected = None if width is None else (
-            1 + lanes * (width + triangle) + self.draws * (1 + triangle + (width if self.mean_draws else 0))
+            1 + lanes * (width + triangle)
+            + self._noise_lanes * self.draws * (1 + triangle + (width if self.mean_draws else 0))
         )
         if expected != packed.numel():
             raise ValueError(
@@ -427,13 +437,14 @@ class Accumulator(StreamSums):
             if self.draws:
                 weights, weighted = self._noise_parts(flat)
                 start += lanes * triangle
-                weights.copy_(packed[start : start + self.draws])
-                start += self.draws
-                upper = packed[start : start + self.draws * triangle].view(self.draws, -1)
-                weighted[:, rows, cols] = upper
-                weighted[:, cols, rows] = upper
+                noise = self._noise_lanes * self.draws
+                weights.copy_(packed[start : start + noise].view_as(weights))
+                start += noise
+                upper = packed[start : start + noise * triangle].view(*weighted.shape[:-2], -1)
+                weighted[..., rows, cols] = upper
+                weighted[..., cols, rows] = upper
                 if self.mean_draws:
-                    self._mean_draw_part(flat).copy_(packed[start + self.draws * triangle :].view(self.draws, -1))  # type: ignore[union-attr]
+                    self._mean_draw_part(flat).copy_(packed[start + noise * triangle :].view(self.draws, -1))  # type: ignore[union-attr]
         return flat
 
     #: Whether the lanes split the rows between them (one lane per label) rather than each seeing every row (one
@@ -492,8 +503,9 @@ class Accumulator(StreamSums):
         if self.draws:  # multipliers |s_a| <= sqrt(2): |w_a| <= sqrt(2) n and |diag S_a| <= sqrt(2) diag Q
             weights, weighted = self._noise_parts(flat)
             bound = math.sqrt(2.0) * (1 + tol)
+            limit = diagonal if self._noise_lanes == 1 else diagonal[:, None, :]  # (1, D) or (L, 1, D)
             if bool((weights.abs() > bound * n + tol).any()) or bool(
-                (weighted.diagonal(dim1=-2, dim2=-1).abs() > bound * diagonal.reshape(-1) + tol).any()
+                (weighted.diagonal(dim1=-2, dim2=-1).abs() > bound * limit + tol).any()
             ):
                 return "have multiplier sums larger than multipliers of size at most sqrt(2) allow"
             mean_draws = self._mean_draw_part(flat)
