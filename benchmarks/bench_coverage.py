@@ -12,7 +12,8 @@ this random-feature map, the quantity each metric estimates). SPEC-diff compares
 ``tanh(x P / 3)`` of them (P a fixed Gaussian 8 x 8 matrix), both at sigma = 3.
 
 ConditionalVendi (orders 1 and 2, and the prompt-agnostic share with ridge 0.01): the generated side's samples with
-their mode as a one-hot prompt (prompt_sigma 0.5). RFFCovariance: three entries of C of the generated side.
+their mode as a one-hot prompt (prompt_sigma 0.5), and the mode as the label (``num_classes`` = 6: labels 0 and 5's
+Vendi-1 and the minimum over labels). RFFCovariance: three entries of C of the generated side.
 KernelPCAOOD: one CoRP detector (sigma 0.5 on the sphere, 16 components) fitted once on 5,000 reference rows (its
 readings' se are for the scores of a fixed detector), scoring the reference draw (in-distribution) against the
 generated draw plus N(0, 1.5^2 I) noise (out of distribution; AUROC about 0.87): AUROC, FPR at 95 % TPR, the
@@ -110,9 +111,14 @@ def scores(
         x, prompts = sample_labelled(gen.shape[0], GEN_WEIGHTS, seed)
         for a in draws:
             metric = ConditionalVendi(SIGMA, PROMPT_SIGMA, r, alpha=[1, 2], noise_draws=a, precision="float64",
-                                      prompt_agnostic=True, ridge=1e-2)
-            metric.update(x, prompts)
+                                      prompt_agnostic=True, ridge=1e-2, num_classes=6)
+            metric.update(x, prompts, labels=prompts.argmax(1))
             summary = metric.summary()
+            for label in (0, 5):  # per-label Vendi (r_p = min(128, r)): the largest and a small label
+                out[f"CondVendi prompt {label} Vendi-1 (A={a})"] = (
+                    float(summary["prompt"][label]), float(summary["prompt_se"][label]), a)
+            out[f"CondVendi min prompt Vendi-1 (A={a})"] = (
+                float(summary["min_prompt_vendi"]), float(summary["min_prompt_vendi_se"]), a)
             for key, label in (("", "Conditional"), ("information", "Information"), ("vendi", "Vendi"),
                                ("prompt_vendi", "prompt Vendi")):
                 for order in (1, 2):

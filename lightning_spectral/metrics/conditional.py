@@ -100,8 +100,9 @@ class ConditionalVendi(SpectralMetric):
         noise_draws: ``A``, the multiplier draws kept on every covariance side for the standard errors of the
             scores (``se``, ``information_se``, ``vendi_se``, ``prompt_vendi_se``, ``prompt_agnostic_share_se``;
             default 2: ``A`` more sums per side, (2r)^2 each for the joint, sample and prompt sides, (4r)^2 for the
-            paired one: the noise state is ``A`` times the scores'; interval ``+- t_{A, 0.975} se``); 0, or
-            ``label_prompts=True``, keeps none and reports no standard errors.
+            paired one: the noise state is ``A`` times the scores'; interval ``+- t_{A, 0.975} se``; with
+            ``num_classes`` also ``A`` per label, (2 r_p)^2 each, for ``prompt_se``); 0, or ``label_prompts=True``,
+            keeps none and reports no standard errors.
         in_features: widths ``(d_samples, d_prompts)``, if known.
         chunk_size: rows mapped and summed at once (rows wait in a buffer until this many are pending).
         feature: a frozen ``nn.Module`` mapping a batch of images to (N, d) embeddings: ``update`` then takes
@@ -434,7 +435,8 @@ class ConditionalVendi(SpectralMetric):
           $S = (C_{tt} + \varepsilon I)^{-1} C_{tx}$ (`functional.prompt_agnostic_share_replicates`).
 
         se = the root mean square of the replicates (a scalar per order, ``{order: se}`` for several). The per-label
-        values (``prompt``, ``min_prompt_vendi``) have none: the per-label sums keep no draws. A collective under DDP.
+        values' are [`per_prompt_standard_errors`][lightning_spectral.metrics.ConditionalVendi.per_prompt_standard_errors].
+        A collective under DDP.
 
         Raises:
             RuntimeError: built with ``noise_draws=0`` or ``label_prompts=True`` (no draws are kept).
@@ -500,8 +502,11 @@ class ConditionalVendi(SpectralMetric):
         fitted value too); ``n`` and ``n_features`` (2r), which the scores depend on; with ``noise_draws``, the
         standard errors ``se`` (of the conditional score), ``information_se``, ``vendi_se``, ``prompt_vendi_se`` and
         ``prompt_agnostic_share_se`` beside the values they belong to
-        ([`standard_errors`][lightning_spectral.metrics.ConditionalVendi.standard_errors]; none for the per-label
-        values). A dict per value for several orders. A collective under DDP."""
+        ([`standard_errors`][lightning_spectral.metrics.ConditionalVendi.standard_errors]); with ``num_classes``,
+        ``prompt_se`` (each label's, first order) and ``min_prompt_vendi_se``: the plug-in se of the minimising
+        label's score, which ignores which label is the minimum
+        ([`per_prompt_standard_errors`][lightning_spectral.metrics.ConditionalVendi.per_prompt_standard_errors]).
+        A dict per value for several orders. A collective under DDP."""
         with self.synced():
             scores = self.scores()
             out: dict[str, Any] = {}
