@@ -15,7 +15,8 @@ sums: ``E_x t = v . mu_x``, ``E_x t^2 = v^T C_x v``) give::
     V p^2 + (d2 - 2 b d1) p - d1^2 = 0,    V = c - b^2
     share p = 2 d1^2 / (B + sqrt(B^2 + 4 V d1^2)),    B = d2 - 2 b d1          (clamped to [0, 1]; 0 if d1 <= 0)
 
-(`two_sided_shares`): exact under the model, ``d1^2 / d2`` when ``y`` projects at 0. Members that spread around
+(`two_sided_shares`): exact under the model, ``d1^2 / d2`` when ``y`` projects at 0. Its standard error
+(`two_sided_share_errors`) is first order in both sides' noise, the mode's turn included (`share_gradients`). Members that spread around
 ``a`` make it an under-estimate, by the factor ``a^2 / E t^2`` over the members. From the sums alone: any order,
 batch size and sharding, and no pass over the samples. ``exact_two_sided_shares`` is the n x n oracle.
 
