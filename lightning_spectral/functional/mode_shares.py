@@ -128,7 +128,10 @@ def share_gradients(
 
     Args:
         vectors: (D, k) unit eigenvectors of ``L`` (simple eigenvalues).
-        mean_x, second_moment_x, mean_y, second_moment_y: as `two_sided_shares`.
+        mean_x: (D,) ``mu_x``.
+        second_moment_x: (D, D) ``C_x``.
+        mean_y: (D,) ``mu_y``.
+        second_moment_y: (D, D) ``C_y``.
         rho: ``L``'s weight of ``y``.
 
     Returns:
@@ -200,7 +203,12 @@ def two_sided_share_errors(
       [`noise_scale`][lightning_spectral.functional.finc_null.noise_scale]).
 
     Args:
-        vectors, mean_x, second_moment_x, mean_y, second_moment_y, rho: as `share_gradients`.
+        vectors: (D, k) unit eigenvectors of ``C_x - rho C_y``.
+        mean_x: (D,) ``mu_x``.
+        second_moment_x: (D, D) ``C_x``.
+        mean_y: (D,) ``mu_y``.
+        second_moment_y: (D, D) ``C_y``.
+        rho: the weight of ``y``.
         noise: the side with draws (with ``weighted_features``).
         noise_is_x: whether that side is ``x``.
         count_other: the other side's sample count.
