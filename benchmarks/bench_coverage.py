@@ -14,7 +14,8 @@ this random-feature map, the quantity each metric estimates). SPEC-diff compares
 
 ConditionalVendi (orders 1 and 2, and the prompt-agnostic share with ridge 0.01): the generated side's samples with
 their mode as a one-hot prompt (prompt_sigma 0.5), and the mode as the label (``num_classes`` = 6: labels 0 and 5's
-Vendi-1 and RKE, and the minimum over labels with the minimising label's se). RFFCovariance: three entries of C of the generated side.
+Vendi-1 and RKE, and the minimum over labels with the minimising label's se). RFFCovariance: three entries of C of
+the generated side.
 KernelPCAOOD: one CoRP detector (sigma 0.5 on the sphere, 16 components) fitted once on 5,000 reference rows (its
 readings' se are for the scores of a fixed detector), scoring the reference draw (in-distribution) against the
 generated draw plus N(0, 1.5^2 I) noise (out of distribution; AUROC about 0.87): AUROC, FPR at 95 % TPR, the

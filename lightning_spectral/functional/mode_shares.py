@@ -16,8 +16,8 @@ sums: ``E_x t = v . mu_x``, ``E_x t^2 = v^T C_x v``) give::
     share p = 2 d1^2 / (B + sqrt(B^2 + 4 V d1^2)),    B = d2 - 2 b d1          (clamped to [0, 1]; 0 if d1 <= 0)
 
 (`two_sided_shares`): exact under the model, ``d1^2 / d2`` when ``y`` projects at 0. Its standard error
-(`two_sided_share_errors`) is first order in both sides' noise, the mode's turn included (`share_gradients`). Members that spread around
-``a`` make it an under-estimate, by the factor ``a^2 / E t^2`` over the members. From the sums alone: any order,
+(`two_sided_share_errors`) is first order in both sides' noise, the mode's turn included (`share_gradients`).
+Members that spread around ``a`` make the share an under-estimate, by the factor ``a^2 / E t^2`` over the members. From the sums alone: any order,
 batch size and sharding, and no pass over the samples. ``exact_two_sided_shares`` is the n x n oracle.
 
 **A side's own modes** (``FKEAVendi``, ``RFFCovariance``): the first mode of an uncentred covariance is what all
@@ -146,7 +146,7 @@ def share_gradients(
     with torch.enable_grad():
         share = share_from_moments(*moments)
         grads = torch.autograd.grad(share.sum(), moments, allow_unused=True)
-    p1x, p2x, p1y, p2y = (torch.zeros_like(m) if g is None else g.detach() for g, m in zip(grads, moments))
+    p1x, p2x, p1y, p2y = (torch.zeros_like(m) if g is None else g.detach() for g, m in zip(grads, moments, strict=True))
     cx_v, cy_v = moment_x @ vectors, moment_y @ vectors
     q = mean_x[:, None] * p1x + 2 * cx_v * p2x + mean_y[:, None] * p1y + 2 * cy_v * p2y  # (D, k)
     q = q - vectors * (vectors * q).sum(0)
@@ -192,7 +192,8 @@ def two_sided_share_errors(
     ``f(phi) = t (first + second . phi)`` (``t = v . phi``) minus its expectation, so its variance is
     ``Var_x f_x / n_x + Var_y f_y / n_y`` (independent sides).
 
-    - The side with draws (``noise``: ``e_a``, ``E_a``, [`NoiseSums.mean_draw`][lightning_spectral.functional.sampling_noise.NoiseSums.mean_draw]):
+    - The side with draws (``noise``: ``e_a``, ``E_a``,
+      [`NoiseSums.mean_draw`][lightning_spectral.functional.sampling_noise.NoiseSums.mean_draw]):
       its replicates ``d_a = dp(e_a, E_a)``, exact multiplier-bootstrap draws of its part.
     - The other side keeps no draws: ``Var f`` needs fourth moments the sums do not hold. It is read from the
       share's own model (module doc: ``x`` = a share ``p`` of members at one projection + ``1 - p`` samples like

@@ -29,8 +29,8 @@ not ``n``; measured in docs/benchmarks.md).
 State per stream: ``n``, ``Q``, the ``A`` multiplier sums ``w_a = sum_i s_a(x_i)`` and the ``A`` matrices
 ``S_a = sum_i s_a(x_i) phi_i phi_i^T``: ``(1 + A)`` D x D float64 sums, all plain sums (order-free, all-reduced
 with the rest). FINC's generated side also keeps the ``A`` mean draws ``F_a = sum_i s_a(x_i) phi_i`` (D each, for
-the standard errors of its mode shares). A stream may keep no draws (``A = 0``: ``n`` and ``Q`` only); FINC keeps them on one side
-([`finc_null`][lightning_spectral.functional.finc_null]).
+the standard errors of its mode shares). A stream may keep no draws (``A = 0``: ``n`` and ``Q`` only); FINC keeps them
+on one side ([`finc_null`][lightning_spectral.functional.finc_null]).
 """
 
 from __future__ import annotations

@@ -512,7 +512,7 @@ class Accumulator(StreamSums):
             if mean_draws is not None and norm is not None and bool(
                 (mean_draws.norm(dim=-1) > bound * n * math.sqrt(norm) + tol).any()
             ):
-                return "have mean multiplier sums larger than multipliers of size at most sqrt(2) allow (|F_a| > sqrt(2) n)"
+                return "have mean multiplier sums larger than multipliers of at most sqrt(2) allow (|F_a| > sqrt(2) n)"
         return ""
 
     def rebase(self, shift: Tensor) -> None:

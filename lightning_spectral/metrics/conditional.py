@@ -435,7 +435,8 @@ class ConditionalVendi(SpectralMetric):
           $S = (C_{tt} + \varepsilon I)^{-1} C_{tx}$ (`functional.prompt_agnostic_share_replicates`).
 
         se = the root mean square of the replicates (a scalar per order, ``{order: se}`` for several). The per-label
-        values' are [`per_prompt_standard_errors`][lightning_spectral.metrics.ConditionalVendi.per_prompt_standard_errors].
+        values' are
+        [`per_prompt_standard_errors`][lightning_spectral.metrics.ConditionalVendi.per_prompt_standard_errors].
         A collective under DDP.
 
         Raises:
