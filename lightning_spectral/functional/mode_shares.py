@@ -18,7 +18,8 @@ sums: ``E_x t = v . mu_x``, ``E_x t^2 = v^T C_x v``) give::
 (`two_sided_shares`): exact under the model, ``d1^2 / d2`` when ``y`` projects at 0. Its standard error
 (`two_sided_share_errors`) is first order in both sides' noise, the mode's turn included (`share_gradients`).
 Members that spread around ``a`` make the share an under-estimate, by the factor ``a^2 / E t^2`` over the members.
-From the sums alone: any order, batch size and sharding, and no pass over the samples. ``exact_two_sided_shares`` is the n x n oracle.
+From the sums alone: any order, batch size and sharding, and no pass over the samples. ``exact_two_sided_shares``
+is the n x n oracle.
 
 **A side's own modes** (``FKEAVendi``, ``RFFCovariance``): the first mode of an uncentred covariance is what all
 samples share, the others contrast groups with the rest, so no second side says what "the rest" is. The share
