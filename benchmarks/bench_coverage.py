@@ -3,7 +3,8 @@ known from a large-n run.
 
     python benchmarks/bench_coverage.py [--reps 200] [--n 1000] [--population 50000] [--r 128] [--draws 2 8]
         [--only fkea mmd spec finc conditional covariance ood]
-    python benchmarks/bench_coverage.py --cost [--n 20000] [--r 1024] [--repeats 5] [--only conditional]
+    python benchmarks/bench_coverage.py --cost [--n 20000] [--r 1024] [--repeats 5] [--only conditional [--labels]]
+    python benchmarks/bench_coverage.py --cost --only finc [--n 10000] [--r 1024]   # the mode shares' se in summary()
 
 Data: a mixture of 6 Gaussians in d = 8 (means ~ N(0, 3^2 I), unit within-mode std), the reference ("real") with
 weights (0.10, 0.25, 0.20, 0.15, 0.15, 0.15), the generated side with (0.30, 0.20, 0.15, 0.15, 0.10, 0.10); kernel
@@ -12,7 +13,9 @@ this random-feature map, the quantity each metric estimates). SPEC-diff compares
 ``tanh(x P / 3)`` of them (P a fixed Gaussian 8 x 8 matrix), both at sigma = 3.
 
 ConditionalVendi (orders 1 and 2, and the prompt-agnostic share with ridge 0.01): the generated side's samples with
-their mode as a one-hot prompt (prompt_sigma 0.5). RFFCovariance: three entries of C of the generated side.
+their mode as a one-hot prompt (prompt_sigma 0.5), and the mode as the label (``num_classes`` = 6: labels 0 and 5's
+Vendi-1 and RKE, and the minimum over labels with the minimising label's se). RFFCovariance: three entries of C of
+the generated side.
 KernelPCAOOD: one CoRP detector (sigma 0.5 on the sphere, 16 components) fitted once on 5,000 reference rows (its
 readings' se are for the scores of a fixed detector), scoring the reference draw (in-distribution) against the
 generated draw plus N(0, 1.5^2 I) noise (out of distribution; AUROC about 0.87): AUROC, FPR at 95 % TPR, the
@@ -30,6 +33,9 @@ population value), the mean se over the spread of the scores across runs (``se /
 bias of the score over that spread (``bias / sd``: a score whose mean moves with n is not covered by a correct se).
 FINC's top eigenvalues also get a "bias-widened" row: the interval ``[top - b - q se, top + q se]`` with ``b`` the
 summary's ``novel_top_bias`` / ``missing_top_bias`` (the bootstrap's second-order bias; ``functional.finc.top_bias``).
+FINC's mode shares: the top novel mode's share (``mode_shares(1)``, mode 1 of the mixture: 0.30 of the generated side
+against 0.10) and, with the sides swapped, the same mode as the top missing mode (held by the reference, which keeps
+no draws), each with ``mode_share_standard_errors``.
 
     python benchmarks/bench_coverage.py --only finc --rho 2 1 [--reps 200]   # FINC's rows alone, per rho
 """
@@ -107,9 +113,19 @@ def scores(
         x, prompts = sample_labelled(gen.shape[0], GEN_WEIGHTS, seed)
         for a in draws:
             metric = ConditionalVendi(SIGMA, PROMPT_SIGMA, r, alpha=[1, 2], noise_draws=a, precision="float64",
-                                      prompt_agnostic=True, ridge=1e-2)
-            metric.update(x, prompts)
+                                      prompt_agnostic=True, ridge=1e-2, num_classes=6)
+            metric.update(x, prompts, labels=prompts.argmax(1))
             summary = metric.summary()
+            for label in (0, 5):  # per-label Vendi (r_p = min(128, r)): the largest and a small label
+                out[f"CondVendi prompt {label} Vendi-1 (A={a})"] = (
+                    float(summary["prompt"][label]), float(summary["prompt_se"][label]), a)
+            out[f"CondVendi min prompt Vendi-1 (A={a})"] = (
+                float(summary["min_prompt_vendi"]), float(summary["min_prompt_vendi_se"]), a)
+            rke, rke_se = metric.per_prompt(2), metric.per_prompt_standard_errors(2)  # order 2: little n-bias
+            for label in (0, 5):
+                out[f"CondVendi prompt {label} RKE (A={a})"] = (float(rke[label]), float(rke_se[label]), a)
+            lowest = int(torch.argmin(rke))
+            out[f"CondVendi min prompt RKE (A={a})"] = (float(rke[lowest]), float(rke_se[lowest]), a)
             for key, label in (("", "Conditional"), ("information", "Information"), ("vendi", "Vendi"),
                                ("prompt_vendi", "prompt Vendi")):
                 for order in (1, 2):
@@ -174,6 +190,16 @@ def scores(
                 value, se, 3, float(summary[f"{side}_top_bias"])
             )
         out[f"FINC novelty, rho={rho:g} (A=3)"] = (float(summary[""]), float(summary["se"]), 3)
+        # the top novel mode's share (mode 1 of the mixture, 0.30 against 0.10: the side with draws holds it)
+        share, share_se = finc.mode_shares(1), finc.mode_share_standard_errors(1)
+        out[f"FINC top novel mode's share, rho={rho:g} (A=3)"] = (float(share[0]), float(share_se[0]), 3)
+        # sides swapped: the same mode is now missing, held by the reference, which keeps no draws
+        swapped = FINCNovelty(SIGMA, r, rho=rho)
+        swapped.update(gen, real=True)
+        swapped.update(ref, real=False)
+        share, share_se = swapped.mode_shares(1, missing=True), swapped.mode_share_standard_errors(1, missing=True)
+        out[f"FINC top missing mode's share (sides swapped), rho={rho:g} (A=3)"] = (
+            float(share[0]), float(share_se[0]), 3)
     return out
 
 
@@ -201,29 +227,64 @@ def cost(n: int, r: int, repeats: int) -> None:
               f" {1 + draws} |")
 
 
-def cost_conditional(n: int, r: int, repeats: int) -> None:
+def cost_conditional(n: int, r: int, repeats: int, labels: bool = False) -> None:
     """``ConditionalVendi`` (orders 1 and 2): seconds of ``update`` and of the first ``summary()`` with
-    ``noise_draws`` 0 and 2, interleaved."""
+    ``noise_draws`` 0 and 2, interleaved; with ``labels``, each also without and with the per-label sums
+    (``num_classes`` = 6, the prompts' labels; r_p = min(128, r)), which keep ``noise_draws`` draws per label."""
     x, prompts = sample_labelled(n, GEN_WEIGHTS, 5)
-    times: dict[tuple[int, str], list[float]] = {}
+    classes_of = (None, 6) if labels else (None,)
+    times: dict[tuple, list[float]] = {}
     for _ in range(repeats):
         for draws in (0, 2):
-            metric = ConditionalVendi(SIGMA, PROMPT_SIGMA, r, alpha=[1, 2], noise_draws=draws)
-            start = time.perf_counter()
-            metric.update(x.float(), prompts.float())
-            metric.flush()
-            middle = time.perf_counter()
-            metric.summary()
-            times.setdefault((draws, "update"), []).append(middle - start)
-            times.setdefault((draws, "summary"), []).append(time.perf_counter() - middle)
+            for classes in classes_of:
+                metric = ConditionalVendi(SIGMA, PROMPT_SIGMA, r, alpha=[1, 2], noise_draws=draws, num_classes=classes)
+                start = time.perf_counter()
+                metric.update(x.float(), prompts.float(), **({"labels": prompts.argmax(1)} if classes else {}))
+                metric.flush()
+                middle = time.perf_counter()
+                metric.summary()
+                times.setdefault((draws, classes, "update"), []).append(middle - start)
+                times.setdefault((draws, classes, "summary"), []).append(time.perf_counter() - middle)
     print(f"# ConditionalVendi, n = {n}, 2r = {2 * r}, {repeats} interleaved repeats (median seconds)")
-    print("| noise_draws | update | summary() (scores + se) | state (float64 (2r)^2 sums) |")
-    print("|---|---|---|---|")
+    print("| noise_draws | num_classes | update | summary() (scores + se) | state (float64 sums) |")
+    print("|---|---|---|---|---|")
     median = {key: sorted(values)[len(values) // 2] for key, values in times.items()}
     for draws in (0, 2):
-        print(f"| {draws} | {median[(draws, 'update')]:.3f} ({median[(draws, 'update')] / median[(0, 'update')]:.2f}x)"
-              f" | {median[(draws, 'summary')]:.3f} ({median[(draws, 'summary')] / median[(0, 'summary')]:.2f}x) |"
-              f" {3 * (1 + draws)} |")
+        for classes in classes_of:
+            update, summary = median[(draws, classes, "update")], median[(draws, classes, "summary")]
+            base_update, base_summary = median[(0, None, "update")], median[(0, None, "summary")]
+            state = f"{3 * (1 + draws)} of (2r)^2" + (f" + {classes} x {1 + draws} of (2 r_p)^2" if classes else "")
+            print(f"| {draws} | {classes or 'none'} | {update:.3f} ({update / base_update:.2f}x) | "
+                  f"{summary:.3f} ({summary / base_summary:.2f}x) | {state} |")
+
+
+def cost_finc(n: int, r: int, repeats: int) -> None:
+    """``FINCNovelty`` (rho = 2): seconds of the first ``summary()`` and, on the same sums, of the mode shares' standard
+    errors alone (`two_sided_share_errors` for the reported modes of both sides, recomputed), in one process."""
+    from lightning_spectral.functional.mode_shares import two_sided_share_errors
+
+    gen, ref = sample(n, GEN_WEIGHTS, 5).float(), sample(n, REF_WEIGHTS, 6).float()
+    rows = []
+    for _ in range(repeats):
+        finc = FINCNovelty(SIGMA, r)
+        finc.update(ref, real=True)
+        finc.update(gen, real=False)
+        start = time.perf_counter()
+        summary = finc.summary()
+        middle = time.perf_counter()
+        counts = [len(summary["novel_share"]), len(summary["missing_share"])]
+        for missing, count in ((False, counts[0]), (True, counts[1])):
+            if count:
+                modes = finc.missing_modes(count) if missing else finc.novel_modes(count)
+                x, y = finc.pooled(real=missing), finc.pooled(real=not missing)
+                two_sided_share_errors(modes.eigenvectors, x.mean(), x.second_moment(), y.mean(), y.second_moment(),
+                                       finc.rho, finc.gen[0].noise_sums(), not missing, float(finc.ref[0].count))
+        rows.append((middle - start, time.perf_counter() - middle, counts))
+    print(f"# FINCNovelty, n = {n} per side, 2r = {2 * r}, {repeats} repeats (seconds)")
+    print("| summary() (with the share se) | the share se alone | share | modes (novel, missing) |")
+    print("|---|---|---|---|")
+    for whole, shares, counts in rows:
+        print(f"| {whole:.2f} | {shares:.2f} | {shares / whole:.0%} | {counts[0]}, {counts[1]} |")
 
 
 def main() -> None:
@@ -238,11 +299,15 @@ def main() -> None:
     parser.add_argument("--only", nargs="+", choices=GROUPS, default=list(GROUPS),
                         help="the metrics to measure (default: all)")
     parser.add_argument("--rho", type=float, nargs="+", default=[2.0], help="FINC's rho values (default: 2)")
+    parser.add_argument("--labels", action="store_true",
+                        help="with --cost --only conditional: each also with the per-label sums (num_classes = 6)")
     args = parser.parse_args()
     torch.set_num_threads(2)
     if args.cost:
-        if "conditional" in args.only and "fkea" not in args.only:
-            cost_conditional(args.n, args.r, args.repeats)
+        if args.only == ["finc"]:
+            cost_finc(args.n, args.r, args.repeats)
+        elif "conditional" in args.only and "fkea" not in args.only:
+            cost_conditional(args.n, args.r, args.repeats, args.labels)
         else:
             cost(args.n, args.r, args.repeats)
         return

@@ -42,8 +42,9 @@ def test_after_reset_only_the_kept_reference_is_written_and_it_resumes_exactly()
         torch.testing.assert_close(kept.cov_sum, original.cov_sum, rtol=0, atol=0)
     metric.update(ref, real=False)
     restored.load_state_dict(metric.state_dict())
-    for a, b in zip(restored.gen[0].noise_sums()[:3], metric.gen[0].noise_sums()[:3], strict=True):
-        torch.testing.assert_close(a, b, rtol=0, atol=0)  # the generated side's multiplier sums travel too
+    kept, original = restored.gen[0].noise_sums(), metric.gen[0].noise_sums()
+    for name in ("total", "weighted", "weight_sums", "weighted_features"):  # the generated side's draws travel too
+        torch.testing.assert_close(getattr(kept, name), getattr(original, name), rtol=0, atol=0)
 
 
 def test_the_state_is_two_plus_draws_matrices_and_an_old_two_sided_checkpoint_is_refused():
@@ -56,7 +57,7 @@ def test_the_state_is_two_plus_draws_matrices_and_an_old_two_sided_checkpoint_is
     state = metric.state_dict()
     width, triangle = 16, 16 * 17 // 2
     assert sizes(state)["ref"] == (1 + width + triangle,)
-    assert sizes(state)["gen"] == (1 + width + triangle + 2 * (1 + triangle),)
+    assert sizes(state)["gen"] == (1 + width + triangle + 2 * (1 + triangle + width),)  # draws of Q and of the mean
     key = next(k for k in state if k.endswith("_extra_state"))
     old = {**state[key], "sums": dict(state[key]["sums"])}
     del old["settings"]  # the earlier layout wrote no settings; its reference held the draws too
@@ -65,6 +66,22 @@ def test_the_state_is_two_plus_draws_matrices_and_an_old_two_sided_checkpoint_is
     with pytest.raises(RuntimeError, match="multiplier draws on both sides.*Accumulate the data again"):
         fresh.load_state_dict({**state, key: old})
     assert fresh.sample_count(real=True) == 0  # nothing restored
+
+
+def test_a_checkpoint_without_the_mean_draws_is_refused():
+    """The layout before the mode shares' standard errors: the generated side's draws without draws of its mean."""
+    g = torch.Generator().manual_seed(1)
+    metric = FINCNovelty(sigma=1.0, n_frequencies=8, draws=2)
+    metric.update(torch.randn(40, 3, generator=g), real=True)
+    metric.update(torch.randn(30, 3, generator=g), real=False)
+    state = metric.state_dict()
+    key = next(k for k in state if k.endswith("_extra_state"))
+    old = {**state[key], "sums": dict(state[key]["sums"]), "settings": {"noise": "generated-side draws", "draws": 2}}
+    old["sums"]["gen"] = old["sums"]["gen"][: -2 * 16]
+    fresh = FINCNovelty(sigma=1.0, n_frequencies=8, draws=2)
+    with pytest.raises(RuntimeError, match="no draws of its mean.*Accumulate the data again"):
+        fresh.load_state_dict({**state, key: old})
+    assert fresh.sample_count(real=True) == 0
 
 
 def test_a_mid_epoch_state_with_pending_rows_resumes_exactly():

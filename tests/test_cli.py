@@ -534,4 +534,7 @@ def test_evaluate_torch_fidelity_spelling_auto_sigma_and_named_mode_samples(tmp_
     extra = np.random.default_rng(99).normal(size=(1, 16)) * 6.0  # blobs' fifth centre
     assert np.linalg.norm(y[missing[0]["samples"]] - extra, axis=1).max() < 3.0  # its samples, named by row id
     assert 0.16 < missing[0]["share"] <= 0.22, missing[0]["share"]  # the fifth mode holds a fifth of REF
+    binomial = (missing[0]["share"] * (1 - missing[0]["share"]) / 500) ** 0.5  # its standard error, about binomial
+    assert 0.5 * binomial < missing[0]["share_se"] < 2 * binomial, (missing[0]["share_se"], binomial)
+    assert all(mode["share_se"] >= 0 for mode in out["finc"]["novel_modes"])
     assert missing[0]["region"] == 0 and out["finc"]["missing"]["n_regions"] == 1  # one region per missing cluster

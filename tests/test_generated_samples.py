@@ -346,9 +346,10 @@ def test_two_processes_log_what_one_process_logs(tmp_path):
         trainer.validate(module, datamodule=data, verbose=False)
         logged[devices] = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("gen/")}
     # with n (FINC and FastMMD: n, n_real), 2r, the standard errors (FKEA per order, FINC's, FastMMD's), FINC's top
-    # eigenvalues' biases, sigma, the shares of the first 8 significant missing modes and of the galleries' rows (with
-    # their class and purity)
-    assert len(logged[1]) == 47 and set(logged[1]) == set(logged[2])
+    # eigenvalues' biases, sigma, the shares of the first 8 significant missing modes and the significant novel one,
+    # each with its standard error (9), and of the galleries' rows (with their class and purity)
+    assert len(logged[1]) == 56 and set(logged[1]) == set(logged[2])
+    assert sum("_share_se/" in name for name in logged[1]) == 9
     # The decoder and the extractor run in float32 on shards of another batch size, so embeddings differ in
     # the 7th digit (BLAS blocking); Vendi near 1 turns that into ~2e-6. A wrong shard or a lost row moves
     # these values by percents.

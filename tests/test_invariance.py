@@ -84,6 +84,7 @@ def observe(rank, world_size, sharding):
         "vendi_top": [ids for ids, _ in vendi.top_samples(gen_batches, k=3, per_mode=10)],
         "vendi_shares": torch.tensor([row.share for row in vendi.galleries(gen_batches, 3, 10)["modes"].rows]),
         "finc": finc.summary(),
+        "finc_share_se": finc.mode_share_standard_errors(3, missing=True),
         "threshold": finc.threshold(),
         "threshold_missing": finc.threshold(missing=True),
         "novel": finc.novel_modes(4).significant,
@@ -142,6 +143,10 @@ def one_process():
                for order in (1, 2))
     assert float(conditional["prompt_agnostic_share_se"]) > 0
     assert float(want["covariance_summary"]["se"].min()) > 0
+    for side in ("novel", "missing"):  # the mode shares' standard errors, compared above with the rest of the summary
+        errors = want["finc"][f"{side}_share_se"]
+        assert errors and set(errors) == set(want["finc"][f"{side}_share"]) and float(errors[0]) > 0
+    assert float(want["finc_share_se"][0]) > 0
     return want
 
 
@@ -247,6 +252,8 @@ def conditional_one_process():
     want = observe_conditional(0, 1, "whole")
     assert want["least"][0][:2].tolist() == [4, 5]  # the comparison is not vacuous: the collapsed prompts come first
     assert float(want["by_label"][""][1]) > 1.5 and want["count"] == N
+    prompt_se = want["by_label"]["prompt_se"]  # per-label draws: compared with the rest of the summary
+    assert bool((prompt_se[:4] > 0).all()) and float(want["by_label"]["min_prompt_vendi_se"]) >= 0
     return want
 
 

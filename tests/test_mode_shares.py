@@ -8,7 +8,13 @@ import pytest
 import torch
 
 from lightning_spectral.functional import ModeRow, exact_two_sided_shares, mode_line, two_sided_shares
-from lightning_spectral.functional.mode_shares import counted_shares, counting, share_from_moments
+from lightning_spectral.functional.mode_shares import (
+    counted_shares,
+    counting,
+    minres,
+    share_from_moments,
+    two_sided_share_errors,
+)
 from lightning_spectral.functional.modes import mode_scores
 from lightning_spectral.metrics import FINCNovelty, RFFCovariance
 
@@ -126,3 +132,72 @@ def test_the_line_names_the_class_its_purity_and_the_share():
     assert row.line(torch.tensor([3, 3, 1])) == (
         "novel mode 2: class 3 (2 of its top 3), about 5 % of the generated samples (eigenvalue 0.01, p=0.002)"
     )
+
+
+def test_minres_solves_shifted_indefinite_systems_column_by_column():
+    g = torch.Generator().manual_seed(0)
+    matrix = torch.randn(40, 40, generator=g, dtype=torch.float64)
+    matrix = matrix + matrix.T  # indefinite
+    b = torch.randn(40, 3, generator=g, dtype=torch.float64)
+    shifts = torch.tensor([0.5, -1.0, 3.0], dtype=torch.float64)
+    x = minres(lambda h: matrix @ h + shifts * h, b)
+    for i in range(3):
+        exact = torch.linalg.solve(matrix + shifts[i] * torch.eye(40, dtype=torch.float64), b[:, i])
+        torch.testing.assert_close(x[:, i], exact, rtol=0, atol=1e-9)
+
+
+def _shares_by_eigh(mean_x, moment_x, mean_y, moment_y, rho, reference):
+    """The exact closed form: the top modes of C_x - rho C_y by a dense eigh, signed as ``reference``."""
+    vectors = torch.linalg.eigh(moment_x - rho * moment_y)[1].flip(1)[:, : reference.shape[1]]
+    vectors = vectors * torch.sign((vectors * reference).sum(0))
+    return two_sided_shares(vectors, mean_x, moment_x, mean_y, moment_y)
+
+
+@pytest.mark.parametrize("missing", [False, True])
+def test_share_replicates_are_the_derivative_of_the_exact_share_along_each_draw(missing):
+    """dp along the draw (e_a, E_a) of the generated side, eigenvector's turn included, against central finite
+    differences of the closed form with a fresh eigh."""
+    ref, _ = mixture([0.3, 0.7, 0.0], 500, seed=0, spread=0.4)
+    gen, _ = mixture([0.05, 0.55, 0.4], 500, seed=1, spread=0.4)
+    metric = FINCNovelty(sigma=2.0, n_frequencies=24, rho=1.5, draws=3)
+    metric.update(ref, real=True)
+    metric.update(gen, real=False)
+    modes = metric.missing_modes(2) if missing else metric.novel_modes(2)
+    x, y = metric.pooled(real=missing), metric.pooled(real=not missing)
+    moments = (x.mean(), x.second_moment(), y.mean(), y.second_moment())
+    noise = metric.gen[0].noise_sums()
+    errors = two_sided_share_errors(modes.eigenvectors, *moments, 1.5, noise, noise_is_x=not missing,
+                                    count_other=float(metric.ref[0].count))
+    shares = _shares_by_eigh(*moments, 1.5, modes.eigenvectors)
+    torch.testing.assert_close(shares, metric.mode_shares(2, missing=missing), rtol=1e-7, atol=1e-9)
+    assert float(shares[0]) > 0.1  # a real mode
+    step = 1e-4
+    for a in range(3):
+        e, big = noise.mean_draw(a), noise.draw(a)
+        moved = []
+        for sign in (1.0, -1.0):
+            if missing:  # the generated side is y
+                shifted = (moments[0], moments[1], moments[2] + sign * step * e, moments[3] + sign * step * big)
+            else:
+                shifted = (moments[0] + sign * step * e, moments[1] + sign * step * big, moments[2], moments[3])
+            moved.append(_shares_by_eigh(*shifted, 1.5, modes.eigenvectors))
+        derivative = (moved[0] - moved[1]) / (2 * step)
+        assert float(derivative.abs().max()) > 1e-4  # not vacuous
+        torch.testing.assert_close(errors.replicates[a], derivative, rtol=1e-4, atol=1e-7)
+    torch.testing.assert_close(metric.mode_share_standard_errors(2, missing=missing), errors.se, rtol=1e-12, atol=0)
+
+
+def test_a_missing_share_standard_error_is_about_binomial():
+    """A cluster of 10 % of the reference missing from the generated side: se about sqrt(p (1 - p) / n_ref)."""
+    g = torch.Generator().manual_seed(0)
+    ref = torch.cat([torch.randn(1800, 2, generator=g), 8 + 0.3 * torch.randn(200, 2, generator=g)])
+    metric = FINCNovelty(sigma=1.0, n_frequencies=128)
+    metric.update(torch.randn(2000, 2, generator=g), real=False)
+    metric.update(ref, real=True)
+    share, se = metric.mode_shares(1, missing=True)[0], metric.mode_share_standard_errors(1, missing=True)[0]
+    binomial = math.sqrt(float(share) * (1 - float(share)) / 2000)
+    assert float(share) == pytest.approx(0.1, abs=0.015)
+    assert 0.7 * binomial < float(se) < 1.4 * binomial
+    summary = metric.summary()
+    assert set(summary["missing_share_se"]) == set(summary["missing_share"]) and summary["missing_share_se"]
+    assert float(summary["missing_share_se"][0]) == pytest.approx(float(se), rel=1e-12)

@@ -6,7 +6,13 @@ import pytest
 import torch
 
 from lightning_spectral.functional import finc_spectrum
-from lightning_spectral.functional.sampling_noise import Multipliers, NoiseSums, draws_exact, standard_error
+from lightning_spectral.functional.sampling_noise import (
+    Multipliers,
+    NoiseSums,
+    draws_exact,
+    mean_draws_exact,
+    standard_error,
+)
 from lightning_spectral.kernels import GaussianRFF
 from lightning_spectral.metrics import FINCNovelty
 from tests.data import mixture_means, sample_mixture
@@ -125,3 +131,27 @@ def test_summary_standard_errors_equal_the_replicates_of_the_oracle():
     assert float(summary["novel_top_se"]) == pytest.approx(float(replicates.pow(2).mean().sqrt()), rel=1e-6)
     assert float(summary["novel_top"]) == pytest.approx(float(values[-1]), rel=1e-9)
     assert {"se", "missing_se", "missing_top_se"} <= set(summary)
+
+
+def test_mean_draws_equal_the_n_by_n_oracle():
+    x = torch.randn(150, 4, dtype=torch.float64)
+    rff, multipliers = GaussianRFF(4, 10, sigma=1.3), Multipliers(3, 1.3, seed=5)
+    sums = NoiseSums.of(x, rff, multipliers, chunk_size=17)
+    exact = mean_draws_exact(x, rff, multipliers)
+    assert float(exact.abs().max()) > 1e-3  # not vacuous
+    for a in range(3):
+        torch.testing.assert_close(sums.mean_draw(a), exact[a], rtol=0, atol=1e-13)
+
+
+def test_the_metric_keeps_the_generated_sides_mean_draws():
+    gen, ref = torch.randn(101, 3, dtype=torch.float64), torch.randn(57, 3, dtype=torch.float64)
+    metric = FINCNovelty(sigma=1.0, n_frequencies=16, draws=2, chunk_size=32)
+    for batch in gen.split(29):
+        metric.update(batch, real=False)
+    metric.update(ref, real=True)
+    multipliers = Multipliers(2, 1.0, seed=0)
+    exact = mean_draws_exact(gen, metric.feature_map, multipliers)
+    noise = metric.gen[0].noise_sums()
+    for a in range(2):
+        torch.testing.assert_close(noise.mean_draw(a), exact[a], rtol=0, atol=1e-12)
+    assert metric.ref[0].multipliers is None  # the reference keeps no draws

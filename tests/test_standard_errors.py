@@ -383,3 +383,32 @@ def test_spec_cluster_eigenvalue_ses_equal_finite_differences_of_the_n_by_n_draw
         torch.testing.assert_close(summary[key], top(moment, sign), rtol=1e-6, atol=1e-10)
         torch.testing.assert_close(summary[f"{key}_se"], moves.pow(2).mean(0).sqrt(), rtol=1e-4, atol=1e-9)
         assert bool((summary[f"{key}_se"] > 0).all())
+
+
+def test_conditional_per_prompt_se_are_the_autograd_replicates_of_each_labels_oracle_draws():
+    """Each label's Vendi moves along its own draws (its rows, the samples' multipliers, `draws_exact`) by
+    tr(grad V E_a); min_prompt_vendi_se is the se of the minimising label (the plug-in)."""
+    from lightning_spectral.metrics import ConditionalVendi
+
+    x = mixture(300, seed=15)
+    labels = torch.arange(300) % 3
+    x[labels == 2] = 0.2 * x[labels == 2]  # a less diverse label
+    metric = ConditionalVendi(1.5, 0.1, 16, alpha=[1, 2], noise_draws=3, num_classes=3, per_prompt_frequencies=8,
+                              chunk_size=64, precision="float64")
+    for part in torch.arange(300).flip(0).split(41):
+        metric.update(x[part], labels[part])
+    summary = metric.summary()
+    accumulator = metric.accumulators["per_prompt"]
+    spectrum = lambda c: torch.linalg.eigvalsh(c).flip(0).clamp_min(0.0)  # noqa: E731
+    for order in (1, 2):
+        errors = metric.per_prompt_standard_errors(order)
+        for label in range(3):
+            moment, draws = draws_exact(x[labels == label], accumulator.feature_map, accumulator.multipliers)
+            leaf = moment.clone().requires_grad_(True)
+            (grad,) = torch.autograd.grad(vendi_from_spectrum(spectrum(leaf), order), [leaf])
+            moves = torch.stack([(grad * draws[a]).sum() for a in range(3)])
+            assert float(errors[label]) == pytest.approx(float(moves.pow(2).mean().sqrt()), rel=1e-6)
+            assert float(errors[label]) > 0
+    torch.testing.assert_close(summary["prompt_se"], metric.per_prompt_standard_errors(1), rtol=0, atol=0)
+    lowest = int(torch.argmin(summary["prompt"]))
+    assert lowest == 2 and float(summary["min_prompt_vendi_se"]) == float(summary["prompt_se"][lowest])

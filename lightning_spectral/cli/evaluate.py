@@ -438,6 +438,7 @@ def _finc(finc: Any, args: argparse.Namespace, batches: Any) -> tuple[dict[str, 
         "significant": novel.significant[: args.top_k],
         "p_values": novel.p_values[: args.top_k],
         "shares": finc.mode_shares(args.top_k).tolist(),  # each mode's share of FILE's samples, from the sums
+        "shares_se": finc.mode_share_standard_errors(args.top_k).tolist(),
     }
     if args.missing_modes:  # C_REF - rho C_FILE: one more eigendecomposition
         missing = finc.missing_modes(args.top_k)
@@ -450,6 +451,7 @@ def _finc(finc: Any, args: argparse.Namespace, batches: Any) -> tuple[dict[str, 
             "significant": missing.significant,
             "p_values": missing.p_values,
             "shares": finc.mode_shares(args.top_k, missing=True).tolist(),  # of REF's samples
+            "shares_se": finc.mode_share_standard_errors(args.top_k, missing=True).tolist(),
         }
     if samples is not None:
         result["top_samples"] = as_lists(samples, novel.eigenvalues)
@@ -463,24 +465,29 @@ def _name_samples(args: argparse.Namespace, finc: dict, novel: Any, missing: Any
     lists = getattr(args, "_lists", {})
     file_list = lists.get("file", args.images)
     finc["novel_modes"] = _modes_json(finc["novel_eigenvalues"], finc["p_values"], finc["significant"],
-                                      finc["shares"], novel, file_list)
+                                      finc["shares"], novel, file_list, finc.get("shares_se"))
     if "missing" in finc:
         part = finc["missing"]
         part["modes"] = _modes_json(part["eigenvalues"], part["p_values"], part["significant"], part["shares"],
-                                    None if missing is None else missing.mode_samples, lists.get("reference"))
+                                    None if missing is None else missing.mode_samples, lists.get("reference"),
+                                    part.get("shares_se"))
         if missing is not None:  # the significant modes' regions: split modes reported as one (mode_groups)
             for mode, region in enumerate(missing.region_of()):
                 part["modes"][mode]["region"] = region
             part["n_regions"] = len(missing.groups)
 
 
-def _modes_json(values: Any, p_values: Any, significant: Any, shares: Any, samples: Any, listing: Any) -> list:
+def _modes_json(
+    values: Any, p_values: Any, significant: Any, shares: Any, samples: Any, listing: Any, shares_se: Any = None
+) -> list:
     from lightning_spectral.cli.pictures import image_paths
 
     rows = []
     for mode in range(len(values)):
         row = {"eigenvalue": float(values[mode]), "p_value": float(p_values[mode]),
                "significant": bool(significant[mode]), "share": shares[mode]}
+        if shares_se is not None:
+            row["share_se"] = shares_se[mode]
         if samples is not None and mode < len(samples):
             ids, scores = samples[mode]
             ids = [int(i) for i in ids.tolist()]

@@ -15,9 +15,11 @@ sums: ``E_x t = v . mu_x``, ``E_x t^2 = v^T C_x v``) give::
     V p^2 + (d2 - 2 b d1) p - d1^2 = 0,    V = c - b^2
     share p = 2 d1^2 / (B + sqrt(B^2 + 4 V d1^2)),    B = d2 - 2 b d1          (clamped to [0, 1]; 0 if d1 <= 0)
 
-(`two_sided_shares`): exact under the model, ``d1^2 / d2`` when ``y`` projects at 0. Members that spread around
-``a`` make it an under-estimate, by the factor ``a^2 / E t^2`` over the members. From the sums alone: any order,
-batch size and sharding, and no pass over the samples. ``exact_two_sided_shares`` is the n x n oracle.
+(`two_sided_shares`): exact under the model, ``d1^2 / d2`` when ``y`` projects at 0. Its standard error
+(`two_sided_share_errors`) is first order in both sides' noise, the mode's turn included (`share_gradients`).
+Members that spread around ``a`` make the share an under-estimate, by the factor ``a^2 / E t^2`` over the members.
+From the sums alone: any order, batch size and sharding, and no pass over the samples. ``exact_two_sided_shares``
+is the n x n oracle.
 
 **A side's own modes** (``FKEAVendi``, ``RFFCovariance``): the first mode of an uncentred covariance is what all
 samples share, the others contrast groups with the rest, so no second side says what "the rest" is. The share
@@ -39,6 +41,7 @@ from typing import Callable, NamedTuple, Optional, Sequence
 import torch
 from torch import Tensor
 
+from lightning_spectral.functional.sampling_noise import NoiseSums
 from lightning_spectral.sync.collectives import all_reduce_sum, collective_device, distributed_available
 
 #: Histogram bins of a mode's scores, over ``[-sqrt(r), sqrt(r)]`` (every ``|u| <= sqrt(r)``: unit-norm features).
@@ -84,6 +87,202 @@ def two_sided_shares(
     first_x, second_x = _moments(vectors, mean_x, second_moment_x)
     first_y, second_y = _moments(vectors, mean_y, second_moment_y)
     return share_from_moments(first_x, second_x, first_y, second_y)
+
+
+class ShareGradients(NamedTuple):
+    """The first-order change of each mode's two-sided share (`two_sided_shares`) under a change ``(de, dC)`` of
+    one side's mean and second moment: ``dp_i = first[i] (v_i . de) + v_i^T dC second[:, i]`` per side
+    (`share_gradients`), the eigenvector's turn included.
+
+    Attributes:
+        vectors: (D, k) the modes' unit eigenvectors ``v_i``.
+        first_x: (k,) and second_x: (D, k), the ``x`` side's coefficients.
+        first_y: (k,) and second_y: (D, k), the ``y`` side's.
+    """
+
+    vectors: Tensor
+    first_x: Tensor
+    second_x: Tensor
+    first_y: Tensor
+    second_y: Tensor
+
+    def change(self, side_x: bool, mean: Tensor, moment: Tensor) -> Tensor:
+        """``dp`` (k,) for a change ``mean`` (D,) and ``moment`` (D, D) of the ``x`` (``side_x``) or ``y`` side."""
+        first, second = (self.first_x, self.second_x) if side_x else (self.first_y, self.second_y)
+        vectors = self.vectors
+        moment = moment.to(vectors)
+        return first * (mean.to(vectors) @ vectors) + (vectors * (moment @ second)).sum(0)
+
+
+def share_gradients(
+    vectors: Tensor, mean_x: Tensor, second_moment_x: Tensor, mean_y: Tensor, second_moment_y: Tensor, rho: float
+) -> ShareGradients:
+    """The delta method for `two_sided_shares` of modes of ``L = C_x - rho C_y`` (FINC eq. 4).
+
+    ``p_i`` depends on each side's ``m1 = v . mu`` and ``m2 = v^T C v`` along the mode and on the mode ``v`` itself,
+    which turns with ``L``: ``dv = (lambda I - L)^+ dL v`` (first-order perturbation of a simple eigenvector, Kato
+    1995, II-2; ``lambda = v^T L v``). With ``q = dp/dv = p_1x mu_x + 2 p_2x C_x v + p_1y mu_y + 2 p_2y C_y v``
+    (``p_1x = dp/dm1_x``, ... by autograd of `share_from_moments`) and ``h = (lambda I - L)^+ (I - v v^T) q``
+    (MINRES on ``lambda I - L + v v^T``, which is ``lambda I - L`` on ``v``'s complement and 1 on ``v``)::
+
+        dp = p_1x v.de_x + v^T dC_x (p_2x v + h)  +  p_1y v.de_y + v^T dC_y (p_2y v - rho h)
+
+    Args:
+        vectors: (D, k) unit eigenvectors of ``L`` (simple eigenvalues).
+        mean_x: (D,) ``mu_x``.
+        second_moment_x: (D, D) ``C_x``.
+        mean_y: (D,) ``mu_y``.
+        second_moment_y: (D, D) ``C_y``.
+        rho: ``L``'s weight of ``y``.
+
+    Returns:
+        A `ShareGradients` (float64).
+    """
+    vectors = vectors.double()
+    device = vectors.device
+    mean_x, mean_y = mean_x.double().to(device), mean_y.double().to(device)
+    moment_x, moment_y = second_moment_x.double().to(device), second_moment_y.double().to(device)
+    moments = [part.detach().requires_grad_(True) for part in (*_moments(vectors, mean_x, moment_x),
+                                                                 *_moments(vectors, mean_y, moment_y))]
+    with torch.enable_grad():
+        share = share_from_moments(*moments)
+        grads = torch.autograd.grad(share.sum(), moments, allow_unused=True)
+    p1x, p2x, p1y, p2y = (torch.zeros_like(m) if g is None else g.detach() for g, m in zip(grads, moments, strict=True))
+    cx_v, cy_v = moment_x @ vectors, moment_y @ vectors
+    q = mean_x[:, None] * p1x + 2 * cx_v * p2x + mean_y[:, None] * p1y + 2 * cy_v * p2y  # (D, k)
+    q = q - vectors * (vectors * q).sum(0)
+    differential = moment_x - rho * moment_y
+    values = (vectors * (differential @ vectors)).sum(0)  # (k,) Rayleigh quotients
+
+    def apply(h: Tensor) -> Tensor:
+        return values * h - differential @ h + vectors * (vectors * h).sum(0)
+
+    h = minres(apply, q)  # to 1e-10: the same digits under any order of the sums (1e-7 left 4e-8 between orders)
+    h = h - vectors * (vectors * h).sum(0)
+    return ShareGradients(vectors, p1x, p2x * vectors + h, p1y, p2y * vectors - rho * h)
+
+
+class ShareErrors(NamedTuple):
+    """Standard errors of two-sided shares (`two_sided_share_errors`).
+
+    Attributes:
+        se: (k,) ``sqrt(mean_a d_a^2 + var_other / n_other)``.
+        replicates: (A, k) the first-order replicates ``d_a`` of the side with draws.
+        other: (k,) ``var_other / n_other``, the other side's part (its per-sample variance from the model).
+    """
+
+    se: Tensor
+    replicates: Tensor
+    other: Tensor
+
+
+def two_sided_share_errors(
+    vectors: Tensor,
+    mean_x: Tensor,
+    second_moment_x: Tensor,
+    mean_y: Tensor,
+    second_moment_y: Tensor,
+    rho: float,
+    noise: NoiseSums,
+    noise_is_x: bool,
+    count_other: float,
+) -> ShareErrors:
+    """Standard errors (k,) of `two_sided_shares` of modes of ``C_x - rho C_y`` when one side keeps multiplier draws.
+
+    First order (`share_gradients`): the share moves by the mean of a per-sample function on each side,
+    ``f(phi) = t (first + second . phi)`` (``t = v . phi``) minus its expectation, so its variance is
+    ``Var_x f_x / n_x + Var_y f_y / n_y`` (independent sides).
+
+    - The side with draws (``noise``: ``e_a``, ``E_a``,
+      [`NoiseSums.mean_draw`][lightning_spectral.functional.sampling_noise.NoiseSums.mean_draw]):
+      its replicates ``d_a = dp(e_a, E_a)``, exact multiplier-bootstrap draws of its part.
+    - The other side keeps no draws: ``Var f`` needs fourth moments the sums do not hold. It is read from the
+      share's own model (module doc: ``x`` = a share ``p`` of members at one projection + ``1 - p`` samples like
+      ``y``): ``Var_x f = (1 - p) Var_y f + p (1 - p) (m - E_y f)^2``, ``m = (E_x f - (1 - p) E_y f) / p`` the
+      members' value of ``f`` (clamped to ``|f| <= |first| + |second|``, features of unit norm), the means ``E f``
+      from the sums. ``Var f`` of the side with draws is ``n mean_a d_a'^2`` (``d_a'`` the draws through the other
+      side's coefficients). At ``p = 0`` both sides' per-sample noise is taken equal (FINC's null,
+      [`noise_scale`][lightning_spectral.functional.finc_null.noise_scale]).
+
+    Args:
+        vectors: (D, k) unit eigenvectors of ``C_x - rho C_y``.
+        mean_x: (D,) ``mu_x``.
+        second_moment_x: (D, D) ``C_x``.
+        mean_y: (D,) ``mu_y``.
+        second_moment_y: (D, D) ``C_y``.
+        rho: the weight of ``y``.
+        noise: the side with draws (with ``weighted_features``).
+        noise_is_x: whether that side is ``x``.
+        count_other: the other side's sample count.
+    """
+    gradients = share_gradients(vectors, mean_x, second_moment_x, mean_y, second_moment_y, rho)
+    vectors = gradients.vectors
+    draws = [(noise.mean_draw(a), noise.draw(a)) for a in range(noise.draws)]
+    own = torch.stack([gradients.change(noise_is_x, e, big) for e, big in draws])  # (A, k)
+    through_other = torch.stack([gradients.change(not noise_is_x, e, big) for e, big in draws])
+    variance_noise_side = noise.count * through_other.pow(2).mean(0)  # Var f_other on the side with draws
+    first, second = (gradients.first_y, gradients.second_y) if noise_is_x else (gradients.first_x, gradients.second_x)
+
+    def expectation(mean: Tensor, moment: Tensor) -> Tensor:
+        return first * (mean.double().to(vectors) @ vectors) + (vectors * (moment.double().to(vectors) @ second)).sum(0)
+
+    expect_x, expect_y = expectation(mean_x, second_moment_x), expectation(mean_y, second_moment_y)
+    share = two_sided_shares(vectors, mean_x, second_moment_x, mean_y, second_moment_y)
+    bound = first.abs() + second.norm(dim=0)
+    member = (expect_x - (1 - share) * expect_y) / share.clamp_min(1e-300)
+    member = torch.maximum(torch.minimum(member, bound), -bound)
+    excess = torch.where(share > 0, share * (1 - share) * (member - expect_y) ** 2, torch.zeros_like(share))
+    if noise_is_x:  # the other side is y: Var_y f = (Var_x f - excess) / (1 - p)
+        variance_other = torch.where(
+            share < 1, (variance_noise_side - excess).clamp_min(0) / (1 - share).clamp_min(1e-300), variance_noise_side
+        )
+    else:  # the other side is x, the one holding the mode
+        variance_other = (1 - share) * variance_noise_side + excess
+    other = variance_other / count_other
+    return ShareErrors((own.pow(2).mean(0) + other).sqrt(), own, other)
+
+
+def minres(apply: Callable[[Tensor], Tensor], b: Tensor, rtol: float = 1e-10, maxiter: Optional[int] = None) -> Tensor:
+    """Solve ``A x = b`` for each column of ``b`` (D, k) with ``A`` symmetric (possibly indefinite), given by
+    ``apply`` (a (D, k) block of columns at once, each column its own operator), by MINRES (Paige and Saunders 1975,
+    SIAM J. Numer. Anal. 12(4)), until ``||b - A x|| <= rtol ||b||`` or ``maxiter`` (default ``2 D``) steps."""
+    size = b.shape[0]
+    maxiter = 2 * size if maxiter is None else maxiter
+    x = torch.zeros_like(b)
+    beta1 = b.norm(dim=0)
+    active = beta1 > 0
+    r1, r2, y = b.clone(), b.clone(), b.clone()
+    zeros = torch.zeros_like(beta1)
+    old_beta, beta, dbar, epsilon, phibar = zeros, beta1.clone(), zeros, zeros, beta1.clone()
+    cs, sn = -torch.ones_like(beta1), zeros
+    w, w2 = torch.zeros_like(b), torch.zeros_like(b)
+    tiny = torch.finfo(b.dtype).tiny
+    for step in range(maxiter):
+        safe = torch.where(active & (beta > 0), beta, torch.ones_like(beta))
+        v = y / safe
+        y = apply(v)
+        if step >= 1:
+            y = y - (beta / torch.where(old_beta > 0, old_beta, torch.ones_like(old_beta))) * r1
+        alpha = (v * y).sum(0)
+        y = y - (alpha / safe) * r2
+        r1, r2 = r2, y
+        old_beta, beta = beta, y.norm(dim=0)
+        old_epsilon = epsilon
+        delta = cs * dbar + sn * alpha
+        gbar = sn * dbar - cs * alpha
+        epsilon = sn * beta
+        dbar = -cs * beta
+        gamma = torch.hypot(gbar, beta).clamp_min(tiny)
+        cs, sn = gbar / gamma, beta / gamma
+        phi = cs * phibar
+        phibar = sn * phibar
+        w1, w2 = w2, w
+        w = (v - old_epsilon * w1 - delta * w2) / gamma
+        x = x + torch.where(active, phi * w, torch.zeros_like(w))
+        active = active & (phibar > rtol * beta1)
+        if not bool(active.any()):
+            break
+    return x
 
 
 def exact_two_sided_shares(x: Tensor, y: Tensor, sigma: float, rho: float, k: int) -> tuple[Tensor, Tensor]:

@@ -28,8 +28,9 @@ not ``n``; measured in docs/benchmarks.md).
 
 State per stream: ``n``, ``Q``, the ``A`` multiplier sums ``w_a = sum_i s_a(x_i)`` and the ``A`` matrices
 ``S_a = sum_i s_a(x_i) phi_i phi_i^T``: ``(1 + A)`` D x D float64 sums, all plain sums (order-free, all-reduced
-with the rest). A stream may keep no draws (``A = 0``: ``n`` and ``Q`` only); FINC keeps them on one side
-([`finc_null`][lightning_spectral.functional.finc_null]).
+with the rest). FINC's generated side also keeps the ``A`` mean draws ``F_a = sum_i s_a(x_i) phi_i`` (D each, for
+the standard errors of its mode shares). A stream may keep no draws (``A = 0``: ``n`` and ``Q`` only); FINC keeps them
+on one side ([`finc_null`][lightning_spectral.functional.finc_null]).
 """
 
 from __future__ import annotations
@@ -145,12 +146,16 @@ class NoiseSums(NamedTuple):
         weighted: ``S_a`` (A, D, D).
         weight_sums: ``w_a`` (A,).
         count: ``n``.
+        feature_sum: ``s = sum_i phi_i`` (D,), or ``None`` when not kept.
+        weighted_features: ``F_a = sum_i s_a(x_i) phi_i`` (A, D), the draws of the mean (`mean_draw`), or ``None``.
     """
 
     total: Tensor
     weighted: Tensor
     weight_sums: Tensor
     count: float
+    feature_sum: Optional[Tensor] = None
+    weighted_features: Optional[Tensor] = None
 
     @classmethod
     def of(
@@ -163,17 +168,21 @@ class NoiseSums(NamedTuple):
         total = torch.zeros(width, width, dtype=torch.float64, device=x.device)
         weighted = torch.zeros(draws, width, width, dtype=torch.float64, device=x.device)
         weight_sums = torch.zeros(draws, dtype=torch.float64, device=x.device)
+        feature_sum = torch.zeros(width, dtype=torch.float64, device=x.device)
+        weighted_features = torch.zeros(draws, width, dtype=torch.float64, device=x.device)
         for start in range(0, x.shape[0], chunk_size):
             chunk = x[start : start + chunk_size]
             phi = feature_map(chunk)
             product = phi.T @ phi
             total += (product + product.T) / 2
+            feature_sum += phi.double().sum(0)
             if multipliers is None:
                 continue
             weights = multipliers(chunk)
             weight_sums += weights.sum(0)
+            weighted_features += weights.T @ phi.double()
             add_weighted_gram_(weighted, phi, weights)
-        return cls(total, weighted, weight_sums, float(x.shape[0]))
+        return cls(total, weighted, weight_sums, float(x.shape[0]), feature_sum, weighted_features)
 
     @property
     def draws(self) -> int:
@@ -202,6 +211,25 @@ class NoiseSums(NamedTuple):
     def draw(self, a: int) -> Tensor:
         """``E_a`` (D, D)."""
         return (self.weighted[a] - (float(self.weight_sums[a]) / self.count) * self.total) / self.count
+
+    def mean_draw(self, a: int) -> Tensor:
+        """The draw of the mean's noise ``e_a = (1 / n) sum_i (s_a(x_i) - sbar_a) phi_i = (F_a - sbar_a s) / n``
+        (D,): the same multipliers as ``E_a``, so ``(e_a, E_a)`` is a joint replicate of ``(mu, C) - E[(mu, C)]``.
+
+        Raises:
+            RuntimeError: the sums keep no mean draws (``weighted_features`` is ``None``).
+        """
+        if self.weighted_features is None or self.feature_sum is None:
+            raise RuntimeError("NoiseSums: these sums keep no draws of the mean (`weighted_features`).")
+        mean = float(self.weight_sums[a]) / self.count
+        return (self.weighted_features[a] - mean * self.feature_sum) / self.count
+
+
+def mean_draws_exact(x: Tensor, feature_map, multipliers: Multipliers) -> Tensor:
+    """The oracle of `NoiseSums.mean_draw`: ``e_a = Phi^T (s_a - sbar_a) / n`` (A, D) in float64, ``Phi`` (n, D)."""
+    phi = feature_map(x).double()
+    weights = multipliers(x)
+    return (weights - weights.mean(0)).T @ phi / x.shape[0]
 
 
 def draws_exact(x: Tensor, feature_map, multipliers: Multipliers) -> tuple[Tensor, Tensor]:

@@ -160,6 +160,8 @@ class Accumulator(StreamSums):
         multipliers: also keep the ``A`` multiplier sums of the stream's sampling noise
             ([`NoiseSums`][lightning_spectral.functional.sampling_noise.NoiseSums]: ``w_a`` and ``S_a``, appended to
             the flat state as ``[n, s, Q, w, S]``); needs ``covariance``, one lane and no ``centre``.
+        mean_draws: with ``multipliers``, also keep the ``A`` mean draws ``F_a = sum_i s_a(x_i) phi_i`` (A, D),
+            appended as ``[n, s, Q, w, S, F]`` (``A D`` entries, no (D, D) sum; FINC's mode-share standard errors).
 
     Examples:
         >>> import torch
@@ -180,9 +182,11 @@ class Accumulator(StreamSums):
         centre: bool = False,
         chunk_size: int = DEFAULT_CHUNK_SIZE,
         multipliers: Optional[Multipliers] = None,
+        mean_draws: bool = False,
     ) -> None:
         self.metric, self.name, self.feature_map = metric, name, feature_map
         self.multipliers = multipliers
+        self.mean_draws = bool(mean_draws) and multipliers is not None
         if multipliers is not None and (not covariance or centre or getattr(feature_map, "bandwidths", None)):
             raise ValueError(f"{name}: multiplier sums need `covariance=True`, no `centre` and a one-lane map.")
         self.state_name = f"{name}_sums"
@@ -205,7 +209,7 @@ class Accumulator(StreamSums):
 
     def size(self, width: int) -> int:
         """Entries of the flat state for features of width ``D``: ``1 + B D (1 + D)`` (``1 + B D`` without ``Q``;
-        ``+ A (1 + D^2)`` with ``A`` multiplier draws)."""
+        ``+ A (1 + D^2)`` with ``A`` multiplier draws, ``+ A D`` more with ``mean_draws``)."""
         lanes = 1 if self.bandwidths is None else self.bandwidths
         return 1 + lanes * width * ((1 + width) if self.covariance else 1) + self._noise_size(width)
 
@@ -214,8 +218,14 @@ class Accumulator(StreamSums):
         """``A``, the multiplier draws kept (0 without multipliers)."""
         return 0 if self.multipliers is None else self.multipliers.draws
 
+    #: Lanes with their own multiplier sums: 1 (the draws of the one lane), or the lanes themselves when they split
+    #: the rows (a subclass's per-label sums).
+    @property
+    def _noise_lanes(self) -> int:
+        return 1
+
     def _noise_size(self, width: int) -> int:
-        return self.draws * (1 + width * width)
+        return self._noise_lanes * self.draws * (1 + width * width + (width if self.mean_draws else 0))
 
     def allocate(self, width: int) -> None:
         """Size the sums for features of width ``D`` (zeros; a no-op when they have that size already)."""
@@ -245,11 +255,22 @@ class Accumulator(StreamSums):
         return flat[0], sums, outer
 
     def _noise_parts(self, flat: Tensor) -> tuple[Tensor, Tensor]:
-        """Views ``(w (A,), S (A, D, D))`` into a flat state with multipliers."""
-        width, draws = self.width, self.draws
+        """Views ``(w (A,), S (A, D, D))`` into a flat state with multipliers (``(L, A)`` and ``(L, A, D, D)`` with
+        ``L`` noise lanes)."""
+        width, draws, lanes = self.width, self.draws, self._noise_lanes
+        lead = () if lanes == 1 else (lanes,)
         start = flat.numel() - self._noise_size(width)  # type: ignore[arg-type]
-        weights = flat[start : start + draws]
-        return weights, flat[start + draws :].view(draws, width, width)  # type: ignore[arg-type]
+        weights = flat[start : start + lanes * draws].view(*lead, draws)
+        start += lanes * draws
+        end = start + lanes * draws * width * width  # type: ignore[operator]
+        return weights, flat[start:end].view(*lead, draws, width, width)  # type: ignore[arg-type]
+
+    def _mean_draw_part(self, flat: Tensor) -> Optional[Tensor]:
+        """The view ``F`` (A, D) into a flat state with ``mean_draws``, else ``None``."""
+        if not self.mean_draws:
+            return None
+        size = self.draws * self.width  # type: ignore[operator]
+        return flat[flat.numel() - size :].view(self.draws, self.width)  # type: ignore[arg-type]
 
     # ---- the sums ----------------------------------------------------------------------------------------------
     @property
@@ -281,7 +302,8 @@ class Accumulator(StreamSums):
             raise RuntimeError(f"{type(self.metric).__name__}: {self.name!r} keeps no multiplier sums.")
         flat = self.state
         weights, weighted = self._noise_parts(flat)
-        return NoiseSums(self._parts(flat)[2], weighted, weights, float(flat[0]))  # type: ignore[arg-type]
+        _, sums, outer = self._parts(flat)
+        return NoiseSums(outer, weighted, weights, float(flat[0]), sums, self._mean_draw_part(flat))  # type: ignore[arg-type]
 
     @property
     def cov_sum(self) -> Tensor:
@@ -324,6 +346,7 @@ class Accumulator(StreamSums):
         flat = getattr(self.metric, self.state_name)
         count, sums, outer = self._parts(flat)
         noise = None if self.multipliers is None else self._noise_parts(flat)
+        mean_draws = self._mean_draw_part(flat)
         if self.bandwidths is None:  # one lane: the loop below treats every map as (B, N, D)
             sums, outer = sums[None], None if outer is None else outer[None]
         with torch.no_grad():
@@ -346,6 +369,8 @@ class Accumulator(StreamSums):
                     weights = self.multipliers(chunk)  # type: ignore[misc]
                     noise[0].add_(weights.sum(0))
                     add_weighted_gram_(noise[1], phi, weights)
+                    if mean_draws is not None:
+                        mean_draws.add_(weights.T @ phi.double())
 
     def discard(self) -> None:
         """Drop the pending rows (``reset``)."""
@@ -372,7 +397,9 @@ class Accumulator(StreamSums):
             parts.append(outer[..., rows, cols].reshape(-1))
             if self.draws:
                 weights, weighted = self._noise_parts(flat)
-                parts += [weights, weighted[..., rows, cols].reshape(-1)]
+                parts += [weights.reshape(-1), weighted[..., rows, cols].reshape(-1)]
+                if self.mean_draws:
+                    parts.append(self._mean_draw_part(flat).reshape(-1))  # type: ignore[union-attr]
         return torch.cat(parts)
 
     def unpack(self, packed: Tensor) -> Tensor:
@@ -388,7 +415,10 @@ class Accumulator(StreamSums):
         width = self.width
         lanes = 1 if self.bandwidths is None else self.bandwidths
         triangle = 0 if width is None or not self.covariance else width * (width + 1) // 2
-        expected = None if width is None else 1 + lanes * (width + triangle) + self.draws * (1 + triangle)
+        expected = None if width is None else (
+            1 + lanes * (width + triangle)
+            + self._noise_lanes * self.draws * (1 + triangle + (width if self.mean_draws else 0))
+        )
         if expected != packed.numel():
             raise ValueError(
                 f"{type(self.metric).__name__}: the checkpoint's {self.name!r} state has {packed.numel()} entries "
@@ -407,10 +437,14 @@ class Accumulator(StreamSums):
             if self.draws:
                 weights, weighted = self._noise_parts(flat)
                 start += lanes * triangle
-                weights.copy_(packed[start : start + self.draws])
-                upper = packed[start + self.draws :].view(self.draws, -1)
-                weighted[:, rows, cols] = upper
-                weighted[:, cols, rows] = upper
+                noise = self._noise_lanes * self.draws
+                weights.copy_(packed[start : start + noise].view_as(weights))
+                start += noise
+                upper = packed[start : start + noise * triangle].view(*weighted.shape[:-2], -1)
+                weighted[..., rows, cols] = upper
+                weighted[..., cols, rows] = upper
+                if self.mean_draws:
+                    self._mean_draw_part(flat).copy_(packed[start + noise * triangle :].view(self.draws, -1))  # type: ignore[union-attr]
         return flat
 
     #: Whether the lanes split the rows between them (one lane per label) rather than each seeing every row (one
@@ -469,10 +503,16 @@ class Accumulator(StreamSums):
         if self.draws:  # multipliers |s_a| <= sqrt(2): |w_a| <= sqrt(2) n and |diag S_a| <= sqrt(2) diag Q
             weights, weighted = self._noise_parts(flat)
             bound = math.sqrt(2.0) * (1 + tol)
+            limit = diagonal if self._noise_lanes == 1 else diagonal[:, None, :]  # (1, D) or (L, 1, D)
             if bool((weights.abs() > bound * n + tol).any()) or bool(
-                (weighted.diagonal(dim1=-2, dim2=-1).abs() > bound * diagonal.reshape(-1) + tol).any()
+                (weighted.diagonal(dim1=-2, dim2=-1).abs() > bound * limit + tol).any()
             ):
                 return "have multiplier sums larger than multipliers of size at most sqrt(2) allow"
+            mean_draws = self._mean_draw_part(flat)
+            if mean_draws is not None and norm is not None and bool(
+                (mean_draws.norm(dim=-1) > bound * n * math.sqrt(norm) + tol).any()
+            ):
+                return "have mean multiplier sums larger than multipliers of at most sqrt(2) allow (|F_a| > sqrt(2) n)"
         return ""
 
     def rebase(self, shift: Tensor) -> None:

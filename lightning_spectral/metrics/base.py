@@ -139,6 +139,7 @@ class SpectralMetric(Metric):
         feature_map: Optional[FeatureMap] = None,
         accumulator_class: type[Accumulator] = Accumulator,
         same_samples_as: Optional[str] = None,
+        mean_draws: bool = False,
     ) -> Accumulator:
         """Declare an [`Accumulator`][lightning_spectral.metrics.Accumulator] (of this metric's feature map unless
         ``feature_map`` names another, e.g. one side of a joint map).
@@ -150,12 +151,15 @@ class SpectralMetric(Metric):
         ``same_samples_as`` names an accumulator declared before that sees exactly these samples (another view of
         them): [`sample_count`][lightning_spectral.metrics.SpectralMetric.sample_count] counts them once, and a
         checkpoint must give both the same count. ``accumulator_class`` is an ``Accumulator`` subclass taking the
-        same arguments.
+        same arguments. ``mean_draws`` (with ``multipliers``) also keeps the draws of the mean (``Accumulator``).
         """
         if same_samples_as is not None and same_samples_as not in self.accumulators:
             raise ValueError(f"{type(self).__name__}: `same_samples_as` names no accumulator ({same_samples_as!r}).")
         feature_map = self.feature_map if feature_map is None else feature_map
-        accumulator = accumulator_class(self, name, feature_map, covariance, centre, self.chunk_size, multipliers)
+        extra = {"mean_draws": True} if mean_draws else {}
+        accumulator = accumulator_class(
+            self, name, feature_map, covariance, centre, self.chunk_size, multipliers, **extra
+        )
         self.accumulators[name] = accumulator
         if reference:
             self.reference_names = (*self.reference_names, name)

@@ -32,6 +32,8 @@ from lightning_spectral.functional.sampling_noise import (
     DEFAULT_RATIO,
     DEFAULT_SCORE_DRAWS,
     Multipliers,
+    NoiseSums,
+    add_weighted_gram_,
     check_noise_draws,
     standard_error,
 )
@@ -98,8 +100,9 @@ class ConditionalVendi(SpectralMetric):
         noise_draws: ``A``, the multiplier draws kept on every covariance side for the standard errors of the
             scores (``se``, ``information_se``, ``vendi_se``, ``prompt_vendi_se``, ``prompt_agnostic_share_se``;
             default 2: ``A`` more sums per side, (2r)^2 each for the joint, sample and prompt sides, (4r)^2 for the
-            paired one: the noise state is ``A`` times the scores'; interval ``+- t_{A, 0.975} se``); 0, or
-            ``label_prompts=True``, keeps none and reports no standard errors.
+            paired one: the noise state is ``A`` times the scores'; interval ``+- t_{A, 0.975} se``; with
+            ``num_classes`` also ``A`` per label, (2 r_p)^2 each, for ``prompt_se``); 0, or ``label_prompts=True``,
+            keeps none and reports no standard errors.
         in_features: widths ``(d_samples, d_prompts)``, if known.
         chunk_size: rows mapped and summed at once (rows wait in a buffer until this many are pending).
         feature: a frozen ``nn.Module`` mapping a batch of images to (N, d) embeddings: ``update`` then takes
@@ -180,10 +183,12 @@ class ConditionalVendi(SpectralMetric):
             )
         if self.num_classes is not None:
             width = 2 * per_prompt_frequencies
+            lane = width * (width + 1) + (0 if label_prompts is True else noise_draws * (1 + width * width))
             check_memory(
-                type(self).__name__, "num_classes", self.num_classes, 8 * self.num_classes * width * (width + 1),
-                f"{self.num_classes} per-label float64 sums of {width} x {width}",
-                "use fewer labels, or a smaller `per_prompt_frequencies`",
+                type(self).__name__, "num_classes", self.num_classes, 8 * self.num_classes * lane,
+                f"{self.num_classes} per-label float64 sums of {width} x {width} (and {noise_draws} multiplier sums "
+                "each, `noise_draws`)",
+                "use fewer labels, a smaller `per_prompt_frequencies` or fewer `noise_draws`",
             )
         if prompt_names is not None and (
             self.num_classes is None or isinstance(prompt_names, str) or not hasattr(prompt_names, "__len__")
@@ -241,7 +246,8 @@ class ConditionalVendi(SpectralMetric):
         if self.num_classes is not None:
             per_label = _PerLabelMap(rff, per_prompt_frequencies, self.num_classes)
             self.add_accumulator(
-                "per_prompt", feature_map=per_label, accumulator_class=_PerLabelAccumulator, same_samples_as="joint"
+                "per_prompt", feature_map=per_label, accumulator_class=_PerLabelAccumulator, same_samples_as="joint",
+                multipliers=multipliers,
             )
         if in_features is not None:
             self.build(tuple(in_features))
@@ -429,7 +435,9 @@ class ConditionalVendi(SpectralMetric):
           $S = (C_{tt} + \varepsilon I)^{-1} C_{tx}$ (`functional.prompt_agnostic_share_replicates`).
 
         se = the root mean square of the replicates (a scalar per order, ``{order: se}`` for several). The per-label
-        values (``prompt``, ``min_prompt_vendi``) have none: the per-label sums keep no draws. A collective under DDP.
+        values' are
+        [`per_prompt_standard_errors`][lightning_spectral.metrics.ConditionalVendi.per_prompt_standard_errors].
+        A collective under DDP.
 
         Raises:
             RuntimeError: built with ``noise_draws=0`` or ``label_prompts=True`` (no draws are kept).
@@ -495,8 +503,11 @@ class ConditionalVendi(SpectralMetric):
         fitted value too); ``n`` and ``n_features`` (2r), which the scores depend on; with ``noise_draws``, the
         standard errors ``se`` (of the conditional score), ``information_se``, ``vendi_se``, ``prompt_vendi_se`` and
         ``prompt_agnostic_share_se`` beside the values they belong to
-        ([`standard_errors`][lightning_spectral.metrics.ConditionalVendi.standard_errors]; none for the per-label
-        values). A dict per value for several orders. A collective under DDP."""
+        ([`standard_errors`][lightning_spectral.metrics.ConditionalVendi.standard_errors]); with ``num_classes``,
+        ``prompt_se`` (each label's, first order) and ``min_prompt_vendi_se``: the plug-in se of the minimising
+        label's score, which ignores which label is the minimum
+        ([`per_prompt_standard_errors`][lightning_spectral.metrics.ConditionalVendi.per_prompt_standard_errors]).
+        A dict per value for several orders. A collective under DDP."""
         with self.synced():
             scores = self.scores()
             out: dict[str, Any] = {}
@@ -520,9 +531,18 @@ class ConditionalVendi(SpectralMetric):
             if self.num_classes is not None:
                 per_prompt = self.per_prompt()
                 counts = self.prompt_counts().to(per_prompt.device).round()
-                seen = per_prompt[~per_prompt.isnan() & (counts >= 2)]  # a label seen once has Vendi 1
+                eligible = ~per_prompt.isnan() & (counts >= 2)  # a label seen once has Vendi 1
+                seen = per_prompt[eligible]
                 out["min_prompt_vendi"] = seen.min() if seen.numel() else torch.tensor(math.nan)
                 out["prompt"] = per_prompt  # logged per label as {name}_prompt/{label} (labels seen)
+                if self._per_prompt_accumulator().draws:
+                    prompt_se = self.per_prompt_standard_errors()
+                    # the plug-in: the se of the minimising label's score (which label is the minimum is ignored)
+                    minimum = torch.nonzero(eligible).flatten()[torch.argmin(seen)] if seen.numel() else None
+                    out["min_prompt_vendi_se"] = (
+                        prompt_se[minimum] if minimum is not None else torch.tensor(math.nan, dtype=torch.float64)
+                    )
+                    out["prompt_se"] = prompt_se
             return self.with_sigma(out)
 
     # ---- prompt-agnostic modes (Scendi) ---------------------------------------------------------------------------
@@ -599,6 +619,32 @@ class ConditionalVendi(SpectralMetric):
                 moment = sums[label] / counts[label]
                 values[label] = vendi_score(psd_eigenvalues(moment), order).cpu()
         return values
+
+    def per_prompt_standard_errors(self, alpha: Any = None) -> Tensor:
+        """Standard errors (L,) of [`per_prompt`][lightning_spectral.metrics.ConditionalVendi.per_prompt] (order
+        ``alpha``, default the metric's first), from each label's own multiplier draws (its lane's ``S_a``, the
+        samples' multipliers): first order, ``d_a = tr(grad V E_a)`` as `functional.vendi_replicates`, se the root
+        mean square over the ``noise_draws`` draws; NaN for a label without samples. A collective under DDP.
+
+        Raises:
+            RuntimeError: no per-label draws (``noise_draws=0``, ``label_prompts=True``) or no ``num_classes``.
+        """
+        order = self.orders[0] if alpha is None else check_orders(alpha)[0][0]
+        accumulator = self._per_prompt_accumulator()
+        if not accumulator.draws:
+            raise RuntimeError("ConditionalVendi.per_prompt_standard_errors: the per-label sums keep no draws "
+                               "(noise_draws=0, or label_prompts=True); build it with noise_draws >= 1.")
+        with self.synced():
+            return self.cached(f"prompt_se_{order}", lambda: self._per_prompt_standard_errors(order))
+
+    def _per_prompt_standard_errors(self, order: Any) -> Tensor:
+        accumulator = self._per_prompt_accumulator()
+        errors = torch.full((self.num_classes,), math.nan, dtype=torch.float64)  # type: ignore[arg-type]
+        counts = accumulator.lane_counts()
+        for label in torch.nonzero(counts > 0).flatten().tolist():
+            replicates = vendi_replicates(accumulator.lane_noise_sums(label), [order], None, self.precision)
+            errors[label] = standard_error(replicates[order]).cpu()
+        return errors
 
     def least_diverse(self, k: int = 5, min_count: int = 2) -> list[tuple[int, float, int]]:
         """The ``k`` labels with the lowest per-prompt Vendi among those with at least ``min_count`` samples:
@@ -703,9 +749,32 @@ class _PerLabelMap(FeatureMap):
 
 class _PerLabelAccumulator(Accumulator):
     """Per-label sums in the lanes of one flat state: rows ``[label, x]`` go to their label's lane only. A lane's
-    count is the trace of its ``Q`` (unit-norm features); the state's count is the total."""
+    count is the trace of its ``Q`` (unit-norm features); the state's count is the total. With ``multipliers`` each
+    lane also keeps its ``A`` multiplier sums ``w_la``, ``S_la`` (multipliers of the sample ``x``;
+    [`NoiseSums`][lightning_spectral.functional.sampling_noise.NoiseSums]): ``L A`` more (2 r_p)^2 sums."""
 
     lanes_split_rows = True
+
+    def __init__(self, metric: Any, name: str, feature_map: FeatureMap, covariance: bool = True, centre: bool = False,
+                 chunk_size: int = DEFAULT_CHUNK_SIZE, multipliers: Optional[Multipliers] = None) -> None:
+        super().__init__(metric, name, feature_map, covariance, centre, chunk_size)  # (the base keeps one lane's)
+        if multipliers is not None:
+            self.multipliers = multipliers
+            width, self.width = self.width, None
+            if width is not None:
+                self.allocate(width)
+
+    @property
+    def _noise_lanes(self) -> int:
+        return 1 if self.multipliers is None else int(self.bandwidths)  # type: ignore[arg-type]
+
+    def lane_noise_sums(self, label: int) -> NoiseSums:
+        """Label ``label``'s ``Q``, ``S_a``, ``w_a`` and count (its lane's trace)."""
+        flat = self.state
+        weights, weighted = self._noise_parts(flat)
+        outer = self._parts(flat)[2]
+        count = float(outer[label].diagonal().sum().round())  # type: ignore[index]
+        return NoiseSums(outer[label], weighted[label], weights[label], count)  # type: ignore[index]
 
     def flush(self) -> None:
         if not self._pending:
@@ -715,16 +784,23 @@ class _PerLabelAccumulator(Accumulator):
             return
         rows = torch.cat(list(self._pending))
         self._pending.clear()
-        count, sums, outer = self._parts(getattr(self.metric, self.state_name))
+        flat = getattr(self.metric, self.state_name)
+        count, sums, outer = self._parts(flat)
+        noise = None if self.multipliers is None else self._noise_parts(flat)
         with torch.no_grad():
             for start in range(0, rows.shape[0], self.chunk_size):
                 chunk = rows[start : start + self.chunk_size]
                 labels, phi = chunk[:, 0].long(), self.feature_map(chunk[:, 1:])
+                weights = None if noise is None else self.multipliers(chunk[:, 1:])  # type: ignore[misc]
                 count += chunk.shape[0]
                 for label in torch.unique(labels).tolist():
-                    features = phi[labels == label]
+                    rows_of_label = labels == label
+                    features = phi[rows_of_label]
                     sums[label] += features.sum(0)
                     add_gram_(outer[label], features)  # type: ignore[index]
+                    if noise is not None:
+                        noise[0][label] += weights[rows_of_label].sum(0)  # type: ignore[index]
+                        add_weighted_gram_(noise[1][label], features, weights[rows_of_label])  # type: ignore[index]
 
     def lane_counts(self) -> Tensor:
         """Samples per label (L,): the traces of the lanes' ``Q``, rounded (float64)."""

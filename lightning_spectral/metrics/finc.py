@@ -32,7 +32,7 @@ from lightning_spectral.functional.finc import (
 )
 from lightning_spectral.functional.finc_null import NULL_BATCH, noise_scale, null_model
 from lightning_spectral.functional.mode_groups import ModeGroups, groups_of, mode_groups
-from lightning_spectral.functional.mode_shares import ModeRow, two_sided_shares
+from lightning_spectral.functional.mode_shares import ModeRow, two_sided_share_errors, two_sided_shares
 from lightning_spectral.functional.modes import (
     Ids,
     Modes,
@@ -165,7 +165,7 @@ class FINCNovelty(SpectralMetric):
         self._null_cache: Optional[tuple[Any, Any]] = None  # `cached_null`'s (key, null)
         self.reset_real_features = reset_real_features
         multipliers = Multipliers(draws, rff.sigma, rff.seed, DEFAULT_RATIO)
-        self.gen = [self.add_accumulator("gen", multipliers=multipliers)]
+        self.gen = [self.add_accumulator("gen", multipliers=multipliers, mean_draws=True)]
         self.ref = [self.add_accumulator("ref", reference=True)]
         if in_features is not None:
             self.build(check_positive_int(in_features, "in_features"))
@@ -182,8 +182,9 @@ class FINCNovelty(SpectralMetric):
         fix = f"use a smaller `n_frequencies` (2r = 4096 to 16384 is typical) or fewer `draws` (>= 1; {draws} now)"
         check_memory("FINCNovelty", "n_frequencies", n_frequencies, needed, what, fix)
 
-    #: The layout of the sums: multiplier draws on the generated side only (written with every checkpoint).
-    NOISE_LAYOUT = "generated-side draws"
+    #: The layout of the sums: multiplier draws on the generated side only, with the draws of its mean (written with
+    #: every checkpoint).
+    NOISE_LAYOUT = "generated-side draws with mean draws"
 
     def checkpoint_settings(self) -> dict[str, Any]:
         """The sums' layout and ``draws`` (a checkpoint of either other is refused on load)."""
@@ -191,7 +192,8 @@ class FINCNovelty(SpectralMetric):
 
     def set_extra_state(self, state: Any) -> None:
         """Refuse a checkpoint whose sums were written when both sides kept multiplier draws (no ``noise`` setting):
-        those draws cannot be converted (the multipliers depend on ``draws``)."""
+        those draws cannot be converted (the multipliers depend on ``draws``); and one whose generated side kept no
+        draws of its mean (``noise`` ``"generated-side draws"``)."""
         if isinstance(state, dict) and set(state.get("sums", {})) == {"gen", "ref"} and "noise" not in (
             state.get("settings") or {}
         ) and any(packed.numel() > 1 for packed in state["sums"].values()):
@@ -199,6 +201,13 @@ class FINCNovelty(SpectralMetric):
                 "FINCNovelty: the checkpoint's sums were written by an earlier version that kept multiplier draws on "
                 "both sides (2 x (1 + draws) sums of (2r)^2); this version keeps them on the generated side only "
                 "(2 + draws) and cannot convert them. Accumulate the data again instead of resuming these sums (or "
+                "load the checkpoint with the version that wrote it)."
+            )
+        if isinstance(state, dict) and (state.get("settings") or {}).get("noise") == "generated-side draws":
+            raise RuntimeError(
+                "FINCNovelty: the checkpoint's sums were written by an earlier version whose generated side kept no "
+                "draws of its mean (the mode shares' standard errors need them: `A` vectors of 2r beside its "
+                "(2r)^2 draws) and cannot be converted. Accumulate the data again instead of resuming these sums (or "
                 "load the checkpoint with the version that wrote it)."
             )
         super().set_extra_state(state)
@@ -373,6 +382,41 @@ class FINCNovelty(SpectralMetric):
             x, y = self.pooled(real=missing), self.pooled(real=not missing)
             return two_sided_shares(modes.eigenvectors, x.mean(), x.second_moment(), y.mean(), y.second_moment())
 
+    def mode_share_standard_errors(self, k: int = 10, missing: bool = False) -> Tensor:
+        """Standard errors (k,) of [`mode_shares`][lightning_spectral.metrics.FINCNovelty.mode_shares], first order
+        in the noise (the delta method, the eigenvector's turn included;
+        [`two_sided_share_errors`][lightning_spectral.functional.mode_shares.two_sided_share_errors]): the generated
+        side's part from its multiplier draws of the mean and the second moment (exact bootstrap replicates), the
+        reference's (which keeps no draws) from the share's model (members of the mode + samples like the other
+        side). From the sums; a collective under DDP.
+
+        Examples:
+            >>> import torch
+            >>> g = torch.Generator().manual_seed(0)
+            >>> ref = torch.cat([torch.randn(900, 2, generator=g), 8 + 0.3 * torch.randn(100, 2, generator=g)])
+            >>> metric = FINCNovelty(sigma=1.0, n_frequencies=256)
+            >>> metric.update(torch.randn(1000, 2, generator=g), real=False)
+            >>> metric.update(ref, real=True)
+            >>> se = float(metric.mode_share_standard_errors(1, missing=True)[0])
+            >>> 0.003 < se < 0.03   # about sqrt(0.1 * 0.9 / 1000) = 0.0095
+            True
+        """
+        check_bool(missing, "missing")
+        check_positive_int(k, "k")
+        with self.synced():
+            modes = self._modes(k, missing)
+            name = ("missing" if missing else "novel") + f"_share_se_{modes.eigenvectors.shape[1]}"
+            return self.cached(name, lambda: self._share_errors(modes, missing))
+
+    def _share_errors(self, modes: Modes, missing: bool) -> Tensor:
+        x, y = self.pooled(real=missing), self.pooled(real=not missing)
+        gen = self._side(real=False)
+        other = float(self.ref[0].count)
+        return two_sided_share_errors(
+            modes.eigenvectors, x.mean(), x.second_moment(), y.mean(), y.second_moment(), self.rho, gen,
+            noise_is_x=not missing, count_other=other,
+        ).se
+
     def missing_score(self) -> Tensor:
         """The sum of the significant eigenvalues of ``C_ref - rho C_gen``: the mass of the missing modes."""
         with self.synced():
@@ -418,7 +462,10 @@ class FINCNovelty(SpectralMetric):
         ``missing_share``: each significant mode's share of its side's samples (``{i: share}``, logged as
         ``missing_share/0``, ...; the first `SUMMARY_SHARES` significant modes, empty without one;
         [`mode_shares`][lightning_spectral.metrics.FINCNovelty.mode_shares]: it costs that side's eigenvectors,
-        which the galleries reuse); ``novel_top_bias`` / ``missing_top_bias``: the top eigenvalue's upward bias
+        which the galleries reuse); ``novel_share_se`` / ``missing_share_se``: their standard errors (``{i: se}``,
+        logged as ``missing_share_se/0``, ...;
+        [`mode_share_standard_errors`][lightning_spectral.metrics.FINCNovelty.mode_share_standard_errors]);
+        ``novel_top_bias`` / ``missing_top_bias``: the top eigenvalue's upward bias
         (second order, ``functional.finc.top_bias``), so its 95 % interval is
         ``[top - bias - q se, top + q se]`` (``q = t_{draws, 0.975}``; near the noise floor the top eigenvalue is
         the largest of many noisy ones, and the symmetric ``top +- q se`` misses low, docs/benchmarks.md "Coverage
@@ -435,6 +482,8 @@ class FINCNovelty(SpectralMetric):
             for name, spectrum, side in (("novel", novel, False), ("missing", missing, True)):
                 count = min(int(spectrum.significant.sum()), SUMMARY_SHARES)
                 shares[name] = dict(enumerate(self.mode_shares(count, missing=side)[:count])) if count else {}
+                errors = self.mode_share_standard_errors(count, missing=side)[:count] if count else []
+                shares[name + "_se"] = dict(enumerate(errors))
             sizes = {
                 "n": torch.tensor(float(self.sample_count()), dtype=torch.float64),
                 "n_real": torch.tensor(float(self.sample_count(real=True)), dtype=torch.float64),
@@ -457,6 +506,8 @@ class FINCNovelty(SpectralMetric):
             "missing_top_bias": missing_bias,
             "novel_share": shares["novel"],
             "missing_share": shares["missing"],
+            "novel_share_se": shares["novel_se"],
+            "missing_share_se": shares["missing_se"],
             **sizes,
         })
 
