@@ -7,11 +7,11 @@ import math
 import pytest
 import torch
 
+from lightning_spectral.algebra import minres
 from lightning_spectral.functional import ModeRow, exact_two_sided_shares, mode_line, two_sided_shares
 from lightning_spectral.functional.mode_shares import (
     counted_shares,
     counting,
-    minres,
     share_from_moments,
     two_sided_share_errors,
 )

@@ -1,4 +1,5 @@
-"""Linear algebra: chunked Gram accumulation in float64 and the symmetric eigen routes (dense, Lanczos, float32).
+"""Linear algebra: chunked Gram accumulation in float64, the symmetric eigen routes (dense, Lanczos, float32) and
+MINRES.
 """
 
 from lightning_spectral.algebra.eigen import (
@@ -26,6 +27,7 @@ from lightning_spectral.algebra.gram import (
     symmetrize,
     weighted_sum,
 )
+from lightning_spectral.algebra.minres import minres
 
 __all__ = [
     "add_covariance_",
@@ -38,6 +40,7 @@ __all__ = [
     "eigenvalues_above",
     "extreme_eigenpairs",
     "extreme_eigenvalues",
+    "minres",
     "FLOAT32_MIN_SIZE",
     "jittered_cholesky",
     "one_thread",
