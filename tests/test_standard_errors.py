@@ -383,3 +383,26 @@ def test_spec_cluster_eigenvalue_ses_equal_finite_differences_of_the_n_by_n_draw
         torch.testing.assert_close(summary[key], top(moment, sign), rtol=1e-6, atol=1e-10)
         torch.testing.assert_close(summary[f"{key}_se"], moves.pow(2).mean(0).sqrt(), rtol=1e-4, atol=1e-9)
         assert bool((summary[f"{key}_se"] > 0).all())
+
+
+def test_fkea_se_and_score_through_the_range_finder_equal_the_dense_route():
+    """n = 300 samples at 2r = 1,024: rank(C) <= 300, so `psd_eigh` with ``rank`` takes the range finder
+    (`use_range_finder`); the se of every order and the score read from its spectrum equal the dense ``eigh``'s and
+    ``eigvalsh``'s (float64 at this width)."""
+    from lightning_spectral.algebra.eigen import use_range_finder
+
+    x = mixture(300, seed=4)
+    orders = [0.5, 1, 2, 3]
+    metric = FKEAVendi(sigma=1.5, n_frequencies=512, alpha=orders, noise_draws=2)
+    metric.update(x)
+    assert use_range_finder(metric.feature_map.out_features, metric.sample_count())
+    summary = metric.summary()
+    with metric.synced():
+        noise = metric.samples.noise_sums()
+    want = vendi_standard_errors(noise, orders, None, metric.precision)  # the dense eigh of every pair
+    fresh = FKEAVendi(sigma=1.5, n_frequencies=512, alpha=orders, noise_draws=0)
+    fresh.update(x)
+    scores = fresh.compute()  # psd_eigenvalues' eigvalsh
+    for order in orders:
+        assert float(summary["se"][order]) == pytest.approx(float(want[order]), rel=1e-7), order
+        assert float(summary[""][order]) == pytest.approx(float(scores[order]), rel=1e-7), order  # 1e-8 at 0.5

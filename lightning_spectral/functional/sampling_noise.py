@@ -41,6 +41,7 @@ import torch
 from torch import Tensor
 
 from lightning_spectral._checks import check_positive, check_positive_int
+from lightning_spectral.algebra.gram import add_gram_
 
 #: Default number of multiplier draws (each a D x D float64 sum), kept by FINC's generated side only.
 DEFAULT_DRAWS = 3
@@ -130,10 +131,11 @@ class Multipliers:
 
 def add_weighted_gram_(total: Tensor, phi: Tensor, weights: Tensor) -> Tensor:
     """In place ``total[a] += sum_i weights[i, a] phi_i phi_i^T`` for ``total`` (A, D, D), ``phi`` (N, D),
-    ``weights`` (N, A); each product in ``phi``'s dtype, symmetrised, added in ``total``'s dtype. Returns ``total``."""
+    ``weights`` (N, A); each product in ``phi``'s dtype, added in ``total``'s dtype by
+    [`add_gram_`][lightning_spectral.algebra.add_gram_] (the tiles on and above the diagonal, mirrored: half the
+    products of the full ``(w phi)^T phi``, and exactly symmetric). Returns ``total``."""
     for a in range(weights.shape[1]):
-        product = (phi * weights[:, a : a + 1].to(phi.dtype)).T @ phi
-        total[a] += (product + product.T) / 2
+        add_gram_(total[a], phi, weights=weights[:, a])
     return total
 
 

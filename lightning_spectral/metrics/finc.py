@@ -57,6 +57,11 @@ from lightning_spectral.metrics.base import ModeGallery, SpectralMetric
 #: can have a hundred significant missing modes, and every share is a logged scalar.
 SUMMARY_SHARES = 8
 
+#: The fewest leading eigenvectors a side's first decomposition finds (the galleries' default modes,
+#: ``EmbeddingMetrics(gallery_modes=4)``): the standard errors read one and the galleries then four, and a second
+#: Lanczos run for four costs about what the first did, where finding four in the first costs little more.
+TOP_PAIRS = 4
+
 class FINCNovelty(SpectralMetric):
     r"""Novel modes of generated embeddings against a reference: the spectrum of ``C_gen - rho C_ref`` (FINC).
 
@@ -244,7 +249,7 @@ class FINCNovelty(SpectralMetric):
             x, y = (ref, gen) if missing else (gen, ref)
             return top_modes(spectrum, x, y, self.rho, count)
 
-        return self.cached_top(("missing" if missing else "novel") + "_top", max(k, significant, 1), decompose)
+        return self.cached_top(("missing" if missing else "novel") + "_top", max(k, significant, TOP_PAIRS), decompose)
 
     def _decompose(self, missing: bool, vectors: bool, partial: bool = False) -> DifferentialSpectrum:
         for side, accumulator, call in (("generated", self.gen[0], "real=False"), ("reference", self.ref[0], "real=True")):
