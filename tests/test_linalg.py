@@ -496,7 +496,8 @@ def test_psd_eigh_with_a_rank_bound_equals_the_dense_route_and_the_n_by_n_oracle
     gaps = (oracle[:top] - oracle[1 : top + 1]).abs().min()
     assert float(gaps) > 1e3 * tolerance * float(oracle[0])
     dots = (vectors[:, :top].double() * dense_vectors[:, :top].double()).sum(0).abs()
-    torch.testing.assert_close(dots, torch.ones(top, dtype=torch.float64), rtol=0, atol=1e-4 if dtype == torch.float32 else 1e-8)
+    atol = 1e-4 if dtype == torch.float32 else 1e-8
+    torch.testing.assert_close(dots, torch.ones(top, dtype=torch.float64), rtol=0, atol=atol)
     assert not use_range_finder(1024, None)
     assert not use_range_finder(PARTIAL_MIN_SIZE - 1, 10)
     assert not use_range_finder(1024, int(RANGE_MAX_SHARE * 1024))

@@ -476,9 +476,10 @@ def psd_eigh(
     ``precision``, its eigenvalues cleaned by the same rules.
 
     With ``rank`` (a bound on the rank of ``A``: a second moment of n samples has rank <= n) and
-    `use_range_finder`, a range finder instead of the dense ``eigh`` (Halko, Martinsson and Tropp 2011, Algorithms
-    4.1 and 5.1, no power steps): ``Y = A Omega`` for a seeded Gaussian ``Omega`` (D, k), ``k = rank + p``
-    (`RANGE_OVERSAMPLE`), ``V = qr(Y)``, ``B = V^T A V = W diag(theta) W^T``, pairs ``(theta, V W)``. With
+    `use_range_finder`, a range finder instead of the dense ``eigh`` (Halko, Martinsson and Tropp, "Finding
+    structure with randomness", SIAM Review 53(2), 2011: Algorithms 4.1 and 5.3, no power steps): ``Y = A Omega``
+    for a seeded Gaussian ``Omega`` (D, k), ``k = rank + p`` (`RANGE_OVERSAMPLE`), ``V = qr(Y)``,
+    ``B = V^T A V = W diag(theta) W^T``, pairs ``(theta, V W)``. With
     ``rank(A) <= rank < k``, ``range(Y) = range(A)`` in exact arithmetic, so these are the non-zero eigen-pairs
     exactly, up to round-off: the eigenvalues past ``rank`` are set to 0, the other ``D - k`` are 0. Cost
     ``O(D^2 k)`` in GEMMs and a QR, against ``O(D^3)`` for the dense ``eigh``.
