@@ -520,3 +520,15 @@ def test_weighted_gram_of_the_upper_tiles_equals_the_explicit_sum(dtype):
     assert torch.equal(total, total.transpose(1, 2))
     add_gram_(total[0], phi.to(dtype), tile=16, weights=weights[:, 0])  # tiles smaller than the width
     torch.testing.assert_close(total[0], want[0] + (want[0] - 1), rtol=0, atol=2 * tolerance * float(want.abs().max()))
+
+
+def test_draws_times_vectors_equal_the_formed_draws():
+    """`NoiseSums.draws_times` (``E_a V`` from the sums, the draws never formed) equals ``draw(a) @ V``."""
+    from lightning_spectral.functional.sampling_noise import Multipliers, NoiseSums
+
+    x = torch.randn(90, 3, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
+    sums = NoiseSums.of(x, GaussianRFF(3, 16, sigma=1.0, seed=0), Multipliers(3, 1.0, 0, 1.0), chunk_size=40)
+    vectors = torch.randn(32, 4, generator=torch.Generator().manual_seed(6), dtype=torch.float64)
+    want = torch.stack([sums.draw(a) @ vectors for a in range(3)])
+    torch.testing.assert_close(sums.draws_times(vectors), want, rtol=0, atol=1e-13 * float(want.abs().max()))
+    assert sums.draws_times(vectors[:, :0]).shape == (3, 32, 0)

@@ -205,6 +205,13 @@ class NoiseSums(NamedTuple):
         """``E_a`` (D, D)."""
         return (self.weighted[a] - (float(self.weight_sums[a]) / self.count) * self.total) / self.count
 
+    def draws_times(self, vectors: Tensor) -> Tensor:
+        """``E_a V`` for every draw (A, D, k), ``V`` (D, k), without forming ``E_a``:
+        ``(S_a V - sbar_a Q V) / n`` (each sum read once, ``Q V`` shared by the draws)."""
+        vectors = vectors.to(self.total.dtype)
+        means = (self.weight_sums / self.count).to(self.total.dtype)
+        return (self.weighted @ vectors - means[:, None, None] * (self.total @ vectors)) / self.count
+
 
 def draws_exact(x: Tensor, feature_map, multipliers: Multipliers) -> tuple[Tensor, Tensor]:
     """The oracle, sample by sample: ``C`` (D, D) and the draws ``E_a`` (A, D, D) as n x n formulas.

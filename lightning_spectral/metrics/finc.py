@@ -403,13 +403,11 @@ class FINCNovelty(SpectralMetric):
         columns = spectrum.eigenvectors.shape[1]  # type: ignore[union-attr]  # every significant mode among them
         vectors = spectrum.eigenvectors[:, spectrum.significant[:columns]]  # type: ignore[index]
         top = spectrum.eigenvectors[:, :1]  # type: ignore[index]
-        score, first = [], []
         scale = noise_scale(gen, x, y, self.rho)
-        for a in range(gen.draws):
-            draw = scale * gen.draw(a)
-            score.append((vectors * (draw @ vectors)).sum())
-            first.append((top * (draw @ top)).sum())
-        return standard_error(torch.stack(score)), standard_error(torch.stack(first))
+        moved = scale * gen.draws_times(torch.cat([vectors, top], 1))  # D_a [V, u_1], (A, D, k + 1)
+        score = (vectors * moved[:, :, : vectors.shape[1]]).sum((1, 2))
+        first = (top * moved[:, :, vectors.shape[1] :]).sum((1, 2))
+        return standard_error(score), standard_error(first)
 
     def _top_bias(self, missing: bool) -> Tensor:
         gen, ref = self._side(real=False), self._side(real=True)
