@@ -441,7 +441,7 @@ def test_modes_and_standard_errors_from_the_top_pairs_equal_the_dense_eigh(monke
     metrics, top_eigh = [], functional_finc.top_eigh
     for dense in (False, True):
         if dense:
-            monkeypatch.setattr(functional_finc, "top_eigh", lambda m, k: top_eigh(m, k, partial=False))
+            monkeypatch.setattr(functional_finc, "top_eigh", lambda m, k, **kw: top_eigh(m, k, partial=False))
         metric = FINCNovelty(sigma=1.0, n_frequencies=512, rho=1.0)  # the mirrored missing spectrum too
         metric.update(x[:600], real=True)
         metric.update(torch.cat([x[600:1000], x[1000:][labels[1000:] == 0]]), real=False)

@@ -467,3 +467,68 @@ def test_psd_eigh_gives_psd_eigenvalues_values_and_their_vectors():
         assert float((rebuilt - moment).abs().max()) < tolerance * float(values[0]) * 10
     with pytest.raises(ValueError, match="psd_eigh: the matrix has NaN"):
         psd_eigh(torch.full((3, 3), float("nan")))
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_psd_eigh_with_a_rank_bound_equals_the_dense_route_and_the_n_by_n_oracle(dtype):
+    """A second moment of n = 150 rows at D = 1,024 (rows' products in ``dtype``, summed in float64) has rank <= 150:
+    `psd_eigh` with ``rank=150`` takes the range finder and gives the dense ``eigh``'s eigenvalues (all D) and the
+    non-zero ones of the n x n Gram matrix, with eigenvectors of the same projectors; the rule
+    (`use_range_finder`) turns it off without a bound, below `PARTIAL_MIN_SIZE` rows and for a bound near D."""
+    from lightning_spectral.algebra import psd_eigh
+    from lightning_spectral.algebra.eigen import PARTIAL_MIN_SIZE, RANGE_MAX_SHARE, RANGE_OVERSAMPLE, use_range_finder
+
+    rff = GaussianRFF(3, 512, sigma=1.0, seed=0)
+    x = torch.randn(150, 3, generator=torch.Generator().manual_seed(1)) * torch.tensor([1.0, 2.0, 0.5])
+    phi = rff(x.to(dtype))
+    moment = (phi.T @ phi).double() / 150
+    precision = "float64" if dtype == torch.float64 else "float32"
+    assert use_range_finder(1024, 150)
+    values, vectors = psd_eigh(moment, precision=precision, rank=150)
+    dense_values, dense_vectors = psd_eigh(moment, precision=precision)
+    oracle = torch.linalg.eigvalsh((phi @ phi.T).double() / 150).flip(0)
+    tolerance = 1e-12 if dtype == torch.float64 else 1e-6
+    assert vectors.shape == (1024, 150 + RANGE_OVERSAMPLE) and values.shape == (1024,)
+    assert float((values[150:]).abs().max()) == 0.0
+    torch.testing.assert_close(values, dense_values, rtol=0, atol=tolerance * float(oracle[0]))
+    torch.testing.assert_close(values[:150], oracle, rtol=0, atol=tolerance * float(oracle[0]))
+    top = 20  # well-separated leading pairs: the same projector u u^T (signs are arbitrary)
+    gaps = (oracle[:top] - oracle[1 : top + 1]).abs().min()
+    assert float(gaps) > 1e3 * tolerance * float(oracle[0])
+    dots = (vectors[:, :top].double() * dense_vectors[:, :top].double()).sum(0).abs()
+    atol = 1e-4 if dtype == torch.float32 else 1e-8
+    torch.testing.assert_close(dots, torch.ones(top, dtype=torch.float64), rtol=0, atol=atol)
+    assert not use_range_finder(1024, None)
+    assert not use_range_finder(PARTIAL_MIN_SIZE - 1, 10)
+    assert not use_range_finder(1024, int(RANGE_MAX_SHARE * 1024))
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_weighted_gram_of_the_upper_tiles_equals_the_explicit_sum(dtype):
+    """`add_weighted_gram_` (the draws' sums ``S_a += sum_i w_ia phi_i phi_i^T``) through `add_gram_`'s upper tiles,
+    mirrored: the explicit float64 sum to the rounding of ``dtype``, exactly symmetric."""
+    from lightning_spectral.functional.sampling_noise import add_weighted_gram_
+
+    generator = torch.Generator().manual_seed(3)
+    phi = torch.randn(70, 40, generator=generator, dtype=torch.float64)
+    weights = torch.randn(70, 3, generator=generator, dtype=torch.float64)
+    total = torch.ones(3, 40, 40, dtype=torch.float64)
+    add_weighted_gram_(total, phi.to(dtype), weights)
+    want = torch.ones(3, 40, 40, dtype=torch.float64) + torch.einsum("ia,ij,ik->ajk", weights, phi, phi)
+    tolerance = 1e-12 if dtype == torch.float64 else 1e-5
+    torch.testing.assert_close(total, want, rtol=0, atol=tolerance * float(want.abs().max()))
+    assert torch.equal(total, total.transpose(1, 2))
+    add_gram_(total[0], phi.to(dtype), tile=16, weights=weights[:, 0])  # tiles smaller than the width
+    torch.testing.assert_close(total[0], want[0] + (want[0] - 1), rtol=0, atol=2 * tolerance * float(want.abs().max()))
+
+
+def test_draws_times_vectors_equal_the_formed_draws():
+    """`NoiseSums.draws_times` (``E_a V`` from the sums, the draws never formed) equals ``draw(a) @ V``."""
+    from lightning_spectral.functional.sampling_noise import Multipliers, NoiseSums
+
+    x = torch.randn(90, 3, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
+    sums = NoiseSums.of(x, GaussianRFF(3, 16, sigma=1.0, seed=0), Multipliers(3, 1.0, 0, 1.0), chunk_size=40)
+    vectors = torch.randn(32, 4, generator=torch.Generator().manual_seed(6), dtype=torch.float64)
+    want = torch.stack([sums.draw(a) @ vectors for a in range(3)])
+    torch.testing.assert_close(sums.draws_times(vectors), want, rtol=0, atol=1e-13 * float(want.abs().max()))
+    assert sums.draws_times(vectors[:, :0]).shape == (3, 32, 0)

@@ -412,3 +412,26 @@ def test_conditional_per_prompt_se_are_the_autograd_replicates_of_each_labels_or
     torch.testing.assert_close(summary["prompt_se"], metric.per_prompt_standard_errors(1), rtol=0, atol=0)
     lowest = int(torch.argmin(summary["prompt"]))
     assert lowest == 2 and float(summary["min_prompt_vendi_se"]) == float(summary["prompt_se"][lowest])
+
+
+def test_fkea_se_and_score_through_the_range_finder_equal_the_dense_route():
+    """n = 300 samples at 2r = 1,024: rank(C) <= 300, so `psd_eigh` with ``rank`` takes the range finder
+    (`use_range_finder`); the se of every order and the score read from its spectrum equal the dense ``eigh``'s and
+    ``eigvalsh``'s (float64 at this width)."""
+    from lightning_spectral.algebra.eigen import use_range_finder
+
+    x = mixture(300, seed=4)
+    orders = [0.5, 1, 2, 3]
+    metric = FKEAVendi(sigma=1.5, n_frequencies=512, alpha=orders, noise_draws=2)
+    metric.update(x)
+    assert use_range_finder(metric.feature_map.out_features, metric.sample_count())
+    summary = metric.summary()
+    with metric.synced():
+        noise = metric.samples.noise_sums()
+    want = vendi_standard_errors(noise, orders, None, metric.precision)  # the dense eigh of every pair
+    fresh = FKEAVendi(sigma=1.5, n_frequencies=512, alpha=orders, noise_draws=0)
+    fresh.update(x)
+    scores = fresh.compute()  # psd_eigenvalues' eigvalsh
+    for order in orders:
+        assert float(summary["se"][order]) == pytest.approx(float(want[order]), rel=1e-7), order
+        assert float(summary[""][order]) == pytest.approx(float(scores[order]), rel=1e-7), order  # 1e-8 at 0.5

@@ -18,9 +18,10 @@ DEFAULT_CHUNK_SIZE = 4096
 DEFAULT_TILE = 1024
 
 
-def add_gram_(total: Tensor, phi: Tensor, tile: int = DEFAULT_TILE) -> Tensor:
+def add_gram_(total: Tensor, phi: Tensor, tile: int = DEFAULT_TILE, weights: Optional[Tensor] = None) -> Tensor:
     r"""In place $\text{total} \mathrel{+}= \Phi^\top \Phi$ for $\Phi$ (``phi``) of shape (N, D), ``total`` of shape
-    (D, D).
+    (D, D); with ``weights`` (N,) $\Phi^\top \operatorname{diag}(w) \Phi$ (the multiplier draws' sums, the same
+    half of the tiles).
 
     The product runs in ``phi``'s dtype (one BLAS call per row strip of tiles on or above the diagonal)
     and is added to ``total`` in ``total``'s dtype (float64 for every state in this library). The total stays
@@ -30,9 +31,10 @@ def add_gram_(total: Tensor, phi: Tensor, tile: int = DEFAULT_TILE) -> Tensor:
     width = phi.shape[1]
     if total.shape != (width, width):
         raise ValueError(f"add_gram_: total has shape {tuple(total.shape)}, expected ({width}, {width}).")
+    left = phi if weights is None else phi * weights.reshape(-1, 1).to(phi.dtype)
     for start in range(0, width, tile):
         stop = min(start + tile, width)
-        strip = phi[:, start:stop].T @ phi[:, start:]  # (tile, width - start): diagonal tile and right of it
+        strip = left[:, start:stop].T @ phi[:, start:]  # (tile, width - start): diagonal tile and right of it
         diagonal = strip[:, : stop - start]
         diagonal.copy_(symmetrize(diagonal))  # a BLAS product is not exactly symmetric: the total must be
         total[start:stop, start:] += strip

@@ -200,7 +200,8 @@ def top_modes(spectrum: DifferentialSpectrum, x: NoiseSums, y: NoiseSums, rho: f
     ([`top_eigh`][lightning_spectral.algebra.top_eigh]: Lanczos for a few of a wide matrix, instead of the dense
     ``eigh`` of all 2r). Its top ``k`` eigenvalues become the float64 ones of those pairs (the p-values follow), the
     others, the threshold and the null stay ``spectrum``'s."""
-    top, eigenvectors = top_eigh(weighted_sum([(1.0 / x.count, x.total), (-rho / y.count, y.total)]), k)
+    difference = weighted_sum([(1.0 / x.count, x.total), (-rho / y.count, y.total)])  # symmetric, as its terms
+    top, eigenvectors = top_eigh(difference, k, symmetric=True)
     values = torch.cat([top, spectrum.eigenvalues[top.shape[0] :]])  # a partial spectrum may hold fewer than k
     return DifferentialSpectrum(
         values, eigenvectors, spectrum.null.p_values(values), spectrum.threshold, spectrum.significance,

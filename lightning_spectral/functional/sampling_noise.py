@@ -42,6 +42,7 @@ import torch
 from torch import Tensor
 
 from lightning_spectral._checks import check_positive, check_positive_int
+from lightning_spectral.algebra.gram import add_gram_
 
 #: Default number of multiplier draws (each a D x D float64 sum), kept by FINC's generated side only.
 DEFAULT_DRAWS = 3
@@ -131,10 +132,11 @@ class Multipliers:
 
 def add_weighted_gram_(total: Tensor, phi: Tensor, weights: Tensor) -> Tensor:
     """In place ``total[a] += sum_i weights[i, a] phi_i phi_i^T`` for ``total`` (A, D, D), ``phi`` (N, D),
-    ``weights`` (N, A); each product in ``phi``'s dtype, symmetrised, added in ``total``'s dtype. Returns ``total``."""
+    ``weights`` (N, A); each product in ``phi``'s dtype, added in ``total``'s dtype by
+    [`add_gram_`][lightning_spectral.algebra.add_gram_] (the tiles on and above the diagonal, mirrored: half the
+    products of the full ``(w phi)^T phi``, and exactly symmetric). Returns ``total``."""
     for a in range(weights.shape[1]):
-        product = (phi * weights[:, a : a + 1].to(phi.dtype)).T @ phi
-        total[a] += (product + product.T) / 2
+        add_gram_(total[a], phi, weights=weights[:, a])
     return total
 
 
@@ -223,6 +225,13 @@ class NoiseSums(NamedTuple):
             raise RuntimeError("NoiseSums: these sums keep no draws of the mean (`weighted_features`).")
         mean = float(self.weight_sums[a]) / self.count
         return (self.weighted_features[a] - mean * self.feature_sum) / self.count
+
+    def draws_times(self, vectors: Tensor) -> Tensor:
+        """``E_a V`` for every draw (A, D, k), ``V`` (D, k), without forming ``E_a``:
+        ``(S_a V - sbar_a Q V) / n`` (each sum read once, ``Q V`` shared by the draws)."""
+        vectors = vectors.to(self.total.dtype)
+        means = (self.weight_sums / self.count).to(self.total.dtype)
+        return (self.weighted @ vectors - means[:, None, None] * (self.total @ vectors)) / self.count
 
 
 def mean_draws_exact(x: Tensor, feature_map, multipliers: Multipliers) -> Tensor:

@@ -166,7 +166,9 @@ class FKEAVendi(RFFCovariance):
             # pairs (`top_eigh`: Lanczos from 1,024 rows) beside the score's spectrum, no dense eigh
             eigen = (self.spectrum(), top_eigh(self.samples.second_moment(), pairs)[1])
         elif self.truncation is not None or any(order != 2.0 for order in orders):
-            eigen = psd_eigh(self.samples.second_moment(), precision=self.precision)
+            # rank(C) <= n: with n well below 2r the range finder gives the same pairs (`psd_eigh` with `rank`)
+            rank = int(self.sample_count())
+            eigen = psd_eigh(self.samples.second_moment(), precision=self.precision, rank=rank)
             self.cached(f"spectrum/{self.precision}", lambda: eigen[0])
         return vendi_standard_errors(noise, self.alpha, self.truncation, self.precision, eigen)
 
