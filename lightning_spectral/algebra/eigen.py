@@ -5,7 +5,7 @@ the eigenvalues of a PSD matrix with its round-off floor.
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import Iterator, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import torch
 from torch import Tensor
@@ -281,42 +281,24 @@ def _lanczos_above(
 ) -> Optional[tuple[Tensor, Tensor, float]]:
     """Lanczos until the Ritz pairs above ``threshold`` (and the top one) converge: ``(values ascending, vectors,
     ||A|| estimate)``, or None (budget spent, or more than ``most`` pairs)."""
-    size = matrix.shape[0]
-    generator = torch.Generator(device="cpu").manual_seed(int(seed))
-    start = torch.randn(size, generator=generator, dtype=torch.float64).to(matrix.device)
-    basis = matrix.new_zeros(size, steps + 1)
-    basis[:, 0] = start / start.norm()
-    alphas, betas = [], []
-    next_check = 5
-    for step in range(1, steps + 1):
-        done = basis[:, :step]
-        w = matrix @ basis[:, step - 1]
-        alphas.append(basis[:, step - 1] @ w)
-        for _ in range(2):  # full reorthogonalisation, twice
-            w -= done @ (done.T @ w)
-        beta = w.norm()
-        betas.append(beta)
-        exhausted = step == steps or float(beta) <= 1e-300
-        if step >= next_check or exhausted:
-            next_check = step + max(5, step // 8)
-            alpha, off = torch.stack(alphas), torch.stack(betas)
-            tridiagonal = torch.diag(alpha) + torch.diag(off[:-1], 1) + torch.diag(off[:-1], -1)
-            with one_thread():
-                theta, s = torch.linalg.eigh(tridiagonal.double())
-            chosen = [i for i in range(theta.shape[0]) if float(theta[i]) > threshold] or [theta.shape[0] - 1]
-            if len(chosen) > most:
-                return None
-            norm = float(theta.abs().max())
-            tolerance = rtol * norm
-            if float((off[-1].double() * s[-1, chosen]).abs().max()) <= tolerance:
-                ritz = done @ s[:, chosen].to(matrix.dtype)
-                residual = (matrix @ ritz - ritz * theta[chosen].to(matrix.dtype)).norm(dim=0).max()
-                if float(residual) <= tolerance:
-                    return theta[chosen], ritz, norm
-            if exhausted:
-                return None
-        basis[:, step] = w / beta
-    return None
+
+    def check(done: Tensor, alphas: list, betas: list) -> Any:
+        alpha, off = torch.stack(alphas), torch.stack(betas)
+        tridiagonal = torch.diag(alpha) + torch.diag(off[:-1], 1) + torch.diag(off[:-1], -1)
+        with one_thread():
+            theta, s = torch.linalg.eigh(tridiagonal.double())
+        chosen = [i for i in range(theta.shape[0]) if float(theta[i]) > threshold] or [theta.shape[0] - 1]
+        if len(chosen) > most:
+            return _GIVE_UP
+        norm = float(theta.abs().max())
+        tolerance = rtol * norm
+        if float((off[-1].double() * s[-1, chosen]).abs().max()) > tolerance:
+            return None
+        ritz = done @ s[:, chosen].to(matrix.dtype)
+        residual = (matrix @ ritz - ritz * theta[chosen].to(matrix.dtype)).norm(dim=0).max()
+        return (theta[chosen], ritz, norm) if float(residual) <= tolerance else None
+
+    return _lanczos_run(matrix, steps, seed, 5, check)
 
 
 def _no_eigenvalue_missed(matrix: Tensor, threshold: float, values: Tensor, vectors: Tensor, norm: float) -> bool:
@@ -347,13 +329,29 @@ def _lanczos(
     matrix: Tensor, steps: int, rtol: float, seed: int, ends: tuple[int, ...], vectors: bool
 ) -> Optional[tuple[Tensor, Optional[Tensor]]]:
     """Lanczos: all Ritz values (ascending) and the unit Ritz vectors at ``ends``, or None if not converged."""
+
+    def check(done: Tensor, alphas: list, betas: list) -> Any:
+        return _ritz_check(matrix, done, alphas, betas, rtol, ends, vectors)
+
+    return _lanczos_run(matrix, steps, seed, max(5, len(ends) + 1), check)
+
+
+#: What a `_lanczos_run` check returns to end the run without a result.
+_GIVE_UP = object()
+
+
+def _lanczos_run(matrix: Tensor, steps: int, seed: int, first_check: int, check: Callable[..., Any]) -> Any:
+    """Lanczos with full reorthogonalisation (twice) from a seeded random start. From step ``first_check`` on, every
+    ``max(5, step // 8)`` steps and at the last one, ``check(basis, alphas, betas)`` reads the Krylov basis so far
+    and the tridiagonal's entries: its result ends the run (``None``: go on; `_GIVE_UP`: end with None). None when
+    the steps run out first."""
     size = matrix.shape[0]
     generator = torch.Generator(device="cpu").manual_seed(int(seed))
     start = torch.randn(size, generator=generator, dtype=torch.float64).to(matrix.device)
     basis = matrix.new_zeros(size, steps + 1)
     basis[:, 0] = start / start.norm()
     alphas, betas = [], []
-    next_check = max(5, len(ends) + 1)
+    next_check = first_check
     for step in range(1, steps + 1):
         done = basis[:, :step]
         w = matrix @ basis[:, step - 1]
@@ -365,7 +363,9 @@ def _lanczos(
         exhausted = step == steps or float(beta) <= 1e-300
         if step >= next_check or exhausted:
             next_check = step + max(5, step // 8)
-            result = _ritz_check(matrix, done, alphas, betas, rtol, ends, vectors)
+            result = check(done, alphas, betas)
+            if result is _GIVE_UP:
+                return None
             if result is not None or exhausted:
                 return result
         basis[:, step] = w / beta
@@ -426,8 +426,8 @@ def psd_eigenvalues(
     Precision: ``"float32"`` rounds the matrix to float32 and runs ``eigvalsh`` there: faster at 2r = 4096-8192
     (its tridiagonalisation is memory-bound), eigenvalues within ~1e-7 of ``lambda_max``, the
     Vendi-1 / RKE / FINC scores of RFF covariances within 0.002 % of float64's (measured on a mixture and on
-    scikit-learn's digits: docs/benchmarks.md, "Eigendecomposition at 2r = 8192"); its round-off negatives were ~1e-7 * lambda_max
-    at 2r = 4096, so ``rtol`` is at least 1e-4 there. ``"auto"``: float32 from
+    scikit-learn's digits: docs/benchmarks.md, "Eigendecomposition at 2r = 8192"); its round-off negatives were
+    ~1e-7 * lambda_max at 2r = 4096, so ``rtol`` is at least 1e-4 there. ``"auto"``: float32 from
     [`FLOAT32_MIN_SIZE`][lightning_spectral.algebra.FLOAT32_MIN_SIZE] rows,
     float64 below.
 
