@@ -272,7 +272,7 @@ def cost_finc(n: int, r: int, repeats: int) -> None:
         start = time.perf_counter()
         summary = finc.summary()
         middle = time.perf_counter()
-        counts = [len(summary["novel_share"]), len(summary["missing_share"])]
+        counts = [len(summary["novel_mode_share"]), len(summary["missing_mode_share"])]
         for missing, count in ((False, counts[0]), (True, counts[1])):
             if count:
                 modes = finc.missing_modes(count) if missing else finc.novel_modes(count)

@@ -10,8 +10,9 @@ input) and ``clip`` (a randomly initialised open_clip ViT image tower, 64 x 64 i
 - ``drop5``: 1,000 + 1,000 images, five classes dropped: at least 4 of the 5 named;
 - ``halves``: two disjoint same-distribution halves of ``n`` each: the share of splits naming any mode.
 
-Dropped classes are counted on the regions a user sees (split modes reported as one, ``FINCNovelty.grouped_modes``:
-one row per region, its first mode's top samples); ``drop3_named_unmerged`` counts them on every mode, as before.
+Dropped classes are counted on the regions a user sees (``FINCNovelty.grouped_modes``: each mode's ends, split
+modes reported as one; one row per region, its first end's top samples); ``drop3_named_unmerged`` counts them on
+every mode's first end, as before the regions.
 
 The bandwidth is each run's reference rule (``--factor`` times the median pairwise distance of 2,000 reference
 rows); nothing here was tuned on Fashion-MNIST before the rule was fixed (the rule's evidence is the table).
@@ -96,9 +97,9 @@ def embed(name: str, images: torch.Tensor, cache: Path) -> torch.Tensor:
 
 
 def missing_modes(gen, ref, ref_labels, factor, rho, r, min_eigenvalue, k=10, per_mode=20):
-    """[(eigenvalue, p, dominant class, purity)] of the significant missing modes, the same per region (split modes
-    reported as one, ``FINCNovelty.grouped_modes``: the representative's eigenvalue, p-value and top samples), the
-    number of significant novel modes, and sigma."""
+    """[(eigenvalue, p, dominant class, purity)] of the significant missing modes, the same per region with its share
+    last (``FINCNovelty.grouped_modes``: the representative's eigenvalue and p-value, the region's top samples and
+    share), the number of significant novel modes, and sigma."""
     sigma = factor * median_bandwidth(ref, max_samples=2000, seed=0)
     metric = FINCNovelty(sigma, n_frequencies=r, rho=rho, min_eigenvalue=min_eigenvalue)
     metric.update(ref, real=True)
@@ -113,15 +114,21 @@ def missing_modes(gen, ref, ref_labels, factor, rho, r, min_eigenvalue, k=10, pe
             dominant = int(labels.mode().values)
             named.append((float(modes.eigenvalues[i]), float(modes.p_values[i]), dominant,
                           float((labels == dominant).float().mean())))
-        regions = [named[group[0]] for group in grouped.groups]
+        for group, (top, _), share in zip(grouped.groups, grouped.samples, grouped.shares, strict=True):
+            labels = ref_labels[top]
+            dominant = int(labels.mode().values)
+            value, p = named[group[0].mode][:2]
+            regions.append((value, p, dominant, float((labels == dominant).float().mean()), float(share)))
     novel = int(metric.novel_modes(k).significant.sum())
     return named, regions, novel, sigma
 
 
 def detail(target, trial, dropped, named) -> None:
     """One trial's named missing modes on stderr: (dominant class, top-20 purity, eigenvalue, p-value) each."""
-    modes = [(c, round(purity, 2), round(value, 4), round(p, 4)) for value, p, c, purity in named]
-    print(json.dumps({"target": target, "trial": trial, "dropped": dropped, "named": modes}), file=sys.stderr, flush=True)
+    modes = [(c, round(purity, 2), round(value, 4), round(p, 4), *[round(x, 3) for x in share])
+             for value, p, c, purity, *share in named]
+    line = {"target": target, "trial": trial, "dropped": dropped, "named": modes}
+    print(json.dumps(line), file=sys.stderr, flush=True)
 
 
 def drop(x, y, n_ref, n_gen, dropped, seed):
@@ -158,7 +165,7 @@ def main() -> None:
                     start, row = time.time(), {"embedding": name, "factor": factor, "rho": rho, "min_eig": floor}
                     if "drop3" in args.targets:
                         hits = wrong = hits_modes = rows = modes = 0
-                        purity, purity_modes = [], []
+                        purity, purity_modes, shares = [], [], []
                         for t in range(args.trials):
                             dropped = [(3 * t + j) % 10 for j in range(3)]
                             if args.data == "digits":  # tests/test_dropped_modes.py: 900 of all, the rest of seven
@@ -166,12 +173,17 @@ def main() -> None:
                             else:
                                 gen, ref, ref_y = drop(x, y, args.n, args.n, dropped, seed=t)
                             named, regions, _, sigma = missing_modes(gen, ref, ref_y, factor, rho, args.r, floor)
-                            detail("drop3", t, dropped, named)
+                            detail("drop3", t, dropped, regions)
                             hits_modes += len({c for _, _, c, purity in named if purity >= 0.8} & set(dropped))
-                            hits += len({c for _, _, c, purity in regions if purity >= 0.8} & set(dropped))
-                            wrong += sum(1 for _, _, c, _ in regions if c not in dropped)
+                            hits += len({c for _, _, c, purity, _ in regions if purity >= 0.8} & set(dropped))
+                            wrong += sum(1 for _, _, c, *_ in regions if c not in dropped)
+                            first_share = {}  # each named dropped class's first region's share (truth: ~0.1)
+                            for _, _, c, pure, share in regions:
+                                if pure >= 0.8 and c in dropped:
+                                    first_share.setdefault(c, share)
+                            shares += list(first_share.values())
                             rows, modes = rows + len(regions), modes + len(named)
-                            purity += [p for *_, p in regions]
+                            purity += [p for _, _, _, p, _ in regions]
                             purity_modes += [p for *_, p in named]
                         row["drop3_named"] = f"{hits}/{3 * args.trials}"
                         row["drop3_named_unmerged"] = f"{hits_modes}/{3 * args.trials}"
@@ -179,6 +191,9 @@ def main() -> None:
                         row["drop3_rows"] = f"{rows} (of {modes} modes)"
                         row["drop3_purity"] = round(sum(purity) / max(len(purity), 1), 3)
                         row["drop3_purity_unmerged"] = round(sum(purity_modes) / max(len(purity_modes), 1), 3)
+                        if shares:  # a named class's region share, against its ~10 % of the reference
+                            row["drop3_share"] = [round(float(np.median(shares)), 3), round(min(shares), 3),
+                                                  round(max(shares), 3)]
                         row["sigma"] = round(sigma, 3)
                     if "drop5" in args.targets:
                         hits = wrong = 0
@@ -188,8 +203,8 @@ def main() -> None:
                             gen, ref, ref_y = drop(x, y, min(1000, args.n), min(1000, args.n), dropped, seed=100 + t)
                             _, named, _, _ = missing_modes(gen, ref, ref_y, factor, rho, args.r, floor)
                             detail("drop5", t, dropped, named)
-                            hits += len({c for _, _, c, purity in named if purity >= 0.5} & set(dropped))
-                            wrong += sum(1 for _, _, c, _ in named if c not in dropped)
+                            hits += len({c for _, _, c, purity, _ in named if purity >= 0.5} & set(dropped))
+                            wrong += sum(1 for _, _, c, *_ in named if c not in dropped)
                         row["drop5_named"] = f"{hits}/{5 * args.trials}"
                         row["drop5_present_named"] = wrong
                     if "halves" in args.targets:

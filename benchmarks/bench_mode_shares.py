@@ -5,7 +5,7 @@ Per trial: the held-out class ``h`` (trial mod 10) makes up ``p`` of the referen
 rest at random), the generated side has every class but ``h``. The top significant missing mode whose top 20
 reference samples are mostly ``h`` is read two ways:
 
-- ``share``: ``FINCNovelty.mode_shares`` (``summary()["missing_share"]``, the galleries' rows, the CLI), the
+- ``share``: ``FINCNovelty.mode_shares`` (``summary()["missing_mode_share"]``, the CLI's per-mode JSON), the
   two-sided moment estimate of ``functional/mode_shares.py``;
 - ``cross-fitted``: the same estimate with the eigenvector of one half of each side and the moments of the other
   half (is the over-read the direction fitting the samples it is read on?);

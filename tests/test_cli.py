@@ -538,3 +538,26 @@ def test_evaluate_torch_fidelity_spelling_auto_sigma_and_named_mode_samples(tmp_
     assert 0.5 * binomial < missing[0]["share_se"] < 2 * binomial, (missing[0]["share_se"], binomial)
     assert all(mode["share_se"] >= 0 for mode in out["finc"]["novel_modes"])
     assert missing[0]["region"] == 0 and out["finc"]["missing"]["n_regions"] == 1  # one region per missing cluster
+    region = out["finc"]["missing"]["regions"][0]  # the gallery's row: its ends, share and samples by row id
+    assert region["ends"] == [[1, 1]] and region["samples"] == missing[0]["samples"]
+    assert 0.16 < region["share"] <= 0.22 and "other_end_region" not in missing[0]
+
+
+def test_evaluate_names_two_missing_clusters_once_each_with_a_mode_s_other_end(tmp_path, capsys):
+    """REF holds two clusters FILE lacks: the second missing mode is their contrast, whose other end lies in the
+    first region; `regions` lists the gallery's two rows, one cluster each, with each cluster's share of REF."""
+    x, y = blobs(600, seed=2), blobs(700, seed=3, extra=2)  # 2 of REF's 6 clusters missing from FILE
+    file, ref = write(tmp_path / "x.npy", x), write(tmp_path / "y.npy", y)
+    code, out, err = cli(capsys, "evaluate", file, "--reference", ref, "--n-frequencies", 128, "--missing-modes",
+                         "--top-k", 4)
+    assert code == 0, err
+    missing = out["finc"]["missing"]
+    assert missing["n_significant"] == 2 and missing["n_regions"] == 2
+    assert missing["modes"][1]["other_end_region"] == 0 and [2, -1] in missing["regions"][0]["ends"]
+    centres = np.random.default_rng(99).normal(size=(2, 16)) * 6.0  # blobs' extra centres
+    clusters = []
+    for region in missing["regions"]:
+        nearest = ((y[region["samples"]][:, None] - centres[None]) ** 2).sum(-1).argmin(1)
+        clusters.append(set(nearest.tolist()))
+        assert 0.12 < region["share"] < 0.25, region["share"]  # each cluster is a sixth of REF
+    assert sorted(map(tuple, clusters)) == [(0,), (1,)]

@@ -24,15 +24,16 @@ def split(trial):
 
 
 def named_missing(generated, reference, reference_labels):
-    """[(dominant class, its share of the top 20)] of each significant missing mode, and the significant novel count."""
+    """[(dominant class, its share of the top 20)] of each region of the significant missing modes (the gallery rows
+    a user sees: `FINCNovelty.grouped_modes`, both ends of each mode), and the significant novel count."""
     metric = FINCNovelty("auto", n_frequencies=256)
     metric.update(reference, real=True)
     metric.update(generated, real=False)
     count = int(metric.missing_modes(10).significant.sum())
     named = []
     if count:
-        tops = metric.top_samples([(reference, torch.arange(len(reference)))], k=count, per_mode=20, missing=True)
-        for ids, _ in tops:
+        grouped = metric.grouped_modes([(reference, torch.arange(len(reference)))], k=count, per_mode=20, missing=True)
+        for ids, _ in grouped.samples:
             labels = reference_labels[ids]
             dominant = int(labels.mode().values)
             named.append((dominant, float((labels == dominant).float().mean())))
@@ -42,10 +43,11 @@ def named_missing(generated, reference, reference_labels):
 @pytest.mark.slow
 def test_three_dropped_digit_classes_are_named_and_no_present_class_is():
     """Target: each dropped class a significant missing mode whose top 20 reference samples are >= 80 % that class,
-    and no significant missing mode dominated by a present class. Measured at these settings: 13 of the 15 dropped
-    classes named (class 5 of (3, 4, 5) at 70 % purity, class 2 of (2, 3, 4) not significant), none present: the
-    per-class target is not met on every class; the test holds the measured rate (>= 12 of 15) and the strict
-    "no present class" half."""
+    and no significant missing mode dominated by a present class. Counted on the regions a user sees (both ends of
+    each mode). Measured at these settings: 14 of the 15 dropped classes named (13 on the modes' first ends alone:
+    class 5 of (3, 4, 5) is the other end of mode 3; class 8 of (6, 7, 8) is not significant), none present: the
+    per-class target is not met on every class; the test holds the measured rate less one (>= 13 of 15) and the
+    strict "no present class" half."""
     named_total, present = 0, []
     for trial in TRIALS:
         x, y, order = split(trial)
@@ -56,7 +58,7 @@ def test_three_dropped_digit_classes_are_named_and_no_present_class_is():
         named_total += len({label for label, purity in named if purity >= 0.8} & set(dropped))
         present += [label for label, _ in named if label not in dropped]
     assert present == []
-    assert named_total >= 12
+    assert named_total >= 13
 
 
 @pytest.mark.slow

@@ -253,7 +253,7 @@ def by_hand(module, data):
     values.update({f"vendi_se/{order}": float(v) for order, v in summaries["vendi"]["se"].items()})  # per order
     values.update({f"vendi_{key}": float(v) for key, v in summaries["vendi"].items() if key not in ("", "se")})  # n, 2r
     for name in ("finc", "mmd"):
-        for key, v in summaries[name].items():  # FINC's shares: {i: share}, logged as finc_missing_share/i
+        for key, v in summaries[name].items():  # FINC's shares: {i: share}, logged as finc_missing_mode_share/i
             values.update(flatten_values(name if key == "" else f"{name}_{key}", v))
     return values
 
@@ -276,7 +276,9 @@ def test_logged_values_equal_the_metrics_and_pictures_reach_tensorboard(tmp_path
     assert ("gen/finc/novel" in tags) == (want["finc_novel_modes"] > 0)  # no novelty gallery without a novel mode
     missing = callback.last_galleries["finc/missing"]
     assert missing.labels[0].startswith("missing mode 1: class ") and missing.images[0].shape[1:] == (1, 8, 8)
-    assert f"about {100 * want['finc_missing_share/0']:.0f} % of the reference" in missing.labels[0]
+    row_share = float(trainer.callback_metrics["gen/finc_missing_share/0"])  # the row's share, logged beside its line
+    assert f"about {100 * row_share:.0f} % of the reference" in missing.labels[0]
+    assert float(trainer.callback_metrics["gen/finc_missing_share_se/0"]) > 0
     assert missing.classes[0] is not None and len(missing.classes[0]) == len(missing.images[0])
     real = torch.cat([batch["image"] for batch in data.reference_dataloader()])
     real_labels = torch.cat([batch["label"] for batch in data.reference_dataloader()])
@@ -347,17 +349,20 @@ def test_two_processes_log_what_one_process_logs(tmp_path):
         logged[devices] = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("gen/")}
     # with n (FINC and FastMMD: n, n_real), 2r, the standard errors (FKEA per order, FINC's, FastMMD's), FINC's top
     # eigenvalues' biases, sigma, the shares of the first 8 significant missing modes and the significant novel one,
-    # each with its standard error (9), and of the galleries' rows (with their class and purity)
-    assert len(logged[1]) == 56 and set(logged[1]) == set(logged[2])
-    assert sum("_share_se/" in name for name in logged[1]) == 9
+    # each with its standard error (9), and of the galleries' rows (with their standard error, class and purity:
+    # FINC's 3 missing rows and 1 novel row, FKEA's 2 rows without either)
+    assert len(logged[1]) == 66 and set(logged[1]) == set(logged[2])
+    assert sum("_mode_share_se/" in name for name in logged[1]) == 9
+    assert sum("_share_se/" in name for name in logged[1]) == 9 + 4
     # The decoder and the extractor run in float32 on shards of another batch size, so embeddings differ in
     # the 7th digit (BLAS blocking); Vendi near 1 turns that into ~2e-6. A wrong shard or a lost row moves
     # these values by percents.
     # The standard errors' multipliers vary at sigma / 100, so they feel those 7th digits about 100x more (2e-5
-    # measured on vendi_se/1): a standard error needs no more than 3 digits.
+    # measured on vendi_se/1): a standard error needs no more than 3 digits, and one near 0 (a gallery row's share
+    # se of 1.5e-6: a share near 0) none below 1e-6.
     for name, value in logged[1].items():
-        rel = 1e-3 if "_se" in name else 1e-5
-        assert logged[2][name] == pytest.approx(value, rel=rel, abs=1e-9), name
+        rel, tiny = (1e-3, 1e-6) if "_se" in name else (1e-5, 1e-9)
+        assert logged[2][name] == pytest.approx(value, rel=rel, abs=tiny), name
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -95,6 +95,9 @@ def observe(rank, world_size, sharding):
         "missing_top": [ids for ids, _ in finc.top_samples(ref_batches, k=1, per_mode=20, missing=True)],
         "novel_groups": [torch.tensor(group) for group in finc.grouped_modes(gen_batches, k=4, per_mode=16).groups],
         "novel_group_top": [ids for ids, _ in finc.grouped_modes(gen_batches, k=4, per_mode=16).samples],
+        "missing_groups": [torch.tensor(group) for group in
+                           finc.grouped_modes(ref_batches, k=4, per_mode=16, missing=True).groups],  # (mode, sign)
+        "missing_group_shares": finc.grouped_modes(ref_batches, k=4, per_mode=16, missing=True).shares,
         "mmd": mmd.compute(),
         "mmd_summary": mmd.summary(),
         "p_value": test.p_value,
@@ -144,8 +147,8 @@ def one_process():
     assert float(conditional["prompt_agnostic_share_se"]) > 0
     assert float(want["covariance_summary"]["se"].min()) > 0
     for side in ("novel", "missing"):  # the mode shares' standard errors, compared above with the rest of the summary
-        errors = want["finc"][f"{side}_share_se"]
-        assert errors and set(errors) == set(want["finc"][f"{side}_share"]) and float(errors[0]) > 0
+        errors = want["finc"][f"{side}_mode_share_se"]
+        assert errors and set(errors) == set(want["finc"][f"{side}_mode_share"]) and float(errors[0]) > 0
     assert float(want["finc_share_se"][0]) > 0
     return want
 

@@ -2,7 +2,7 @@
 
 import torch
 
-from lightning_spectral.functional.mode_groups import groups_of, mode_groups
+from lightning_spectral.functional.mode_groups import ModeEnd, contrast_ends, end_groups, groups_of, mode_groups
 from lightning_spectral.functional.modes import top_samples, top_samples_and_rows
 from lightning_spectral.metrics import FINCNovelty
 
@@ -28,12 +28,15 @@ def test_a_tight_cluster_split_into_several_modes_is_one_region_and_two_clusters
     count = int(metric.novel_modes(20).significant.sum())
     assert count >= 3  # the split the rule undoes
     grouped = metric.grouped_modes([(gen, torch.arange(len(gen)))], k=count, per_mode=16)
-    assert sorted(mode for group in grouped.groups for mode in group) == list(range(count))
+    assert sorted({end.mode for group in grouped.groups for end in group}) == list(range(count))
     assert len(grouped.groups) == 2
     blob_of = torch.cat([torch.zeros(200), torch.ones(100), 2 * torch.ones(100)]).long()
     shown = [set(blob_of[ids].tolist()) for ids, _ in grouped.samples]
     assert sorted(map(tuple, shown)) == [(1,), (2,)]  # each row one novel blob, the two blobs both shown
-    assert grouped.shares.shape == (2,)
+    # each blob is 100 of the 400 generated samples; the first mode is their contrast (one blob at each end), whose
+    # eigenvector reads a share of 0: each region reads along its own top samples' direction instead
+    assert grouped.groups[1][0] == ModeEnd(0, -1)
+    assert grouped.shares.shape == (2,) and all(0.15 < float(share) <= 0.25 for share in grouped.shares)
     galleries = metric.galleries([(gen, torch.arange(len(gen)))], count, 16)
     assert len(galleries["novel"].labels) == 2 and "merged" in " ".join(galleries["novel"].labels)
     assert galleries["novel"].title.endswith("as 2 regions")
@@ -47,6 +50,26 @@ def test_a_contrast_of_two_regions_does_not_join_their_union():
     rows[0][:, 1] = 0.1  # mode 2 is near 0 on mode 1's centre: a within-region direction
     assert mode_groups(top, rows) == [0, 0]
     assert groups_of([0, 0, 2, 0]) == [[0, 1, 3], [2]]
+
+
+def test_both_ends_of_a_contrast_are_regions_and_a_union_after_them_joins():
+    # two groups A (ids 0-3) and B (4-7): mode 1 their contrast (A at +4, B at -4), mode 2 their union (+3 on both)
+    score = torch.tensor([[4.0, 3.0]] * 4 + [[-4.0, 3.0]] * 4)
+    columns = torch.cat([score, -score], 1)  # the ends: u_1, u_2, -u_1, -u_2
+    samples, rows = top_samples_and_rows([(columns, torch.arange(8))], lambda x: x, 4, 4)
+    assert contrast_ends(samples[:2], samples[2:]) == [True, False]  # the union's other end holds nothing
+    groups, leading = end_groups(samples, rows)
+    # A = mode 1's first end, B its other end; the union's top samples (A: ties go to the smaller ids) lie in A's
+    # region without splitting it, so the union joins A's row
+    assert groups == [[ModeEnd(0, 1), ModeEnd(1, 1)], [ModeEnd(0, -1)]] and leading == [0, 2]
+    assert samples[2][0].tolist() == [4, 5, 6, 7]
+    # union first, contrast second (A at even ids, B at odd ones): the union's top samples hold both groups, which
+    # the contrast's two ends split, so each end is a region of its own
+    score = torch.tensor([[3.0, 4.0], [3.0, -4.0]] * 6)
+    columns = torch.cat([score, -score], 1)
+    samples, rows = top_samples_and_rows([(columns, torch.arange(12))], lambda x: x, 4, 4)
+    groups, _ = end_groups(samples, rows)
+    assert groups == [[ModeEnd(0, 1)], [ModeEnd(1, 1)], [ModeEnd(1, -1)]]
 
 
 def test_equal_scores_are_ranked_by_id_under_any_order_and_batch_size():

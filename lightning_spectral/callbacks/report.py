@@ -94,8 +94,9 @@ def report(
     ``gallery`` (a [`PicturedMetric`][lightning_spectral.metrics.protocol.PicturedMetric], and where its images are)
     its galleries are built, kept in ``kept`` as ``{name}/{gallery}``
     ([`ModeImages`][lightning_spectral.callbacks.ModeImages]) and logged as ``{prefix}{name}/{gallery}`` (the
-    picture, and its rows as text), each row's share of its side as ``{prefix}{name}_{gallery}_share/{i}`` (and,
-    where the images carry classes, the dominant class of its top samples as ``..._class/{i}`` and the fraction of
+    picture, and its rows as text), each row's share of its side as ``{prefix}{name}_{gallery}_share/{i}`` (with
+    ``..._share_se/{i}`` where the metric gives its standard error; and, where the images carry classes, the
+    dominant class of its top samples as ``..._class/{i}`` and the fraction of
     them in that class as ``..._purity/{i}``); with
     ``spectrum`` the figure it returns for the values is logged as ``{prefix}{name}/{suffix}``. Pictures go out only
     when a logger holds them. Then ``metric.reset()``.
@@ -130,7 +131,6 @@ def report(
             if gallery is not None:
                 kept = {} if kept is None else kept
                 rows = galleries(trainer, name, f"{prefix}{name}", metric, gallery, pictures, kept)
-                rows = {key: value for key, value in rows.items() if key not in values}  # FINC's shares: summary's
                 log_values(pl_module, rows, prefix)  # global: every rank built the same rows (logged, not returned)
             if spectrum is not None and pictures:
                 from lightning_spectral.pictures.loggers import log_picture
@@ -158,7 +158,8 @@ def galleries(
     ([`ModeRow`][lightning_spectral.functional.mode_shares.ModeRow]). A collective under DDP.
 
     Returns:
-        ``{name}_{gallery}_share/{i}`` (and ``..._class/{i}``, ``..._purity/{i}`` where classes are known) per row.
+        ``{name}_{gallery}_share/{i}`` (``..._share_se/{i}``, and ``..._class/{i}``, ``..._purity/{i}`` where
+        classes are known) per row.
     """
     from lightning_spectral.functional.mode_shares import dominant_label
     from lightning_spectral.pictures.gallery import enlarge, mode_gallery
@@ -188,6 +189,8 @@ def galleries(
                 label = row.line(None if row_classes is None else row_classes.tolist())
                 key = f"{name}_{gallery_name}"
                 scalars[f"{key}_share/{index}"] = float(row.share)
+                if row.share_se is not None:
+                    scalars[f"{key}_share_se/{index}"] = float(row.share_se)
                 if row_classes is not None and len(row_classes):
                     dominant, count = dominant_label(row_classes.tolist())
                     scalars[f"{key}_class/{index}"] = float(dominant)  # type: ignore[arg-type]

@@ -393,12 +393,12 @@ def _missing_samples(args: argparse.Namespace, session: Session, finc: Any, refe
 
 def _missing_gallery(args: argparse.Namespace, missing: dict, samples: Any) -> str:
     from lightning_spectral.cli.pictures import save_gallery
-    from lightning_spectral.functional.mode_shares import mode_line
+    from lightning_spectral.functional.mode_groups import region_detail
+    from lightning_spectral.functional.mode_shares import ModeRow
 
     total, regions = missing["n_significant"], samples.groups
     labels = [
-        mode_line("missing", i, float(share), "reference")
-        + (f" (modes {', '.join(str(m + 1) for m in group)} merged)" if len(group) > 1 else "")
+        ModeRow("missing", i, float(share), "reference", region_detail(group, samples.modes)).line()
         for i, (group, share) in enumerate(zip(regions, samples.shares, strict=True))
     ]
     title = f"{plural(total, 'significant missing mode')} of FILE: REF images ({images.source_name(args, 'reference')})"
@@ -471,10 +471,31 @@ def _name_samples(args: argparse.Namespace, finc: dict, novel: Any, missing: Any
         part["modes"] = _modes_json(part["eigenvalues"], part["p_values"], part["significant"], part["shares"],
                                     None if missing is None else missing.mode_samples, lists.get("reference"),
                                     part.get("shares_se"))
-        if missing is not None:  # the significant modes' regions: split modes reported as one (mode_groups)
-            for mode, region in enumerate(missing.region_of()):
+        if missing is not None:  # the significant modes' regions: both ends, split modes as one (mode_groups)
+            for mode, (region, other) in enumerate(zip(missing.region_of(), missing.region_of(-1), strict=True)):
                 part["modes"][mode]["region"] = region
+                if other is not None:
+                    part["modes"][mode]["other_end_region"] = other
             part["n_regions"] = len(missing.groups)
+            part["regions"] = _regions_json(missing, lists.get("reference"))
+
+
+def _regions_json(grouped: Any, listing: Any) -> list:
+    """Per region of the significant missing modes: its mode ends (1-based mode, ``+1`` / ``-1`` end), share of the
+    reference and top samples (image paths or row ids) with their scores on the leading end."""
+    from lightning_spectral.cli.pictures import image_paths
+
+    regions = []
+    for group, (ids, scores), share in zip(grouped.groups, grouped.samples, grouped.shares, strict=True):
+        ids = [int(i) for i in ids.tolist()]
+        paths = image_paths(Path(listing), ids) if listing is not None else None
+        regions.append({
+            "ends": [[end.mode + 1, end.sign] for end in group],
+            "share": float(share),
+            "samples": [str(paths[i]) for i in ids] if paths is not None else ids,
+            "scores": scores.double().tolist(),
+        })
+    return regions
 
 
 def _modes_json(

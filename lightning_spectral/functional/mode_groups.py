@@ -26,6 +26,14 @@ one share, one line. The scores it reads
 are those of the top samples on every mode (`top_samples_and_rows`): global ids break ties, so the groups do not
 depend on order, batch size or sharding.
 
+**Both ends of a mode** (`contrast_ends`, `end_groups`). A mode's score is signed, and its eigenvalue
+``E_x t^2 - rho E_y t^2`` counts samples at either end: with two neighbouring classes gone from one side, the first
+mode is often their union and the second their contrast, one class at each end (our reading, measured in
+``docs/benchmarks.md``). The rules above run on the modes' *ends*: the end its scores sum toward (``sign = +1``, the
+orientation of `functional/modes.py`), and the other end (``sign = -1``, scored ``-u``) wherever its top samples
+are members of the mode by the same rule, ``median(top -u) >= median(top u) / 2``. A within-region direction's
+other end then joins the region it splits nothing of, as its first end does; a contrast's stays a region of its own.
+
 ``docs/benchmarks.md`` ("Dropped modes at the defaults") measures what the rule merges on the digits and
 Fashion-MNIST.
 """
@@ -33,8 +41,9 @@ Fashion-MNIST.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import NamedTuple, Optional
 
+import torch
 from torch import Tensor
 
 from lightning_spectral.functional.modes import Modes
@@ -84,7 +93,9 @@ def mode_groups(
         if mode_rows.shape[0]:
             for i in range(j):
                 inside = float((mode_rows[:, i] >= thresholds[i]).double().mean()) >= containment
-                splits = float((rows[i][:, j].abs() >= thresholds[j]).double().mean()) >= split
+                own = rows[i][:, j] >= thresholds[j]  # i's top samples that are members of j
+                reached = float((own | (rows[i][:, j] <= -thresholds[j])).double().mean())  # of j or its opposite
+                splits = reached >= split and float(own.double().mean()) < containment
                 if inside and not splits:
                     joined = representative[i]
                     break
@@ -105,28 +116,109 @@ def groups_of(representative: Sequence[int]) -> list[list[int]]:
     return list(groups.values())
 
 
+class ModeEnd(NamedTuple):
+    """One end of a mode: ``sign = +1`` the end its scores sum toward over the fitting set, ``-1`` the other one."""
+
+    mode: int
+    sign: int
+
+
+def contrast_ends(positive: Sequence[tuple[Tensor, Tensor]], negative: Sequence[tuple[Tensor, Tensor]]) -> list[bool]:
+    """Per mode, whether its other end holds members: ``median(top -u) >= median(top u) / 2`` (module doc).
+
+    Args:
+        positive: per mode ``(ids, scores)`` of its top samples by ``u``, scores descending.
+        negative: per mode the same by ``-u``.
+
+    Examples:
+        >>> import torch
+        >>> up = [(torch.arange(2), torch.tensor([8.0, 6.0]))] * 2
+        >>> down = [(torch.arange(2), torch.tensor([5.0, 4.0])), (torch.arange(2), torch.tensor([1.0, 0.5]))]
+        >>> contrast_ends(up, down)  # mode 1's other end reaches 4.5 >= 7 / 2, mode 2's 0.75 < 3.5
+        [True, False]
+    """
+    ends = []
+    for (_, up), (_, down) in zip(positive, negative, strict=True):
+        held = bool(up.numel() and down.numel())
+        ends.append(held and float(down.double().median()) >= float(up.double().median()) / 2)
+    return ends
+
+
+def end_groups(
+    samples: Sequence[tuple[Tensor, Tensor]], rows: Sequence[Tensor], others: Optional[Sequence[bool]] = None,
+    containment: float = MERGE_CONTAINMENT, split: float = MERGE_SPLIT,
+) -> tuple[list[list[ModeEnd]], list[int]]:
+    """The regions of ``k`` modes' ends: per region its ends (the representative first), and each region's column of
+    ``samples`` (the representative end's).
+
+    Args:
+        samples: ``2k`` ``(ids, scores)`` pairs: the top samples by ``u_j`` (columns ``j < k``), then by ``-u_j``
+            (column ``k + j``), as `top_samples_and_rows` returns them for the scores ``[u, -u]``.
+        rows: per column (n, 2k), its top samples' scores on every column.
+        others: per mode whether its other end is a candidate (default `contrast_ends`).
+        containment: and split: `mode_groups`'s.
+
+    Ends are ranked by mode, each mode's first end before its other one; `mode_groups` runs on them.
+    """
+    k = len(samples) // 2
+    others = contrast_ends(samples[:k], samples[k:]) if others is None else others
+    ends = [end for j in range(k) for end in ([ModeEnd(j, 1)] + ([ModeEnd(j, -1)] if others[j] else []))]
+    columns = [end.mode + (k if end.sign < 0 else 0) for end in ends]
+    chosen = torch.tensor(columns, dtype=torch.long)
+    representative = mode_groups(
+        [samples[c] for c in columns], [rows[c][:, chosen.to(rows[c].device)] for c in columns], containment, split
+    )
+    groups = groups_of(representative)
+    return [[ends[i] for i in group] for group in groups], [columns[group[0]] for group in groups]
+
+
 class ModeGroups(NamedTuple):
     """Modes reported as regions (``FINCNovelty.grouped_modes``).
 
     Attributes:
-        groups: per region its modes (indices into ``modes``, the representative first), representatives ascending.
-        samples: per region the representative's top samples ``(ids, scores)``.
-        shares: (regions,) the representative's share of its side's samples.
+        groups: per region its mode ends (`ModeEnd`, the representative first), representatives ascending by mode.
+        samples: per region the representative end's top samples ``(ids, scores)`` (scores on that end: ``-u`` for
+            an other end).
+        shares: (regions,) the region's share of its side's samples.
         modes: the eigen-pairs the groups index.
-        mode_samples: per mode its top samples ``(ids, scores)`` (`top_samples`).
+        mode_samples: per mode its top samples ``(ids, scores)`` by ``u`` (`top_samples`).
+        shares_se: (regions,) the shares' standard errors (the directions held fixed), or ``None``.
     """
 
-    groups: list[list[int]]
+    groups: list[list[ModeEnd]]
     samples: list[tuple[Tensor, Tensor]]
     shares: Tensor
     modes: Modes
     mode_samples: list[tuple[Tensor, Tensor]]
+    shares_se: Optional[Tensor] = None
 
-    def region_of(self) -> list[int]:
-        """Each mode's region (an index into ``groups``)."""
-        region = [0] * sum(len(group) for group in self.groups)
+    def region_of(self, sign: int = 1) -> list[Optional[int]]:
+        """Each mode's region (an index into ``groups``) for its first end (``sign=1``) or its other end
+        (``sign=-1``; ``None`` where that end holds no members)."""
+        region: list[Optional[int]] = [None] * len(self.mode_samples)
         for index, group in enumerate(self.groups):
-            for mode in group:
-                region[mode] = index
+            for end in group:
+                if end.sign == sign:
+                    region[end.mode] = index
         return region
 
+
+def region_detail(group: list[ModeEnd], modes: Modes) -> str:
+    """``"(eigenvalue 0.012, p=0.001)"``; ``"(the other end of mode 2: ...)"`` for a region led by a mode's other end;
+    with ``"; modes 1, 4 merged"`` (1-based) for a region of several modes.
+
+    Examples:
+        >>> import torch
+        >>> values, p_values = torch.tensor([0.02, 0.01]), torch.tensor([1e-3, 0.02])
+        >>> modes = Modes(values, torch.eye(2), torch.ones(2, dtype=torch.bool), p_values)
+        >>> region_detail([ModeEnd(1, -1), ModeEnd(0, 1)], modes)
+        '(the other end of mode 2: eigenvalue 0.01, p=0.02; modes 1, 2 merged)'
+    """
+    first = group[0].mode
+    text = f"eigenvalue {float(modes.eigenvalues[first]):.3g}, p={float(modes.p_values[first]):.2g}"  # type: ignore[index]
+    if group[0].sign < 0:
+        text = f"the other end of mode {first + 1}: {text}"
+    merged = sorted({end.mode for end in group})
+    if len(merged) > 1:
+        text += "; modes " + ", ".join(str(i + 1) for i in merged) + " merged"
+    return f"({text})"

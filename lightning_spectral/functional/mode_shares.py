@@ -116,7 +116,8 @@ class ShareGradients(NamedTuple):
 
 
 def share_gradients(
-    vectors: Tensor, mean_x: Tensor, second_moment_x: Tensor, mean_y: Tensor, second_moment_y: Tensor, rho: float
+    vectors: Tensor, mean_x: Tensor, second_moment_x: Tensor, mean_y: Tensor, second_moment_y: Tensor, rho: float,
+    turn: bool = True,
 ) -> ShareGradients:
     """The delta method for `two_sided_shares` of modes of ``L = C_x - rho C_y`` (FINC eq. 4).
 
@@ -135,6 +136,8 @@ def share_gradients(
         mean_y: (D,) ``mu_y``.
         second_moment_y: (D, D) ``C_y``.
         rho: ``L``'s weight of ``y``.
+        turn: include the eigenvector's turn ``h``; ``False`` holds the directions fixed (any unit vectors, not
+            eigenvectors: ``h = 0``).
 
     Returns:
         A `ShareGradients` (float64).
@@ -149,6 +152,8 @@ def share_gradients(
         share = share_from_moments(*moments)
         grads = torch.autograd.grad(share.sum(), moments, allow_unused=True)
     p1x, p2x, p1y, p2y = (torch.zeros_like(m) if g is None else g.detach() for g, m in zip(grads, moments, strict=True))
+    if not turn:
+        return ShareGradients(vectors, p1x, p2x * vectors, p1y, p2y * vectors)
     cx_v, cy_v = moment_x @ vectors, moment_y @ vectors
     q = mean_x[:, None] * p1x + 2 * cx_v * p2x + mean_y[:, None] * p1y + 2 * cy_v * p2y  # (D, k)
     q = q - vectors * (vectors * q).sum(0)
@@ -187,6 +192,7 @@ def two_sided_share_errors(
     noise: NoiseSums,
     noise_is_x: bool,
     count_other: float,
+    turn: bool = True,
 ) -> ShareErrors:
     """Standard errors (k,) of `two_sided_shares` of modes of ``C_x - rho C_y`` when one side keeps multiplier draws.
 
@@ -215,8 +221,9 @@ def two_sided_share_errors(
         noise: the side with draws (with ``weighted_features``).
         noise_is_x: whether that side is ``x``.
         count_other: the other side's sample count.
+        turn: `share_gradients`' (``False``: ``vectors`` are fixed directions, not eigenvectors).
     """
-    gradients = share_gradients(vectors, mean_x, second_moment_x, mean_y, second_moment_y, rho)
+    gradients = share_gradients(vectors, mean_x, second_moment_x, mean_y, second_moment_y, rho, turn)
     vectors = gradients.vectors
     draws = [(noise.mean_draw(a), noise.draw(a)) for a in range(noise.draws)]
     own = torch.stack([gradients.change(noise_is_x, e, big) for e, big in draws])  # (A, k)
@@ -321,6 +328,7 @@ class ModeRow(NamedTuple):
         share: its share of ``side``'s samples (module doc).
         side: ``"reference"``, ``"generated samples"`` or ``"samples"``.
         detail: what follows the line (``"(eigenvalue 0.012, p=0.001)"``), or ``""``.
+        share_se: the share's standard error, where the metric gives one (logged beside the share, not in the line).
     """
 
     kind: str
@@ -328,6 +336,7 @@ class ModeRow(NamedTuple):
     share: float
     side: str
     detail: str = ""
+    share_se: Optional[float] = None
 
     def line(self, labels: Optional[Sequence[object]] = None) -> str:
         """`mode_line` of this row with ``labels`` (its top samples' classes), then ``detail``."""

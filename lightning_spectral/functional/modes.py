@@ -5,7 +5,9 @@ The score of input ``x`` for the mode with eigenvector ``v`` (of the 2r x 2r cov
 same function). It applies to fresh samples as well as to the ones the covariance was built from.
 An eigenvector's sign is arbitrary; it is fixed so that the scores sum to a non-negative value over the
 fitting set (``v . sum_i phi(x_i) >= 0``, the rule of the official FKEA and FINC code), and fresh samples
-are scored with that same sign.
+are scored with that same sign. A mode of ``C_x - rho C_y`` (FINC) is oriented toward the side that holds its
+excess, ``v . (mu_x - mu_y) >= 0`` (ours: the fitting set's sum can point a contrast of a missing and a present
+class at the present one).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ class Modes(NamedTuple):
 
     Attributes:
         eigenvalues: (k,) float64.
-        eigenvectors: (2r, k) float64, unit columns, sign fixed by the fitting-set rule.
+        eigenvectors: (2r, k) float64, unit columns, sign fixed by `orient` (module doc).
         significant: (k,) bool; which eigenvalues pass the method's threshold (all True where none applies).
         p_values: (k,) float64, the chance that sampling noise alone reaches each eigenvalue (FINC), or ``None``
             where the method has no test.
@@ -42,7 +44,8 @@ class Modes(NamedTuple):
 
 
 def orient(eigenvectors: Tensor, feature_sum: Tensor) -> Tensor:
-    """Flip eigenvector columns so that ``v . feature_sum >= 0`` (scores sum >= 0 over the fitting set)."""
+    """Flip eigenvector columns so that ``v . feature_sum >= 0`` (scores sum >= 0 over the fitting set; FINC
+    passes ``mu_x - mu_y``)."""
     signs = torch.where(feature_sum.double() @ eigenvectors.double() < 0, -1.0, 1.0)
     return eigenvectors * signs.to(eigenvectors.dtype)
 

@@ -31,7 +31,7 @@ from lightning_spectral.functional.finc import (
     top_modes,
 )
 from lightning_spectral.functional.finc_null import NULL_BATCH, noise_scale, null_model
-from lightning_spectral.functional.mode_groups import ModeGroups, groups_of, mode_groups
+from lightning_spectral.functional.mode_groups import ModeGroups, contrast_ends, end_groups, region_detail
 from lightning_spectral.functional.mode_shares import ModeRow, two_sided_share_errors, two_sided_shares
 from lightning_spectral.functional.modes import (
     Ids,
@@ -300,7 +300,9 @@ class FINCNovelty(SpectralMetric):
         with self.synced():
             spectrum = self._top_spectrum(missing, k)
             k = min(k, spectrum.eigenvectors.shape[1])  # type: ignore[union-attr]
-            vectors = orient(spectrum.eigenvectors[:, :k], self.pooled(real=missing).feature_sum)  # type: ignore[index]
+            # toward the side the mode is over-represented in, v . (mu_x - mu_y) >= 0: the end that carries the excess
+            excess = self.pooled(real=missing).mean() - self.pooled(real=not missing).mean()
+            vectors = orient(spectrum.eigenvectors[:, :k], excess)  # type: ignore[index]
         return Modes(spectrum.eigenvalues[:k], vectors, spectrum.significant[:k], spectrum.p_values[:k])
 
     def novel_modes(self, k: int = 10) -> Modes:
@@ -339,29 +341,63 @@ class FINCNovelty(SpectralMetric):
     def grouped_modes(
         self, batches: Iterable[tuple[Tensor, Ids]], k: int = 10, per_mode: int = 16, missing: bool = False
     ) -> ModeGroups:
-        """The top ``k`` novel (or missing) modes with split modes reported as one: a mode whose top samples are
-        members of an earlier mode's region, and which does not split that mode's own top samples, joins that
-        mode's group ([`mode_groups`][lightning_spectral.functional.mode_groups]). One pass over ``batches``
-        (generated batches for novel modes, reference batches for missing ones), as `top_samples`; a collective
-        under DDP. It groups the ``k`` modes it is given: the galleries pass the significant ones.
+        """The top ``k`` novel (or missing) modes as the regions a person reads: each mode's ends (the end its scores
+        sum toward, and the other one where its top samples are members of the mode: a contrast of two classes
+        names both), with split modes reported as one: an end whose top samples are members of an earlier end's
+        region, and which does not split that end's own top samples, joins that region
+        ([`mode_groups`][lightning_spectral.functional.mode_groups]). One pass over ``batches`` (generated batches
+        for novel modes, reference batches for missing ones), as `top_samples`; a collective under DDP. It groups
+        the ``k`` modes it is given: the galleries pass the significant ones.
+
+        A region's share (and its standard error) is read along the mean direction of its first end's top samples
+        within the ``k`` modes' span (`direction_shares`, `mode_shares`' model): a region shows one class where its
+        mode may be the union or the contrast of two, whose eigenvector reads their joint share or about 0. A
+        mode's other end is a region only where this side is in excess along it (that share is above 0): the other
+        end of a contrast of a missing and a present class (or style) is not missing.
 
         Returns:
-            A [`ModeGroups`][lightning_spectral.functional.mode_groups.ModeGroups]: per group its modes (the
-            representative first), the representative's top samples and share.
+            A [`ModeGroups`][lightning_spectral.functional.mode_groups.ModeGroups]: per region its mode ends (the
+            representative first), the representative's top samples and the region's share.
         """
         check_bool(missing, "missing")
         batches = check_batches(batches, "FINCNovelty.grouped_modes")
         per_mode = check_positive_int(per_mode, "per_mode")
-        check_candidates_memory("FINCNovelty", check_positive_int(k, "k"), per_mode, rows=True)
+        check_candidates_memory("FINCNovelty", 2 * check_positive_int(k, "k"), per_mode, rows=True)
         modes = self._modes(k, missing)
         feature_map, vectors = self.feature_map, modes.eigenvectors
-        samples, rows = top_samples_and_rows(
-            batches, lambda x: mode_scores(x, feature_map, vectors), vectors.shape[1], per_mode, self.process_group
-        )
-        groups = groups_of(mode_groups(samples, rows))
-        shares = self.mode_shares(vectors.shape[1], missing)
-        firsts = [group[0] for group in groups]
-        return ModeGroups(groups, [samples[i] for i in firsts], shares[firsts], modes, samples)
+        count = vectors.shape[1]
+
+        def both_ends(x: Tensor) -> Tensor:
+            scores = mode_scores(x, feature_map, vectors)
+            return torch.cat([scores, -scores], 1)
+
+        samples, rows = top_samples_and_rows(batches, both_ends, 2 * count, per_mode, self.process_group)
+        # each end's direction: the mean of its top samples' projections on the k modes (u = sqrt(r) V^T phi)
+        directions = vectors.double() @ torch.stack([part[:, :count].mean(0) for part in rows], 1).to(vectors.device)
+        end_shares, end_errors = (part.cpu() for part in self.direction_shares(directions, missing))
+        # a mode's other end is a region where it holds members and its side is in excess along it (share > 0)
+        others = [held and bool(end_shares[count + j] > 0)
+                  for j, held in enumerate(contrast_ends(samples[:count], samples[count:]))]
+        groups, columns = end_groups(samples, rows, others)
+        return ModeGroups(groups, [samples[column] for column in columns], end_shares[columns], modes,
+                          samples[:count], end_errors[columns])
+
+    def direction_shares(self, directions: Tensor, missing: bool = False) -> tuple[Tensor, Tensor]:
+        """The two-sided share (`mode_shares`' model) of the novel (or missing) side's samples along any directions
+        (2r, m) of the feature space (normalised here), for a region that is no single eigenvector, and its standard
+        error with the directions held fixed (`mode_share_standard_errors`' delta method without the eigenvector's
+        turn). From the sums; a collective under DDP. Returns ``(shares, se)``, (m,) each."""
+        check_bool(missing, "missing")
+        with self.synced():
+            x, y = self.pooled(real=missing), self.pooled(real=not missing)
+            directions = directions.double()
+            directions = directions / directions.norm(dim=0).clamp_min(1e-300)
+            shares = two_sided_shares(directions, x.mean(), x.second_moment(), y.mean(), y.second_moment())
+            errors = two_sided_share_errors(
+                directions, x.mean(), x.second_moment(), y.mean(), y.second_moment(), self.rho,
+                self._side(real=False), noise_is_x=not missing, count_other=float(self.ref[0].count), turn=False,
+            )
+            return shares, errors.se
 
     def mode_shares(self, k: int = 10, missing: bool = False) -> Tensor:
         """Each of the top ``k`` novel (or missing) modes' share of its side's samples (the generated ones, or the
@@ -461,12 +497,13 @@ class FINCNovelty(SpectralMetric):
         """The novelty score (``""``), the missing-mode score, how many novel / missing modes are significant, and
         the top novel / missing mode's eigenvalue (excess mass) and p-value; ``se``, ``missing_se``,
         ``novel_top_se`` and ``missing_top_se``: the standard errors of the scores and top eigenvalues
-        ([`standard_errors`][lightning_spectral.metrics.FINCNovelty.standard_errors]); ``novel_share`` /
-        ``missing_share``: each significant mode's share of its side's samples (``{i: share}``, logged as
-        ``missing_share/0``, ...; the first `SUMMARY_SHARES` significant modes, empty without one;
+        ([`standard_errors`][lightning_spectral.metrics.FINCNovelty.standard_errors]); ``novel_mode_share`` /
+        ``missing_mode_share``: each significant mode's share of its side's samples (``{i: share}``, logged as
+        ``missing_mode_share/0``, ...; the first `SUMMARY_SHARES` significant modes, empty without one; per
+        eigen-pair: the galleries' rows, regions of the modes' ends, log theirs as ``missing_share/0``, ...;
         [`mode_shares`][lightning_spectral.metrics.FINCNovelty.mode_shares]: it costs that side's eigenvectors,
-        which the galleries reuse); ``novel_share_se`` / ``missing_share_se``: their standard errors (``{i: se}``,
-        logged as ``missing_share_se/0``, ...;
+        which the galleries reuse); ``novel_mode_share_se`` / ``missing_mode_share_se``: their standard errors
+        (``{i: se}``, logged as ``missing_mode_share_se/0``, ...;
         [`mode_share_standard_errors`][lightning_spectral.metrics.FINCNovelty.mode_share_standard_errors]);
         ``novel_top_bias`` / ``missing_top_bias``: the top eigenvalue's upward bias
         (second order, ``functional.finc.top_bias``), so its 95 % interval is
@@ -507,10 +544,10 @@ class FINCNovelty(SpectralMetric):
             "missing_top_se": missing_top_se,
             "novel_top_bias": novel_bias,
             "missing_top_bias": missing_bias,
-            "novel_share": shares["novel"],
-            "missing_share": shares["missing"],
-            "novel_share_se": shares["novel_se"],
-            "missing_share_se": shares["missing_se"],
+            "novel_mode_share": shares["novel"],
+            "missing_mode_share": shares["missing"],
+            "novel_mode_share_se": shares["novel_se"],
+            "missing_mode_share_se": shares["missing_se"],
             **sizes,
         })
 
@@ -533,9 +570,10 @@ class FINCNovelty(SpectralMetric):
                 total = int(self._spectrum(missing, vectors=False).significant.sum())
                 grouped = self.grouped_modes(stream, k=count, per_mode=per_mode, missing=missing)
                 side = "reference" if missing else "generated samples"
+                errors = grouped.shares_se if grouped.shares_se is not None else [None] * len(grouped.groups)
                 rows = [
-                    ModeRow(name, i, float(share), side, _detail(group, modes))
-                    for i, (group, share) in enumerate(zip(grouped.groups, grouped.shares, strict=True))
+                    ModeRow(name, i, float(share), side, region_detail(group, modes), None if se is None else float(se))
+                    for i, (group, share, se) in enumerate(zip(grouped.groups, grouped.shares, errors, strict=True))
                 ]
                 title = f"{total} significant {name} mode{'' if total == 1 else 's'}"
                 title += f", {count} shown" if count != total else ""
@@ -581,12 +619,3 @@ class FINCNovelty(SpectralMetric):
             title = f"{name} modes: C_{x} - {self.rho:g} C_{y} ({count} significant)"
             plot_spectrum(spectrum.eigenvalues, spectrum.threshold, top=top, title=title, ax=axis)
         return figure, axes if len(axes) > 1 else axes[0]
-
-
-def _detail(group: list[int], modes: Modes) -> str:
-    """``"(eigenvalue 0.012, p=0.001)"``, with ``"; modes 1, 4 merged"`` (1-based) for a group of several."""
-    first = group[0]
-    text = f"eigenvalue {float(modes.eigenvalues[first]):.3g}, p={float(modes.p_values[first]):.2g}"  # type: ignore[index]
-    if len(group) > 1:
-        text += "; modes " + ", ".join(str(i + 1) for i in group) + " merged"
-    return f"({text})"
