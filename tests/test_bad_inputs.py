@@ -499,6 +499,9 @@ CASES = [
         r"`per_mode`"),
     row("mode_groups containment=0", lambda f: mode_groups([], [], containment=0), ValueError,
         r"containment must be in \(0, 1\]"),
+    row("FINCNovelty.direction_shares wrong width",
+        lambda f: updated(updated(FINCNovelty(**small()), x(), real=True), x(), real=False)
+        .direction_shares(torch.ones(5, 1)), ValueError, r"`directions` must be a \(16, m\) tensor"),
     row("FINCNovelty called like a function", lambda f: FINCNovelty(**small())(x(), real=False), RuntimeError,
         r"called like a function.*update\(x, real=\.\.\.\)"),
     row("FastMMD.update real='yes'", lambda f: FastMMD(**small()).update(x(), real="yes"), TypeError, r"`real`"),

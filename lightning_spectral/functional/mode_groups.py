@@ -13,9 +13,11 @@ within the region (our reading, measured in ``tests/test_mode_groups.py``), so t
 
 - at least a share ``containment`` of ``j``'s top samples are members of ``i`` (``j`` describes samples of ``i``'s
   region), and
-- fewer than a share ``split`` of ``i``'s top samples reach ``|u_j| >= median(top u_j) / 2`` (``j`` does
-  not split ``i``'s most typical samples: a within-cluster direction is near 0 at the cluster's centre, while the
-  contrast of two neighbouring classes, which the first mode then holds together, is far from 0 on both).
+- ``j`` does not split ``i``'s most typical samples: fewer than a share ``split`` of ``i``'s top samples reach
+  ``|u_j| >= median(top u_j) / 2``, or at least ``containment`` of them reach ``u_j >= median(top u_j) / 2``
+  (``j`` covers them all: the same region). A within-cluster direction is near 0 at the cluster's centre; the
+  contrast of two neighbouring classes, which the first mode then holds together, is far from 0 on both, at both
+  ends; the union of two classes, after their contrast has named one, is high on all of that one's top samples.
 
 Without the second condition the first mode of two dropped neighbouring classes (their union) swallowed the
 second class's own mode (digits: 9 dropped classes fewer named in 20 trials at a containment of 0.8,
@@ -50,7 +52,8 @@ from lightning_spectral.functional.modes import Modes
 
 #: The share of a mode's top samples that must be members of an earlier mode for it to join that mode's group.
 MERGE_CONTAINMENT = 0.9
-#: The share of the earlier mode's top samples that, scoring ``|u_j| >= median(top u_j) / 2``, keep ``j`` apart.
+#: The share of the earlier mode's top samples that, scoring ``|u_j| >= median(top u_j) / 2``, keep ``j`` apart
+#: (unless ``containment`` of them score ``u_j >= median(top u_j) / 2``).
 #: Both chosen on the digits (20 trials: the pair of (0.7, 0.8, 0.9) x (0.1, 0.2) that merged no two classes and
 #: still merged the split tight clusters of ``tests/test_mode_groups.py``); docs/benchmarks.md.
 MERGE_SPLIT = 0.2
@@ -70,7 +73,7 @@ def mode_groups(
         containment: in (0, 1]; mode ``j`` joins the first ``i < j`` such that at least this share of ``j``'s top
             samples score ``u_i >= median(top u_i) / 2``...
         split: in [0, 1]; ...and fewer than this share of ``i``'s top samples score ``|u_j| >= median(top u_j) / 2``
-            (module doc).
+            (or at least ``containment`` of them ``u_j >= median(top u_j) / 2``; module doc).
 
     Examples:
         >>> import torch
@@ -117,7 +120,8 @@ def groups_of(representative: Sequence[int]) -> list[list[int]]:
 
 
 class ModeEnd(NamedTuple):
-    """One end of a mode: ``sign = +1`` the end its scores sum toward over the fitting set, ``-1`` the other one."""
+    """One end of a mode: ``sign = +1`` the end it is oriented toward (`orient`: for FINC the end of the excess),
+    ``-1`` the other one, scored ``-u``."""
 
     mode: int
     sign: int

@@ -388,6 +388,13 @@ class FINCNovelty(SpectralMetric):
         error with the directions held fixed (`mode_share_standard_errors`' delta method without the eigenvector's
         turn). From the sums; a collective under DDP. Returns ``(shares, se)``, (m,) each."""
         check_bool(missing, "missing")
+        width = 2 * self.n_frequencies
+        if not isinstance(directions, Tensor) or directions.ndim != 2 or directions.shape[0] != width:
+            shape = tuple(directions.shape) if isinstance(directions, Tensor) else type(directions).__name__
+            raise ValueError(f"FINCNovelty.direction_shares: `directions` must be a ({width}, m) tensor (one column "
+                             f"per direction in the 2r = {width} feature space), got {shape}.")
+        if not bool(torch.isfinite(directions).all()):
+            raise ValueError("FINCNovelty.direction_shares: `directions` holds NaN or infinite values.")
         with self.synced():
             x, y = self.pooled(real=missing), self.pooled(real=not missing)
             directions = directions.double()
