@@ -539,7 +539,7 @@ def test_evaluate_torch_fidelity_spelling_auto_sigma_and_named_mode_samples(tmp_
     assert all(mode["share_se"] >= 0 for mode in out["finc"]["novel_modes"])
     assert missing[0]["region"] == 0 and out["finc"]["missing"]["n_regions"] == 1  # one region per missing cluster
     region = out["finc"]["missing"]["regions"][0]  # the gallery's row: its ends, share and samples by row id
-    assert region["ends"] == [[1, 1]] and region["samples"] == missing[0]["samples"]
+    assert region["ends"] == [[1, 1]] and region["samples"] == missing[0]["samples"] and region["share_se"] > 0
     assert 0.16 < region["share"] <= 0.22 and "other_end_region" not in missing[0]
 
 

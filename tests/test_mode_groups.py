@@ -125,3 +125,14 @@ def test_regions_of_dropped_digits_survive_float32_rounding_and_name_each_class_
     assert all(label in (3, 4, 5) for label, _ in named)
     other = [i for i, group in enumerate(exact.groups) if group[0].sign < 0]
     assert [named[i][0] for i in other] == [5]
+
+
+def test_a_pass_without_batches_gives_rows_without_samples_not_an_error():
+    ref, gen = blobs(1)
+    metric = FINCNovelty(sigma=1.0, n_frequencies=256, rho=2.0)
+    metric.update(ref, real=True)
+    metric.update(gen, real=False)
+    grouped = metric.grouped_modes([], k=2, per_mode=8)  # every rank streamed nothing
+    assert [len(ids) for ids, _ in grouped.samples] == [0, 0]
+    assert grouped.shares.tolist() == [0.0, 0.0] and grouped.shares_se.tolist() == [0.0, 0.0]
+    assert [row.share for row in metric.galleries([], 2, 8)["novel"].rows] == [0.0, 0.0]

@@ -131,6 +131,7 @@ def report(
             if gallery is not None:
                 kept = {} if kept is None else kept
                 rows = galleries(trainer, name, f"{prefix}{name}", metric, gallery, pictures, kept)
+                rows = {key: value for key, value in rows.items() if math.isfinite(value)}
                 log_values(pl_module, rows, prefix)  # global: every rank built the same rows (logged, not returned)
             if spectrum is not None and pictures:
                 from lightning_spectral.pictures.loggers import log_picture

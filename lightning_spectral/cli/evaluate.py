@@ -482,16 +482,19 @@ def _name_samples(args: argparse.Namespace, finc: dict, novel: Any, missing: Any
 
 def _regions_json(grouped: Any, listing: Any) -> list:
     """Per region of the significant missing modes: its mode ends (1-based mode, ``+1`` / ``-1`` end), share of the
-    reference and top samples (image paths or row ids) with their scores on the leading end."""
+    reference with its standard error, and top samples (image paths or row ids) with their scores on the leading
+    end."""
     from lightning_spectral.cli.pictures import image_paths
 
     regions = []
-    for group, (ids, scores), share in zip(grouped.groups, grouped.samples, grouped.shares, strict=True):
+    errors = grouped.shares_se if grouped.shares_se is not None else [float("nan")] * len(grouped.groups)
+    for group, (ids, scores), share, se in zip(grouped.groups, grouped.samples, grouped.shares, errors, strict=True):
         ids = [int(i) for i in ids.tolist()]
         paths = image_paths(Path(listing), ids) if listing is not None else None
         regions.append({
             "ends": [[end.mode + 1, end.sign] for end in group],
             "share": float(share),
+            "share_se": float(se),
             "samples": [str(paths[i]) for i in ids] if paths is not None else ids,
             "scores": scores.double().tolist(),
         })

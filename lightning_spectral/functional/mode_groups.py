@@ -31,8 +31,9 @@ depend on order, batch size or sharding.
 **Both ends of a mode** (`contrast_ends`, `end_groups`). A mode's score is signed, and its eigenvalue
 ``E_x t^2 - rho E_y t^2`` counts samples at either end: with two neighbouring classes gone from one side, the first
 mode is often their union and the second their contrast, one class at each end (our reading, measured in
-``docs/benchmarks.md``). The rules above run on the modes' *ends*: the end its scores sum toward (``sign = +1``, the
-orientation of `functional/modes.py`), and the other end (``sign = -1``, scored ``-u``) wherever its top samples
+``docs/benchmarks.md``). The rules above run on the modes' *ends*: the end a mode is oriented toward (``sign =
++1``, `orient` in `functional/modes.py`: for FINC the end of the excess), and the other end (``sign = -1``, scored
+``-u``) wherever its top samples
 are members of the mode by the same rule, ``median(top -u) >= median(top u) / 2``. A within-region direction's
 other end then joins the region it splits nothing of, as its first end does; a contrast's stays a region of its own.
 

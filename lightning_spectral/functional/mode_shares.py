@@ -256,8 +256,8 @@ def exact_two_sided_shares(x: Tensor, y: Tensor, sigma: float, rho: float, k: in
 
     With ``Psi`` the features of both sides stacked, ``K = Psi Psi^T`` and ``S = diag(1/n, ..., -rho/m, ...)``,
     ``C_x - rho C_y = Psi^T S Psi`` has the eigenvalues of ``K^(1/2) S K^(1/2)``; an eigenvector ``w`` of that gives
-    the unit eigenvector ``v = Psi^T K^(-1/2) w``, whose projections are ``Psi v = K^(1/2) w``, signed so that
-    ``v . mu_x >= 0``.
+    the unit eigenvector ``v = Psi^T K^(-1/2) w``, whose projections are ``Psi v = K^(1/2) w``, signed as
+    `FINCNovelty` signs its modes: ``v . (mu_x - mu_y) >= 0``.
     """
     from lightning_spectral.kernels.exact import gaussian_kernel
 
@@ -271,7 +271,7 @@ def exact_two_sided_shares(x: Tensor, y: Tensor, sigma: float, rho: float, k: in
     eigenvalues, w = torch.linalg.eigh((middle + middle.T) / 2)
     eigenvalues, w = eigenvalues.flip(0)[:k], w.flip(1)[:, :k]
     t = root @ w  # (n + m, k) projections
-    t = t * torch.where(t[:n].sum(0) < 0, -1.0, 1.0)
+    t = t * torch.where(t[:n].mean(0) - t[n:].mean(0) < 0, -1.0, 1.0)
     first_x, second_x, first_y, second_y = t[:n].mean(0), (t[:n] ** 2).mean(0), t[n:].mean(0), (t[n:] ** 2).mean(0)
     return eigenvalues, share_from_moments(first_x, second_x, first_y, second_y)
 

@@ -56,6 +56,9 @@ from lightning_spectral.metrics.base import ModeGallery, SpectralMetric
 #: ``summary()`` reports the shares of at most this many significant modes per side (the largest): a poor generator
 #: can have a hundred significant missing modes, and every share is a logged scalar.
 SUMMARY_SHARES = 8
+#: The share above which a mode's other end counts as in excess (`FINCNovelty.grouped_modes`): 1e-6, far below any
+#: share a row reports and far above round-off.
+SHARE_FLOOR = 1e-6
 
 #: The fewest leading eigenvectors a side's first decomposition finds (the galleries' default modes,
 #: ``EmbeddingMetrics(gallery_modes=4)``): the standard errors read one and the galleries then four, and a second
@@ -300,9 +303,12 @@ class FINCNovelty(SpectralMetric):
         with self.synced():
             spectrum = self._top_spectrum(missing, k)
             k = min(k, spectrum.eigenvectors.shape[1])  # type: ignore[union-attr]
-            # toward the side the mode is over-represented in, v . (mu_x - mu_y) >= 0: the end that carries the excess
-            excess = self.pooled(real=missing).mean() - self.pooled(real=not missing).mean()
-            vectors = orient(spectrum.eigenvectors[:, :k], excess)  # type: ignore[index]
+            # toward the side the mode is over-represented in, v . (mu_x - mu_y) >= 0: the end that carries the excess;
+            # where that is 0 to round-off (a contrast of two equal clusters), the fitting side's sum decides
+            x, y = self.pooled(real=missing), self.pooled(real=not missing)
+            excess, vectors = x.mean() - y.mean(), spectrum.eigenvectors[:, :k]  # type: ignore[index]
+            tied = (excess.double() @ vectors.double()).abs() <= 1e-9 * float(excess.double().norm())
+            vectors = torch.where(tied, orient(vectors, x.feature_sum), orient(vectors, excess))
         return Modes(spectrum.eigenvalues[:k], vectors, spectrum.significant[:k], spectrum.p_values[:k])
 
     def novel_modes(self, k: int = 10) -> Modes:
@@ -341,10 +347,10 @@ class FINCNovelty(SpectralMetric):
     def grouped_modes(
         self, batches: Iterable[tuple[Tensor, Ids]], k: int = 10, per_mode: int = 16, missing: bool = False
     ) -> ModeGroups:
-        """The top ``k`` novel (or missing) modes as the regions a person reads: each mode's ends (the end its scores
-        sum toward, and the other one where its top samples are members of the mode: a contrast of two classes
-        names both), with split modes reported as one: an end whose top samples are members of an earlier end's
-        region, and which does not split that end's own top samples, joins that region
+        """The top ``k`` novel (or missing) modes as the regions a person reads: each mode's ends (the end of its
+        excess, ``v . (mu_x - mu_y) >= 0``, and the other one where its top samples are members of the mode: a
+        contrast of two classes names both), with split modes reported as one: an end whose top samples are
+        members of an earlier end's region, and which does not split that end's own top samples, joins that region
         ([`mode_groups`][lightning_spectral.functional.mode_groups]). One pass over ``batches`` (generated batches
         for novel modes, reference batches for missing ones), as `top_samples`; a collective under DDP. It groups
         the ``k`` modes it is given: the galleries pass the significant ones.
@@ -352,8 +358,8 @@ class FINCNovelty(SpectralMetric):
         A region's share (and its standard error) is read along the mean direction of its first end's top samples
         within the ``k`` modes' span (`direction_shares`, `mode_shares`' model): a region shows one class where its
         mode may be the union or the contrast of two, whose eigenvector reads their joint share or about 0. A
-        mode's other end is a region only where this side is in excess along it (that share is above 0): the other
-        end of a contrast of a missing and a present class (or style) is not missing.
+        mode's other end is a region only where this side is in excess along it (that share is above `SHARE_FLOOR`):
+        the other end of a contrast of a missing and a present class (or style) is not missing.
 
         Returns:
             A [`ModeGroups`][lightning_spectral.functional.mode_groups.ModeGroups]: per region its mode ends (the
@@ -372,12 +378,19 @@ class FINCNovelty(SpectralMetric):
             return torch.cat([scores, -scores], 1)
 
         samples, rows = top_samples_and_rows(batches, both_ends, 2 * count, per_mode, self.process_group)
-        # each end's direction: the mean of its top samples' projections on the k modes (u = sqrt(r) V^T phi)
-        directions = vectors.double() @ torch.stack([part[:, :count].mean(0) for part in rows], 1).to(vectors.device)
-        end_shares, end_errors = (part.cpu() for part in self.direction_shares(directions, missing))
-        # a mode's other end is a region where it holds members and its side is in excess along it (share > 0)
-        others = [held and bool(end_shares[count + j] > 0)
-                  for j, held in enumerate(contrast_ends(samples[:count], samples[count:]))]
+        # each end's direction: the mean of its top samples' projections on the k modes (u = sqrt(r) V^T phi); an
+        # end without samples (no batch on any rank) reads share 0 and se 0
+        means = [part[:, :count].mean(0) if part.shape[0] else torch.zeros(count, dtype=torch.float64) for part in rows]
+        directions = vectors.double() @ torch.stack(means, 1).to(vectors.device)
+        held = directions.norm(dim=0) > 0
+        end_shares, end_errors = (torch.zeros(2 * count, dtype=torch.float64) for _ in range(2))
+        if bool(held.any()):
+            found = self.direction_shares(directions[:, held], missing)
+            end_shares[held.cpu()], end_errors[held.cpu()] = found[0].cpu(), found[1].cpu()
+        # a mode's other end is a region where it holds members and its side is in excess along it (a share above
+        # SHARE_FLOOR: a share that is 0 but for round-off does not decide)
+        others = [members and bool(end_shares[count + j] > SHARE_FLOOR)
+                  for j, members in enumerate(contrast_ends(samples[:count], samples[count:]))]
         groups, columns = end_groups(samples, rows, others)
         return ModeGroups(groups, [samples[column] for column in columns], end_shares[columns], modes,
                           samples[:count], end_errors[columns])
@@ -563,9 +576,11 @@ class FINCNovelty(SpectralMetric):
     ) -> dict[str, ModeGallery]:
         """``"novel"``: generated samples (``batches``) of the significant novel modes; ``"missing"``: reference
         samples (``reference_batches``) of the significant missing modes. A gallery with no significant mode is
-        left out. Rows read "missing mode 1: about 10 % of the reference (eigenvalue 0.02, p=0.001)": the mode's
-        share of its side's samples ([`mode_shares`][lightning_spectral.metrics.FINCNovelty.mode_shares]);
-        ``ModeGallery.rows`` keeps them as
+        left out. One row per region (`grouped_modes`: both ends of a mode, split modes as one). Rows read
+        "missing mode 1: about 10 % of the reference (eigenvalue 0.02, p=0.001)": the region's share of its side's
+        samples, read along its top samples' mean direction
+        ([`direction_shares`][lightning_spectral.metrics.FINCNovelty.direction_shares]); ``ModeGallery.rows`` keeps
+        them, with the shares' standard errors, as
         [`ModeRow`][lightning_spectral.functional.mode_shares.ModeRow]s, for a caller that knows the classes."""
         galleries = {}
         with self.synced():
