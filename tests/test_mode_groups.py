@@ -1,5 +1,8 @@
 """Split modes reported as one region (functional/mode_groups.py), and top samples whose ties break by id."""
 
+import warnings
+
+import pytest
 import torch
 
 from lightning_spectral.functional.mode_groups import ModeEnd, contrast_ends, end_groups, groups_of, mode_groups
@@ -136,3 +139,16 @@ def test_a_pass_without_batches_gives_rows_without_samples_not_an_error():
     assert [len(ids) for ids, _ in grouped.samples] == [0, 0]
     assert grouped.shares.tolist() == [0.0, 0.0] and grouped.shares_se.tolist() == [0.0, 0.0]
     assert [row.share for row in metric.galleries([], 2, 8)["novel"].rows] == [0.0, 0.0]
+
+
+def test_per_mode_above_half_the_samples_warns_that_the_rows_read_alike():
+    ref, gen = blobs(1)
+    metric = FINCNovelty(sigma=1.0, n_frequencies=256, rho=2.0)
+    metric.update(ref, real=True)
+    metric.update(gen, real=False)
+    batches = [(gen, torch.arange(len(gen)))]
+    with pytest.warns(UserWarning, match=r"two ends share top samples: per_mode=.*below half the samples"):
+        metric.grouped_modes(batches, k=2, per_mode=len(gen))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        metric.grouped_modes(batches, k=2, per_mode=len(gen) // 4)

@@ -378,6 +378,14 @@ class FINCNovelty(SpectralMetric):
             return torch.cat([scores, -scores], 1)
 
         samples, rows = top_samples_and_rows(batches, both_ends, 2 * count, per_mode, self.process_group)
+        overlap = [j for j in range(count) if bool(torch.isin(samples[j][0], samples[count + j][0]).any())]
+        if overlap:  # known only after the pass: every rank holds the same gathered samples, so every rank warns
+            rank_zero_warn(
+                f"FINCNovelty.grouped_modes: mode {overlap[0] + 1}'s two ends share top samples: per_mode={per_mode} "
+                "is more than half the samples streamed, so each end holds the bulk of the data, not a mode's "
+                "members, and the rows' samples, directions and shares all read alike. Pass a `per_mode` below "
+                "half the samples (e.g. 20)."
+            )
         # each end's direction: the mean of its top samples' projections on the k modes (u = sqrt(r) V^T phi); an
         # end without samples (no batch on any rank) reads share 0 and se 0
         means = [part[:, :count].mean(0) if part.shape[0] else torch.zeros(count, dtype=torch.float64) for part in rows]
