@@ -379,12 +379,12 @@ class FINCNovelty(SpectralMetric):
 
         samples, rows = top_samples_and_rows(batches, both_ends, 2 * count, per_mode, self.process_group)
         overlap = [j for j in range(count) if bool(torch.isin(samples[j][0], samples[count + j][0]).any())]
-        if overlap:  # known only after the pass: every rank holds the same gathered samples, so every rank warns
+        if overlap:  # known only after the pass (every rank holds the same gathered samples; rank 0 warns)
             rank_zero_warn(
                 f"FINCNovelty.grouped_modes: mode {overlap[0] + 1}'s two ends share top samples: per_mode={per_mode} "
-                "is more than half the samples streamed, so each end holds the bulk of the data, not a mode's "
-                "members, and the rows' samples, directions and shares all read alike. Pass a `per_mode` below "
-                "half the samples (e.g. 20)."
+                "is more than half the samples streamed, or many samples score the same on the mode (duplicates, a "
+                "collapsed side), so its ends hold the bulk of the data, not the mode's members, and the rows' "
+                "samples, directions and shares read alike. Pass a `per_mode` well below half the samples."
             )
         # each end's direction: the mean of its top samples' projections on the k modes (u = sqrt(r) V^T phi); an
         # end without samples (no batch on any rank) reads share 0 and se 0
