@@ -1,22 +1,33 @@
-"""FINC's null at rho != 1, against two variants, on same-distribution splits: how close is each to the law of the top
+"""FINC's null at rho != 1, against variants, on same-distribution splits: how close is each to the law of the top
 eigenvalue it stands for, and how often does it flag a split?
 
 Each split takes ``n_x`` + ``n_y`` disjoint rows of one data set (``L = C_x - rho C_y``, both sides one
-distribution: the null the level is stated for), with sigma the ``"auto"`` rule on the ``x`` rows, and draws the
-null three ways from ``A`` (= 3) multiplier draws, each giving 2 draws (``s = +-1``) and a Student-t threshold with
-``nu = A`` at level 0.05, as `functional/finc_null.py` does:
+distribution: the null the level is stated for), with sigma the ``"auto"`` rule on the ``x`` rows (``--sigma-from
+pooled``: on both sides' rows), and draws each null from ``A`` (= 3) multiplier draws, each giving 2 draws
+(``s = +-1``), and a Student-t threshold with ``nu = A`` at level 0.05, as `functional/finc_null.py` does:
 
 - ``library``: ``(1 - rho) C_pool + s c E_a`` with the generated (``y``) side's draws ``E_a`` and
   ``c = sqrt(n_y (1/n_x + rho^2/n_y))`` (`null_model`; here with i.i.d. phases, the library's multipliers at
   ``ratio`` -> infinity);
-- ``pooled``: the same with the draws of both sides pooled, ``(1 - rho) C_pool + s k E_pool,a``,
-  ``k = (sqrt(n_y/n_x) + rho sqrt(n_x/n_y)) / (n_x + n_y)`` (a random relabelling of the pooled samples, linearised);
+- ``conditional``: the same with ``c = beta sqrt(n_y (1/n_x + 1/n_y))``, ``beta = 1 + (rho - 1) n_x / (n_x + n_y)``:
+  ``C_x - rho C_y = (1 - rho) C_pool + beta (C_x - C_y)``, and under the null the noise of ``C_pool`` and of
+  ``C_x - C_y`` are uncorrelated, so given the observed ``C_pool`` only ``beta (C_x - C_y)`` is noise (the library's
+  ``c`` counts ``C_pool``'s noise a second time);
+- ``pooled``: the draws of both sides pooled, ``(1 - rho) C_pool + s k E_pool,a``,
+  ``k = (sqrt(n_y/n_x) + rho sqrt(n_x/n_y)) / (n_x + n_y)`` (a random relabelling of the pooled samples, linearised:
+  the covariance of ``beta (C_x - C_y)``); ``rademacher``: the same with multipliers ``+-1``; ``bernoulli``: with
+  the relabelling's own two-point law (``1`` with probability ``n_x / (n_x + n_y)``, centred and scaled; ``s = +1``
+  only, 2A draws);
 - ``von_mises``: non-negative multipliers ``exp(beta cos theta) / I_0(beta)`` (mean 1, variance ~0.92 at beta =
   1.65) centred, ``(1 - rho) C_pool + sqrt(n_y/n_x) E_a - rho E_b`` over ordered pairs ``a != b`` (the reference's
-  noise from one draw, the generated side's from another: each side's noise keeps its own skew).
+  noise from one draw, the generated side's from another: each side's noise keeps its own skew);
+- ``permutation``: 2A random relabellings of the pooled rows, ``lambda_max(C_x* - rho C_y*)`` (the exact law of the
+  statistic given the pooled rows; not a streaming null).
 
-Printed per data set: the top eigenvalue's mean over the splits and its normal 95 % point, each null's mean and
-threshold (averaged over splits) and the splits it flags.
+Printed per data set: the top eigenvalue's mean, sd and normal 95 % point over the splits; per null the mean and
+sd of its draws, its threshold and the splits it flags, and the same for the Student-t rule on the draws' logarithms
+(``log_threshold``, ``log_flagged``: a right-skewed law). ``--permutations K`` adds, per split, K relabellings: the
+exact permutation test's 95 % point, its p-value ``(1 + #{draws >= value}) / (K + 1)`` and the law's skewness.
 
     python benchmarks/bench_null_variants.py --embedding pixels clip --splits 10 --r 512
     python benchmarks/bench_null_variants.py --data digits --splits 20 --r 256 --n 900 630
@@ -40,6 +51,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_dropped_modes import digits, embed, fashion  # noqa: E402
 
 DRAWS = 3
+NULLS = ("library", "pooled", "von_mises", "conditional", "permutation", "rademacher", "bernoulli")
 BETA = 1.65
 
 
@@ -53,7 +65,7 @@ def second_moment(features: torch.Tensor, weights: torch.Tensor | None = None) -
     return weighted.T @ features / len(features)
 
 
-def null_draws(kind: str, fx, fy, rho: float, generator: torch.Generator) -> list[float]:
+def null_draws(kind: str, fx, fy, rho: float, generator: torch.Generator, draws_a: int = DRAWS) -> list[float]:
     """The 2A (or A(A-1)) draws of ``lambda_max`` of one null for the sides' features ``fx`` (n_x, D), ``fy``."""
     nx, ny = len(fx), len(fy)
     pooled = (nx * second_moment(fx) + ny * second_moment(fy)) / (nx + ny)
@@ -61,23 +73,39 @@ def null_draws(kind: str, fx, fy, rho: float, generator: torch.Generator) -> lis
     if kind == "von_mises":
         norm = float(torch.special.i0(torch.tensor(BETA, dtype=torch.float64)))
         noise = []
-        for _ in range(DRAWS):
+        for _ in range(draws_a):
             w = torch.exp(BETA * torch.cos(torch.rand(ny, generator=generator, dtype=torch.float64) * 2 * math.pi))
             w = w / norm
             noise.append(second_moment(fy, w - w.mean()))
         return [top(shift + math.sqrt(ny / nx) * noise[a] - rho * noise[b])
-                for a in range(DRAWS) for b in range(DRAWS) if a != b]
+                for a in range(draws_a) for b in range(draws_a) if a != b]
     draws = []
-    for _ in range(DRAWS):
-        if kind == "library":
+    if kind == "permutation":
+        both = torch.cat([fx, fy])
+        for _ in range(2 * draws_a):
+            order = torch.randperm(nx + ny, generator=generator)
+            draws.append(top(second_moment(both[order[:nx]]) - rho * second_moment(both[order[nx:]])))
+        return draws
+    # a two-point law with p != 1/2 is skewed: its mirror image (s = -1) is another law, so it draws 2A times
+    signs = (1.0,) if kind == "bernoulli" else (1.0, -1.0)
+    for _ in range(2 * draws_a // len(signs)):
+        if kind in ("library", "conditional"):
             w = math.sqrt(2) * torch.cos(torch.rand(ny, generator=generator, dtype=torch.float64) * 2 * math.pi)
             noise, scale = second_moment(fy, w - w.mean()), math.sqrt(ny * (1 / nx + rho * rho / ny))
+            if kind == "conditional":
+                scale = (1 + (rho - 1) * nx / (nx + ny)) * math.sqrt(ny * (1 / nx + 1 / ny))
         else:
             both = torch.cat([fx, fy])
             w = math.sqrt(2) * torch.cos(torch.rand(nx + ny, generator=generator, dtype=torch.float64) * 2 * math.pi)
+            if kind == "rademacher":
+                w = torch.sign(w)
+            elif kind == "bernoulli":
+                p = nx / (nx + ny)
+                w = ((torch.rand(nx + ny, generator=generator, dtype=torch.float64) < p).double() - p)
+                w = w / math.sqrt(p * (1 - p))
             noise = second_moment(both, w - w.mean()) * (nx + ny)
             scale = (math.sqrt(ny / nx) + rho * math.sqrt(nx / ny)) / (nx + ny)
-        draws += [top(shift + sign * scale * noise) for sign in (1.0, -1.0)]
+        draws += [top(shift + sign * scale * noise) for sign in signs]
     return draws
 
 
@@ -91,36 +119,68 @@ def main() -> None:
     parser.add_argument("--n", type=int, nargs=2, default=[2000, 2000], help="n_x n_y")
     parser.add_argument("--rho", type=float, default=2.0)
     parser.add_argument("--cache", default="/tmp/modes")
+    parser.add_argument("--nulls", nargs="+", default=list(NULLS), choices=NULLS)
+    parser.add_argument("--draws", type=int, default=DRAWS, help="A: multiplier draws per null (the library's 3)")
+    parser.add_argument("--first-split", type=int, default=0, help="the splits' seeds are 900 + this, 901 + this, ...")
+    parser.add_argument("--sigma-from", choices=["x", "pooled"], default="x",
+                        help="the rows of sigma's 'auto' rule: the x side (FINC's reference), or both sides")
+    parser.add_argument("--permutations", type=int, default=0,
+                        help="per split, also this many random relabellings: the exact permutation test's 95 %% point")
     args = parser.parse_args()
     torch.set_num_threads(2)
     images, _ = fashion(args.fashion) if args.data == "fashion" else digits()
     Path(args.cache).mkdir(parents=True, exist_ok=True)
-    quantile = student_t_isf(0.05, DRAWS) * math.sqrt(1 + 1 / DRAWS)
+    quantile = student_t_isf(0.05, args.draws) * math.sqrt(1 + 1 / args.draws)
     nx, ny = args.n
     for name in args.embedding if args.data == "fashion" else ["pixels"]:
         x = embed(name, images, Path(args.cache)).double()
-        observed, found = [], {kind: [] for kind in ("library", "pooled", "von_mises")}
+        observed, exact, found = [], [], {kind: [] for kind in args.nulls}
         generator = torch.Generator().manual_seed(5)
-        for s in range(args.splits):
+        for s in range(args.first_split, args.first_split + args.splits):
             order = torch.randperm(len(x), generator=torch.Generator().manual_seed(900 + s))
             a, b = x[order[:nx]], x[order[nx : nx + ny]]
-            feature_map = FINCNovelty(0.5 * median_bandwidth(a, max_samples=2000, seed=0), n_frequencies=args.r,
+            rows_for_sigma = a
+            if args.sigma_from == "pooled":
+                rows_for_sigma = torch.cat([a, b])[torch.randperm(nx + ny, generator=generator)]
+            feature_map = FINCNovelty(0.5 * median_bandwidth(rows_for_sigma, max_samples=2000, seed=0),
+                                      n_frequencies=args.r,
                                       seed=s).feature_map
             fx, fy = feature_map(a).double(), feature_map(b).double()
             value = top(second_moment(fx) - args.rho * second_moment(fy))
             observed.append(value)
+            if args.permutations:
+                both = torch.cat([fx, fy])
+                law = torch.tensor([top(second_moment(both[o[:nx]]) - args.rho * second_moment(both[o[nx:]]))
+                                    for o in (torch.randperm(nx + ny, generator=generator)
+                                              for _ in range(args.permutations))])
+                exact.append((float(law.quantile(0.95)), float(((law >= value).sum() + 1) / (len(law) + 1)),
+                              float(law.mean()), float(law.std()), float(((law - law.mean()) ** 3).mean()
+                                                                          / law.std() ** 3)))
             for kind, rows in found.items():
-                draws = torch.tensor(null_draws(kind, fx, fy, args.rho, generator))
+                draws = torch.tensor(null_draws(kind, fx, fy, args.rho, generator, args.draws))
                 threshold = float(draws.mean()) + float(draws.std()) * quantile
-                rows.append((float(draws.mean()), threshold, value > threshold))
+                # the same rule on the draws' logarithms (a right-skewed law: a log-normal fit), where all are > 0
+                logs = draws.log() if bool((draws > 0).all()) else None
+                log_threshold = threshold if logs is None else math.exp(float(logs.mean() + logs.std() * quantile))
+                rows.append((float(draws.mean()), threshold, value > threshold, float(draws.std()), log_threshold,
+                             value > log_threshold))
         values = torch.tensor(observed)
         row = {"data": args.data, "embedding": name, "r": args.r, "n": args.n, "splits": args.splits,
-               "top_mean": round(float(values.mean()), 5),
+               "top_mean": round(float(values.mean()), 5), "top_sd": round(float(values.std()), 5),
                "top_q95": round(float(values.mean() + 1.645 * values.std()), 5)}
+        if exact:
+            q95, p_value, mean, sd, skew = (torch.tensor(column) for column in zip(*exact, strict=True))
+            row["permutation_law"] = {"draws": args.permutations, "mean": round(float(mean.mean()), 5),
+                                      "sd": round(float(sd.mean()), 5), "skewness": round(float(skew.mean()), 2),
+                                      "q95": round(float(q95.mean()), 5),
+                                      "flagged_at_0.05": f"{int((p_value <= 0.05).sum())}/{len(p_value)}"}
         for kind, rows in found.items():
-            row[kind] = {"mean": round(sum(m for m, _, _ in rows) / len(rows), 5),
-                         "threshold": round(sum(t for _, t, _ in rows) / len(rows), 5),
-                         "flagged": f"{sum(f for _, _, f in rows)}/{len(rows)}"}
+            row[kind] = {"mean": round(sum(item[0] for item in rows) / len(rows), 5),
+                         "threshold": round(sum(item[1] for item in rows) / len(rows), 5),
+                         "sd": round(sum(item[3] for item in rows) / len(rows), 5),
+                         "flagged": f"{sum(item[2] for item in rows)}/{len(rows)}",
+                         "log_threshold": round(sum(item[4] for item in rows) / len(rows), 5),
+                         "log_flagged": f"{sum(item[5] for item in rows)}/{len(rows)}"}
         print(json.dumps(row), flush=True)
 
 
