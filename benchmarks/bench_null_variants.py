@@ -3,8 +3,9 @@ eigenvalue it stands for, and how often does it flag a split?
 
 Each split takes ``n_x`` + ``n_y`` disjoint rows of one data set (``L = C_x - rho C_y``, both sides one
 distribution: the null the level is stated for), with sigma the ``"auto"`` rule on the ``x`` rows (``--sigma-from
-pooled``: on both sides' rows), and draws each null from ``A`` (= 3) multiplier draws, each giving 2 draws
-(``s = +-1``), and a Student-t threshold with ``nu = A`` at level 0.05, as `functional/finc_null.py` does:
+pooled``: on both sides' rows), and draws each null from ``A`` (``--draws``, 3 by default) multiplier draws,
+each giving 2 draws (``s = +-1``), and a Student-t threshold with ``nu = A`` at level 0.05, as
+`functional/finc_null.py` does:
 
 - ``library``: ``(1 - rho) C_pool + s c E_a`` with the generated (``y``) side's draws ``E_a`` and
   ``c = sqrt(n_y (1/n_x + rho^2/n_y))`` (`null_model`; here with i.i.d. phases, the library's multipliers at
@@ -18,19 +19,24 @@ pooled``: on both sides' rows), and draws each null from ``A`` (= 3) multiplier 
   the covariance of ``beta (C_x - C_y)``); ``rademacher``: the same with multipliers ``+-1``; ``bernoulli``: with
   the relabelling's own two-point law (``1`` with probability ``n_x / (n_x + n_y)``, centred and scaled; ``s = +1``
   only, 2A draws);
-- ``von_mises``: non-negative multipliers ``exp(beta cos theta) / I_0(beta)`` (mean 1, variance ~0.92 at beta =
-  1.65) centred, ``(1 - rho) C_pool + sqrt(n_y/n_x) E_a - rho E_b`` over ordered pairs ``a != b`` (the reference's
-  noise from one draw, the generated side's from another: each side's noise keeps its own skew);
+- ``von_mises``: non-negative multipliers ``exp(kappa cos theta) / I_0(kappa)`` (mean 1, variance ~0.92 at
+  kappa = 1.65) centred, ``(1 - rho) C_pool + sqrt(n_y/n_x) E_a - rho E_b`` over ordered pairs ``a != b`` (the
+  reference's noise from one draw, the generated side's from another: each side's noise keeps its own skew);
 - ``permutation``: 2A random relabellings of the pooled rows, ``lambda_max(C_x* - rho C_y*)`` (the exact law of the
-  statistic given the pooled rows; not a streaming null).
+  statistic given the pooled rows when sigma comes from both sides; not a streaming null).
 
 Printed per data set: the top eigenvalue's mean, sd and normal 95 % point over the splits; per null the mean and
 sd of its draws, its threshold and the splits it flags, and the same for the Student-t rule on the draws' logarithms
-(``log_threshold``, ``log_flagged``: a right-skewed law). ``--permutations K`` adds, per split, K relabellings: the
-exact permutation test's 95 % point, its p-value ``(1 + #{draws >= value}) / (K + 1)`` and the law's skewness.
+(``log_threshold``, ``log_flagged``: a right-skewed law; the plain threshold when a draw is <= 0). ``--permutations K``
+adds, per split, K relabellings, averaged over the splits: the law's mean, sd, skewness and 95 % point, and the splits
+whose exact permutation p-value ``(1 + #{relabellings >= value}) / (K + 1)`` is <= 0.05 (``flagged_at_0.05``). All
+nulls and relabellings share one random generator: the set and order of ``--nulls`` and ``--permutations`` change
+each null's draws.
 
-    python benchmarks/bench_null_variants.py --embedding pixels clip --splits 10 --r 512
-    python benchmarks/bench_null_variants.py --data digits --splits 20 --r 256 --n 900 630
+    python benchmarks/bench_null_variants.py --embedding clip pixels --splits 40 --first-split 40 --r 512 \
+        --nulls library conditional pooled rademacher permutation
+    python benchmarks/bench_null_variants.py --data digits --splits 40 --first-split 20 --r 256 --n 900 630 \
+        --nulls library conditional pooled rademacher permutation
 """
 
 from __future__ import annotations
@@ -52,7 +58,7 @@ from bench_dropped_modes import digits, embed, fashion  # noqa: E402
 
 DRAWS = 3
 NULLS = ("library", "pooled", "von_mises", "conditional", "permutation", "rademacher", "bernoulli")
-BETA = 1.65
+KAPPA = 1.65
 
 
 def top(matrix: torch.Tensor) -> float:
@@ -71,10 +77,10 @@ def null_draws(kind: str, fx, fy, rho: float, generator: torch.Generator, draws_
     pooled = (nx * second_moment(fx) + ny * second_moment(fy)) / (nx + ny)
     shift = (1 - rho) * pooled
     if kind == "von_mises":
-        norm = float(torch.special.i0(torch.tensor(BETA, dtype=torch.float64)))
+        norm = float(torch.special.i0(torch.tensor(KAPPA, dtype=torch.float64)))
         noise = []
         for _ in range(draws_a):
-            w = torch.exp(BETA * torch.cos(torch.rand(ny, generator=generator, dtype=torch.float64) * 2 * math.pi))
+            w = torch.exp(KAPPA * torch.cos(torch.rand(ny, generator=generator, dtype=torch.float64) * 2 * math.pi))
             w = w / norm
             noise.append(second_moment(fy, w - w.mean()))
         return [top(shift + math.sqrt(ny / nx) * noise[a] - rho * noise[b])
