@@ -71,6 +71,21 @@ def second_moment(features: torch.Tensor, weights: torch.Tensor | None = None) -
     return weighted.T @ features / len(features)
 
 
+def relabelled_top(both: torch.Tensor, nx: int, rho: float, generator: torch.Generator) -> float:
+    """``lambda_max(C_x* - rho C_y*)`` for a random relabelling of the pooled features ``both``: the first ``nx`` rows
+    of a random order are ``x``."""
+    order = torch.randperm(len(both), generator=generator)
+    return top(second_moment(both[order[:nx]]) - rho * second_moment(both[order[nx:]]))
+
+
+def permutation_law(law: torch.Tensor, value: float) -> tuple[float, ...]:
+    """Of K relabellings' values: the 95 % point, the exact p-value ``(1 + #{law >= value}) / (K + 1)``, the mean,
+    sd and skewness."""
+    mean, sd = law.mean(), law.std()
+    return (float(law.quantile(0.95)), float(((law >= value).sum() + 1) / (len(law) + 1)), float(mean), float(sd),
+            float(((law - mean) ** 3).mean() / sd**3))
+
+
 def null_draws(kind: str, fx, fy, rho: float, generator: torch.Generator, draws_a: int = DRAWS) -> list[float]:
     """The 2A (or A(A-1)) draws of ``lambda_max`` of one null for the sides' features ``fx`` (n_x, D), ``fy``."""
     nx, ny = len(fx), len(fy)
@@ -85,13 +100,10 @@ def null_draws(kind: str, fx, fy, rho: float, generator: torch.Generator, draws_
             noise.append(second_moment(fy, w - w.mean()))
         return [top(shift + math.sqrt(ny / nx) * noise[a] - rho * noise[b])
                 for a in range(draws_a) for b in range(draws_a) if a != b]
-    draws = []
     if kind == "permutation":
         both = torch.cat([fx, fy])
-        for _ in range(2 * draws_a):
-            order = torch.randperm(nx + ny, generator=generator)
-            draws.append(top(second_moment(both[order[:nx]]) - rho * second_moment(both[order[nx:]])))
-        return draws
+        return [relabelled_top(both, nx, rho, generator) for _ in range(2 * draws_a)]
+    draws = []
     # a two-point law with p != 1/2 is skewed: its mirror image (s = -1) is another law, so it draws 2A times
     signs = (1.0,) if kind == "bernoulli" else (1.0, -1.0)
     for _ in range(2 * draws_a // len(signs)):
@@ -148,20 +160,15 @@ def main() -> None:
             rows_for_sigma = a
             if args.sigma_from == "pooled":
                 rows_for_sigma = torch.cat([a, b])[torch.randperm(nx + ny, generator=generator)]
-            feature_map = FINCNovelty(0.5 * median_bandwidth(rows_for_sigma, max_samples=2000, seed=0),
-                                      n_frequencies=args.r,
-                                      seed=s).feature_map
+            sigma = 0.5 * median_bandwidth(rows_for_sigma, max_samples=2000, seed=0)
+            feature_map = FINCNovelty(sigma, n_frequencies=args.r, seed=s).feature_map
             fx, fy = feature_map(a).double(), feature_map(b).double()
             value = top(second_moment(fx) - args.rho * second_moment(fy))
             observed.append(value)
             if args.permutations:
                 both = torch.cat([fx, fy])
-                law = torch.tensor([top(second_moment(both[o[:nx]]) - args.rho * second_moment(both[o[nx:]]))
-                                    for o in (torch.randperm(nx + ny, generator=generator)
-                                              for _ in range(args.permutations))])
-                exact.append((float(law.quantile(0.95)), float(((law >= value).sum() + 1) / (len(law) + 1)),
-                              float(law.mean()), float(law.std()), float(((law - law.mean()) ** 3).mean()
-                                                                          / law.std() ** 3)))
+                law = torch.tensor([relabelled_top(both, nx, args.rho, generator) for _ in range(args.permutations)])
+                exact.append(permutation_law(law, value))
             for kind, rows in found.items():
                 draws = torch.tensor(null_draws(kind, fx, fy, args.rho, generator, args.draws))
                 threshold = float(draws.mean()) + float(draws.std()) * quantile
