@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from lightning_spectral.kernels import median_bandwidth
+from lightning_spectral.kernels import AUTO_FACTOR, AUTO_SAMPLES, median_bandwidth
 from lightning_spectral.metrics import FINCNovelty
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -97,11 +97,17 @@ def embed(name: str, images: torch.Tensor, cache: Path) -> torch.Tensor:
     return out
 
 
+def rule_sigma(rows: torch.Tensor, factor: float = AUTO_FACTOR) -> float:
+    """``factor`` x the median pairwise distance of a seeded subsample of ``rows`` (the ``sigma="auto"`` rule's factor
+    and subsample size; its subsample differs: the rows of the smallest content hashes)."""
+    return factor * median_bandwidth(rows, max_samples=AUTO_SAMPLES, seed=0)
+
+
 def missing_modes(gen, ref, ref_labels, factor, rho, r, min_eigenvalue, k=10, per_mode=20, draws=3):
     """[(eigenvalue, p, dominant class, purity)] of the significant missing modes, the same per region with its share
     last (``FINCNovelty.grouped_modes``: the representative's eigenvalue and p-value, the region's top samples and
     share), the number of significant novel modes, and sigma."""
-    sigma = factor * median_bandwidth(ref, max_samples=2000, seed=0)
+    sigma = rule_sigma(ref, factor)
     metric = FINCNovelty(sigma, n_frequencies=r, rho=rho, min_eigenvalue=min_eigenvalue, draws=draws)
     metric.update(ref, real=True)
     metric.update(gen, real=False)

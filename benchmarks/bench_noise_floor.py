@@ -35,11 +35,10 @@ from pathlib import Path
 
 import torch
 
-from lightning_spectral.kernels import median_bandwidth
 from lightning_spectral.metrics import FINCNovelty
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_dropped_modes import digits, drop, drop3_classes, drop5_classes, embed, fashion  # noqa: E402
+from bench_dropped_modes import digits, drop, drop3_classes, drop5_classes, embed, fashion, rule_sigma  # noqa: E402
 
 
 def oracle_floor(x: torch.Tensor, n_ref: int, n_gen: int, splits: int, r: int, draws: int = 3) -> dict:
@@ -49,7 +48,7 @@ def oracle_floor(x: torch.Tensor, n_ref: int, n_gen: int, splits: int, r: int, d
     for s in range(splits):
         order = torch.randperm(len(x), generator=torch.Generator().manual_seed(700 + s))
         ref = x[order[:n_ref]]
-        metric = FINCNovelty(0.5 * median_bandwidth(ref, max_samples=2000, seed=0), n_frequencies=r, draws=draws)
+        metric = FINCNovelty(rule_sigma(ref), n_frequencies=r, draws=draws)
         metric.update(ref, real=True)
         metric.update(x[order[n_ref : n_ref + n_gen]], real=False)
         modes = metric.missing_modes(1)
@@ -118,7 +117,7 @@ def main() -> None:
         floor = oracle_floor(x, len(samples[0][2]), n_gen, args.splits, args.r, args.draws)
         counts = {"named": 0, "above_floor_unnamed": 0, "below_floor": 0, "no_pure_mode": 0}
         for t, (dropped, gen, ref, ref_y) in enumerate(samples):
-            sigma = 0.5 * median_bandwidth(ref, max_samples=2000, seed=0)
+            sigma = rule_sigma(ref)
             best, threshold = best_modes(gen, ref, ref_y, dropped, sigma, args.r, args.modes, pure, args.draws)
             for found in best.values():
                 if found is None:

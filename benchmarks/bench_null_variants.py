@@ -50,11 +50,10 @@ from pathlib import Path
 import torch
 
 from lightning_spectral.functional.student_t import student_t_isf
-from lightning_spectral.kernels import median_bandwidth
 from lightning_spectral.metrics import FINCNovelty
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_dropped_modes import digits, embed, fashion  # noqa: E402
+from bench_dropped_modes import digits, embed, fashion, rule_sigma  # noqa: E402
 
 DRAWS = 3
 NULLS = ("library", "pooled", "von_mises", "conditional", "permutation", "rademacher", "bernoulli")
@@ -160,7 +159,7 @@ def main() -> None:
             rows_for_sigma = a
             if args.sigma_from == "pooled":
                 rows_for_sigma = torch.cat([a, b])[torch.randperm(nx + ny, generator=generator)]
-            sigma = 0.5 * median_bandwidth(rows_for_sigma, max_samples=2000, seed=0)
+            sigma = rule_sigma(rows_for_sigma)
             feature_map = FINCNovelty(sigma, n_frequencies=args.r, seed=s).feature_map
             fx, fy = feature_map(a).double(), feature_map(b).double()
             value = top(second_moment(fx) - args.rho * second_moment(fy))
