@@ -380,4 +380,4 @@ def test_command_line(tmp_path, command):
             named.append(max((classes.count(name) / len(classes), name) for name in set(classes)))
         assert {name for purity, name in named if purity >= 0.8} == {"class7", "class8", "class9"}
         assert all(name in {"class7", "class8", "class9"} for _, name in named)  # the README: 7s, 8s and 9s only
-        assert result["finc"]["missing"]["n_significant"] == 3 and len(named) == 4  # as the README says
+        assert result["finc"]["missing"]["n_significant"] == 4 and len(named) == 6  # as the README says

@@ -26,7 +26,10 @@ whatever the reference. So the reference keeps ``Q`` only: ``2 + A`` (2r)^2 sums
 ``rho = 1`` a draw gives ``lambda_max`` and ``-lambda_min`` of ``c E_a``. At ``rho > 1`` the Weyl bound is
 loose: the noise is largest along the shared modes, where ``E[L] = (1 - rho) C`` is far below 0 on one
 distribution. There the null is one distribution on both sides ("same distribution", the case the level is
-stated for) and each draw is the top eigenvalue of ``(1 - rho) C_pool + s c E_a`` (`null_model`, ``s = +-1``).
+stated for) and each draw is the top eigenvalue of ``(1 - rho) C_pool + s c' E_a`` (`null_model`, ``s = +-1``):
+``C_pool`` (both sides' second moment) at its observed value, and ``c' = beta sqrt(n_gen (1/n_x + 1/n_y))``,
+``beta = 1 + (rho - 1) n_x / (n_x + n_y)``, the scale of the noise left given ``C_pool`` (`null_scale`: ``c'^2`` is
+4.5 against ``c^2 = 5`` at equal sides and ``rho = 2``; ``c' = c`` at ``rho = 1``).
 Either way ``2 A`` draws. With their mean ``m`` and standard deviation ``s``, the p-value is the Student-t
 prediction interval's, with ``nu = A`` degrees of freedom (the independent draws)::
 

@@ -57,10 +57,25 @@ def noise_scale(noise: NoiseSums, x: NoiseSums, y: NoiseSums, rho: float) -> flo
     return math.sqrt(noise.count * (1.0 / x.count + rho * rho / y.count))
 
 
+def null_scale(noise: NoiseSums, x: NoiseSums, y: NoiseSums, rho: float) -> float:
+    """``c' = beta sqrt(n_e (1/n_x + 1/n_y))``, ``beta = 1 + (rho - 1) n_x / N`` (``N = n_x + n_y``): the factor of a
+    draw ``E_a`` of one side (``n_e`` samples) in the null of `null_model`, which holds the observed pooled second
+    moment ``C_pool`` fixed.
+
+    Exactly ``C_x - rho C_y = (1 - rho) C_pool + beta (C_x - C_y)``, and on one distribution the noises of
+    ``C_pool`` and of ``C_x - C_y`` are uncorrelated (``Cov = V / N - V / N = 0``): given ``C_pool`` the rest of
+    the noise is ``beta (C_x - C_y)``, of covariance ``beta^2 V (1/n_x + 1/n_y)``. `noise_scale` counts the pooled
+    part's noise a second time (``c^2 = 5`` against ``c'^2 = 4.5`` at ``rho = 2``, equal sides). Equal to
+    `noise_scale` at ``rho = 1``, and as either side outgrows the other.
+    """
+    beta = 1.0 + (rho - 1.0) * x.count / (x.count + y.count)
+    return beta * math.sqrt(noise.count * (1.0 / x.count + 1.0 / y.count))
+
+
 def null_weights(x: NoiseSums, y: NoiseSums, rho: float) -> Tensor:
     """(K, J) float64: the weights on ``x.sums + y.sums`` of each matrix of `null_model`.
 
-    The side with draws (exactly one) gives ``c E(a)`` (`noise_scale`); at ``rho = 1`` one matrix per draw, at
+    The side with draws (exactly one) gives ``c E(a)`` (`null_scale`); at ``rho = 1`` one matrix per draw, at
     ``rho != 1`` two: ``(1 - rho) C_pool + s c E(a)``, ``s = +-1``
     ([`NoiseSums`][lightning_spectral.functional.sampling_noise.NoiseSums]).
 
@@ -74,7 +89,7 @@ def null_weights(x: NoiseSums, y: NoiseSums, rho: float) -> Tensor:
         )
     noise_is_x = x.draws > 0
     noise = x if noise_is_x else y
-    scale = noise_scale(noise, x, y, rho)
+    scale = null_scale(noise, x, y, rho)
     pooled_scale = (1.0 - rho) / (x.count + y.count)
     pooled = [pooled_scale] + [0.0] * x.draws + [pooled_scale] + [0.0] * y.draws
     rows = []
@@ -123,10 +138,11 @@ def null_model(x: NoiseSums, y: NoiseSums, rho: float) -> NullModel:
     draws.
 
     The side with draws (FINC: the generated one) gives ``A`` independent draws ``c E(a)`` of the noise
-    (`noise_scale`). At ``rho = 1`` each gives two draws of ``lambda_max``: its largest eigenvalue and minus its
+    (`null_scale`). At ``rho = 1`` each gives two draws of ``lambda_max``: its largest eigenvalue and minus its
     smallest (``-E(a)`` has the law of ``E(a)``: the multipliers' phase is uniform). At ``rho != 1`` one
     distribution gives ``E[C_x - rho C_y] = (1 - rho) C``: each draw is the largest eigenvalue of
-    ``(1 - rho) C_pool + s c E(a)`` (``C_pool`` both sides' second moment, ``s = +-1``). Either way ``2 A`` draws
+    ``(1 - rho) C_pool + s c E(a)`` (``C_pool`` both sides' second moment, held at its observed value, and the rest
+    of the noise drawn: `null_scale`; ``s = +-1``). Either way ``2 A`` draws
     with ``nu = A``. The matrices are formed `NULL_BATCH` at a time in one pass over the sums (float32 from
     [`FLOAT32_MIN_SIZE`][lightning_spectral.algebra.FLOAT32_MIN_SIZE] rows, as the score's ``eigvalsh``); their ends
     by Lanczos ([`extreme_eigenvalues`][lightning_spectral.algebra.extreme_eigenvalues], residual ``1e-10 ||A||`` in

@@ -30,7 +30,7 @@ from lightning_spectral.functional.finc import (
     top_bias,
     top_modes,
 )
-from lightning_spectral.functional.finc_null import NULL_BATCH, noise_scale, null_model
+from lightning_spectral.functional.finc_null import NULL_BATCH, noise_scale, null_model, null_scale
 from lightning_spectral.functional.mode_groups import ModeGroups, contrast_ends, end_groups, region_detail
 from lightning_spectral.functional.mode_shares import ModeRow, two_sided_share_errors, two_sided_shares
 from lightning_spectral.functional.modes import (
@@ -277,10 +277,10 @@ class FINCNovelty(SpectralMetric):
 
     def cached_null(self, missing: bool, x: NoiseSums, y: NoiseSums) -> Any:
         """The null of ``C_x - rho C_y``, kept beside the spectra: its matrices depend on the order of the sides only
-        through the scale ``c`` ([`noise_scale`][lightning_spectral.functional.finc_null.noise_scale]), so novel and
+        through the scale ``c'`` ([`null_scale`][lightning_spectral.functional.finc_null.null_scale]), so novel and
         missing share it at ``rho = 1`` or when both sides hold as many samples."""
         gen = x if x.draws else y
-        key = (noise_scale(gen, x, y, self.rho), tuple(float(a.state.sum()) for a in self.accumulators.values()))
+        key = (null_scale(gen, x, y, self.rho), tuple(float(a.state.sum()) for a in self.accumulators.values()))
         if self._null_cache is not None and self._null_cache[0] == key:
             return self._null_cache[1]
         null = null_model(x, y, self.rho)
