@@ -7,13 +7,13 @@ pooled``: on both sides' rows), and draws each null from ``A`` (``--draws``, 3 b
 each giving 2 draws (``s = +-1``), and a Student-t threshold with ``nu = A`` at level 0.05, as
 `functional/finc_null.py` does:
 
-- ``library``: ``(1 - rho) C_pool + s c E_a`` with the generated (``y``) side's draws ``E_a`` and
-  ``c = sqrt(n_y (1/n_x + rho^2/n_y))`` (`null_model`; here with i.i.d. phases, the library's multipliers at
-  ``ratio`` -> infinity);
-- ``conditional``: the same with ``c = beta sqrt(n_y (1/n_x + 1/n_y))``, ``beta = 1 + (rho - 1) n_x / (n_x + n_y)``:
-  ``C_x - rho C_y = (1 - rho) C_pool + beta (C_x - C_y)``, and under the null the noise of ``C_pool`` and of
-  ``C_x - C_y`` are uncorrelated, so given the observed ``C_pool`` only ``beta (C_x - C_y)`` is noise (the library's
-  ``c`` counts ``C_pool``'s noise a second time);
+- ``unconditional``: ``(1 - rho) C_pool + s c E_a`` with the generated (``y``) side's draws ``E_a`` and
+  ``c = sqrt(n_y (1/n_x + rho^2/n_y))`` (`noise_scale`: the library's null before `null_scale`; here with i.i.d.
+  phases, the library's multipliers at ``ratio`` -> infinity);
+- ``conditional``: the same with ``c = beta sqrt(n_y (1/n_x + 1/n_y))``, ``beta = 1 + (rho - 1) n_x / (n_x + n_y)``
+  (`null_scale`, the library's null): ``C_x - rho C_y = (1 - rho) C_pool + beta (C_x - C_y)``, and under the null
+  the noise of ``C_pool`` and of ``C_x - C_y`` are uncorrelated, so given the observed ``C_pool`` only
+  ``beta (C_x - C_y)`` is noise (``unconditional`` counts ``C_pool``'s noise a second time);
 - ``pooled``: the draws of both sides pooled, ``(1 - rho) C_pool + s k E_pool,a``,
   ``k = (sqrt(n_y/n_x) + rho sqrt(n_x/n_y)) / (n_x + n_y)`` (a random relabelling of the pooled samples, linearised:
   the covariance of ``beta (C_x - C_y)``); ``rademacher``: the same with multipliers ``+-1``; ``bernoulli``: with
@@ -34,9 +34,9 @@ nulls and relabellings share one random generator: the set and order of ``--null
 each null's draws.
 
     python benchmarks/bench_null_variants.py --embedding clip pixels --splits 40 --first-split 40 --r 512 \
-        --nulls library conditional pooled rademacher permutation
+        --nulls unconditional conditional pooled rademacher permutation
     python benchmarks/bench_null_variants.py --data digits --splits 40 --first-split 20 --r 256 --n 900 630 \
-        --nulls library conditional pooled rademacher permutation
+        --nulls unconditional conditional pooled rademacher permutation
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_dropped_modes import digits, embed, fashion, rule_sigma  # noqa: E402
 
 DRAWS = 3
-NULLS = ("library", "pooled", "von_mises", "conditional", "permutation", "rademacher", "bernoulli")
+NULLS = ("unconditional", "pooled", "von_mises", "conditional", "permutation", "rademacher", "bernoulli")
 KAPPA = 1.65
 
 
@@ -106,7 +106,7 @@ def null_draws(kind: str, fx, fy, rho: float, generator: torch.Generator, draws_
     # a two-point law with p != 1/2 is skewed: its mirror image (s = -1) is another law, so it draws 2A times
     signs = (1.0,) if kind == "bernoulli" else (1.0, -1.0)
     for _ in range(2 * draws_a // len(signs)):
-        if kind in ("library", "conditional"):
+        if kind in ("unconditional", "conditional"):
             w = math.sqrt(2) * torch.cos(torch.rand(ny, generator=generator, dtype=torch.float64) * 2 * math.pi)
             noise, scale = second_moment(fy, w - w.mean()), math.sqrt(ny * (1 / nx + rho * rho / ny))
             if kind == "conditional":

@@ -373,8 +373,9 @@ def test_null_draws_and_p_values_equal_the_dense_oracle(draws):
 def test_the_null_scale_gives_a_draw_the_spread_of_the_relabelling_law_given_the_pooled_moment():
     """On one distribution the split of the pooled samples into the sides is a uniformly random relabelling: given
     C_pool it is the exact law of L = C_x - rho C_y. Identity: L = (1 - rho) C_pool + beta (C_x - C_y). Over 20,000
-    relabellings the variance of tr(A L) for a fixed symmetric A is null_scale^2 S^2 / n_gen (S^2 the per-sample
-    variance of phi^T A phi, the variance of tr(A E_a) times n_gen) within 5 % (Monte Carlo s.e. 1 %);
+    relabellings the variance of tr(A L) for a fixed symmetric A is null_scale^2 S^2 / n_gen within 5 % (Monte Carlo
+    s.e. 1 %), for the novel (x = gen) and the missing (x = ref) order; S^2 is the per-sample variance of
+    phi^T A phi, so S^2 / n_gen is the variance of a draw's tr(A E_a) when the multipliers have variance 1.
     noise_scale^2 S^2 / n_gen is 10-12 % larger at rho = 2 (it counts the noise of C_pool, fixed here, a second
     time); both are equal at rho = 1."""
     from lightning_spectral.functional.finc_null import noise_scale, null_scale
@@ -387,29 +388,24 @@ def test_the_null_scale_gives_a_draw_the_spread_of_the_relabelling_law_given_the
     matrix = torch.randn(16, 16, generator=g, dtype=torch.float64)
     t = ((phi @ (matrix + matrix.T)) * phi).sum(1)  # phi_i^T A phi_i
     variance = float(t.var())
-    for n_x, rho in ((400, 2.0), (300, 2.0), (300, 1.0)):
-        n_y = 700 - n_x
-        second = (phi[:n_x].T @ phi[:n_x] / n_x, phi[n_x:].T @ phi[n_x:] / n_y)
-        beta = 1 + (rho - 1) * n_x / 700
-        identity = (1 - rho) * phi.T @ phi / 700 + beta * (second[0] - second[1])
-        torch.testing.assert_close(second[0] - rho * second[1], identity, rtol=0, atol=1e-13)
+    for n_gen, rho in ((400, 2.0), (300, 2.0), (300, 1.0)):
+        n_ref = 700 - n_gen
+        moments = (phi[:n_gen].T @ phi[:n_gen] / n_gen, phi[n_gen:].T @ phi[n_gen:] / n_ref)
+        beta = 1 + (rho - 1) * n_gen / 700
+        identity = (1 - rho) * phi.T @ phi / 700 + beta * (moments[0] - moments[1])
+        torch.testing.assert_close(moments[0] - rho * moments[1], identity, rtol=0, atol=1e-13)
         orders = torch.rand(20_000, 700, generator=g).argsort(1)  # 20,000 uniformly random relabellings
-        draws = t[orders[:, :n_x]].mean(1) - rho * t[orders[:, n_x:]].mean(1)
-        x = NoiseSums.of(samples[:n_x], rff, Multipliers(3, 1.5, 0, DEFAULT_RATIO))  # x: the side with draws
-        y = NoiseSums.of(samples[n_x:], rff, None)
-        for gen, first, second_side in ((x, x, y), (x, y, x)):  # the novel and the missing order
-            conditional = null_scale(gen, first, second_side, rho) ** 2 * variance / gen.count
-            if first is y:  # the missing order: the relabelling law of C_y - rho C_x
-                beta_y = 1 + (rho - 1) * n_y / 700
-                conditional_law = beta_y**2 * variance * (1 / n_x + 1 / n_y)
-                assert conditional == pytest.approx(conditional_law, rel=1e-12)
-                continue
-            assert float(draws.var()) == pytest.approx(conditional, rel=0.05)
-            unconditional = noise_scale(gen, first, second_side, rho) ** 2 * variance / gen.count
+        gen_mean, ref_mean = t[orders[:, :n_gen]].mean(1), t[orders[:, n_gen:]].mean(1)
+        gen = NoiseSums.of(samples[:n_gen], rff, Multipliers(3, 1.5, 0, DEFAULT_RATIO))  # the side with draws
+        ref = NoiseSums.of(samples[n_gen:], rff, None)
+        for (x, y), law in (((gen, ref), gen_mean - rho * ref_mean), ((ref, gen), ref_mean - rho * gen_mean)):
+            conditional = null_scale(gen, x, y, rho) ** 2 * variance / n_gen
+            assert float(law.var()) == pytest.approx(conditional, rel=0.05)
+            unconditional = noise_scale(gen, x, y, rho) ** 2 * variance / n_gen
             if rho == 1.0:
                 assert unconditional == pytest.approx(conditional, rel=1e-12)
             else:
-                assert float(draws.var()) < 0.96 * unconditional
+                assert float(law.var()) < 0.96 * unconditional
 
 
 def test_a_side_of_equal_samples_has_zero_noise_draws():

@@ -150,7 +150,7 @@ class DifferentialSpectrum(NamedTuple):
         """The spectrum of ``-(C_x - C_y) = C_y - C_x`` at ``rho = 1`` (of a full spectrum, not a ``partial`` one:
         eigenvalues negated and reversed, the same
         eigenvectors reversed), with its p-values under the same null (at ``rho = 1`` both orders share it:
-        `noise_scale` is symmetric in the sides there)."""
+        `null_scale` is symmetric in the sides there)."""
         values = -self.eigenvalues.flip(0)
         vectors = None if self.eigenvectors is None else self.eigenvectors.flip(1)
         return DifferentialSpectrum(

@@ -75,8 +75,8 @@ def null_scale(noise: NoiseSums, x: NoiseSums, y: NoiseSums, rho: float) -> floa
 def null_weights(x: NoiseSums, y: NoiseSums, rho: float) -> Tensor:
     """(K, J) float64: the weights on ``x.sums + y.sums`` of each matrix of `null_model`.
 
-    The side with draws (exactly one) gives ``c E(a)`` (`null_scale`); at ``rho = 1`` one matrix per draw, at
-    ``rho != 1`` two: ``(1 - rho) C_pool + s c E(a)``, ``s = +-1``
+    The side with draws (exactly one) gives ``c' E(a)`` (`null_scale`); at ``rho = 1`` one matrix per draw, at
+    ``rho != 1`` two: ``(1 - rho) C_pool + s c' E(a)``, ``s = +-1``
     ([`NoiseSums`][lightning_spectral.functional.sampling_noise.NoiseSums]).
 
     Raises:
@@ -137,11 +137,11 @@ def null_model(x: NoiseSums, y: NoiseSums, rho: float) -> NullModel:
     """Draws of ``lambda_max`` of the noise of ``C_x - rho C_y`` on one distribution, from one side's multiplier
     draws.
 
-    The side with draws (FINC: the generated one) gives ``A`` independent draws ``c E(a)`` of the noise
+    The side with draws (FINC: the generated one) gives ``A`` independent draws ``c' E(a)`` of the noise
     (`null_scale`). At ``rho = 1`` each gives two draws of ``lambda_max``: its largest eigenvalue and minus its
     smallest (``-E(a)`` has the law of ``E(a)``: the multipliers' phase is uniform). At ``rho != 1`` one
     distribution gives ``E[C_x - rho C_y] = (1 - rho) C``: each draw is the largest eigenvalue of
-    ``(1 - rho) C_pool + s c E(a)`` (``C_pool`` both sides' second moment, held at its observed value, and the rest
+    ``(1 - rho) C_pool + s c' E(a)`` (``C_pool`` both sides' second moment, held at its observed value, and the rest
     of the noise drawn: `null_scale`; ``s = +-1``). Either way ``2 A`` draws
     with ``nu = A``. The matrices are formed `NULL_BATCH` at a time in one pass over the sums (float32 from
     [`FLOAT32_MIN_SIZE`][lightning_spectral.algebra.FLOAT32_MIN_SIZE] rows, as the score's ``eigvalsh``); their ends
