@@ -152,3 +152,30 @@ def test_per_mode_above_half_the_samples_warns_that_the_rows_read_alike():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         metric.grouped_modes(batches, k=2, per_mode=len(gen) // 4)
+
+
+def test_a_row_led_by_a_modes_other_end_names_the_row_of_its_first_end():
+    """The gallery rows are numbered as regions ("missing mode 4"); a row led by a mode's other end says whose other
+    end it is by that numbering: "the other end of mode N" sits next to row N, whose first end is the same mode (the
+    same eigenvalue and p-value), not next to the mode's own rank. Digits: a random half of all ten classes against
+    the other half's 0-6, where modes 1 and 2 merge into row 1, so ranks and rows differ."""
+    import re
+
+    from tests.conftest import digits
+
+    x, y = digits()
+    x = x.double()
+    order = torch.randperm(len(x), generator=torch.Generator().manual_seed(1))
+    real, rest = order[: len(x) // 2], order[len(x) // 2 :]
+    generated = rest[y[rest] < 7]
+    metric = FINCNovelty("auto", n_frequencies=256)
+    metric.update(x[real], real=True)
+    metric.update(x[generated], real=False)
+    rows = metric.galleries([(x[generated], generated)], k=10, per_mode=8, reference_batches=[(x[real], real)])
+    details = [row.detail for row in rows["missing"].rows]
+    assert "modes 1, 2 merged" in details[0]  # the case where ranks and rows differ
+    others = [(i, re.match(r"\(the other end of mode (\d+): (.*)\)", detail)) for i, detail in enumerate(details)]
+    others = [(i, int(match.group(1)) - 1, match.group(2)) for i, match in others if match]
+    assert len(others) >= 2
+    for row, first_row, value in others:
+        assert first_row < row and details[first_row] == f"({value})", details

@@ -396,9 +396,9 @@ def _missing_gallery(args: argparse.Namespace, missing: dict, samples: Any) -> s
     from lightning_spectral.functional.mode_groups import region_detail
     from lightning_spectral.functional.mode_shares import ModeRow
 
-    total, regions = missing["n_significant"], samples.groups
+    total, regions, first_rows = missing["n_significant"], samples.groups, samples.region_of(1)
     labels = [
-        ModeRow("missing", i, float(share), "reference", region_detail(group, samples.modes)).line()
+        ModeRow("missing", i, float(share), "reference", region_detail(group, samples.modes, first_rows)).line()
         for i, (group, share) in enumerate(zip(regions, samples.shares, strict=True))
     ]
     title = f"{plural(total, 'significant missing mode')} of FILE: REF images ({images.source_name(args, 'reference')})"

@@ -208,9 +208,12 @@ class ModeGroups(NamedTuple):
         return region
 
 
-def region_detail(group: list[ModeEnd], modes: Modes) -> str:
+def region_detail(group: list[ModeEnd], modes: Modes, first_rows: Optional[list[Optional[int]]] = None) -> str:
     """``"(eigenvalue 0.012, p=0.001)"``; ``"(the other end of mode 2: ...)"`` for a region led by a mode's other end;
     with ``"; modes 1, 4 merged"`` (1-based) for a region of several modes.
+
+    ``first_rows`` (``ModeGroups.region_of(1)``) numbers the other end's mode by the row of its first end, as the
+    galleries and text lines number their rows ("missing mode 5"); without it, by the mode's own index.
 
     Examples:
         >>> import torch
@@ -218,11 +221,14 @@ def region_detail(group: list[ModeEnd], modes: Modes) -> str:
         >>> modes = Modes(values, torch.eye(2), torch.ones(2, dtype=torch.bool), p_values)
         >>> region_detail([ModeEnd(1, -1), ModeEnd(0, 1)], modes)
         '(the other end of mode 2: eigenvalue 0.01, p=0.02; modes 1, 2 merged)'
+        >>> region_detail([ModeEnd(1, -1)], modes, first_rows=[0, 2])
+        '(the other end of mode 3: eigenvalue 0.01, p=0.02)'
     """
     first = group[0].mode
     text = f"eigenvalue {float(modes.eigenvalues[first]):.3g}, p={float(modes.p_values[first]):.2g}"  # type: ignore[index]
     if group[0].sign < 0:
-        text = f"the other end of mode {first + 1}: {text}"
+        row = first_rows[first] if first_rows is not None else None
+        text = f"the other end of mode {(first if row is None else row) + 1}: {text}"
     merged = sorted({end.mode for end in group})
     if len(merged) > 1:
         text += "; modes " + ", ".join(str(i + 1) for i in merged) + " merged"

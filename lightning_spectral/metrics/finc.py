@@ -601,8 +601,10 @@ class FINCNovelty(SpectralMetric):
                 grouped = self.grouped_modes(stream, k=count, per_mode=per_mode, missing=missing)
                 side = "reference" if missing else "generated samples"
                 errors = grouped.shares_se if grouped.shares_se is not None else [None] * len(grouped.groups)
+                first_rows = grouped.region_of(1)
                 rows = [
-                    ModeRow(name, i, float(share), side, region_detail(group, modes), None if se is None else float(se))
+                    ModeRow(name, i, float(share), side, region_detail(group, modes, first_rows),
+                            None if se is None else float(se))
                     for i, (group, share, se) in enumerate(zip(grouped.groups, grouped.shares, errors, strict=True))
                 ]
                 title = f"{total} significant {name} mode{'' if total == 1 else 's'}"
