@@ -372,7 +372,7 @@ def test_null_draws_and_p_values_equal_the_dense_oracle(draws):
 
 def test_the_null_scale_gives_a_draw_the_spread_of_the_relabelling_law_given_the_pooled_moment():
     """On one distribution the split of the pooled samples into the sides is a uniformly random relabelling: given
-    C_pool it is the exact law of L = C_x - rho C_y. Identity: L = (1 - rho) C_pool + beta (C_x - C_y). Over 20,000
+    the pooled samples (so C_pool) it is the exact law of L = C_x - rho C_y. Identity: L = (1 - rho) C_pool + beta (C_x - C_y). Over 20,000
     relabellings the variance of tr(A L) for a fixed symmetric A is null_scale^2 S^2 / n_gen within 5 % (Monte Carlo
     s.e. 1 %), for the novel (x = gen) and the missing (x = ref) order; S^2 is the per-sample variance of
     phi^T A phi, so S^2 / n_gen is the variance of a draw's tr(A E_a) when the multipliers have variance 1.

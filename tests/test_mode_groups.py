@@ -156,9 +156,10 @@ def test_per_mode_above_half_the_samples_warns_that_the_rows_read_alike():
 
 def test_a_row_led_by_a_modes_other_end_names_the_row_of_its_first_end():
     """The gallery rows are numbered as regions ("missing mode 4"); a row led by a mode's other end says whose other
-    end it is by that numbering: "the other end of mode N" sits next to row N, whose first end is the same mode (the
-    same eigenvalue and p-value), not next to the mode's own rank. Digits: a random half of all ten classes against
-    the other half's 0-6, where modes 1 and 2 merge into row 1, so ranks and rows differ."""
+    end it is by that numbering: "the other end of mode N" names row N, the row of that mode's first end, not the
+    mode's own rank. Here each such row N is led by that first end (the same eigenvalue and p-value). Digits: a
+    random half of all ten classes against the other half's 0-6, where modes 1 and 2 merge into row 1, so ranks and
+    rows differ."""
     import re
 
     from tests.conftest import digits

@@ -212,8 +212,9 @@ def region_detail(group: list[ModeEnd], modes: Modes, first_rows: Optional[list[
     """``"(eigenvalue 0.012, p=0.001)"``; ``"(the other end of mode 2: ...)"`` for a region led by a mode's other end;
     with ``"; modes 1, 4 merged"`` (1-based) for a region of several modes.
 
-    ``first_rows`` (``ModeGroups.region_of(1)``) numbers the other end's mode by the row of its first end, as the
-    galleries and text lines number their rows ("missing mode 5"); without it, by the mode's own index.
+    ``first_rows`` (``ModeGroups.region_of(1)``) numbers the other end's mode by the row that holds its first end, as
+    the galleries and text lines number their rows ("missing mode 5"); without it, by the mode's own rank. The merged
+    modes are numbered by rank.
 
     Examples:
         >>> import torch

@@ -324,7 +324,7 @@ class ModeRow(NamedTuple):
 
     Attributes:
         kind: ``"missing"``, ``"novel"`` or ``""`` (a side's own mode).
-        index: the mode's rank, from 0.
+        index: the row's rank, from 0 (a FINC gallery's region; a side's own mode).
         share: its share of ``side``'s samples (module doc).
         side: ``"reference"``, ``"generated samples"`` or ``"samples"``.
         detail: what follows the line (``"(eigenvalue 0.012, p=0.001)"``), or ``""``.
@@ -351,7 +351,7 @@ def mode_line(
 
     Args:
         kind: ``"missing"``, ``"novel"`` or ``""`` (a side's own mode).
-        index: the mode's rank, from 0.
+        index: the row's rank, from 0 (a FINC gallery's region; a side's own mode).
         share: its share of ``side``'s samples.
         side: ``"reference"`` or ``"generated samples"``.
         labels: the known labels of its top samples (best first), or ``None``.
