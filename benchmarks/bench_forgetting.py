@@ -139,7 +139,7 @@ def run(setting: str, seed: int, data, args) -> dict:
     members = torch.cat([ids for ids, _ in clusters]) if clusters else torch.zeros(0, dtype=torch.long)
     lost_in_5_9 = float((probe_y[members] >= 5).double().mean()) if len(members) else float("nan")
     return {
-        "setting": setting, "seed": seed, "spec_diff": monitor.last_values.get("spec_diff", float("nan")),
+        "setting": setting, "seed": seed, "spec_diff": monitor.last_values.get("spec/spec_diff", float("nan")),
         "knn_5_9_start": start["knn_5_9"], "knn_5_9": now["knn_5_9"],
         "knn_0_4_start": start["knn_0_4"], "knn_0_4": now["knn_0_4"],
         "lost_members_in_5_9": lost_in_5_9, "finetune_s": seconds,

@@ -56,7 +56,7 @@ SUMMARY_ROWS = {
     "ood_auroc": "OOD AUROC of the held-out classes (KPCA)",
 }
 #: The callbacks' logged values that repeat a row of the table (same data, weights and settings).
-SAME_AS_LOGGED = {"vendi": "val/vendi", "ood_auroc": "ood/held_out/auroc"}
+SAME_AS_LOGGED = {"vendi": "val/vendi/vendi_1", "ood_auroc": "ood/held_out/auroc"}
 
 
 def summary_settings(callbacks: Any) -> dict[str, dict[str, Any]]:

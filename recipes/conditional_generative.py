@@ -61,13 +61,14 @@ def summarise(generated: GeneratedSamples) -> dict[str, Any]:
     for epoch, values in sorted(generated.history.items()):
         row: dict[str, Any] = {"epoch": epoch + 1}
         if "vendi" in role:
-            row.update(vendi=values.get(f"{role['vendi']}/1"), rke=values.get(f"{role['vendi']}/2"))
+            row.update(vendi=values.get(f"{role['vendi']}/vendi_1"), rke=values.get(f"{role['vendi']}/vendi_2"))
         if "cond" in role:
             name = role["cond"]
-            row.update(cond_vendi=values.get(f"{name}/1"), cond_rke=values.get(f"{name}/2"),
-                       information=values.get(f"{name}_information/1"))
+            row.update(cond_vendi=values.get(f"{name}/conditional_1"), cond_rke=values.get(f"{name}/conditional_2"),
+                       information=values.get(f"{name}/information_1"))
+            # each prompt's Vendi: a per-label detail (the configs set `log_detail: true`)
             row["per_prompt"] = {int(key.rsplit("/", 1)[1]): value for key, value in values.items()
-                                 if key.startswith(f"{name}_prompt/")}
+                                 if key.startswith(f"{name}/detail/prompt/")}
         if kid_of(values) is not None:
             row["kid"], row["kid_std"] = kid_of(values)
         rows.append(row)

@@ -102,14 +102,15 @@ def summarise(generated: GeneratedSamples, data: DigitsImages) -> dict[str, Any]
     for epoch, values in sorted(generated.history.items()):
         row: dict[str, Any] = {"epoch": epoch + 1}
         if "vendi" in role:
-            row["vendi"] = values.get(f"{role['vendi']}/1", values.get(role["vendi"]))
-            row["rke"] = values.get(f"{role['vendi']}/2")
+            row["vendi"] = values.get(f"{role['vendi']}/vendi_1")
+            row["rke"] = values.get(f"{role['vendi']}/vendi_2")
         if "finc" in role:
             name = role["finc"]
-            row.update(novel=values[f"{name}_novel_modes"], missing=values[f"{name}_missing_modes"],
-                       novelty=values[name], missing_mass=values[f"{name}_missing"])
+            row.update(novel=values[f"{name}/novel_modes"], missing=values[f"{name}/missing_modes"],
+                       novelty=values[f"{name}/novel_score"], missing_mass=values[f"{name}/missing_score"])
         if "mmd" in role:
-            row.update(mmd=values[role["mmd"]], p_value=values.get(f"{role['mmd']}_p_value"))
+            minus_log10_p = values.get(f"{role['mmd']}/minus_log10_p")
+            row.update(mmd=values[f"{role['mmd']}/mmd2"], p_value=None if minus_log10_p is None else 10 ** -minus_log10_p)
         if kid_of(values) is not None:
             row["kid"], row["kid_std"] = kid_of(values)
         rows.append(row)

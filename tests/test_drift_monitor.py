@@ -59,10 +59,10 @@ def test_logged_values_are_spec_of_the_start_and_the_trained_encoder(tmp_path):
         before, after = start.encoder(x[1000:1400]), module.encoder(x[1000:1400])
     want = spec(before, after, "cosine", k=2)
     logged = trainer.callback_metrics
-    assert float(logged["drift/spec_diff"]) == pytest.approx(float(want.spec_diff), rel=1e-4)
+    assert float(logged["drift/spec/spec_diff"]) == pytest.approx(float(want.spec_diff), rel=1e-4)
     positive = want.eigenvalues[want.eigenvalues > 0][:2]
     for i, value in enumerate(positive):
-        assert float(logged[f"drift/spec_diff_lost/{i}"]) == pytest.approx(float(value), rel=1e-4, abs=1e-7)
+        assert float(logged[f"drift/spec/lost_{i}"]) == pytest.approx(float(value), rel=1e-4, abs=1e-7)
     assert float(want.spec_diff) > 0.05  # the encoder moved
     # the start is the probe's embedding by the initial encoder, rows in id order: 4 N d + 8 N bytes
     assert torch.allclose(monitor.start_, before, atol=1e-6)
@@ -74,8 +74,8 @@ def test_logged_values_are_spec_of_the_start_and_the_trained_encoder(tmp_path):
     assert float(logged["drift/zero_shot_acc_change"]) == pytest.approx(zero_shot(module) - zero_shot(start))
     events = EventAccumulator(str(trainer.logger.log_dir), size_guidance={"images": 0})
     events.Reload()
-    assert {"drift/spec_diff/lost", "drift/spec_diff/new", "drift/spec_diff/spectrum"} <= set(events.Tags()["images"])
-    assert [row for row in monitor.last_galleries["spec_diff/lost"].labels][0].endswith(
+    assert {"drift/spec/lost", "drift/spec/new", "drift/spec/spectrum"} <= set(events.Tags()["images"])
+    assert [row for row in monitor.last_galleries["spec/lost"].labels][0].endswith(
         "(the start groups, the current encoder does not)"
     )
     # drifted(k): the members of the most lost clusters, as SPECDivergence.top_samples
@@ -90,7 +90,7 @@ def test_a_tensor_probe_gives_the_loader_values(tmp_path):
     by_loader, by_tensor = make_monitor(images=None), DriftMonitor(x[1000:1400], embedding="encoder", batch_size=64)
     for monitor in (by_loader, by_tensor):
         quiet_trainer(tmp_path, [monitor]).fit(DigitsClassifier(), *loaders())
-    assert by_tensor.last_values["spec_diff"] == pytest.approx(by_loader.last_values["spec_diff"], rel=1e-6)
+    assert by_tensor.last_values["spec/spec_diff"] == pytest.approx(by_loader.last_values["spec/spec_diff"], rel=1e-6)
     assert torch.equal(by_tensor.start_ids_, torch.arange(400))
 
 
@@ -121,9 +121,9 @@ def test_ddp_values_equal_single_process(tmp_path):
     with torch.no_grad():
         want = spec(start.encoder(x[1000:1400]), module.encoder(x[1000:1400]), "cosine", k=2)
     logged = {name: float(value) for name, value in trainer.callback_metrics.items()}
-    assert logged["drift/spec_diff"] == pytest.approx(float(want.spec_diff), rel=1e-4)
+    assert logged["drift/spec/spec_diff"] == pytest.approx(float(want.spec_diff), rel=1e-4)
     positive = want.eigenvalues[want.eigenvalues > 0][:2]
-    assert [logged[f"drift/spec_diff_lost/{i}"] for i in range(2)] == pytest.approx(positive.tolist(), rel=1e-4)
+    assert [logged[f"drift/spec/lost_{i}"] for i in range(2)] == pytest.approx(positive.tolist(), rel=1e-4)
     assert logged["drift/zero_shot_acc"] == pytest.approx(zero_shot(module))
     assert logged["drift/zero_shot_acc_start"] == pytest.approx(zero_shot(start))
 

@@ -3,6 +3,7 @@ encoder, galleries reach TensorBoard, the state survives a checkpoint, and DDP g
 
 import contextlib
 import json
+import math
 
 import lightning as L
 import pytest
@@ -13,7 +14,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from lightning_spectral.callbacks import EmbeddingMetrics
 from lightning_spectral.functional import spec
-from lightning_spectral.metrics import ConditionalVendi, FastMMD, FINCNovelty, FKEAVendi, SPECDivergence
+from lightning_spectral.metrics import ConditionalVendi, FastMMD, FINCNovelty, FKEAVendi, RFFCovariance, SPECDivergence
 from tests.conftest import CollectiveBytes, DigitsClassifier, digits, quiet_trainer
 
 SIGMA = 2.0
@@ -68,17 +69,14 @@ def expected(module):
     novelty.update(z, real=False)
     mmd.update(z, real=False)
     return {
-        "vendi": float(vendi.compute()),
-        "vendi_se": float(vendi.standard_error()),  # the standard errors are logged beside the scores
-        "vendi_n": 600.0,
-        "vendi_n_features": 256.0,
-        "novelty": float(novelty.compute()),
-        "novelty_se": float(novelty.summary()["se"]),
-        "mmd": float(mmd.compute()),
-        "mmd_se": float(mmd.standard_error()),
-        "mmd_n_features": 128.0,
-        "mmd_p_value": float(mmd.p_value()),
-        "spec": float(spec(z, spec_reference, "cosine").spec_diff),
+        "vendi/vendi_1": float(vendi.compute()),
+        "vendi/vendi_1_se": float(vendi.standard_error()),  # the standard errors are logged beside the scores
+        "novelty/novel_score": float(novelty.compute()),
+        "novelty/novel_score_se": float(novelty.summary()["se"]),
+        "mmd/mmd2": float(mmd.compute()),
+        "mmd/mmd2_se": float(mmd.standard_error()),
+        "mmd/minus_log10_p": -math.log10(float(mmd.p_value())),  # a p-value survives a float32 logger so
+        "spec/spec_diff": float(spec(z, spec_reference, "cosine").spec_diff),
     }
 
 
@@ -93,13 +91,15 @@ def test_logged_values_equal_metrics_on_the_trained_encoder(tmp_path):
     want = expected(module)
     for name, value in want.items():
         assert float(trainer.callback_metrics[f"val/{name}"]) == pytest.approx(value, rel=1e-4, abs=1e-6), name
-    assert want["spec"] > 0.05 and want["vendi"] > 1.5 and want["vendi_se"] > 0  # not degenerate
+    assert want["spec/spec_diff"] > 0.05 and want["vendi/vendi_1"] > 1.5 and want["vendi/vendi_1_se"] > 0  # not degenerate
+    logged = {name for name in trainer.callback_metrics if name.startswith("val/")}
+    assert not any("n_features" in name or "sigma" in name or "/detail/" in name for name in logged)  # no constant
     events = EventAccumulator(str(trainer.logger.log_dir), size_guidance={"images": 0})
     events.Reload()
     tags = set(events.Tags()["images"])
     assert {"val/vendi/modes", "val/spec/a_only", "val/spec/b_only"} <= tags
     # a novelty gallery exactly when a novel mode is significant (none is logged for noise)
-    assert ("val/novelty/novel" in tags) == (callback.last_values["novelty_novel_modes"] > 0)
+    assert ("val/novelty/novel" in tags) == (callback.last_values["novelty/novel_modes"] > 0)
     assert callback.metrics["vendi"].sample_count() == 0  # reset after logging
 
 
@@ -128,6 +128,11 @@ def test_configuration_errors():
         EmbeddingMetrics({"vendi": FKEAVendi(sigma=1.0)}, images=lambda i: torch.zeros(8, 8))
     with pytest.raises(ValueError, match="metrics"):
         EmbeddingMetrics({})
+    # a metric whose value is a matrix is refused by name when the callback is built (it logged 1,025 scalars)
+    with pytest.raises(ValueError, match=r"`metrics\['cov'\]` \(RFFCovariance\) reports a matrix"):
+        EmbeddingMetrics({"cov": RFFCovariance(sigma=1.0, n_frequencies=16)})
+    with pytest.raises(TypeError, match="log_detail"):
+        EmbeddingMetrics({"vendi": FKEAVendi(sigma=1.0)}, log_detail="yes")
 
 
 def test_datamodule_names_are_resolved_at_setup(tmp_path):
@@ -144,7 +149,7 @@ def test_datamodule_names_are_resolved_at_setup(tmp_path):
     callback = EmbeddingMetrics({"mmd": FastMMD(sigma=1.0, n_frequencies=64)}, reference_dataloader="reference_loader")
     trainer = make_trainer(tmp_path, callback, enable_checkpointing=False, limit_train_batches=1)
     trainer.fit(Module(), datamodule=Data())
-    assert "val/mmd" in trainer.callback_metrics
+    assert "val/mmd/mmd2" in trainer.callback_metrics
     # the reference side is the whole named loader (1000 samples) on the last epoch
     mmd = callback.metrics["mmd"]
     callback.on_validation_epoch_start(trainer, trainer.lightning_module)
@@ -163,7 +168,7 @@ def test_ddp_values_equal_single_process(tmp_path):
     trainer = make_trainer(tmp_path / "ddp", ddp, enable_checkpointing=False, devices=2, strategy="ddp_spawn")
     trainer.fit(ddp_module, *loaders)
     want = expected(ddp_module)  # the module's weights come back from rank 0
-    for name in ("vendi", "mmd", "spec", "novelty"):  # FINC's halves no longer depend on the sharding
+    for name in ("vendi/vendi_1", "mmd/mmd2", "spec/spec_diff", "novelty/novel_score"):  # FINC's halves: any sharding
         assert float(trainer.callback_metrics[f"val/{name}"]) == pytest.approx(want[name], rel=1e-4, abs=1e-7), name
 
 
@@ -206,6 +211,9 @@ class _NoGalleries(torchmetrics.Metric):
 
     def summary(self):
         return {"": self.total}
+
+    def headline(self, summary):
+        return {"total": summary[""]}
 
     def sample_count(self, real=False):
         return int(self.total)

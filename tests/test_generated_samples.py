@@ -14,7 +14,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from lightning_spectral.callbacks import GeneratedSamples, draw_samples, sample_chunks
-from lightning_spectral.callbacks.report import flatten_values
+from lightning_spectral.callbacks.report import flatten_values, logged_values
 from lightning_spectral.data import DigitsImages, load_digit_images
 from lightning_spectral.encoders import ClipImageFeature, ImageFeature, PixelImageFeature, TimmImageFeature
 from lightning_spectral.metrics import FastMMD, FINCNovelty, FKEAVendi
@@ -249,17 +249,26 @@ def by_hand(module, data):
     metrics["mmd"].update(feature(held_out), real=True)
     metrics["mmd"].update(feature(images), real=False)
     summaries = {name: metric.summary() for name, metric in metrics.items()}
-    values = {f"vendi/{order}": float(v) for order, v in summaries["vendi"][""].items()}
-    values.update({f"vendi_se/{order}": float(v) for order, v in summaries["vendi"]["se"].items()})  # per order
-    values.update({f"vendi_{key}": float(v) for key, v in summaries["vendi"].items() if key not in ("", "se")})  # n, 2r
-    for name in ("finc", "mmd"):
-        for key, v in summaries[name].items():  # FINC's shares: {i: share}, logged as finc_missing_mode_share/i
-            values.update(flatten_values(name if key == "" else f"{name}_{key}", v))
+    vendi, finc, mmd = summaries["vendi"], summaries["finc"], summaries["mmd"]
+    values = {f"vendi/vendi_{order}": float(v) for order, v in vendi[""].items()}  # the headline: each order,
+    values.update({f"vendi/vendi_{order}_se": float(v) for order, v in vendi["se"].items()})  # with its se
+    values.update({
+        "finc/novel_score": float(finc[""]), "finc/novel_score_se": float(finc["se"]),
+        "finc/missing_score": float(finc["missing"]), "finc/missing_score_se": float(finc["missing_se"]),
+        "finc/novel_modes": float(finc["novel_modes"]), "finc/missing_modes": float(finc["missing_modes"]),
+        "finc/novel_top_minus_log10_p": -math.log10(float(finc["novel_top_p_value"])),
+        "finc/missing_top_minus_log10_p": -math.log10(float(finc["missing_top_p_value"])),
+        "mmd/mmd2": float(mmd[""]), "mmd/mmd2_se": float(mmd["se"]),
+        "mmd/minus_log10_p": -math.log10(float(mmd["p_value"])),
+    })
+    for name, summary in summaries.items():  # and with log_detail every value of the summary
+        for key, v in summary.items():  # FINC's shares: {i: share}, logged as finc/detail/missing_mode_share/i
+            values.update(flatten_values(f"{name}/detail/{key or 'value'}", v))
     return values
 
 
 def test_logged_values_equal_the_metrics_and_pictures_reach_tensorboard(tmp_path):
-    module, data, callback = tiny_vae(), DigitsImages(batch_size=64), make_callback()
+    module, data, callback = tiny_vae(), DigitsImages(batch_size=64), make_callback(log_detail=True)
     trainer = trainer_for(tmp_path, callback, limit_train_batches=3)
     trainer.fit(module, datamodule=data)
     want = by_hand(module.eval(), data)
@@ -267,18 +276,18 @@ def test_logged_values_equal_the_metrics_and_pictures_reach_tensorboard(tmp_path
     for name, value in want.items():
         assert callback.last_values[name] == pytest.approx(value, rel=1e-9, abs=1e-12), name
         assert float(trainer.callback_metrics[f"gen/{name}"]) == pytest.approx(value, rel=1e-6, abs=1e-9), name
-    assert want["finc_missing_modes"] > 0  # a barely trained VAE misses modes: the missing gallery is exercised
+    assert want["finc/missing_modes"] > 0  # a barely trained VAE misses modes: the missing gallery is exercised
     events = EventAccumulator(str(trainer.logger.log_dir), size_guidance={"images": 0})
     events.Reload()
     tags = set(events.Tags()["images"])
     pictures = {"gen/vendi/modes", "gen/finc/missing", "gen/vendi/spectrum", "gen/finc/spectrum", "gen/mmd/over_epochs"}
     assert pictures <= tags
-    assert ("gen/finc/novel" in tags) == (want["finc_novel_modes"] > 0)  # no novelty gallery without a novel mode
+    assert ("gen/finc/novel" in tags) == (want["finc/novel_modes"] > 0)  # no novelty gallery without a novel mode
     missing = callback.last_galleries["finc/missing"]
     assert missing.labels[0].startswith("missing mode 1: class ") and missing.images[0].shape[1:] == (1, 8, 8)
-    row_share = float(trainer.callback_metrics["gen/finc_missing_share/0"])  # the row's share, logged beside its line
+    row_share = float(trainer.callback_metrics["gen/finc/detail/missing_share/0"])  # the row's share (log_detail)
     assert f"about {100 * row_share:.0f} % of the reference" in missing.labels[0]
-    assert float(trainer.callback_metrics["gen/finc_missing_share_se/0"]) > 0
+    assert float(trainer.callback_metrics["gen/finc/detail/missing_share_se/0"]) > 0
     assert missing.classes[0] is not None and len(missing.classes[0]) == len(missing.images[0])
     real = torch.cat([batch["image"] for batch in data.reference_dataloader()])
     real_labels = torch.cat([batch["label"] for batch in data.reference_dataloader()])
@@ -309,7 +318,8 @@ def test_reference_cached_and_resume_continues_exactly(tmp_path):
     tag, figure = resumed.test_history("mmd", 2, 0.05, resumed.history[2])
     statistic, p_value = (axis.lines[0] for axis in figure.axes)
     assert tag == "over_epochs" and list(statistic.get_xdata()) == [0, 1, 2]
-    assert list(p_value.get_ydata()) == pytest.approx([max(whole.history[e]["mmd_p_value"], 1e-16) for e in range(3)])
+    p_values = [10 ** -whole.history[e]["mmd/minus_log10_p"] for e in range(3)]  # logged as -log10 p, drawn as p
+    assert list(p_value.get_ydata()) == pytest.approx([max(p, 1e-16) for p in p_values])
     assert whole.history[2] != whole.history[0]
 
 
@@ -347,13 +357,10 @@ def test_two_processes_log_what_one_process_logs(tmp_path):
         trainer = trainer_for(tmp_path / str(devices), callback, devices=devices, strategy=strategy, logger=False)
         trainer.validate(module, datamodule=data, verbose=False)
         logged[devices] = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("gen/")}
-    # with n (FINC and FastMMD: n, n_real), 2r, the standard errors (FKEA per order, FINC's, FastMMD's), FINC's top
-    # eigenvalues' biases, sigma, the shares of the first 8 significant missing modes and the significant novel one,
-    # each with its standard error (9), and of the galleries' rows (with their standard error, class and purity:
-    # FINC's 3 missing rows and 1 novel row, FKEA's 2 rows without either)
-    assert len(logged[1]) == 66 and set(logged[1]) == set(logged[2])
-    assert sum("_mode_share_se/" in name for name in logged[1]) == 9
-    assert sum("_share_se/" in name for name in logged[1]) == 9 + 4
+    # the headline: FKEA's two orders and FINC's two scores with their se (8), FINC's two counts and two top p-values
+    # (4), FastMMD's MMD^2, se and p-value (3); no constant, no per-row value
+    assert len(logged[1]) == 15 and set(logged[1]) == set(logged[2])
+    assert sum(name.endswith("_se") for name in logged[1]) == 5
     # The decoder and the extractor run in float32 on shards of another batch size, so embeddings differ in
     # the 7th digit (BLAS blocking); Vendi near 1 turns that into ~2e-6. A wrong shard or a lost row moves
     # these values by percents.
@@ -443,17 +450,17 @@ def test_a_conditional_generator_is_sampled_per_prompt_and_the_collapsed_prompt_
     prompts = torch.arange(10)
     callback = GeneratedSamples(
         conditional_metrics(), feature=PixelImageFeature(8), prompts=prompts, n_samples=250, sample_batch_size=60,
-        seed=5, gallery_modes=2, gallery_per_mode=4, max_gallery_images=250,
+        seed=5, gallery_modes=2, gallery_per_mode=4, max_gallery_images=250, log_detail=True,
     )
     # whole epochs: 1,438 training digits in batches of 100 (the last one holds 38); samples in chunks of 60 (+ 10)
     trainer = trainer_for(tmp_path, callback, max_epochs=2)
     trainer.fit(module, datamodule=DigitsImages(batch_size=100))
     assert sorted(callback.history) == [0, 1]
     before, after = callback.history[0], callback.history[1]
-    assert after["cond_prompt/3"] == pytest.approx(1.0, abs=1e-6)
-    assert before["cond_prompt/3"] > 1.2  # before the switch the prompt varied, the others still do
-    assert min(after[f"cond_prompt/{label}"] for label in range(10) if label != 3) > 1.5
-    assert after["cond_min_prompt_vendi"] == pytest.approx(1.0, abs=1e-6)
+    assert after["cond/detail/prompt/3"] == pytest.approx(1.0, abs=1e-6)
+    assert before["cond/detail/prompt/3"] > 1.2  # before the switch the prompt varied, the others still do
+    assert min(after[f"cond/detail/prompt/{label}"] for label in range(10) if label != 3) > 1.5
+    assert after["cond/min_prompt_vendi"] == pytest.approx(1.0, abs=1e-6)
     gallery = callback.last_galleries["cond/least_diverse_prompts"]
     assert gallery.labels[0].startswith("prompt 3: Vendi 1.00 over 25 samples")
     assert len(gallery.images[0]) == 4 and all(torch.equal(image, gallery.images[0][0]) for image in gallery.images[0])
@@ -467,13 +474,12 @@ def test_a_conditional_generator_is_sampled_per_prompt_and_the_collapsed_prompt_
         metrics["cond"].update(z, prompts[ids % 10])
     want = {}
     for name, metric in metrics.items():
-        for key, value in metric.summary().items():
-            want.update(flatten_values(name if key == "" else f"{name}_{key}", value))
+        want.update(logged_values(name, metric, metric.summary(), detail=True))
     want = {key: value for key, value in want.items() if math.isfinite(value)}
     assert set(want) == set(callback.last_values)
-    # every score's se is logged beside it (ConditionalVendi's information, vendi, prompt_vendi too)
-    logged_se = {f"cond_{key}_se/{order}" for key in ("information", "vendi", "prompt_vendi") for order in (1, 2)}
-    assert logged_se <= set(want)
+    # the headline: each order's conditional and information scores with their se, and the least diverse prompt's
+    logged = {f"cond/{key}_{order}{se}" for key in ("conditional", "information") for order in (1, 2) for se in ("", "_se")}
+    assert logged | {"cond/min_prompt_vendi", "cond/min_prompt_vendi_se"} <= set(want)
     for key, value in want.items():
         assert callback.last_values[key] == pytest.approx(value, rel=1e-9, abs=1e-12), key
 

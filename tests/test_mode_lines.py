@@ -38,6 +38,7 @@ def test_a_fit_with_labels_writes_the_missing_modes_line_to_csv_and_tensorboard(
         {"finc": FINCNovelty(sigma=3.0, n_frequencies=128, reset_real_features=False)},
         feature=PixelImageFeature(8), references={"finc": reference()}, sample=without_sevens, n_samples=3000,
         sample_batch_size=1000, label_key="label", gallery_modes=2, gallery_per_mode=10, max_gallery_images=1797,
+        log_detail=True,  # the rows' class, purity and share as scalars too
     )
     csv, board = CSVLogger(tmp_path / "csv"), TensorBoardLogger(tmp_path / "tb")
     trainer = L.Trainer(
@@ -47,12 +48,12 @@ def test_a_fit_with_labels_writes_the_missing_modes_line_to_csv_and_tensorboard(
     trainer.validate(LinearModule(), DataLoader(TensorDataset(torch.randn(8, 4)), batch_size=8))
 
     logged = {name: float(value) for name, value in trainer.callback_metrics.items()}
-    assert logged["gen/finc_missing_class/0"] == 7.0
-    assert logged["gen/finc_missing_purity/0"] >= 0.8
-    share = logged["gen/finc_missing_share/0"]
+    assert logged["gen/finc/detail/missing_class/0"] == 7.0
+    assert logged["gen/finc/detail/missing_purity/0"] >= 0.8
+    share = logged["gen/finc/detail/missing_share/0"]
     assert 0.5 * SHARE_OF_SEVENS <= share <= 1.5 * SHARE_OF_SEVENS  # a class of 10 % reads about 10 %
 
-    purity = round(logged["gen/finc_missing_purity/0"] * 10)
+    purity = round(logged["gen/finc/detail/missing_purity/0"] * 10)
     line = f"missing mode 1: class 7 ({purity} of its top 10), about {100 * share:.0f} % of the reference"
     text_file = os.path.join(csv.log_dir, "gen_finc_missing.txt")
     with open(text_file, encoding="utf-8") as file:

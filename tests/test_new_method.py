@@ -93,4 +93,4 @@ def test_the_toy_metric_runs_in_a_callback_unedited(tmp_path):
     )
     trainer = quiet_trainer(tmp_path, [callback], num_sanity_val_steps=0)
     trainer.fit(DigitsClassifier(), DataLoader(train, batch_size=100), DataLoader(val, batch_size=64))
-    assert 0.5 < trainer.callback_metrics["val/overlap"] <= 1.0  # train and validation digits overlap well
+    assert 0.5 < trainer.callback_metrics["val/overlap/value"] <= 1.0  # train and validation digits overlap well

@@ -286,7 +286,7 @@ def fid_beside_vendi(tmp_path, monkeypatch):
         fid.update(batch["image"], real=True)
     assert generated.last_values["fid"] == pytest.approx(float(fid.compute()), rel=1e-6)
     assert float(trainer.callback_metrics["gen/fid"]) == pytest.approx(generated.last_values["fid"], rel=1e-6)
-    assert "gen/vendi" in trainer.callback_metrics
+    assert "gen/vendi/vendi_1" in trainer.callback_metrics
 
 
 #: README block id -> the function that runs it with its free names.

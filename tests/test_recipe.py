@@ -79,7 +79,8 @@ def test_tiny_recipe_runs_and_reports_every_number(tmp_path, capsys, recwarn):
     assert result["before"]["reference_knn_accuracy"] == result["after"]["reference_knn_accuracy"] > 0.9
     # the four callbacks' values were logged at the validation epoch
     logged = result["logged"]
-    for key in ("ood/flagged_rate", "ood/held_out/auroc", "val/vendi", "val/novelty", "val/mmd", "val/mmd_p_value"):
+    for key in ("ood/flagged_rate", "ood/held_out/auroc", "val/vendi/vendi_1", "val/novelty/novel_score", "val/mmd/mmd2",
+                "val/mmd/minus_log10_p"):
         assert key in logged and math.isfinite(logged[key]), key
     assert "spec_align/spec_diff_epoch" in logged and logged["spec_align/weight"] == 1.0
     # a person can read the summary, and find the logs, galleries and summary file; progress went to stderr
@@ -93,7 +94,7 @@ def test_tiny_recipe_runs_and_reports_every_number(tmp_path, capsys, recwarn):
     assert (Path(result["log_dir"]) / "summary.json").is_file()
     images = set(images_logged(result["log_dir"]))
     assert "val/vendi/modes" in images
-    assert ("val/novelty/novel" in images) == (logged["val/novelty_novel_modes"] > 0)  # only significant modes
+    assert ("val/novelty/novel" in images) == (logged["val/novelty/novel_modes"] > 0)  # only significant modes
 
 
 @pytest.fixture(scope="module")
@@ -131,13 +132,13 @@ def test_a_resumed_recipe_logs_what_the_uninterrupted_run_logs(tmp_path, uninter
 
 def test_summary_labels_both_sources_and_says_when_they_agree():
     after = {"vendi": 49.7336, "ood_auroc": 0.8042, "knn_accuracy": 0.93}
-    same = {"val/vendi": 49.7336, "ood/held_out/auroc": 0.8042, "val/novelty": 0.0}
+    same = {"val/vendi/vendi_1": 49.7336, "ood/held_out/auroc": 0.8042, "val/novelty/novel_score": 0.0}
     text = summary_text(None, after, same, None, classes=8)
     assert text.index("Recomputed from scratch") < text.index("Vendi score") < text.index("Logged by the callbacks")
     assert "sigma = 0.5" in text and "8 classes" in text and "docs/concepts.md" in text
-    assert agreement(after, same) == ["  (val/vendi vs vendi, ood/held_out/auroc vs ood_auroc: equal, the same "
+    assert agreement(after, same) == ["  (val/vendi/vendi_1 vs vendi, ood/held_out/auroc vs ood_auroc: equal, the same "
                                       "weights, samples and settings)"]
-    fewer = {**same, "val/vendi": 47.1}
+    fewer = {**same, "val/vendi/vendi_1": 47.1}
     assert "limit_val_batches" in " ".join(agreement(after, fewer))
     assert agreement({"knn_accuracy": 0.9}, same) == []
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Callable, Optional, Union
 
 import lightning as L
@@ -23,6 +23,7 @@ from torch.utils.data.dataloader import default_collate
 from typing_extensions import override
 
 from lightning_spectral._checks import (
+    check_bool,
     check_embedding_source,
     check_features,
     check_positive,
@@ -38,6 +39,7 @@ from lightning_spectral.callbacks.saved_state import check_saved_state, refusal_
 from lightning_spectral.functional.modes import check_candidates_memory
 from lightning_spectral.kernels.by_name import KERNELS
 from lightning_spectral.metrics.base import ModeGallery
+from lightning_spectral.metrics.headline import headline_values
 from lightning_spectral.metrics.protocol import feed
 from lightning_spectral.metrics.spec import SPECDivergence
 
@@ -122,6 +124,13 @@ class _DriftDivergence(SPECDivergence):
                 values[f"{NEW}_se"] = self.clusters_standard_error(self.top, -1)
             return values
 
+    def headline(self, summary: Mapping[str, Any]) -> dict[str, Tensor]:
+        """SPEC-diff with its se, and the top lost / new clusters' eigenvalues (``lost_0``, ``lost_0_se``, ...)."""
+        values = super().headline(summary)
+        for side in (LOST, NEW):
+            values.update(headline_values(side, summary[side], summary.get(f"{side}_se")))
+        return values
+
     def galleries(
         self, batches: Iterable, k: int, per_mode: int, reference_batches: Optional[Iterable] = None
     ) -> dict[str, ModeGallery]:
@@ -153,10 +162,11 @@ class DriftMonitor(EmbeddingCallback):
     [`report`][lightning_spectral.callbacks.report.report] (one sync, values, galleries, spectrum). Logged under
     ``log_prefix`` (``drift/``):
 
-    - ``spec_diff``: SPEC-diff $\max_i |\lambda_i|$ of $\Lambda = (K_{start} - K_{now}) / n$;
-    - ``spec_diff_lost/{i}``: the ``top_clusters`` largest positive eigenvalues (clusters the start grouped and
-      the current encoder lost), ``spec_diff_new/{i}``: the largest ``|negative|`` ones (new groupings);
-    - with ``images`` and a logger that takes pictures: galleries ``spec_diff/lost`` and ``spec_diff/new`` (every
+    - ``spec/spec_diff`` (with ``_se``): SPEC-diff $\max_i |\lambda_i|$ of $\Lambda = (K_{start} - K_{now}) / n$;
+    - ``spec/lost_{i}`` (with ``_se``): the ``top_clusters`` largest positive eigenvalues (clusters the start
+      grouped and the current encoder lost), ``spec/new_{i}``: the largest ``|negative|`` ones (new groupings);
+    - with ``log_detail``, every value of the metric's summary as ``spec/detail/{key}``;
+    - with ``images`` and a logger that takes pictures: galleries ``spec/lost`` and ``spec/new`` (every
       logger, through [`log_picture`][lightning_spectral.pictures.loggers.log_picture]) and the spectrum;
     - with ``class_prompts``, ``text_encoder`` and ``labels``: zero-shot accuracy of the probe ``zero_shot_acc``,
       the start's ``zero_shot_acc_start`` and ``zero_shot_acc_change`` (now - start).
@@ -191,6 +201,8 @@ class DriftMonitor(EmbeddingCallback):
             tensor probe.
         max_state_bytes: the largest start kept (``4 N d + 8 N`` bytes).
         log_prefix: prefix of the logged names.
+        log_detail: also log every value of the divergence's ``summary()`` (``spec/detail/{key}``) and each
+            gallery row's share.
 
     Examples:
         >>> import torch
@@ -219,6 +231,7 @@ class DriftMonitor(EmbeddingCallback):
         labels: Union[BatchSelector, Tensor] = None,
         max_state_bytes: int = 2**28,
         log_prefix: str = "drift/",
+        log_detail: bool = False,
     ) -> None:
         owner = "DriftMonitor"
         check_embedding_source(embedding, "embedding", owner)
@@ -306,6 +319,7 @@ class DriftMonitor(EmbeddingCallback):
         self.labels = labels
         self.max_state_bytes = check_positive_int(max_state_bytes, "max_state_bytes")
         self.log_prefix = log_prefix
+        self.log_detail = check_bool(log_detail, "log_detail")
         # fitted state (trailing underscore): the start, in the checkpoint
         self.start_: Optional[Tensor] = None  # (N, d) float32, rows sorted by id
         self.start_ids_: Optional[Tensor] = None  # (N,) int64, ascending
@@ -437,8 +451,8 @@ class DriftMonitor(EmbeddingCallback):
                 return "spectrum", metric.plot_spectrum()[0]  # a collective: every rank draws
 
             values.update(
-                report(trainer, pl_module, "spec_diff", metric, self.log_prefix, gallery, spectrum, timings,
-                       self.last_galleries)
+                report(trainer, pl_module, "spec", metric, self.log_prefix, gallery, spectrum, timings,
+                       self.last_galleries, self.log_detail)
             )
         self.last_values, self._compared = values, True
         self.timings = {"embed": embedded - began, **timings, "total": time.perf_counter() - began}

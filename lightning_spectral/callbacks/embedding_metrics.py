@@ -19,7 +19,13 @@ from torch import Tensor
 from torchmetrics import Metric
 from typing_extensions import override
 
-from lightning_spectral._checks import check_embedding_source, check_features, check_positive_int, check_selector
+from lightning_spectral._checks import (
+    check_bool,
+    check_embedding_source,
+    check_features,
+    check_positive_int,
+    check_selector,
+)
 from lightning_spectral.callbacks.alongside import AlongsideMetrics
 from lightning_spectral.callbacks.embedding_callback import EmbeddingCallback, outside_inference_mode
 from lightning_spectral.callbacks.embeddings import BatchSelector, EmbeddingFn, ReferenceEmbedding, select, to_device
@@ -47,10 +53,13 @@ class EmbeddingMetrics(EmbeddingCallback):
     - ``"paired"`` (``SPECDivergence``): validation embeddings against ``spec_reference`` (a frozen encoder,
       precomputed features looked up by ``index``, or a function of the batch) on the same samples.
 
-    Logged: every value of ``metric.summary()``: the metric's own value as ``{log_prefix}{name}`` (a dict of
-    Vendi orders as ``{name}/{order}``, several bandwidths as ``{name}/{i}``) and the others as
-    ``{log_prefix}{name}_{key}`` (FastMMD's ``_p_value``, FINC's ``_missing`` score and ``_novel_modes`` /
-    ``_missing_modes`` counts); plain torchmetrics metrics log ``compute()``. With ``images`` and a logger that holds
+    Logged: each metric's headline as ``{log_prefix}{name}/{quantity}``
+    ([`headline`][lightning_spectral.metrics.SpectralMetric.headline]: FKEA's ``vendi_{order}`` with ``_se``, FINC's
+    ``novel_score`` / ``missing_score`` with ``_se``, the counts ``novel_modes`` / ``missing_modes`` and
+    ``..._top_minus_log10_p``, FastMMD's ``mmd2``, ``mmd2_se``, ``minus_log10_p``, SPEC's ``spec_diff`` with
+    ``_se``; several bandwidths as ``mmd2_0``, ``mmd2_1``, ...); plain torchmetrics metrics log ``compute()`` as
+    ``{log_prefix}{name}``; everything else with ``log_detail``. A metric whose value is a matrix
+    (``RFFCovariance``) is refused. With ``images`` and a logger that holds
     pictures (TensorBoard, W&B, MLflow, Comet, CSV), each metric's ``galleries`` (modes, significant novel modes, SPEC
     clusters of both signs; the class under each image when ``images`` gives dataset items ``(image, label, ...)``) are
     logged as ``{log_prefix}{name}/{gallery}``, rows labelled; that
@@ -73,6 +82,9 @@ class EmbeddingMetrics(EmbeddingCallback):
         max_gallery_samples: validation embeddings kept per rank for galleries.
         dataloader_idx: the validation dataloader whose batches are measured (>= 0).
         log_prefix: prefix of the logged names.
+        log_detail: also log every value of each metric's ``summary()`` (``{log_prefix}{name}/detail/{key}``: sizes,
+            settings, biases, per-mode shares) and each gallery row's share, class and purity; by default only the
+            headline is logged (see the logged names above) and the rows go to the text beside each gallery.
         alongside: ``{name: torchmetrics.Metric}`` fed the *inputs* of the same validation batches (what
             ``batch_input`` selects, the images a metric with its own ``feature`` such as torchmetrics'
             ``FrechetInceptionDistance`` / ``KernelInceptionDistance`` embeds itself; a metric of the module's
@@ -111,6 +123,7 @@ class EmbeddingMetrics(EmbeddingCallback):
         max_gallery_samples: int = 10_000,
         dataloader_idx: int = 0,
         log_prefix: str = "val/",
+        log_detail: bool = False,
         alongside: Optional[Mapping[str, Metric]] = None,
     ) -> None:
         check_embedding_source(embedding, "embedding", "EmbeddingMetrics")
@@ -194,6 +207,7 @@ class EmbeddingMetrics(EmbeddingCallback):
         self.max_gallery_samples = check_positive_int(max_gallery_samples, "max_gallery_samples")
         self.dataloader_idx = dataloader_idx
         self.log_prefix = log_prefix
+        self.log_detail = check_bool(log_detail, "log_detail")
         self._reference_loader: Optional[Iterable] = None  # resolved at setup (a name needs the datamodule)
         self._lookup: Any = None  # `images`, resolved at setup (a name needs the datamodule)
         self._gallery: Optional[IndexedImages] = None  # this epoch's kept samples
@@ -278,7 +292,8 @@ class EmbeddingMetrics(EmbeddingCallback):
         for name, metric in self._reported.items():
             pictured = self._gallery is not None and not isinstance(metric, PlainMetric)
             gallery = self._gallery.view(metric.inputs == "paired") if pictured else None  # type: ignore[union-attr]
-            values = report(trainer, pl_module, name, metric, self.log_prefix, gallery, kept=self.last_galleries)
+            values = report(trainer, pl_module, name, metric, self.log_prefix, gallery, kept=self.last_galleries,
+                            detail=self.log_detail)
             self.last_values.update(values)
         with outside_inference_mode():
             # torchmetrics syncs these metrics itself

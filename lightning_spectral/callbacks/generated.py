@@ -43,6 +43,7 @@ from torchmetrics import Metric
 from typing_extensions import override
 
 from lightning_spectral._checks import (
+    check_bool,
     check_nonnegative_int,
     check_positive_int,
     check_seed,
@@ -70,9 +71,11 @@ from lightning_spectral.metrics.protocol import PicturedMetric, PlainMetric, Rep
 class GeneratedSamples(EmbeddingCallback):
     """Samples the module every validation epoch and logs its metrics of the generated images, with galleries.
 
-    Logged (``log_prefix`` ``"gen/"``): every value of each metric's ``summary()``: ``gen/{name}`` (a dict of
-    Vendi orders as ``gen/{name}/{order}``) and ``gen/{name}_{key}`` (FINC's ``_missing`` score and
-    ``_novel_modes`` / ``_missing_modes`` counts, FastMMD's ``_p_value``). Images ``gen/{name}/{gallery}`` and
+    Logged (``log_prefix`` ``"gen/"``): each metric's headline as ``gen/{name}/{quantity}``
+    ([`headline`][lightning_spectral.metrics.SpectralMetric.headline]: FKEA's ``vendi_1``, ``vendi_2`` and their
+    ``_se``; FINC's ``novel_score``, ``missing_score`` with ``_se``, ``novel_modes`` / ``missing_modes`` counts and
+    ``..._top_minus_log10_p``; FastMMD's ``mmd2``, ``mmd2_se``, ``minus_log10_p``; a plain torchmetrics metric's value
+    as ``gen/{name}``); everything else with ``log_detail``. Images ``gen/{name}/{gallery}`` and
     figures ``gen/{name}/spectrum`` (a two-sample test such as FastMMD: ``gen/{name}/over_epochs``, its statistic
     and p-value at every measured epoch, from `history`, which checkpoints carry) to every logger that holds
     pictures. `history` keeps every epoch's values,
@@ -109,6 +112,9 @@ class GeneratedSamples(EmbeddingCallback):
         max_gallery_images: images kept for galleries, per stream (the generated samples, each reference), over
             all ranks.
         log_prefix: prefix of the logged names.
+        log_detail: also log every value of each metric's ``summary()`` (``{log_prefix}{name}/detail/{key}``: sizes,
+            settings, biases, per-mode shares) and each gallery row's share, class and purity; by default only the
+            headline is logged (see the logged names above) and the rows go to the text beside each gallery.
         prompts: for a conditional generator: a tensor of ``P`` prompts (``(P,)`` integer labels or ``(P, d)``
             embeddings; a list of integer labels, as a config file gives them), sample ``i`` drawn for prompt
             ``i % P`` (the same prompts every epoch, on any number of ranks), or ``fn(ids) -> prompts`` of the
@@ -161,6 +167,7 @@ class GeneratedSamples(EmbeddingCallback):
         gallery_per_mode: int = 8,
         max_gallery_images: int = 2000,
         log_prefix: str = "gen/",
+        log_detail: bool = False,
         prompts: Union[Sequence[int], Tensor, Callable[[Tensor], Tensor], None] = None,
         prompt_embeddings: Optional[Tensor] = None,
         alongside: Optional[Mapping[str, Metric]] = None,
@@ -260,6 +267,7 @@ class GeneratedSamples(EmbeddingCallback):
         check_candidates_memory("GeneratedSamples", self.gallery_modes, self.gallery_per_mode, "gallery_per_mode")
         self.max_gallery_images = check_nonnegative_int(max_gallery_images, "max_gallery_images")
         self.log_prefix = log_prefix
+        self.log_detail = check_bool(log_detail, "log_detail")
         self.history: dict[int, dict[str, float]] = {}
         self.last_values: dict[str, float] = {}
         self.last_timings: dict[str, float] = {}
@@ -326,7 +334,7 @@ class GeneratedSamples(EmbeddingCallback):
                 values.update(
                     report(
                         trainer, pl_module, name, metric, self.log_prefix, gallery, spectrum, self.last_timings,  # type: ignore[arg-type]
-                        self.last_galleries,
+                        self.last_galleries, self.log_detail,
                     )
                 )
             # torchmetrics syncs these metrics itself
@@ -350,27 +358,31 @@ class GeneratedSamples(EmbeddingCallback):
         return draw
 
     def test_history(self, name: str, epoch: int, alpha: float, values: Mapping[str, float]) -> Optional[tuple]:
-        """``("over_epochs", figure)``: a two-sample test's statistic and p-value (``{name}_p_value``) at every
-        measured epoch of `history` and this one (``values``); ``None`` for a metric with no p-value (its own
-        spectrum is drawn instead)."""
+        """``("over_epochs", figure)``: a two-sample test's statistic (``{name}/mmd2``) and p-value (logged as
+        ``{name}/minus_log10_p``, drawn as p on a log axis) at every measured epoch of `history` and this one
+        (``values``); ``None`` for a metric with no p-value (its own spectrum is drawn instead)."""
         from lightning_spectral.pictures.plots import plot_test_history
 
         def series(records: Mapping[str, float], key: str) -> dict[str, float]:
+            """``{"": value}``, or ``{i: value}`` per bandwidth (``{key}_{i}``)."""
             found = {"": records[key]} if key in records else {}
-            found.update({k[len(key) + 1 :]: v for k, v in records.items() if k.startswith(f"{key}/")})
+            found.update({k[len(key) + 1 :]: v for k, v in records.items()
+                          if k.startswith(f"{key}_") and k[len(key) + 1 :].isdigit()})
             return found
 
-        if not series(values, f"{name}_p_value"):
+        statistic_key, p_key = f"{name}/mmd2", f"{name}/minus_log10_p"
+        if not series(values, p_key):
             return None
         records = {**self.history, epoch: dict(values)}
         epochs = sorted(records)
         statistic: dict[str, list[float]] = {}
         p_value: dict[str, list[float]] = {}
-        for target, key, label in ((statistic, name, "MMD^2"), (p_value, f"{name}_p_value", "p-value")):
+        for target, key, label in ((statistic, statistic_key, "MMD^2"), (p_value, p_key, "p-value")):
             parts = sorted({part for e in epochs for part in series(records[e], key)}, key=lambda p: (len(p), p))
             for part in parts:
                 line = label if part == "" else f"bandwidth {part}"
-                target[line] = [series(records[e], key).get(part, float("nan")) for e in epochs]
+                points = [series(records[e], key).get(part, float("nan")) for e in epochs]
+                target[line] = [10.0 ** -v for v in points] if target is p_value else points
         return "over_epochs", plot_test_history(epochs, statistic, p_value, alpha, title=f"{self.log_prefix}{name}")
 
     @override

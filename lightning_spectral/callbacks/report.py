@@ -1,12 +1,15 @@
-"""A metric's epoch-end report: one sync, every value logged, its galleries and spectrum drawn, then ``reset()``.
+"""A metric's epoch-end report: one sync, its headline logged, its galleries and spectrum drawn, then ``reset()``.
 
 Every callback that measures metrics ends its validation epoch here, once per metric
-([`report`][lightning_spectral.callbacks.report.report]); values are flattened to ``{name: float}``
-([`flatten_values`][lightning_spectral.callbacks.report.flatten_values]) and logged without a further sync
-([`log_values`][lightning_spectral.callbacks.report.log_values]: they are global already). The pictures go to every
-logger that holds them (`lightning_spectral.pictures.loggers`), imported only when drawn, and so do the galleries'
-rows as text ("missing mode 1: class 7 (19 of its top 20), about 10 % of the reference": the dominant class where
-the gallery's images carry classes), with each row's share, class and purity as scalars.
+([`report`][lightning_spectral.callbacks.report.report]). What is logged is the metric's headline
+([`headline`][lightning_spectral.metrics.SpectralMetric.headline]: a few scores with their standard errors, counts,
+``-log10`` p-values) as ``{prefix}{name}/{quantity}``; with ``detail`` every value of ``summary()`` too, as
+``{prefix}{name}/detail/{key}``, and each gallery row's share, class and purity. Values are flattened to
+``{name: float}`` ([`flatten_values`][lightning_spectral.callbacks.report.flatten_values]) and logged without a
+further sync ([`log_values`][lightning_spectral.callbacks.report.log_values]: they are global already). The pictures
+go to every logger that holds them (`lightning_spectral.pictures.loggers`), imported only when drawn, and so do the
+galleries' rows as text ("missing mode 1: class 7 (19 of its top 20), about 10 % of the reference": the dominant
+class where the gallery's images carry classes).
 """
 
 from __future__ import annotations
@@ -86,20 +89,22 @@ def report(
     spectrum: Optional[SpectrumFn] = None,
     timings: Optional[dict[str, float]] = None,
     kept: Optional[dict[str, ModeImages]] = None,
+    detail: bool = False,
 ) -> dict[str, float]:
     """Report one metric at an epoch's end (a collective under DDP: every rank calls it).
 
     Inside one ``metric.synced()`` block (every read comes from the same all-reduced sums): when any rank saw a
-    sample, every value of ``metric.summary()`` is logged as ``{prefix}{name}`` / ``{prefix}{name}_{key}``; with
+    sample, the metric's headline is logged as ``{prefix}{name}/{quantity}`` (a plain torchmetrics metric's value as
+    ``{prefix}{name}``; [`logged_values`][lightning_spectral.callbacks.report.logged_values]); with
     ``gallery`` (a [`PicturedMetric`][lightning_spectral.metrics.protocol.PicturedMetric], and where its images are)
     its galleries are built, kept in ``kept`` as ``{name}/{gallery}``
     ([`ModeImages`][lightning_spectral.callbacks.ModeImages]) and logged as ``{prefix}{name}/{gallery}`` (the
-    picture, and its rows as text), each row's share of its side as ``{prefix}{name}_{gallery}_share/{i}`` (with
-    ``..._share_se/{i}`` where the metric gives its standard error; and, where the images carry classes, the
-    dominant class of its top samples as ``..._class/{i}`` and the fraction of
-    them in that class as ``..._purity/{i}``); with
-    ``spectrum`` the figure it returns for the values is logged as ``{prefix}{name}/{suffix}``. Pictures go out only
-    when a logger holds them. Then ``metric.reset()``.
+    picture, and its rows as text); with ``spectrum`` the figure it returns for the values is logged as
+    ``{prefix}{name}/{suffix}``. Pictures go out only when a logger holds them. With ``detail``, every value of
+    ``summary()`` is logged too, as ``{prefix}{name}/detail/{key}``, and each gallery row's share of its side as
+    ``{prefix}{name}/detail/{gallery}_share/{i}`` (with ``..._share_se/{i}`` where the metric gives its standard
+    error; and, where the images carry classes, the dominant class of its top samples as ``..._class/{i}`` and the
+    fraction of them in that class as ``..._purity/{i}``). Then ``metric.reset()``.
 
     Args:
         trainer: the trainer (ranks, loggers).
@@ -111,18 +116,18 @@ def report(
         spectrum: ``fn(values) -> (tag suffix, figure)`` or ``None`` (nothing drawn).
         timings: gains the seconds spent on the values (``"compute"``) and on the pictures (``"pictures"``).
         kept: gains the galleries as images.
+        detail: also log every value of ``summary()`` and the galleries' rows as scalars.
 
     Returns:
-        The values of ``summary()`` logged (empty when no rank saw a sample); the galleries' scalars are logged, not
-        returned.
+        The values logged, without ``prefix`` (empty when no rank saw a sample); the galleries' scalars are logged,
+        not returned.
     """
     values: dict[str, float] = {}
     timings = {} if timings is None else timings
     start = time.perf_counter()
     with metric.synced():
         if metric.sample_count() > 0:
-            for key, value in metric.summary().items():
-                values.update(flatten_values(name if key == "" else f"{name}_{key}", value))
+            values = logged_values(name, metric, metric.summary(), detail)
             # Values are global already (the metrics all-reduce their sums): no further sync.
             log_values(pl_module, {k: v for k, v in values.items() if math.isfinite(v)}, prefix)
             drawn = time.perf_counter()
@@ -131,8 +136,8 @@ def report(
             if gallery is not None:
                 kept = {} if kept is None else kept
                 rows = galleries(trainer, name, f"{prefix}{name}", metric, gallery, pictures, kept)
-                rows = {key: value for key, value in rows.items() if math.isfinite(value)}
-                log_values(pl_module, rows, prefix)  # global: every rank built the same rows (logged, not returned)
+                if detail:  # global: every rank built the same rows (logged, not returned)
+                    log_values(pl_module, {key: value for key, value in rows.items() if math.isfinite(value)}, prefix)
             if spectrum is not None and pictures:
                 from lightning_spectral.pictures.loggers import log_picture
 
@@ -141,6 +146,28 @@ def report(
                     log_picture(trainer, f"{prefix}{name}/{figure[0]}", figure[1])
             timings["pictures"] = timings.get("pictures", 0.0) + time.perf_counter() - drawn
     metric.reset()
+    return values
+
+
+def logged_values(name: str, metric: ReportedMetric, summary: Mapping[str, Any], detail: bool = False) -> dict[str, float]:
+    """What [`report`][lightning_spectral.callbacks.report.report] logs of a metric's ``summary``, without the prefix:
+    its headline as ``{name}/{quantity}`` (``{name}`` for a plain metric's one value), and with ``detail`` every value
+    of ``summary`` as ``{name}/detail/{key}`` (``""``: ``value``).
+
+    Examples:
+        >>> import torch
+        >>> from lightning_spectral.metrics import FastMMD
+        >>> summary = {"": 0.02, "se": 0.004, "p_value": 1e-60, "n": 500.0}  # as FastMMD.summary(), float64
+        >>> summary = {key: torch.tensor(value, dtype=torch.float64) for key, value in summary.items()}
+        >>> logged_values("mmd", FastMMD(sigma=1.0, n_frequencies=8), summary)  # no sample size: it is no score
+        {'mmd/mmd2': 0.02, 'mmd/mmd2_se': 0.004, 'mmd/minus_log10_p': 60.0}
+    """
+    values: dict[str, float] = {}
+    for quantity, value in metric.headline(summary).items():
+        values.update(flatten_values(name if quantity == "" else f"{name}/{quantity}", value))
+    if detail:
+        for key, value in summary.items():
+            values.update(flatten_values(f"{name}/detail/{key or 'value'}", value))
     return values
 
 
@@ -159,8 +186,8 @@ def galleries(
     ([`ModeRow`][lightning_spectral.functional.mode_shares.ModeRow]). A collective under DDP.
 
     Returns:
-        ``{name}_{gallery}_share/{i}`` (``..._share_se/{i}``, and ``..._class/{i}``, ``..._purity/{i}`` where
-        classes are known) per row.
+        ``{name}/detail/{gallery}_share/{i}`` (``..._share_se/{i}``, and ``..._class/{i}``, ``..._purity/{i}``
+        where classes are known) per row.
     """
     from lightning_spectral.functional.mode_shares import dominant_label
     from lightning_spectral.pictures.gallery import enlarge, mode_gallery
@@ -188,7 +215,7 @@ def galleries(
             row_classes = None if classes is None else classes[span]
             if row is not None:
                 label = row.line(None if row_classes is None else row_classes.tolist())
-                key = f"{name}_{gallery_name}"
+                key = f"{name}/detail/{gallery_name}"
                 scalars[f"{key}_share/{index}"] = float(row.share)
                 if row.share_se is not None:
                     scalars[f"{key}_share_se/{index}"] = float(row.share_se)

@@ -12,8 +12,10 @@ features cancels catastrophically).
 
 An [`Accumulator`][lightning_spectral.metrics.Accumulator] keeps the three sums as ONE flat float64 state of the
 ``torchmetrics.Metric`` that holds it
-(``[n, s, Q]``, declared with the public ``add_state``), so torchmetrics resets, checkpoints and all-reduces them
-with the metric: one all-reduce per accumulator. Incoming rows wait in a bounded buffer (a list state) until
+(``[n, s, Q]``, declared with the public ``add_state``), so torchmetrics all-reduces them with the metric: one
+all-reduce per accumulator. The state is held once: its declared default (the value torchmetrics keeps for
+``reset()``) is a single zero, and the metric's ``reset`` sizes the sums again
+([`clear`][lightning_spectral.metrics.Accumulator.clear]), so a (2r)^2 sum costs its own memory, not twice it. Incoming rows wait in a bounded buffer (a list state) until
 ``chunk_size`` of them are pending (one large product instead of many small ones), and the buffer is flushed
 whenever the sums are read.
 """
@@ -232,11 +234,14 @@ class Accumulator(StreamSums):
         if self.width == width:
             return
         self.width = width
+        self.clear()
+
+    def clear(self) -> None:
+        """Set the sums to zeros of their full size (after ``reset()``, which leaves the one-zero default that
+        torchmetrics keeps; the default is not full size, so the state is held once)."""
         device = getattr(self.metric, self.state_name).device
-        self.metric.add_state(
-            self.state_name, default=torch.zeros(self.size(width), dtype=torch.float64, device=device),
-            dist_reduce_fx="sum",
-        )
+        size = 1 if self.width is None else self.size(self.width)
+        setattr(self.metric, self.state_name, torch.zeros(size, dtype=torch.float64, device=device))
 
     @property
     def state(self) -> Tensor:
@@ -522,12 +527,28 @@ class Accumulator(StreamSums):
         """
         if not self.centre:
             return
-        count, sums, outer = self._parts(self.state)
+        self._rebase_(self.state, shift)
+        self.shift = shift.clone()
+
+    def _rebase_(self, flat: Tensor, shift: Tensor) -> None:
+        """`rebase`'s algebra on a flat state in place."""
+        count, sums, outer = self._parts(flat)
         delta = (shift if self.shift is None else self.shift) - shift
         if outer is not None:
             outer += _outer(delta, sums) + _outer(sums, delta) + count * _outer(delta, delta)
         sums += count * delta
-        self.shift = shift.clone()
+
+    def rebased_state(self, target: Accumulator) -> Tensor:
+        """This accumulator's flat state, re-expressed around ``target``'s shift where both are centred (a copy; this
+        one is unchanged), for adding to ``target``'s (``merge_state``)."""
+        flat = self.state
+        if not self.centre or target.shift is None or self.shift is None:
+            if self.centre and target.shift is None and self.shift is not None:
+                target.shift = self.shift.clone()  # an empty target takes the other's shift
+            return flat
+        flat = flat.clone()
+        self._rebase_(flat, target.shift)
+        return flat
 
 
 def _outer(a: Tensor, b: Tensor) -> Tensor:

@@ -43,7 +43,7 @@ Shared constructor arguments (documented here once; every metric takes them as k
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, Callable, NamedTuple, Optional
 
@@ -59,6 +59,7 @@ from lightning_spectral.kernels.feature_map import FeatureMap
 from lightning_spectral.metrics import checkpoint, plotting
 from lightning_spectral.metrics.accumulator import Accumulator
 from lightning_spectral.metrics.feature import FrozenFeature
+from lightning_spectral.metrics.headline import headline_values
 from lightning_spectral.sync.agreement import agree_across_ranks
 from lightning_spectral.sync.collectives import all_reduce_sum, collective_device, distributed_available
 
@@ -353,9 +354,67 @@ class SpectralMetric(Metric):
         saved = [(accumulator.state_name, accumulator.state) for accumulator in kept]
         for accumulator in self.accumulators.values():
             accumulator.discard()
-        super().reset()
+        super().reset()  # every sum is its one-zero default now (the full-size zeros are not kept twice)
+        for accumulator in self.accumulators.values():
+            if accumulator not in kept:
+                accumulator.clear()
         for state_name, state in saved:
             setattr(self, state_name, state)
+
+    def merge_state(self, incoming_state: Any) -> None:
+        """torchmetrics' ``merge_state``: add another metric's sums to this one's, so that it reads what one metric fed
+        both streams would (the way Ray and other engines combine metrics built apart). Both must be built alike (the
+        same class, settings and frequencies, and any ``sigma="auto"`` fitted to the same value); pending rows are
+        added first, and a centred stream's sums are re-expressed around this metric's shift (exact algebra). As
+        torchmetrics' own, it is no ``update``: a metric merged into before any update warns at ``compute``.
+
+        Raises:
+            ValueError: ``incoming_state`` is no metric of this class, or was built otherwise (named); nothing is
+                changed then.
+        """
+        from lightning_spectral.sync.agreement import frequency_fingerprint
+
+        owner = type(self).__name__
+        if not isinstance(incoming_state, type(self)) or type(incoming_state) is not type(self):
+            raise ValueError(f"{owner}.merge_state: `incoming_state` must be another {owner} (built with the same "
+                             f"settings), got {type(incoming_state).__name__}; a dict of states cannot be checked "
+                             "against the frequencies, so pass the metric itself.")
+        other = incoming_state
+
+        def check() -> None:
+            problems = []
+            if None not in (self.in_features, other.in_features) and other.in_features != self.in_features:
+                problems.append(f"input widths {other.in_features} and {self.in_features}")
+            elif None in (self.in_features, other.in_features) or self.feature_map.awaits_bandwidth or (
+                other.feature_map.awaits_bandwidth
+            ):
+                pass  # compared once both are built and fitted
+            elif not _same(frequency_fingerprint(other), frequency_fingerprint(self)):
+                problems.append("other frequencies (another sigma, n_frequencies or seed)")
+            if other.checkpoint_settings() != self.checkpoint_settings():
+                problems.append(f"settings {other.checkpoint_settings()} and {self.checkpoint_settings()}")
+            if problems:
+                raise ValueError(f"{owner}.merge_state: the two metrics were built or fed differently "
+                                 f"({'; '.join(problems)}); build both with the same arguments and seed.")
+
+        check()  # before anything is flushed or fitted
+        for metric in (self, other):
+            metric.fit_bandwidth()
+            metric.flush()
+        if other.in_features is None:
+            check()  # sigma="auto": the fitted frequencies
+            return
+        if self.in_features is None:  # nothing seen here yet: take the other's width (undone if refused)
+            snapshot = checkpoint.Snapshot(self)
+            self.build(other.in_features)
+            try:
+                check()
+            except ValueError:
+                snapshot.restore()
+                raise
+        check()  # sigma="auto": the fitted frequencies
+        for name, accumulator in self.accumulators.items():
+            setattr(self, accumulator.state_name, accumulator.state + other.accumulators[name].rebased_state(accumulator))
 
     # ---- protocol ------------------------------------------------------------------------------------------------
     @property
@@ -416,6 +475,17 @@ class SpectralMetric(Metric):
         """
         return {}
 
+    #: Whether the metric's values are scalars a callback can log (a covariance matrix is not): callbacks refuse, when
+    #: they are built, a metric that says ``False``.
+    reports_scalars: bool = True
+
+    def headline(self, summary: Mapping[str, Any]) -> dict[str, Tensor]:
+        """The few scalars a callback logs by default, ``{quantity: value}``, read from ``summary`` (what
+        [`summary`][lightning_spectral.metrics.SpectralMetric.summary] returned): the scores and their standard
+        errors (``{quantity}_se``), counts and ``-log10`` p-values; never a setting or a sample size. The default is
+        ``summary[""]`` as ``"value"`` (a dict or vector of them as ``value_{key}``) with its ``se``."""
+        return headline_values("value", summary[""], summary.get("se"))
+
     # ---- pictures ------------------------------------------------------------------------------------------------
     def plot(self, val: Any = None, ax: Any = None) -> tuple[Any, Any]:
         """torchmetrics' ``plot``: the metric's value, or a list of values over steps; see
@@ -473,3 +543,9 @@ class SpectralMetric(Metric):
             if value.is_shared():
                 setattr(self, accumulator.state_name, value.clone())
 
+
+def _same(a: Optional[Tensor], b: Optional[Tensor]) -> bool:
+    """Two fingerprints (or ``None``) equal."""
+    if a is None or b is None:
+        return a is None and b is None
+    return bool(torch.equal(a, b.to(a.device)))

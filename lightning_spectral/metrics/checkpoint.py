@@ -71,7 +71,7 @@ def load_extra_state(metric: Any, state: Any) -> None:
         metric.set_bandwidth(state["sigma"])
     _check_settings(metric, state.get("settings"))
     building = state.get("in_features") is not None and metric.in_features is None
-    undo = _Snapshot(metric) if building else None
+    undo = Snapshot(metric) if building else None
     try:
         if building:
             metric.build(state["in_features"])
@@ -158,7 +158,7 @@ def _widths(in_features: Any) -> Any:
     return tuple(in_features) if isinstance(in_features, (tuple, list)) else in_features
 
 
-class _Snapshot:
+class Snapshot:
     """What building a metric's map changes (every submodule's attributes and tensors, every accumulator's width
     and state), to restore when a checkpoint read after the build is refused."""
 
@@ -179,9 +179,6 @@ class _Snapshot:
             vars(module).update(attributes)
         for accumulator, width, shift, value in self.accumulators:
             accumulator.width, accumulator.shift = width, shift
-            size = 1 if width is None else accumulator.size(width)
-            default = torch.zeros(size, dtype=torch.float64, device=value.device)
-            self.metric.add_state(accumulator.state_name, default=default, dist_reduce_fx="sum")  # as `allocate`
             setattr(self.metric, accumulator.state_name, value)
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Optional, Union
 
 import torch
@@ -41,6 +41,7 @@ from lightning_spectral.kernels.feature_map import FeatureMap
 from lightning_spectral.kernels.joint_gaussian_rff import JointGaussianRFF
 from lightning_spectral.metrics.accumulator import Accumulator
 from lightning_spectral.metrics.base import ModeGallery, SpectralMetric
+from lightning_spectral.metrics.headline import headline_values
 
 
 class ConditionalVendi(SpectralMetric):
@@ -544,6 +545,22 @@ class ConditionalVendi(SpectralMetric):
                     )
                     out["prompt_se"] = prompt_se
             return self.with_sigma(out)
+
+    def headline(self, summary: Mapping[str, Any]) -> dict[str, Tensor]:
+        """From ``summary``: ``conditional_{order}`` and ``information_{order}`` (where computed) with their
+        ``_se``, and with ``num_classes`` the least diverse prompt's ``min_prompt_vendi`` (and ``_se``)."""
+        values: dict[str, Tensor] = {}
+        for key, quantity in (("", "conditional"), ("information", "information")):
+            if key not in summary:
+                continue
+            value, se = summary[key], summary.get("se" if key == "" else f"{key}_se")
+            if self._single_order:
+                value, se = {self.orders[0]: value}, None if se is None else {self.orders[0]: se}
+            values.update(headline_values(quantity, value, se))
+        if "min_prompt_vendi" in summary:
+            values.update(headline_values("min_prompt_vendi", summary["min_prompt_vendi"],
+                                          summary.get("min_prompt_vendi_se")))
+        return values
 
     # ---- prompt-agnostic modes (Scendi) ---------------------------------------------------------------------------
     def _paired(self) -> Accumulator:

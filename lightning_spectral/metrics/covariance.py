@@ -43,6 +43,7 @@ class Covariance(SpectralMetric):
     """
 
     higher_is_better: Optional[bool] = None
+    reports_scalars = False  # its value is the (D, D) matrix C
 
     def __init__(
         self,

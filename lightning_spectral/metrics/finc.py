@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any, Optional, Union
 
 import torch
@@ -52,6 +52,7 @@ from lightning_spectral.functional.sampling_noise import (
 from lightning_spectral.kernels.gaussian_rff import GaussianRFF
 from lightning_spectral.metrics.accumulator import PooledSums
 from lightning_spectral.metrics.base import ModeGallery, SpectralMetric
+from lightning_spectral.metrics.headline import headline_values, minus_log10
 
 #: ``summary()`` reports the shares of at most this many significant modes per side (the largest): a poor generator
 #: can have a hundred significant missing modes, and every share is a logged scalar.
@@ -578,6 +579,19 @@ class FINCNovelty(SpectralMetric):
             "missing_mode_share_se": shares["missing_se"],
             **sizes,
         })
+
+    def headline(self, summary: Mapping[str, Any]) -> dict[str, Tensor]:
+        """From ``summary``: ``novel_score`` and ``missing_score`` with their ``_se``, the counts of significant
+        ``novel_modes`` / ``missing_modes``, and each side's top eigenvalue's p-value as
+        ``novel_top_minus_log10_p`` / ``missing_top_minus_log10_p`` (above 1.3: p < 0.05)."""
+        return {
+            **headline_values("novel_score", summary[""], summary["se"]),
+            **headline_values("missing_score", summary["missing"], summary["missing_se"]),
+            "novel_modes": summary["novel_modes"],
+            "missing_modes": summary["missing_modes"],
+            "novel_top_minus_log10_p": minus_log10(summary["novel_top_p_value"]),
+            "missing_top_minus_log10_p": minus_log10(summary["missing_top_p_value"]),
+        }
 
     def galleries(
         self, batches: Iterable[tuple[Tensor, Ids]], k: int, per_mode: int, reference_batches: Optional[Iterable] = None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any, Optional, Union
 
 import torch
@@ -22,6 +23,7 @@ from lightning_spectral.functional.fkea import (
 )
 from lightning_spectral.functional.sampling_noise import DEFAULT_SCORE_DRAWS
 from lightning_spectral.metrics.covariance import RFFCovariance
+from lightning_spectral.metrics.headline import headline_values
 
 
 class FKEAVendi(RFFCovariance):
@@ -99,6 +101,8 @@ class FKEAVendi(RFFCovariance):
     higher_is_better: Optional[bool] = True
     plot_lower_bound: float = 1.0
 
+    reports_scalars = True  # its value is the Vendi score (an RFFCovariance reports the matrix)
+
     def __init__(
         self,
         sigma: Union[float, str],
@@ -171,6 +175,13 @@ class FKEAVendi(RFFCovariance):
             eigen = psd_eigh(self.samples.second_moment(), precision=self.precision, rank=rank)
             self.cached(f"spectrum/{self.precision}", lambda: eigen[0])
         return vendi_standard_errors(noise, self.alpha, self.truncation, self.precision, eigen)
+
+    def headline(self, summary: Mapping[str, Any]) -> dict[str, Tensor]:
+        """``vendi_{order}`` and ``vendi_{order}_se`` for each order (``vendi_2``: RKE), from ``summary``."""
+        value, se = summary[""], summary.get("se")
+        if self._single_order:
+            value, se = {self.orders[0]: value}, None if se is None else {self.orders[0]: se}
+        return headline_values("vendi", value, se)
 
     def summary(self) -> dict[str, Tensor]:
         """The score (``""``), its standard error ``se`` (unless ``noise_draws=0``;

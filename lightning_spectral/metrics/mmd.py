@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Optional, Union
 
 import torch
@@ -21,6 +21,7 @@ from lightning_spectral.functional.mmd import MMDTest, mmd_from_means, mmd_stand
 from lightning_spectral.kernels.bandwidth import check_sigma
 from lightning_spectral.kernels.multi_bandwidth_rff import MultiBandwidthRFF
 from lightning_spectral.metrics.base import SpectralMetric
+from lightning_spectral.metrics.headline import headline_values, minus_log10
 
 
 class FastMMD(SpectralMetric):
@@ -169,6 +170,14 @@ class FastMMD(SpectralMetric):
             values["n_real"] = self.real.count.clone()
             values["n_features"] = torch.tensor(float(2 * self.n_frequencies), dtype=torch.float64)
         return self.with_sigma(values)
+
+    def headline(self, summary: Mapping[str, Any]) -> dict[str, Tensor]:
+        """From ``summary``: ``mmd2`` with its ``mmd2_se`` and the p-value as ``minus_log10_p`` (above 1.3: p < 0.05;
+        ``_0``, ``_1``, ... per bandwidth with several)."""
+        values = headline_values("mmd2", summary[""], summary.get("se"))
+        if "p_value" in summary:
+            values.update(headline_values("minus_log10_p", minus_log10(summary["p_value"])))
+        return values
 
     def standard_error(self) -> Tensor:
         """The standard error of MMD^2 (either form) per bandwidth, from the side means and covariances the test keeps

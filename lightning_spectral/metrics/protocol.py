@@ -30,7 +30,7 @@ if TYPE_CHECKING:  # pragma: no cover
 INPUTS = ("one", "two", "paired", "conditional")
 #: What every callback calls at an epoch's end; ``"reset_reference"`` (two-sample metrics whose reference is
 #: embedded again) and the ``PICTURES`` are asked for by name.
-REPORTED = ("inputs", "update", "reset", "synced", "summary", "sample_count")
+REPORTED = ("inputs", "update", "reset", "synced", "summary", "headline", "sample_count")
 PICTURES = ("galleries", "plot_spectrum")
 
 
@@ -54,6 +54,9 @@ class ReportedMetric(Protocol):
 
     def summary(self) -> Mapping[str, Any]:
         """Every value the metric reports, by name (``""``: its own value)."""
+
+    def headline(self, summary: Mapping[str, Any]) -> Mapping[str, Any]:
+        """The few scalars logged by default, ``{quantity: value}``, picked from ``summary``."""
 
     def sample_count(self, real: bool = False) -> int:
         """Samples accumulated on the measured (or, ``real``, the reference) side over all ranks (a collective)."""
@@ -103,6 +106,11 @@ class PlainMetric:
     def summary(self) -> dict[str, Any]:
         return {"": self.metric.compute()}
 
+    def headline(self, summary: Mapping[str, Any]) -> dict[str, Any]:
+        """The value of ``compute()`` as it is (``""``: logged under the metric's name; a dict, as KID's, by key)."""
+        value = summary[""]
+        return dict(value) if isinstance(value, Mapping) else {"": value}
+
     def sample_count(self, real: bool = False) -> int:
         count = torch.tensor(0.0 if real else float(self.metric.update_count), dtype=torch.float64)
         if distributed_available():
@@ -138,7 +146,8 @@ def as_reported(
     Raises:
         TypeError: the metric keeps the protocol in part and lacks a member the callback will call (each named,
             with the argument that asks for it).
-        ValueError: its ``inputs`` is one the callback cannot feed.
+        ValueError: its ``inputs`` is one the callback cannot feed; its values are no scalars
+            (``reports_scalars = False``: ``RFFCovariance``).
 
     Examples:
         >>> from torchmetrics import MeanMetric
@@ -158,6 +167,12 @@ def as_reported(
                 "SpectralMetric), or leave the metric out of what asks for it."
             )
         reported = metric
+    if not getattr(metric, "reports_scalars", True):
+        raise ValueError(
+            f"{owner}: `metrics[{name!r}]` ({type(metric).__name__}) reports a matrix, not scalars, so {owner} has "
+            "nothing to log of it; use a metric that reports scores (FKEAVendi for the diversity of this covariance), "
+            "or read the matrix yourself with `compute()`."
+        )
     if reported.inputs not in inputs:
         raise ValueError(
             f"{owner}: `metrics[{name!r}]` ({type(metric).__name__}) takes {reported.inputs!r} inputs; {owner} "

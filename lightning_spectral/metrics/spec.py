@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from numbers import Integral
 from typing import Any, Optional, Union
 
@@ -29,6 +29,7 @@ from lightning_spectral.kernels.bandwidth import check_sigma
 from lightning_spectral.kernels.by_name import KERNELS
 from lightning_spectral.kernels.paired_feature_map import PairedFeatureMap
 from lightning_spectral.metrics.base import ModeGallery, SpectralMetric
+from lightning_spectral.metrics.headline import headline_values
 from lightning_spectral.sync.collectives import distributed_available
 
 
@@ -276,6 +277,10 @@ class SPECDivergence(SpectralMetric):
             if self.kernel == "gaussian":
                 values["n_features"] = torch.tensor(float(2 * self.n_frequencies), dtype=torch.float64)
         return self.with_sigma(values)
+
+    def headline(self, summary: Mapping[str, Any]) -> dict[str, Tensor]:
+        """``spec_diff`` and its ``spec_diff_se``, from ``summary``."""
+        return headline_values("spec_diff", summary[""], summary.get("se"))
 
     def spectrum(self) -> Tensor:
         """Non-zero eigenvalues of ``Lambda`` (descending, both signs), over all ranks (a collective under DDP)."""
