@@ -506,15 +506,13 @@ def test_psd_eigh_with_a_rank_bound_equals_the_dense_route_and_the_n_by_n_oracle
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 def test_weighted_gram_of_the_upper_tiles_equals_the_explicit_sum(dtype):
-    """`add_weighted_gram_` (the draws' sums ``S_a += sum_i w_ia phi_i phi_i^T``) through `add_gram_`'s upper tiles,
+    """`add_feature_sums_`'s draws' sums ``S_a += sum_i w_ia phi_i phi_i^T`` through `add_gram_`'s upper tiles,
     mirrored: the explicit float64 sum to the rounding of ``dtype``, exactly symmetric."""
-    from lightning_spectral.functional.sampling_noise import add_weighted_gram_
-
     generator = torch.Generator().manual_seed(3)
     phi = torch.randn(70, 40, generator=generator, dtype=torch.float64)
     weights = torch.randn(70, 3, generator=generator, dtype=torch.float64)
     total = torch.ones(3, 40, 40, dtype=torch.float64)
-    add_weighted_gram_(total, phi.to(dtype), weights)
+    add_feature_sums_(phi.to(dtype), weights=weights, weighted=total)
     want = torch.ones(3, 40, 40, dtype=torch.float64) + torch.einsum("ia,ij,ik->ajk", weights, phi, phi)
     tolerance = 1e-12 if dtype == torch.float64 else 1e-5
     torch.testing.assert_close(total, want, rtol=0, atol=tolerance * float(want.abs().max()))
