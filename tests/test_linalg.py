@@ -5,6 +5,7 @@ import torch
 
 from lightning_spectral.algebra import (
     add_covariance_,
+    add_feature_sums_,
     add_gram_,
     eigen_dtype,
     eigenvalues_above,
@@ -505,21 +506,68 @@ def test_psd_eigh_with_a_rank_bound_equals_the_dense_route_and_the_n_by_n_oracle
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 def test_weighted_gram_of_the_upper_tiles_equals_the_explicit_sum(dtype):
-    """`add_weighted_gram_` (the draws' sums ``S_a += sum_i w_ia phi_i phi_i^T``) through `add_gram_`'s upper tiles,
+    """`add_feature_sums_`'s draws' sums ``S_a += sum_i w_ia phi_i phi_i^T`` through `add_gram_`'s upper tiles,
     mirrored: the explicit float64 sum to the rounding of ``dtype``, exactly symmetric."""
-    from lightning_spectral.functional.sampling_noise import add_weighted_gram_
-
     generator = torch.Generator().manual_seed(3)
     phi = torch.randn(70, 40, generator=generator, dtype=torch.float64)
     weights = torch.randn(70, 3, generator=generator, dtype=torch.float64)
     total = torch.ones(3, 40, 40, dtype=torch.float64)
-    add_weighted_gram_(total, phi.to(dtype), weights)
+    add_feature_sums_(phi.to(dtype), weights=weights, weighted=total)
     want = torch.ones(3, 40, 40, dtype=torch.float64) + torch.einsum("ia,ij,ik->ajk", weights, phi, phi)
     tolerance = 1e-12 if dtype == torch.float64 else 1e-5
     torch.testing.assert_close(total, want, rtol=0, atol=tolerance * float(want.abs().max()))
     assert torch.equal(total, total.transpose(1, 2))
     add_gram_(total[0], phi.to(dtype), tile=16, weights=weights[:, 0])  # tiles smaller than the width
     torch.testing.assert_close(total[0], want[0] + (want[0] - 1), rtol=0, atol=2 * tolerance * float(want.abs().max()))
+
+
+def test_feature_sums_of_a_chunk_equal_the_explicit_sums():
+    """`add_feature_sums_`: ``n``, ``s``, ``Q``, ``w_a``, ``S_a``, ``F_a`` equal their float64 formulas, added to what
+    the sums held; bandwidth lanes (B, N, D) and label lanes (rows split by ``lanes``) equal the lanes one by one."""
+    generator = torch.Generator().manual_seed(4)
+    phi = torch.randn(2, 30, 6, generator=generator, dtype=torch.float64)  # two bandwidth lanes
+    weights = torch.randn(30, 3, generator=generator, dtype=torch.float64)
+    labels = torch.tensor([0, 2] * 15)  # lane 1 gets no row
+
+    def sums(lanes):
+        lead = (lanes,) if lanes else ()
+        shapes = [(), (*lead, 6), (*lead, 6, 6), (*lead, 3), (*lead, 3, 6, 6), (*lead, 3, 6)]
+        return [torch.ones(shape, dtype=torch.float64) for shape in shapes]
+
+    def add(phi, totals, **lanes):
+        names = ["count", "feature_sum", "outer", "weight_sums", "weighted", "weighted_features"]
+        add_feature_sums_(phi, weights=weights, **dict(zip(names, totals)), **lanes)
+
+    def explicit(phi, weights):
+        return [
+            torch.tensor(1.0 + phi.shape[0], dtype=torch.float64), 1 + phi.sum(0), 1 + phi.T @ phi,
+            1 + weights.sum(0), 1 + torch.einsum("ia,ij,ik->ajk", weights, phi, phi), 1 + weights.T @ phi,
+        ]
+
+    one = sums(0)
+    add(phi[0], one)
+    for got, want in zip(one, explicit(phi[0], weights)):
+        torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+    by_bandwidth = sums(2)
+    add(phi, by_bandwidth)
+    for lane in range(2):
+        alone = sums(0)
+        add(phi[lane], alone)
+        for got, want in zip(by_bandwidth[1:], alone[1:]):
+            assert torch.equal(got[lane], want)
+    by_label = sums(3)
+    add(phi[0], by_label, lanes=labels)
+    assert float(by_label[0]) == 31
+    for lane in range(3):
+        rows = labels == lane
+        alone = sums(0)
+        if rows.any():
+            add_feature_sums_(phi[0][rows], feature_sum=alone[1], outer=alone[2], weights=weights[rows],
+                              weight_sums=alone[3], weighted=alone[4], weighted_features=alone[5])
+        for got, want in zip(by_label[1:], alone[1:]):
+            assert torch.equal(got[lane], want)
+    with pytest.raises(ValueError, match="lanes"):
+        add_feature_sums_(phi, lanes=labels)
 
 
 def test_draws_times_vectors_equal_the_formed_draws():

@@ -22,6 +22,7 @@ from lightning_spectral.algebra.gram import (
     DEFAULT_CHUNK_SIZE,
     DEFAULT_TILE,
     add_covariance_,
+    add_feature_sums_,
     add_gram_,
     covariance,
     symmetrize,
@@ -31,6 +32,7 @@ from lightning_spectral.algebra.minres import minres
 
 __all__ = [
     "add_covariance_",
+    "add_feature_sums_",
     "add_gram_",
     "covariance",
     "DEFAULT_CHUNK_SIZE",

@@ -1,9 +1,10 @@
-"""Chunked Gram accumulation in float64: ``Q += phi^T phi`` in tiles, covariances of streamed rows, weighted sums.
+"""Chunked Gram accumulation in float64: ``Q += phi^T phi`` in tiles, the sums of one chunk of features (count,
+feature sum, outer products, multiplier-weighted sums; per lane), covariances of streamed rows, weighted sums.
 """
 
 from __future__ import annotations
 
-from typing import Callable, Optional, Sequence
+from typing import Callable, Iterator, Optional, Sequence
 
 import torch
 from torch import Tensor
@@ -42,6 +43,101 @@ def add_gram_(total: Tensor, phi: Tensor, tile: int = DEFAULT_TILE, weights: Opt
     return total
 
 
+def add_feature_sums_(
+    phi: Tensor,
+    *,
+    count: Optional[Tensor] = None,
+    feature_sum: Optional[Tensor] = None,
+    outer: Optional[Tensor] = None,
+    weights: Optional[Tensor] = None,
+    weight_sums: Optional[Tensor] = None,
+    weighted: Optional[Tensor] = None,
+    weighted_features: Optional[Tensor] = None,
+    lanes: Optional[Tensor] = None,
+    tile: int = DEFAULT_TILE,
+) -> None:
+    r"""Add one chunk of features $\Phi$ (``phi``, rows $\phi_i$) to the float64 sums given, in place:
+
+    $n \mathrel{+}= N$, $s \mathrel{+}= \sum_i \phi_i$, $Q \mathrel{+}= \sum_i \phi_i \phi_i^\top$ and, with
+    multipliers $W$ (``weights``), $w_a \mathrel{+}= \sum_i W_{ia}$, $S_a \mathrel{+}= \sum_i W_{ia}\, \phi_i
+    \phi_i^\top$, $F_a \mathrel{+}= \sum_i W_{ia}\, \phi_i$ ($W^\top \Phi$). A sum left ``None`` is not kept.
+
+    Lanes (a leading dimension L on every sum but $n$): ``phi`` of shape (B, N, D) adds ``phi[b]`` to lane ``b``
+    (one lane per bandwidth, each sees every row); ``lanes`` (N,) sends row ``i`` of ``phi`` (N, D) to lane
+    ``lanes[i]`` only (one lane per label). $s$ is summed in ``phi``'s dtype, $Q$ and $S_a$ by
+    [`add_gram_`][lightning_spectral.algebra.add_gram_] (exactly symmetric), $F_a$ in the sums' dtype.
+
+    Args:
+        phi: features (N, D), or (B, N, D) with a lane per bandwidth.
+        count: $n$ (), the rows of every lane together.
+        feature_sum: $s$ (L?, D).
+        outer: $Q$ (L?, D, D).
+        weights: $W$ (N, A), the multipliers of the chunk's rows; without them $w$, $S$, $F$ are left alone.
+        weight_sums: $w$ (L?, A).
+        weighted: $S$ (L?, A, D, D).
+        weighted_features: $F$ (L?, A, D).
+        lanes: (N,) integer lane of each row, with ``phi`` (N, D).
+        tile: the column tile of [`add_gram_`][lightning_spectral.algebra.add_gram_].
+
+    Examples:
+        >>> import torch
+        >>> phi = torch.tensor([[1.0, 0.0], [0.0, 2.0], [1.0, 1.0]])
+        >>> f64 = {"dtype": torch.float64}
+        >>> n, s, q = torch.zeros((), **f64), torch.zeros(2, **f64), torch.zeros(2, 2, **f64)
+        >>> add_feature_sums_(phi, count=n, feature_sum=s, outer=q)
+        >>> int(n), s.tolist(), q.tolist()
+        (3, [2.0, 3.0], [[2.0, 1.0], [1.0, 5.0]])
+        >>> w, f = torch.zeros(1, **f64), torch.zeros(1, 2, **f64)
+        >>> add_feature_sums_(phi, weights=torch.tensor([[1.0], [-1.0], [2.0]]), weight_sums=w, weighted_features=f)
+        >>> w.tolist(), f.tolist()
+        ([2.0], [[3.0, 0.0]])
+        >>> by_label = torch.zeros(2, 2, **f64)  # lane 0: row 0; lane 1: rows 1 and 2
+        >>> add_feature_sums_(phi, feature_sum=by_label, lanes=torch.tensor([0, 1, 1]))
+        >>> by_label.tolist()
+        [[1.0, 0.0], [1.0, 3.0]]
+    """
+    if count is not None:
+        count += phi.shape[-2]
+    if phi.dim() == 3 or lanes is not None:
+        if phi.dim() == 3 and lanes is not None:
+            raise ValueError("add_feature_sums_: `lanes` split the rows of features (N, D), not (B, N, D).")
+        sums = (feature_sum, outer, weight_sums, weighted, weighted_features)
+        for lane, features, lane_weights in _lane_rows(phi, weights, lanes):
+            part = [None if total is None else total[lane] for total in sums]
+            add_feature_sums_(
+                features, feature_sum=part[0], outer=part[1], weights=lane_weights, weight_sums=part[2],
+                weighted=part[3], weighted_features=part[4], tile=tile,
+            )
+        return
+    if feature_sum is not None:
+        feature_sum += phi.sum(0)
+    if outer is not None:
+        add_gram_(outer, phi, tile)
+    if weights is None:
+        return
+    if weight_sums is not None:
+        weight_sums += weights.sum(0)
+    if weighted is not None:  # the tiles on and above the diagonal: half the products of (W phi)^T phi
+        for a in range(weights.shape[1]):
+            add_gram_(weighted[a], phi, tile, weights=weights[:, a])
+    if weighted_features is not None:
+        dtype = weighted_features.dtype
+        weighted_features += weights.T.to(dtype) @ phi.to(dtype)
+
+
+def _lane_rows(
+    phi: Tensor, weights: Optional[Tensor], lanes: Optional[Tensor]
+) -> Iterator[tuple[int, Tensor, Optional[Tensor]]]:
+    """``(lane, its features (n, D), its weights)``: every row in each of B lanes, or the rows of each label."""
+    if lanes is None:
+        for lane, features in enumerate(phi):
+            yield lane, features, weights
+        return
+    for lane in torch.unique(lanes).tolist():
+        rows = lanes == lane
+        yield lane, phi[rows], None if weights is None else weights[rows]
+
+
 def add_covariance_(
     total: Tensor,
     x: Tensor,
@@ -78,10 +174,7 @@ def add_covariance_(
     """
     check_positive_int(chunk_size, "chunk_size")
     for start in range(0, x.shape[0], chunk_size):
-        phi = feature_map(x[start : start + chunk_size])
-        add_gram_(total, phi)
-        if feature_sum is not None:
-            feature_sum += phi.sum(dim=0)
+        add_feature_sums_(feature_map(x[start : start + chunk_size]), feature_sum=feature_sum, outer=total)
     return total
 
 

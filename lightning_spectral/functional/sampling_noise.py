@@ -42,7 +42,7 @@ import torch
 from torch import Tensor
 
 from lightning_spectral._checks import check_positive, check_positive_int
-from lightning_spectral.algebra.gram import add_gram_
+from lightning_spectral.algebra.gram import add_feature_sums_
 
 #: Default number of multiplier draws (each a D x D float64 sum), kept by FINC's generated side only.
 DEFAULT_DRAWS = 3
@@ -130,16 +130,6 @@ class Multipliers:
         return math.sqrt(2.0) * torch.cos(x @ omega + phase)
 
 
-def add_weighted_gram_(total: Tensor, phi: Tensor, weights: Tensor) -> Tensor:
-    """In place ``total[a] += sum_i weights[i, a] phi_i phi_i^T`` for ``total`` (A, D, D), ``phi`` (N, D),
-    ``weights`` (N, A); each product in ``phi``'s dtype, added in ``total``'s dtype by
-    [`add_gram_`][lightning_spectral.algebra.add_gram_] (the tiles on and above the diagonal, mirrored: half the
-    products of the full ``(w phi)^T phi``, and exactly symmetric). Returns ``total``."""
-    for a in range(weights.shape[1]):
-        add_gram_(total[a], phi, weights=weights[:, a])
-    return total
-
-
 class NoiseSums(NamedTuple):
     """One stream's second moment and its multiplier sums (module doc).
 
@@ -174,16 +164,11 @@ class NoiseSums(NamedTuple):
         weighted_features = torch.zeros(draws, width, dtype=torch.float64, device=x.device)
         for start in range(0, x.shape[0], chunk_size):
             chunk = x[start : start + chunk_size]
-            phi = feature_map(chunk)
-            product = phi.T @ phi
-            total += (product + product.T) / 2
-            feature_sum += phi.double().sum(0)
-            if multipliers is None:
-                continue
-            weights = multipliers(chunk)
-            weight_sums += weights.sum(0)
-            weighted_features += weights.T @ phi.double()
-            add_weighted_gram_(weighted, phi, weights)
+            add_feature_sums_(
+                feature_map(chunk), feature_sum=feature_sum, outer=total,
+                weights=None if multipliers is None else multipliers(chunk), weight_sums=weight_sums,
+                weighted=weighted, weighted_features=weighted_features,
+            )
         return cls(total, weighted, weight_sums, float(x.shape[0]), feature_sum, weighted_features)
 
     @property

@@ -30,9 +30,9 @@ from torch import Tensor
 from torchmetrics import Metric
 
 from lightning_spectral.algebra.eigen import psd_eigenvalues, symmetric_eigh, top_eigh
-from lightning_spectral.algebra.gram import DEFAULT_CHUNK_SIZE, add_gram_, weighted_sum
+from lightning_spectral.algebra.gram import DEFAULT_CHUNK_SIZE, add_feature_sums_, weighted_sum
 from lightning_spectral.functional.modes import orient
-from lightning_spectral.functional.sampling_noise import Multipliers, NoiseSums, add_weighted_gram_
+from lightning_spectral.functional.sampling_noise import Multipliers, NoiseSums
 from lightning_spectral.kernels.feature_map import FeatureMap
 
 
@@ -349,33 +349,30 @@ class Accumulator(StreamSums):
         if self.width is None:  # the metric fixed the map's input width before adding rows
             self.allocate(self.feature_map.out_features)  # type: ignore[arg-type]
         flat = getattr(self.metric, self.state_name)
-        count, sums, outer = self._parts(flat)
-        noise = None if self.multipliers is None else self._noise_parts(flat)
-        mean_draws = self._mean_draw_part(flat)
-        if self.bandwidths is None:  # one lane: the loop below treats every map as (B, N, D)
-            sums, outer = sums[None], None if outer is None else outer[None]
         with torch.no_grad():
             for start in range(0, rows.shape[0], self.chunk_size):
-                chunk = rows[start : start + self.chunk_size]
-                count += chunk.shape[0]
-                if not (self.covariance or self.centre) and hasattr(self.feature_map, "feature_sum"):
-                    sums += self.feature_map.feature_sum(chunk)  # a mean-only sum: no (N, D) features (3x faster)
-                    continue
-                phi = self.feature_map(chunk)
-                if self.centre:
-                    if self.shift is None or float(count) == chunk.shape[0]:  # the first chunk after a reset
-                        self.shift = phi.double().mean(-2)
-                    phi = phi - self.shift.to(phi.dtype).unsqueeze(-2)
-                for lane, features in enumerate(phi if self.bandwidths is not None else phi[None]):
-                    sums[lane] += features.sum(0)
-                    if outer is not None:
-                        add_gram_(outer[lane], features)
-                if noise is not None:  # one lane, uncentred (checked at construction)
-                    weights = self.multipliers(chunk)  # type: ignore[misc]
-                    noise[0].add_(weights.sum(0))
-                    add_weighted_gram_(noise[1], phi, weights)
-                    if mean_draws is not None:
-                        mean_draws.add_(weights.T @ phi.double())
+                self._add_chunk(flat, rows[start : start + self.chunk_size])
+
+    def _add_chunk(self, flat: Tensor, chunk: Tensor) -> None:
+        """Map one chunk of rows and add it to the sums in ``flat``
+        ([`add_feature_sums_`][lightning_spectral.algebra.add_feature_sums_]), around the shift with ``centre``."""
+        count, sums, outer = self._parts(flat)
+        if not (self.covariance or self.centre) and hasattr(self.feature_map, "feature_sum"):
+            count += chunk.shape[0]
+            sums += self.feature_map.feature_sum(chunk)  # a mean-only sum: no (N, D) features (3x faster)
+            return
+        phi = self.feature_map(chunk)
+        if self.centre:
+            if self.shift is None or float(count) == 0:  # the first chunk after a reset
+                self.shift = phi.double().mean(-2)
+            phi = phi - self.shift.to(phi.dtype).unsqueeze(-2)
+        weights = weight_sums = weighted = None
+        if self.multipliers is not None:  # one lane, uncentred (checked at construction)
+            weights, (weight_sums, weighted) = self.multipliers(chunk), self._noise_parts(flat)
+        add_feature_sums_(
+            phi, count=count, feature_sum=sums, outer=outer, weights=weights, weight_sums=weight_sums,
+            weighted=weighted, weighted_features=self._mean_draw_part(flat),
+        )
 
     def discard(self) -> None:
         """Drop the pending rows (``reset``)."""

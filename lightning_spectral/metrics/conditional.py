@@ -18,7 +18,7 @@ from lightning_spectral._checks import (
     check_state_memory,
 )
 from lightning_spectral.algebra.eigen import eigen_dtype, psd_eigenvalues, symmetric_eigh
-from lightning_spectral.algebra.gram import DEFAULT_CHUNK_SIZE, add_gram_
+from lightning_spectral.algebra.gram import DEFAULT_CHUNK_SIZE, add_feature_sums_
 from lightning_spectral.functional.conditional import (
     ConditionalSpectra,
     conditional_scores,
@@ -33,7 +33,6 @@ from lightning_spectral.functional.sampling_noise import (
     DEFAULT_SCORE_DRAWS,
     Multipliers,
     NoiseSums,
-    add_weighted_gram_,
     check_noise_draws,
     standard_error,
 )
@@ -793,31 +792,17 @@ class _PerLabelAccumulator(Accumulator):
         count = float(outer[label].diagonal().sum().round())  # type: ignore[index]
         return NoiseSums(outer[label], weighted[label], weights[label], count)  # type: ignore[index]
 
-    def flush(self) -> None:
-        if not self._pending:
-            return
-        if self.feature_map.awaits_bandwidth:  # sigma="auto": fix it first (it flushes every accumulator)
-            self.metric.fit_bandwidth()  # type: ignore[attr-defined]
-            return
-        rows = torch.cat(list(self._pending))
-        self._pending.clear()
-        flat = getattr(self.metric, self.state_name)
+    def _add_chunk(self, flat: Tensor, chunk: Tensor) -> None:
+        """Add rows ``[label, x]`` to their labels' lanes."""
+        labels, x = chunk[:, 0].long(), chunk[:, 1:]
         count, sums, outer = self._parts(flat)
-        noise = None if self.multipliers is None else self._noise_parts(flat)
-        with torch.no_grad():
-            for start in range(0, rows.shape[0], self.chunk_size):
-                chunk = rows[start : start + self.chunk_size]
-                labels, phi = chunk[:, 0].long(), self.feature_map(chunk[:, 1:])
-                weights = None if noise is None else self.multipliers(chunk[:, 1:])  # type: ignore[misc]
-                count += chunk.shape[0]
-                for label in torch.unique(labels).tolist():
-                    rows_of_label = labels == label
-                    features = phi[rows_of_label]
-                    sums[label] += features.sum(0)
-                    add_gram_(outer[label], features)  # type: ignore[index]
-                    if noise is not None:
-                        noise[0][label] += weights[rows_of_label].sum(0)  # type: ignore[index]
-                        add_weighted_gram_(noise[1][label], features, weights[rows_of_label])  # type: ignore[index]
+        weights = weight_sums = weighted = None
+        if self.multipliers is not None:
+            weights, (weight_sums, weighted) = self.multipliers(x), self._noise_parts(flat)
+        add_feature_sums_(
+            self.feature_map(x), count=count, feature_sum=sums, outer=outer, weights=weights,
+            weight_sums=weight_sums, weighted=weighted, lanes=labels,
+        )
 
     def lane_counts(self) -> Tensor:
         """Samples per label (L,): the traces of the lanes' ``Q``, rounded (float64)."""
