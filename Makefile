@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 # Two torch processes on 2 cores (the DDP tests, torchrun) whose OpenMP threads spin while waiting (the default)
 # starve each other in MKL's eigensolvers: a 1024 x 1024 eigh took > 100 s instead of 0.18 s. Passive waiting
-# prevents it; its price is ~20 ms more per small eigh in an idle single process (docs/benchmarks.md).
+# prevents it; its price is ~20 ms more per small eigh in an idle single process (docs/benchmarks/index.md, "Machine").
 OMP_WAIT_POLICY ?= PASSIVE
 export OMP_WAIT_POLICY
 # A CPU-only machine: `make demo TORCH_INDEX=https://download.pytorch.org/whl/cpu` installs torch and torchvision
@@ -47,7 +47,7 @@ docs: $(VENV)/.installed-dev
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs serve
 
 # `make bench`: every script in benchmarks/, every mode, once at small sizes (12 minutes on 2 shared cores): each one
-# runs and prints its table. The sizes behind the numbers in docs/benchmarks.md are the commands given there, per
+# runs and prints its table. The sizes behind the numbers in docs/benchmarks/ are the commands given there, per
 # section (`make bench BENCH_PY=...` runs them with another interpreter). tests/test_docs_site.py checks that every
 # script in benchmarks/ is named here.
 BENCH_PY ?= $(PY)
@@ -103,7 +103,7 @@ bench: $(VENV)/.installed
 	$(BENCH_PY) benchmarks/gpu_check.py --plan   # the GPU-size commands of `make gpu-check`, none run
 
 # `make gpu-check`: on a machine with CUDA, the tests marked `cuda` and the benchmarks at GPU sizes (2r = 8,192,
-# n = 10^5 .. 10^6); their tables replace the marked section of docs/benchmarks.md, with the device's name. Without
+# n = 10^5 .. 10^6); their tables replace the marked section of docs/benchmarks/gpu.md, with the device's name. Without
 # CUDA it prints one line saying so and exits 0.
 gpu-check: $(VENV)/.installed-dev
 	$(BENCH_PY) benchmarks/gpu_check.py

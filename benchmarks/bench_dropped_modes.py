@@ -1,7 +1,7 @@
 """Dropped modes named at the defaults: FINC's missing modes on Fashion-MNIST with classes left out.
 
-Three targets (docs/benchmarks.md "Dropped modes at the defaults"), each on three embeddings of the same images:
-``pixels`` (784 / 255), ``resnet`` (a randomly initialised torchvision ResNet-18's 512 pooled features, 32 x 32
+Three targets (docs/benchmarks/dropped-modes.md "Dropped modes at the defaults"), each on three embeddings of the same
+images: ``pixels`` (784 / 255), ``resnet`` (a randomly initialised torchvision ResNet-18's 512 pooled features, 32 x 32
 input) and ``clip`` (a randomly initialised open_clip ViT image tower, 64 x 64 input, 256 wide):
 
 - ``drop3``: reference = ``n`` images of all ten classes, generated = ``n`` images of seven (3 classes dropped, a

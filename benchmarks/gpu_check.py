@@ -1,6 +1,7 @@
-"""`make gpu-check`: the suite's CUDA tests and the benchmarks at GPU sizes, their tables written to docs/benchmarks.md.
+"""`make gpu-check`: the suite's CUDA tests and the benchmarks at GPU sizes, their tables written to
+docs/benchmarks/gpu.md.
 
-    python benchmarks/gpu_check.py [--page docs/benchmarks.md] [--timeout 900] [--only NAME ...] [--plan]
+    python benchmarks/gpu_check.py [--page docs/benchmarks/gpu.md] [--timeout 900] [--only NAME ...] [--plan]
 
 With a CUDA device: runs ``pytest -m cuda`` (every test that needs a GPU carries the ``cuda`` marker), then each
 benchmark of ``RUNS`` at GPU sizes (2r = 8,192, n = 10^5 .. 10^6) with ``--device cuda``, and rewrites the section
@@ -21,7 +22,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 START, END = "<!-- gpu-check:start -->", "<!-- gpu-check:end -->"
-NO_CUDA = "gpu-check: no CUDA device (torch.cuda.is_available() is False): nothing run, docs/benchmarks.md unchanged."
+NO_CUDA = (
+    "gpu-check: no CUDA device (torch.cuda.is_available() is False): nothing run, docs/benchmarks/gpu.md unchanged."
+)
 
 # name -> arguments of a benchmark script at GPU sizes (r = 4096 frequencies: 2r = 8,192 features)
 RUNS: dict[str, list[str]] = {
@@ -64,7 +67,7 @@ def run(command: list[str], timeout: float) -> tuple[int, str, float]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--page", type=Path, default=ROOT / "docs" / "benchmarks.md")
+    parser.add_argument("--page", type=Path, default=ROOT / "docs" / "benchmarks" / "gpu.md")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds per benchmark")
     parser.add_argument("--only", nargs="*", choices=sorted(RUNS), help="a subset of the benchmarks")
     parser.add_argument("--plan", action="store_true", help="print the commands, run nothing")

@@ -78,7 +78,7 @@ def main() -> None:
     print("\nVendi-1 grows with every added class; RKE (order 2) weighs the largest modes and levels off."
           "\nFKEA sits a little below the exact values at this r (random features underestimate entropy; the gap"
           "\ncloses as r grows). At n < 2,000 the exact n x n route is cheaper; FKEA's cost is one fixed 2r x 2r"
-          "\neigendecomposition plus a pass linear in n, so it wins at large n (docs/benchmarks.md).")
+          "\neigendecomposition plus a pass linear in n, so it wins at large n (docs/benchmarks/fkea-finc.md).")
     novelty_demo(images, labels, sigma, args)
 
 

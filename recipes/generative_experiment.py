@@ -22,11 +22,11 @@ Bandwidth: ``sigma = --sigma-factor x`` the median pairwise distance of the trai
 (0.5 as in ``recipes/digits_diversity.py``, where Vendi grows with every added digit class). ``rho = 2``: a
 mode counts when the model makes it more than twice as often as the data (novel) or less than half as often
 (missing); at rho = 1 FINC also flags the few per cent of blurred digits that every VAE tried here makes
-in excess (docs/generative.md).
+in excess (docs/benchmarks/generative-recipe.md, "Why rho = 2").
 
     python recipes/generative_experiment.py [--seeds 0 1 2] [--epochs 100] [--drop 3 7] [--drop-after 30]
 
-Results and the reasons for the defaults: docs/generative.md.
+Results and the reasons for the defaults: docs/benchmarks/generative-recipe.md.
 """
 
 from __future__ import annotations
@@ -166,7 +166,7 @@ def row_text(seed: int, name: str, row: dict[str, Any], times: tuple[float, floa
 
 
 def checks(normal: dict[str, Any], collapse: dict[str, Any]) -> dict[str, bool]:
-    """The acceptance check of one seed (docs/generative.md)."""
+    """The acceptance check of one seed (docs/benchmarks/generative-recipe.md, "Setting")."""
     return {
         "normal: no significant missing or novel mode": normal["missing"] == 0 and normal["novel"] == 0,
         "collapse: top missing modes significant": collapse["top_missing_significant"],

@@ -1,5 +1,6 @@
 """Dropped modes named at the defaults, on scikit-learn's digits (shipped with it; the data of
-``lightning_spectral.data.digits``): the targets of docs/benchmarks.md "Dropped modes at the defaults".
+``lightning_spectral.data.digits``): the targets of docs/benchmarks/dropped-modes.md "Dropped modes at
+the defaults".
 
 Every ``FINCNovelty`` argument is at its default (``sigma="auto"``, ``rho``, ``significance``, ``min_eigenvalue``,
 ``draws``) except ``n_frequencies`` = 256 (2r = 512, for time). Trial t: a random 900 of the 1,797 digits are the

@@ -2,7 +2,7 @@
 level's share of runs names a mode, and a class held by one side only at 10 % prevalence is named, purely.
 
 A small setting (a 10-component Gaussian mixture in 16 dimensions, 2r = 128, 1,000 samples per side) with fixed
-seeds; the full measurement is benchmarks/bench_finc_fpr.py (docs/benchmarks.md)."""
+seeds; the full measurement is benchmarks/bench_finc_fpr.py (docs/benchmarks/finc-significance.md)."""
 
 import pytest
 import torch
@@ -36,7 +36,7 @@ def test_one_distribution_names_a_mode_in_at_most_the_levels_share_of_runs(rho):
         novel += int(summary["novel_modes"]) > 0
         missing += int(summary["missing_modes"]) > 0
     # level 0.05: 4 expected of 80; P(Binomial(80, 0.05) >= 10) = 0.006. The previous noise floor at margin 1
-    # was passed in 26 % of such runs (docs/benchmarks.md, issue 13)
+    # was passed in 26 % of such runs (docs/benchmarks/finc-significance.md, issue 13)
     assert novel <= 9 and missing <= 9, (novel, missing)
 
 

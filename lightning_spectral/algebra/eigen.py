@@ -14,7 +14,8 @@ from lightning_spectral._checks import all_finite, check_positive, check_positiv
 from lightning_spectral.algebra.gram import symmetrize
 
 #: ``precision="auto"`` computes spectra of matrices at least this wide in float32 (``eigvalsh`` faster, Vendi /
-#: RKE / FINC scores within 0.002 % of float64's at 2r = 4096-8192: docs/benchmarks.md, eigendecomposition).
+#: RKE / FINC scores within 0.002 % of float64's at 2r = 4096-8192: docs/benchmarks/training-loop-cost.md,
+#: "Eigendecomposition at 2r = 8192").
 FLOAT32_MIN_SIZE = 4096
 
 
@@ -32,7 +33,7 @@ def symmetric_eigh(matrix: Tensor) -> tuple[Tensor, Tensor]:
 
 #: [`top_eigh`][lightning_spectral.algebra.top_eigh] finds ``k`` eigen-pairs by Lanczos (instead of a dense ``eigh``)
 #: from this many rows, when ``k`` is at most a sixteenth of them: at 2r = 4096 a dense ``eigh`` with vectors costs
-#: several times the ``eigvalsh`` a score needs, a few Lanczos products much less (docs/benchmarks.md, epoch cost).
+#: several times the ``eigvalsh`` a score needs, a few Lanczos products much less (docs/benchmarks/epoch-cost.md).
 PARTIAL_MIN_SIZE = 1024
 
 
@@ -77,8 +78,8 @@ def one_thread() -> Iterator[None]:
     """Run the enclosed torch calls on one intra-op thread, then restore the previous count.
 
     For small LAPACK calls (an eigendecomposition of a few dozen rows): waking the OpenMP pool costs more
-    than the call itself, ~10x more under ``OMP_WAIT_POLICY=PASSIVE`` (docs/benchmarks.md, "Is
-    `OMP_WAIT_POLICY=PASSIVE` still needed?").
+    than the call itself, ~10x more under ``OMP_WAIT_POLICY=PASSIVE`` (docs/benchmarks/training-loop-cost.md,
+    "Is `OMP_WAIT_POLICY=PASSIVE` still needed?").
     """
     previous = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -93,7 +94,7 @@ def default_lanczos_steps(size: int) -> int:
     ``max(64, size // 16)``, at most ``size``.
 
     A step costs one matrix-vector product; at ``size`` 4096 a dense ``eigvalsh`` costs a few hundred of them
-    (measured, docs/benchmarks.md), so a failed attempt wastes less than the fallback it precedes.
+    (measured, docs/benchmarks/training-loop-cost.md), so a failed attempt wastes less than the fallback it precedes.
     """
     return min(size, max(64, size // 16))
 
@@ -246,9 +247,9 @@ def eigenvalues_above(
     others (to the residuals); a Cholesky factorisation of ``threshold I - A'`` exists iff every eigenvalue of ``A'``
     is below ``threshold`` (Sylvester's law of inertia), i.e. iff no eigenvalue above ``threshold`` was missed. One
     Cholesky is ``n^3 / 3`` flops of BLAS-3, a fraction of the tridiagonal reduction of ``eigvalsh``
-    (docs/benchmarks.md, "FINC's noise floor without a full eigendecomposition"). Not converged within
-    ``max_steps``, more than ``n / 16`` pairs above ``threshold``, or no factorisation: the dense ``eigvalsh`` (all
-    n values).
+    (docs/benchmarks/training-loop-cost.md, "FINC's noise floor without a full eigendecomposition"). Not converged
+    within ``max_steps``, more than ``n / 16`` pairs above ``threshold``, or no factorisation: the dense ``eigvalsh``
+    (all n values).
 
     Args:
         matrix: (n, n) symmetric to round-off (used as given; float32 is iterated and factorised in float32).
@@ -426,8 +427,8 @@ def psd_eigenvalues(
     Precision: ``"float32"`` rounds the matrix to float32 and runs ``eigvalsh`` there: faster at 2r = 4096-8192
     (its tridiagonalisation is memory-bound), eigenvalues within ~1e-7 of ``lambda_max``, the
     Vendi-1 / RKE / FINC scores of RFF covariances within 0.002 % of float64's (measured on a mixture and on
-    scikit-learn's digits: docs/benchmarks.md, "Eigendecomposition at 2r = 8192"); its round-off negatives were
-    ~1e-7 * lambda_max at 2r = 4096, so ``rtol`` is at least 1e-4 there. ``"auto"``: float32 from
+    scikit-learn's digits: docs/benchmarks/training-loop-cost.md, "Eigendecomposition at 2r = 8192"); its round-off
+    negatives were ~1e-7 * lambda_max at 2r = 4096, so ``rtol`` is at least 1e-4 there. ``"auto"``: float32 from
     [`FLOAT32_MIN_SIZE`][lightning_spectral.algebra.FLOAT32_MIN_SIZE] rows,
     float64 below.
 
@@ -455,7 +456,8 @@ RANGE_OVERSAMPLE = 16
 
 #: `psd_eigh` with ``rank`` takes the range finder only when its ``k = rank + RANGE_OVERSAMPLE`` columns are at most
 #: this share of the D rows (measured at D = 4,096, float32: 7.0x / 6.2x / 2.4x / 1.2x faster than the dense ``eigh``
-#: at rank 500 / 1,000 / 2,000 / 3,000; docs/benchmarks.md, "One validation epoch against torchmetrics' KID + FID").
+#: at rank 500 / 1,000 / 2,000 / 3,000; docs/benchmarks/epoch-cost.md, "One validation epoch against torchmetrics'
+#: KID + FID").
 RANGE_MAX_SHARE = 0.75
 
 

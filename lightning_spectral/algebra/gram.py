@@ -203,8 +203,9 @@ def weighted_sum(terms: Sequence[tuple[float, Tensor]], dtype: Optional[torch.dt
     Each block is summed in the inputs' dtype and cast once, so every input is read once and the result written
     once, with no full-size temporary: at 4096 x 4096 float64 about 7x faster than the same expression in
     whole-tensor operations, whose every step allocates and touches a fresh 128 MiB matrix (measured,
-    docs/benchmarks.md, "Training-loop cost"). Entry by entry the same arithmetic, so symmetric inputs give a symmetric
-    result (bit for bit wherever the vectorised loop treats every entry alike; to round-off in any case).
+    docs/benchmarks/training-loop-cost.md, "Training-loop cost"). Entry by entry the same arithmetic, so symmetric
+    inputs give a symmetric result (bit for bit wherever the vectorised loop treats every entry alike; to round-off
+    in any case).
 
     Examples:
         >>> import torch

@@ -21,7 +21,8 @@ from lightning_spectral.functional.finc import DEFAULT_RHO
 
 #: Defaults of the flags, equal to the metrics' own defaults (a test keeps them in sync).
 #: ``--truncation``: t = 100 moved under 1 % from n = 1,000 to 4,000 and 2r = 2,048 to 8,192, where Vendi-1 moved 5-37 %
-#: (docs/benchmarks.md "Which diversity scores converge"), and saw a class go as well as Vendi-1 at fixed n and 2r.
+#: (docs/benchmarks/diversity-convergence.md "Which diversity scores converge"), and saw a class go as well as
+#: Vendi-1 at fixed n and 2r.
 DEFAULT_TRUNCATION = 100
 DEFAULTS = {"n_frequencies": 2048, "rho": DEFAULT_RHO, "significance": 0.05, "min_eigenvalue": 1e-3, "mmd_alpha": 0.05}
 

@@ -78,7 +78,8 @@ DEFAULT_SIGNIFICANCE = 0.05
 
 #: Default ``rho``: a missing mode is one the generated side holds less than half as often as the reference, a novel
 #: one more than twice as often. At ``rho = 1`` three dropped classes of ten are named less than half the time at
-#: n = 2,000 (docs/benchmarks.md "Dropped modes at the defaults"); the null at ``rho > 1`` is also more conservative.
+#: n = 2,000 (docs/benchmarks/dropped-modes.md "Dropped modes at the defaults"); the null at ``rho > 1`` is also more
+#: conservative.
 DEFAULT_RHO = 2.0
 
 
@@ -173,7 +174,7 @@ def differential_spectrum(
 
     Without ``vectors`` one ``eigvalsh`` suffices (the score needs no eigenvectors), in float32 from
     [`FLOAT32_MIN_SIZE`][lightning_spectral.algebra.FLOAT32_MIN_SIZE] rows (the FINC score within 0.001 % of float64's at
-    2r = 4096 and 8192, docs/benchmarks.md). With ``partial`` (and no ``vectors``) from
+    2r = 4096 and 8192, docs/benchmarks/training-loop-cost.md). With ``partial`` (and no ``vectors``) from
     `PARTIAL_MIN_SIZE` rows only the eigenvalues above the
     threshold (and the largest) are found ([`eigenvalues_above`][lightning_spectral.algebra.eigenvalues_above]:
     Lanczos with an inertia certificate, the dense ``eigvalsh`` when it fails): the score, the significant modes and

@@ -126,7 +126,7 @@ def combinations(sums: list[Tensor], weights: Tensor, dtype: torch.dtype, rows: 
 
 #: Lanczos's accepted residual for the null's top eigenvalues at ``rho != 1``, relative to ``||A||`` (a top that is a
 #: tight cluster just above 0: at 1e-5 Lanczos exhausts its budget and falls back to ``eigvalsh``; at 1e-4 the
-#: threshold is within 0.4 % of the dense one at 2r = 4096, docs/benchmarks.md).
+#: threshold is within 0.4 % of the dense one at 2r = 4096, docs/benchmarks/finc-significance.md).
 SHIFTED_RTOL = 1e-4
 
 #: Matrices of the null formed at once (their memory: this many (2r)^2 matrices, float32 from FLOAT32_MIN_SIZE).
@@ -148,7 +148,8 @@ def null_model(x: NoiseSums, y: NoiseSums, rho: float) -> NullModel:
     by Lanczos ([`extreme_eigenvalues`][lightning_spectral.algebra.extreme_eigenvalues], residual ``1e-10 ||A||`` in
     float64, ``1e-5 ||A||`` in float32 at ``rho = 1``, `SHIFTED_RTOL` at ``rho != 1``; dense fallback), or a dense
     ``eigvalsh`` at ``rho != 1`` when a side has more samples than features or the matrix is small (there the top
-    is a tight cluster just above 0; docs/benchmarks.md, "FINC's noise floor without a full eigendecomposition").
+    is a tight cluster just above 0; docs/benchmarks/training-loop-cost.md, "FINC's noise floor without a full
+    eigendecomposition").
 
     Raises:
         ValueError: both sides or neither keep draws.

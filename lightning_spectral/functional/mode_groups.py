@@ -21,7 +21,7 @@ within the region (our reading, measured in ``tests/test_mode_groups.py``), so t
 
 Without the second condition the first mode of two dropped neighbouring classes (their union) swallowed the
 second class's own mode (digits: 9 dropped classes fewer named in 20 trials at a containment of 0.8,
-docs/benchmarks.md).
+docs/benchmarks/dropped-modes.md, "Split modes reported as one region").
 
 A group is reported under its first mode (the representative): one gallery row (the representative's top samples),
 one share, one line. The scores it reads
@@ -31,13 +31,13 @@ depend on order, batch size or sharding.
 **Both ends of a mode** (`contrast_ends`, `end_groups`). A mode's score is signed, and its eigenvalue
 ``E_x t^2 - rho E_y t^2`` counts samples at either end: with two neighbouring classes gone from one side, the first
 mode is often their union and the second their contrast, one class at each end (our reading, measured in
-``docs/benchmarks.md``). The rules above run on the modes' *ends*: the end a mode is oriented toward (``sign =
-+1``, `orient` in `functional/modes.py`: for FINC the end of the excess), and the other end (``sign = -1``, scored
-``-u``) wherever its top samples
+``docs/benchmarks/dropped-modes.md``, "Both ends of a mode"). The rules above run on the modes' *ends*: the end a
+mode is oriented toward (``sign = +1``, `orient` in `functional/modes.py`: for FINC the end of the excess), and the
+other end (``sign = -1``, scored ``-u``) wherever its top samples
 are members of the mode by the same rule, ``median(top -u) >= median(top u) / 2``. A within-region direction's
 other end then joins the region it splits nothing of, as its first end does; a contrast's stays a region of its own.
 
-``docs/benchmarks.md`` ("Dropped modes at the defaults") measures what the rule merges on the digits and
+``docs/benchmarks/dropped-modes.md`` ("Dropped modes at the defaults") measures what the rule merges on the digits and
 Fashion-MNIST.
 """
 
@@ -56,7 +56,7 @@ MERGE_CONTAINMENT = 0.9
 #: The share of the earlier mode's top samples that, scoring ``|u_j| >= median(top u_j) / 2``, keep ``j`` apart
 #: (unless ``containment`` of them score ``u_j >= median(top u_j) / 2``).
 #: Both chosen on the digits (20 trials: the pair of (0.7, 0.8, 0.9) x (0.1, 0.2) that merged no two classes and
-#: still merged the split tight clusters of ``tests/test_mode_groups.py``); docs/benchmarks.md.
+#: still merged the split tight clusters of ``tests/test_mode_groups.py``); docs/benchmarks/dropped-modes.md.
 MERGE_SPLIT = 0.2
 
 

@@ -29,8 +29,8 @@ histogram of each mode's scores (``BINS`` bins over ``|u| <= sqrt(r)``, summed o
 within one bin, so the count is exact to a bin's width). The first mode counts most samples: it is their common
 part, not a class.
 
-``docs/benchmarks.md`` ("Mode shares") measures both against the known share of classes on Fashion-MNIST and the
-digits.
+``docs/benchmarks/mode-shares.md`` ("Mode shares") measures both against the known share of classes on Fashion-MNIST
+and the digits.
 """
 
 from __future__ import annotations

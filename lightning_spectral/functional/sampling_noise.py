@@ -24,7 +24,7 @@ What it assumes: the samples are i.i.d. and distinct at the scale ``bandwidth / 
 multiplier: a side collapsed onto one point gives ``E_a = 0`` exactly (its noise is 0: every draw of it is that
 point); duplicated or near-duplicated samples (closer than ``bandwidth / ratio``) count as one sample of their
 total weight, which over-states their noise (a conservative bias: ``k`` tight clusters behave as ``k`` samples,
-not ``n``; measured in docs/benchmarks.md).
+not ``n``; measured in docs/benchmarks/finc-significance.md, "FINC significance on the multiplier draws").
 
 State per stream: ``n``, ``Q``, the ``A`` multiplier sums ``w_a = sum_i s_a(x_i)`` and the ``A`` matrices
 ``S_a = sum_i s_a(x_i) phi_i phi_i^T``: ``(1 + A)`` D x D float64 sums, all plain sums (order-free, all-reduced

@@ -182,7 +182,8 @@ class SpecAlignSolver:
         """Restarted block Krylov on ``Lambda = A S A^T / n``: the winning unit eigenvector and its sign, or None.
 
         Blocks are held as rows, ``U^T`` (b, n): ``U^T A`` and ``(.) A^T`` are wide products, which BLAS runs
-        3-10x faster than the tall-skinny ``A^T U`` and ``A (.)`` on one thread (measured, docs/benchmarks.md).
+        3-10x faster than the tall-skinny ``A^T U`` and ``A (.)`` on one thread (measured,
+        docs/benchmarks/training-loop-cost.md, "SPEC-align penalty").
         """
         n, width = phi_s.shape
         features = width + phi_r.shape[1]
@@ -263,8 +264,8 @@ class _CosinePenalty(torch.autograd.Function):
 
     Its gradient in closed form, with ``p = Y^T u``: ``dL/dx_i = (2 sign / n) (u_i / ||x_i||) (p - (y_i . p) y_i)``,
     one matrix-vector product, one pass over (n, d) and one rank-one update, on one thread; autograd through
-    the map took 3-4x longer (docs/benchmarks.md, "SPEC-align penalty"). ``x`` only ties the result to the
-    caller's graph.
+    the map took 3-4x longer (docs/benchmarks/training-loop-cost.md, "SPEC-align penalty"). ``x`` only ties the
+    result to the caller's graph.
     """
 
     @staticmethod
@@ -293,7 +294,8 @@ class _OneThreadBackward(torch.autograd.Function):
 
     The penalty's backward is a few dozen small elementwise ops on (n, d) tensors; with two or more threads
     each one wakes the OpenMP pool, which under ``OMP_WAIT_POLICY=PASSIVE`` costs more than the op
-    (docs/benchmarks.md, "SPEC-align penalty"). Autograd would run them with the process's thread count.
+    (docs/benchmarks/training-loop-cost.md, "SPEC-align penalty"). Autograd would run them with the process's thread
+    count.
     """
 
     @staticmethod

@@ -17,7 +17,7 @@ from lightning_spectral._checks import (
 )
 
 #: ``sigma="auto"``: this factor times the median pairwise distance of the reference's subsample (docs/concepts.md
-#: "Bandwidth"; the evidence is docs/benchmarks.md "Dropped modes at the defaults").
+#: "Bandwidth"; the evidence is docs/benchmarks/dropped-modes.md "Dropped modes at the defaults").
 AUTO_FACTOR = 0.5
 #: ``sigma="auto"``: the rows of the subsample (the reference rows of the smallest content hashes).
 AUTO_SAMPLES = 2000

@@ -78,7 +78,7 @@ class _UnitRows(torch.autograd.Function):
     """``y = x / ||x||`` row by row (`unit_rows`), with the closed-form backward ``dx = (g - y (y . g)) / ||x||``.
 
     Four passes over (N, d) in the backward instead of autograd's ~10 through the overflow-safe scaling
-    (docs/benchmarks.md, "Training-loop cost").
+    (docs/benchmarks/training-loop-cost.md, "Training-loop cost").
     """
 
     @staticmethod

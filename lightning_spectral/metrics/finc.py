@@ -90,15 +90,16 @@ class FINCNovelty(SpectralMetric):
         sigma: Gaussian bandwidth (> 0), or ``"auto"``: fixed from the reference rows at the first read (the rule of [`auto_bandwidth`][lightning_spectral.kernels.auto_bandwidth]; ``summary()["sigma"]`` reports it).
         n_frequencies: r; covariances are 2r x 2r.
         rho: novelty threshold (>= 1; the paper uses 1, 5 and 10). Default 2: novel = more than twice as often as
-            the reference, missing = less than half as often; chosen on dropped classes (docs/benchmarks.md "Dropped
-            modes at the defaults"); ``rho = 1`` (any excess) names fewer of them, with a cheaper null.
+            the reference, missing = less than half as often; chosen on dropped classes
+            (docs/benchmarks/dropped-modes.md "Dropped modes at the defaults"); ``rho = 1`` (any excess) names fewer
+            of them, with a cheaper null.
         seed: frequency seed, identical on every rank.
         significance: the level in (0, 1) (default 0.05): the share of same-distribution runs allowed to name a
             mode.
         min_eigenvalue: absolute minimum of a significant eigenvalue (default 1e-3, about 0.1 % extra mass).
         draws: multiplier draws of the sampling noise, kept by the generated side, in [1, 64] (default 3):
             ``2 + draws`` (2r)^2 float64 sums are kept (5 by default; fewer draws widen the Student-t quantile and
-            cost power, docs/benchmarks.md).
+            cost power, docs/benchmarks/finc-significance.md).
         groups: deprecated (the content groups are gone): read as ``draws = groups - 1`` with a
             ``FutureWarning``.
         reset_real_features: if False, ``reset()`` keeps the reference side (as torchmetrics' FID), so a
@@ -537,9 +538,9 @@ class FINCNovelty(SpectralMetric):
         ``novel_top_bias`` / ``missing_top_bias``: the top eigenvalue's upward bias
         (second order, ``functional.finc.top_bias``), so its 95 % interval is
         ``[top - bias - q se, top + q se]`` (``q = t_{draws, 0.975}``; near the noise floor the top eigenvalue is
-        the largest of many noisy ones, and the symmetric ``top +- q se`` misses low, docs/benchmarks.md "Coverage
-        of the standard errors"); ``n``, ``n_real`` and ``n_features`` (2r), the sizes the values were computed at;
-        ``sigma``."""
+        the largest of many noisy ones, and the symmetric ``top +- q se`` misses low, docs/benchmarks/coverage.md
+        "Coverage of the standard errors"); ``n``, ``n_real`` and ``n_features`` (2r), the sizes the values were
+        computed at; ``sigma``."""
         with self.synced():
             novel = self._spectrum(missing=False, vectors=False)
             missing = self._spectrum(missing=True, vectors=False)

@@ -42,8 +42,9 @@ class FKEAVendi(RFFCovariance):
 
     Which orders depend on n and r: Vendi-1 (and every order below 2) keeps rising with the sample size n and with
     2r on a flat spectrum (on Fashion-MNIST at the median-rule sigma it rose 5 % from n = 1,000 to 4,000, 37 % at
-    half that sigma: docs/benchmarks.md); RKE (order 2) and the $t$-truncated score (``truncation=t``, Ospanov and
-    Farnia, UAI 2025, arXiv 2410.21719) converge once n and 2r exceed a few times t and move by about 1 %.
+    half that sigma: docs/benchmarks/diversity-convergence.md); RKE (order 2) and the $t$-truncated score
+    (``truncation=t``, Ospanov and Farnia, UAI 2025, arXiv 2410.21719) converge once n and 2r exceed a few times t
+    and move by about 1 %.
     [`summary`][lightning_spectral.metrics.FKEAVendi.summary] reports n and 2r beside the score.
 
     With ``truncation=t`` every order is the $t$-truncated Vendi score
@@ -72,7 +73,8 @@ class FKEAVendi(RFFCovariance):
             A = 2, 3.18 at A = 3, 2.23 at A = 10).
         precision: the eigendecomposition's dtype, as [`psd_eigenvalues`][lightning_spectral.algebra.psd_eigenvalues]:
             ``"auto"`` (float32 from 2r = 4096, measured faster with the same scores to 0.002 %, see
-            docs/benchmarks.md; float64 below), ``"float32"`` or ``"float64"``. The sums are float64 either way.
+            docs/benchmarks/training-loop-cost.md; float64 below), ``"float32"`` or ``"float64"``. The sums are
+            float64 either way.
         chunk_size: rows mapped and summed at once (rows wait in a buffer until this many are pending).
         feature: a frozen ``nn.Module`` mapping a batch of images to (N, d) embeddings: ``update`` then takes
             images ([`FrozenFeature`][lightning_spectral.metrics.FrozenFeature]); ``None``: embeddings.
