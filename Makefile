@@ -100,6 +100,8 @@ bench: $(VENV)/.installed
 	$(BENCH_PY) benchmarks/bench_coverage.py --reps 5 --population 5000 --r 32 --draws 2
 	$(BENCH_PY) benchmarks/bench_coverage.py --cost --n 2000 --r 64 --repeats 1
 	$(BENCH_PY) benchmarks/bench_align_recipe.py --seeds 0 --epochs 1 --out $(BENCH_OUT)/align_recipe_evidence.json
+	$(BENCH_PY) benchmarks/bench_logged_keys.py
+	$(BENCH_PY) benchmarks/bench_state_memory.py --widths 512 1024
 	$(BENCH_PY) benchmarks/gpu_check.py --plan   # the GPU-size commands of `make gpu-check`, none run
 
 # `make gpu-check`: on a machine with CUDA, the tests marked `cuda` and the benchmarks at GPU sizes (2r = 8,192,

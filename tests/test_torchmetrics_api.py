@@ -6,6 +6,7 @@ Lightning's "bf16-true", must move the float64 sums without rounding them; torch
 pyproject allows run the metric and callback tests in ``make test``.
 """
 
+import importlib.util
 import re
 from pathlib import Path
 
@@ -70,25 +71,12 @@ def test_the_lowest_versions_make_test_runs_are_pyprojects_floors():
 
 def held_bytes(metric: Metric) -> int:
     """Bytes of every tensor storage reachable from ``metric`` (its states, whatever torchmetrics keeps for ``reset``,
-    its map's frequencies), each storage once."""
-    storages, seen, stack, total = set(), set(), [metric], 0
-    while stack:
-        obj = stack.pop()
-        if id(obj) in seen:
-            continue
-        seen.add(id(obj))
-        if isinstance(obj, torch.Tensor):
-            storage = obj.untyped_storage()
-            if storage.data_ptr() not in storages:
-                storages.add(storage.data_ptr())
-                total += storage.nbytes()
-        elif isinstance(obj, dict):
-            stack.extend(obj.values())
-        elif isinstance(obj, (list, tuple, set)):
-            stack.extend(obj)
-        elif hasattr(obj, "__dict__") and not isinstance(obj, type):
-            stack.extend(vars(obj).values())
-    return total
+    its map's frequencies), each storage once: the measure of ``benchmarks/bench_state_memory.py``, loaded from it."""
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_state_memory.py"
+    spec = importlib.util.spec_from_file_location("bench_state_memory", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.held_bytes(metric)
 
 
 def test_each_sum_is_held_once_after_update_and_reset():
