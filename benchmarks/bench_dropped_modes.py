@@ -108,7 +108,7 @@ def missing_modes(gen, ref, ref_labels, factor, rho, r, min_eigenvalue, k=10, pe
     last (``FINCNovelty.grouped_modes``: the representative's eigenvalue and p-value, the region's top samples and
     share), the number of significant novel modes, and sigma."""
     sigma = rule_sigma(ref, factor)
-    metric = FINCNovelty(sigma, n_frequencies=r, rho=rho, min_eigenvalue=min_eigenvalue, draws=draws)
+    metric = FINCNovelty(sigma, n_frequencies=r, rho=rho, min_eigenvalue=min_eigenvalue, noise_draws=draws)
     metric.update(ref, real=True)
     metric.update(gen, real=False)
     modes = metric.missing_modes(k)

@@ -66,7 +66,7 @@ def bench_floor(args: argparse.Namespace) -> None:
         fincs[2.0] = copy.copy(finc)
         fincs[2.0].rho = 2.0
     print(f"floor: 2r = {2 * r}, n = {n} per side, d = 64, sigma {sigma}, device {device}, "
-          f"threads {torch.get_num_threads()}; FINC update {update_s:.1f} s ({finc.draws} draws, generated side)")
+          f"threads {torch.get_num_threads()}; FINC update {update_s:.1f} s ({finc.noise_draws} draws, generated side)")
     gen, ref = fincs[1.0]._side(real=False), fincs[1.0]._side(real=True)
     rows = {name: [] for name in ("FKEA compute", "FINC compute", "null of the rule (in FINC compute)",
                                   "FINC compute rho=2")}

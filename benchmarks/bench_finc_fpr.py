@@ -85,7 +85,7 @@ DRAWS = [3]  # FINCNovelty's `draws` (`--draws`)
 
 
 def run(gen: torch.Tensor, ref: torch.Tensor, sigma: float, r: int, rho: float, seed: int) -> FINCNovelty:
-    metric = FINCNovelty(sigma=sigma, n_frequencies=r, rho=rho, seed=seed, draws=DRAWS[0])
+    metric = FINCNovelty(sigma=sigma, n_frequencies=r, rho=rho, seed=seed, noise_draws=DRAWS[0])
     for part in gen.split(1000):
         metric.update(part, real=False)
     for part in ref.split(1000):

@@ -48,7 +48,7 @@ def oracle_floor(x: torch.Tensor, n_ref: int, n_gen: int, splits: int, r: int, d
     for s in range(splits):
         order = torch.randperm(len(x), generator=torch.Generator().manual_seed(700 + s))
         ref = x[order[:n_ref]]
-        metric = FINCNovelty(rule_sigma(ref), n_frequencies=r, draws=draws)
+        metric = FINCNovelty(rule_sigma(ref), n_frequencies=r, noise_draws=draws)
         metric.update(ref, real=True)
         metric.update(x[order[n_ref : n_ref + n_gen]], real=False)
         modes = metric.missing_modes(1)
@@ -66,7 +66,7 @@ def oracle_floor(x: torch.Tensor, n_ref: int, n_gen: int, splits: int, r: int, d
 def best_modes(gen, ref, ref_y, dropped, sigma, r, k, pure, draws=3):
     """Per dropped class: (eigenvalue, p-value, significant) of its best mode among the top ``k`` whose top 20 are at
     least ``pure`` that class, or None."""
-    metric = FINCNovelty(sigma, n_frequencies=r, draws=draws)
+    metric = FINCNovelty(sigma, n_frequencies=r, noise_draws=draws)
     metric.update(ref, real=True)
     metric.update(gen, real=False)
     modes = metric.missing_modes(k)

@@ -78,7 +78,7 @@ def accuracy_on_digits() -> None:
         detector = KernelPCAOOD(mapping, n_frequencies=1024, explained_variance=0.9, **options).fit([train])
         metrics = detection_metrics(detector.score(test_in), detector.score(test_out))
         name = f"KernelPCAOOD {mapping}" + (f", sigma {sigma}" if sigma else "")
-        rows.append((name, detector.components.shape[1], metrics))
+        rows.append((name, detector.components_.shape[1], metrics))
     for k in (1, 10, 50):
         knn = detection_metrics(knn_scores(train, test_in, k), knn_scores(train, test_out, k))
         rows.append((f"kNN (k = {k})", None, knn))
@@ -118,7 +118,7 @@ def main() -> None:
         scores_out = detector.score(test_out)
         metrics = detection_metrics(scores_in, scores_out)
         print(f"N_train = {n:,}: KernelPCAOOD fit {fit_s:.1f} s ({n / fit_s:,.0f} samples/s, q = "
-              f"{detector.components.shape[1]}); score {1000 * score_s / len(test_in):.3f} ms/sample; "
+              f"{detector.components_.shape[1]}); score {1000 * score_s / len(test_in):.3f} ms/sample; "
               f"AUROC {float(metrics['auroc']):.3f}, FPR95 {float(metrics['fpr']):.3f}", flush=True)
         knn_in, knn_s = timed(lambda train=train: knn_scores(train, test_in))
         knn_metrics = detection_metrics(knn_in, knn_scores(train, test_out))
@@ -129,7 +129,7 @@ def main() -> None:
             print(f"  exact kernel PCA: not run (an {n:,} x {n:,} kernel matrix, {8 * n * n / 1e9:.0f} GB)")
             continue
         train_np = normalise(train).double().numpy()
-        q = detector.components.shape[1]
+        q = detector.components_.shape[1]
         model = KernelPCA(n_components=q, kernel="rbf", gamma=1 / (2 * SIGMA**2), eigen_solver="arpack")
         start = time.perf_counter()
         model.fit(train_np)

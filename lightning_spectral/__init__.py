@@ -9,13 +9,11 @@ rule), [`algebra`][lightning_spectral.algebra] (covariance accumulation, spectra
 the command line.
 """
 
-from lightning_spectral import _moved
 from lightning_spectral.kernels.bandwidth import median_bandwidth
 from lightning_spectral.kernels.cosine_map import CosineMap
 from lightning_spectral.kernels.exact import gaussian_kernel
 from lightning_spectral.kernels.gaussian_rff import GaussianRFF
 
-_moved.install()
 
 __version__ = "0.1.0"
 __all__ = ["CosineMap", "GaussianRFF", "__version__", "gaussian_kernel", "median_bandwidth"]

@@ -51,7 +51,7 @@ def test_the_state_is_two_plus_draws_matrices_and_an_old_two_sided_checkpoint_is
     """The reference keeps Q only, the generated side Q and its draws: 2 + draws (2r)^2 sums. A checkpoint of the
     layout before (multiplier sums on both sides, no `noise` setting) is refused, naming what to do."""
     g = torch.Generator().manual_seed(1)
-    metric = FINCNovelty(sigma=1.0, n_frequencies=8, draws=2)
+    metric = FINCNovelty(sigma=1.0, n_frequencies=8, noise_draws=2)
     metric.update(torch.randn(40, 3, generator=g), real=True)
     metric.update(torch.randn(30, 3, generator=g), real=False)
     state = metric.state_dict()
@@ -62,7 +62,7 @@ def test_the_state_is_two_plus_draws_matrices_and_an_old_two_sided_checkpoint_is
     old = {**state[key], "sums": dict(state[key]["sums"])}
     del old["settings"]  # the earlier layout wrote no settings; its reference held the draws too
     old["sums"]["ref"] = torch.cat([old["sums"]["ref"], old["sums"]["gen"][1 + width + triangle :]])
-    fresh = FINCNovelty(sigma=1.0, n_frequencies=8, draws=2)
+    fresh = FINCNovelty(sigma=1.0, n_frequencies=8, noise_draws=2)
     with pytest.raises(RuntimeError, match="multiplier draws on both sides.*Accumulate the data again"):
         fresh.load_state_dict({**state, key: old})
     assert fresh.sample_count(real=True) == 0  # nothing restored
@@ -71,14 +71,14 @@ def test_the_state_is_two_plus_draws_matrices_and_an_old_two_sided_checkpoint_is
 def test_a_checkpoint_without_the_mean_draws_is_refused():
     """The layout before the mode shares' standard errors: the generated side's draws without draws of its mean."""
     g = torch.Generator().manual_seed(1)
-    metric = FINCNovelty(sigma=1.0, n_frequencies=8, draws=2)
+    metric = FINCNovelty(sigma=1.0, n_frequencies=8, noise_draws=2)
     metric.update(torch.randn(40, 3, generator=g), real=True)
     metric.update(torch.randn(30, 3, generator=g), real=False)
     state = metric.state_dict()
     key = next(k for k in state if k.endswith("_extra_state"))
     old = {**state[key], "sums": dict(state[key]["sums"]), "settings": {"noise": "generated-side draws", "draws": 2}}
     old["sums"]["gen"] = old["sums"]["gen"][: -2 * 16]
-    fresh = FINCNovelty(sigma=1.0, n_frequencies=8, draws=2)
+    fresh = FINCNovelty(sigma=1.0, n_frequencies=8, noise_draws=2)
     with pytest.raises(RuntimeError, match="no draws of its mean.*Accumulate the data again"):
         fresh.load_state_dict({**state, key: old})
     assert fresh.sample_count(real=True) == 0
@@ -117,13 +117,13 @@ def test_a_checkpoint_with_other_frequencies_is_refused():
 
 
 def test_a_checkpoint_of_another_configuration_is_refused_before_anything_is_restored():
-    metric = FINCNovelty(sigma=1.0, n_frequencies=8, draws=3)
+    metric = FINCNovelty(sigma=1.0, n_frequencies=8, noise_draws=3)
     metric.update(torch.randn(40, 3), real=True)
     metric.update(torch.randn(40, 3), real=False)
-    other = FINCNovelty(sigma=1.0, n_frequencies=8, draws=2)
+    other = FINCNovelty(sigma=1.0, n_frequencies=8, noise_draws=2)
     other.update(torch.randn(10, 3), real=False)
     before = other.sample_count(real=False)
-    with pytest.raises(RuntimeError, match="written with draws=3 where this metric has draws=2"):
+    with pytest.raises(RuntimeError, match="written with noise_draws=3 where this metric has noise_draws=2"):
         other.load_state_dict(metric.state_dict())
     assert other.sample_count(real=False) == before
     old = metric.state_dict()  # as written with content groups: `gen_0` .. `ref_3`

@@ -82,7 +82,7 @@ def test_flag_defaults_are_the_library_defaults():
         "rho": default(FINCNovelty, "rho"),
         "significance": default(FINCNovelty, "significance"),
         "min_eigenvalue": default(FINCNovelty, "min_eigenvalue"),
-        "mmd_alpha": default(FastMMD.test, "alpha"),
+        "mmd_level": default(FastMMD.test, "level"),
     }
     assert default(FKEAVendi, "n_frequencies") == default(FINCNovelty, "n_frequencies")
     assert compare_command.DEFAULTS == {
@@ -131,7 +131,7 @@ def test_evaluate_equals_the_metrics_on_the_whole_array(tmp_path, capsys, suffix
     mmd = FastMMD(sigma, r, seed=3)
     mmd.update(real, real=True)
     mmd.update(gen, real=False)
-    test = mmd.test(alpha=0.05)
+    test = mmd.test(level=0.05)
     assert close(out["mmd"]["mmd2"], mmd.compute()) and close(out["mmd"]["mmd2_biased"], test.statistic)
     assert close(out["mmd"]["p_value"], test.p_value, rtol=1e-5) and out["mmd"]["reject"] is True
     assert out["mmd"]["p_value"] < 1e-6
@@ -141,7 +141,7 @@ def test_evaluate_equals_the_metrics_on_the_whole_array(tmp_path, capsys, suffix
     assert (out["mmd"]["n"], out["mmd"]["n_real"], out["n"], out["n_features"]) == (900, 700, 900, 2 * r)
     assert close(out["finc"]["novelty_se"], finc.summary()["se"])
     assert close(out["finc"]["missing"]["se"], finc.summary()["missing_se"]) and out["finc"]["missing"]["se"] > 0
-    assert out["se_draws"] == finc.draws  # FILE's draws are FINC's generated side's
+    assert out["se_draws"] == finc.noise_draws  # FILE's draws are FINC's generated side's
     from lightning_spectral.functional.fkea import vendi_standard_errors
 
     errors = vendi_standard_errors(finc.gen[0].noise_sums(), [1, 2, "inf"])
@@ -248,7 +248,7 @@ def test_ood_equals_kernel_pca_and_detection_metrics(tmp_path, capsys):
     test_scores, ood_scores = detector.score(torch.from_numpy(test)), detector.score(torch.from_numpy(outside))
     np.testing.assert_allclose(np.load(scores_out), test_scores.numpy(), rtol=1e-5)
     np.testing.assert_allclose(np.load(tmp_path / "out" / "scores.ood.npy"), ood_scores.numpy(), rtol=1e-5)
-    assert out["model"]["n_components"] == detector.components.shape[1]
+    assert out["model"]["n_components"] == detector.components_.shape[1]
     threshold = float(threshold_at_tpr(detector.score(torch.from_numpy(val)), 0.9))
     assert close(out["threshold"], threshold, rtol=1e-5)
     assert close(out["test"]["flagged_rate"], float((test_scores > threshold).double().mean()))

@@ -343,7 +343,7 @@ def test_null_draws_and_p_values_equal_the_dense_oracle(draws):
                     NoiseSums.of(ref, rff, None), NoiseSums.of(gen, rff, multipliers), rho
                 )
             else:
-                spectrum = finc_spectrum(*pair, sigma=1.5, n_frequencies=12, rho=rho, draws=draws)
+                spectrum = finc_spectrum(*pair, sigma=1.5, n_frequencies=12, rho=rho, noise_draws=draws)
             n = {"gen": 90, "ref": 70}
             beta = 1 + (rho - 1) * n[x] / (n[x] + n[y])
             c = beta * (90 * (1 / n[x] + 1 / n[y])) ** 0.5

@@ -112,7 +112,7 @@ def observe(rank, world_size, sharding):
     for mapping, detector in detectors.items():
         detector.finalize()
         out[f"{mapping}_scores"] = detector.score(probe)
-        out[f"{mapping}_q"] = detector.components.shape[1]
+        out[f"{mapping}_q"] = detector.components_.shape[1]
         out[f"{mapping}_threshold"] = detector.calibrate(ref[rows], tpr=0.9)
     return out
 
@@ -175,7 +175,7 @@ def empty_rank_with_other_settings(rank, world_size, what):
     if rank == 0:
         detector.partial_fit(x)
     detector.finalize()
-    return detector.components.shape
+    return detector.components_.shape
 
 
 @pytest.mark.parametrize("what", ["n_frequencies", "mapping"])

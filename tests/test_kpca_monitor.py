@@ -107,7 +107,7 @@ def expected_metrics(detector, inside, outside):
     metrics = {
         "threshold": float(threshold),
         "threshold_se": float(threshold_standard_error(inside, TPR)),
-        "n_components": detector.components.shape[1],
+        "n_components": detector.components_.shape[1],
         "flagged_rate": rate,
         "flagged_rate_se": math.sqrt(rate * (1 - rate) / inside.numel()),
         "score_mean": float(inside.mean()),
@@ -171,7 +171,7 @@ def test_dataloader_fit_logs_what_a_hand_fitted_detector_gives(tmp_path, embeddi
 
     z = val[:8]
     torch.testing.assert_close(monitor.detector.score(z), oracle.score(z), rtol=1e-9, atol=1e-12)
-    assert float(monitor.detector.threshold) == pytest.approx(expected["threshold"], rel=1e-12)
+    assert float(monitor.detector.threshold_) == pytest.approx(expected["threshold"], rel=1e-12)
     assert int(monitor.detector.predict(val).sum()) == 20
 
 
@@ -190,7 +190,7 @@ def test_training_batch_fit_equals_a_fit_on_the_recorded_step_embeddings(tmp_pat
     z = embed(module, "val")
     torch.testing.assert_close(monitor.detector.score(z), oracle.score(z), rtol=1e-9, atol=1e-12)
     assert not torch.allclose(monitor.detector.score(z), other.score(z), rtol=1e-3)  # (not) refitted
-    assert float(monitor.detector.n_fitted) == 800  # one epoch's embeddings, not an accumulation over epochs
+    assert float(monitor.detector.n_fitted_) == 800  # one epoch's embeddings, not an accumulation over epochs
     thresholds = [epoch["threshold"] for epoch in history.epochs]
     rates = [epoch["flagged_rate"] for epoch in history.epochs]
     if refit == "once":

@@ -249,7 +249,7 @@ def test_metric_test_is_the_functional_streaming_p_value():
     for batch in x.split(70):
         metric.update(batch, real=True)
     metric.update(y, real=False)
-    result = metric.test(alpha=0.05)
+    result = metric.test(level=0.05)
     for index, sigma in enumerate((0.7, 1.4)):
         rff = GaussianRFF(2, 32, sigma, seed=4)
         z_x, z_y = rff(x).double(), rff(y).double()
@@ -261,7 +261,7 @@ def test_metric_test_is_the_functional_streaming_p_value():
 
 @pytest.mark.slow
 def test_streaming_p_value_is_calibrated_in_the_tail_on_digit_images():
-    """20,000 random halves of 1600 real digit images (r = 64): the rejection rate at alpha = 0.01 and 0.05
+    """20,000 random halves of 1600 real digit images (r = 64): the rejection rate at level 0.01 and 0.05
     stays within 3 binomial standard errors of nominal; the two-moment rule is liberal here (about 0.015)."""
     images = torch.tensor(load_digits().data / 16.0, dtype=torch.float64)
     sigma = median_bandwidth(images[:197])  # bandwidth from images the test does not use
@@ -287,7 +287,7 @@ def test_streaming_p_value_is_calibrated_in_the_tail_on_digit_images():
 
 
 def test_streaming_test_is_calibrated_and_has_power():
-    """300 null trials at alpha = 0.05 (digest D.2.7): rejection rate within [0.02, 0.08], p-values ~ uniform."""
+    """300 null trials at level 0.05 (digest D.2.7): rejection rate within [0.02, 0.08], p-values ~ uniform."""
     p_values = []
     for trial in range(300):
         x, y = pair(150, seed=100 + trial)
@@ -304,7 +304,7 @@ def test_streaming_test_is_calibrated_and_has_power():
         metric = FastMMD(sigma=1.0, n_frequencies=64, seed=trial)
         metric.update(x, real=True)
         metric.update(y, real=False)
-        rejections += bool(metric.test(alpha=0.05).reject)
+        rejections += bool(metric.test(level=0.05).reject)
     assert rejections >= 12
 
 

@@ -168,7 +168,7 @@ def test_share_replicates_are_the_derivative_of_the_exact_share_along_each_draw(
     differences of the closed form with a fresh eigh."""
     ref, _ = mixture([0.3, 0.7, 0.0], 500, seed=0, spread=0.4)
     gen, _ = mixture([0.05, 0.55, 0.4], 500, seed=1, spread=0.4)
-    metric = FINCNovelty(sigma=2.0, n_frequencies=24, rho=1.5, draws=3)
+    metric = FINCNovelty(sigma=2.0, n_frequencies=24, rho=1.5, noise_draws=3)
     metric.update(ref, real=True)
     metric.update(gen, real=False)
     modes = metric.missing_modes(2) if missing else metric.novel_modes(2)

@@ -87,8 +87,8 @@ def test_error_is_monotone_in_q_and_vanishes_at_full_rank():
 def test_explained_variance_rule_keeps_the_smallest_sufficient_q():
     inside, _ = circle_data(seed=3, n_in=500, n_out=1)
     detector = KernelPCAOOD("corp", sigma=0.5, n_frequencies=64, explained_variance=0.8).fit([inside])
-    ratios = detector.eigenvalues.cumsum(0) / detector.eigenvalues.sum()
-    q = detector.components.shape[1]
+    ratios = detector.eigenvalues_.cumsum(0) / detector.eigenvalues_.sum()
+    q = detector.components_.shape[1]
     assert float(ratios[q - 1]) >= 0.8 and (q == 1 or float(ratios[q - 2]) < 0.8)
     assert KernelPCAOOD("corp", 0.5, 64, explained_variance=1.0).fit([inside]).components.shape[1] <= 128
 
@@ -113,7 +113,7 @@ def test_calibration_predict_and_state_round_trip(tmp_path):
     torch.save(detector.state_dict(), tmp_path / "ood.pt")
     restored = KernelPCAOOD("corp", sigma=0.5, n_frequencies=128)
     restored.load_state_dict(torch.load(tmp_path / "ood.pt", weights_only=True))
-    assert float(restored.threshold) == threshold
+    assert float(restored.threshold_) == threshold
     torch.testing.assert_close(restored.score(outside), detector.score(outside))
     assert torch.equal(restored.predict(outside), detector.predict(outside))
 
@@ -132,19 +132,16 @@ def test_fitted_state_is_underscored_unset_before_the_fit_and_old_checkpoints_lo
     detector = KernelPCAOOD("corp", sigma=0.5, n_frequencies=32)
     assert all(getattr(detector, name) is None for name in FITTED)  # `__init__` stores the settings only
     assert list(detector.state_dict()) == ["sums._extra_state"]
-    assert not detector.fitted and math.isnan(float(detector.threshold)) and float(detector.n_fitted) == 0
+    assert not detector.fitted and detector.threshold_ is None and detector.n_fitted_ is None
     detector.fit(inside[:600])
     threshold = detector.calibrate(inside[600:], tpr=0.9)
     assert list(detector.state_dict()) == [*FITTED, "sums._extra_state"]
-    assert detector.components is detector.components_ and detector.threshold is detector.threshold_
-    assert float(detector.n_fitted_) == 600 and detector.eigenvalues is detector.eigenvalues_
+    assert float(detector.threshold_) == threshold and float(detector.n_fitted_) == 600
+    for removed in ("components", "threshold", "eigenvalues", "mean", "n_fitted"):  # one name each: `name_`
+        assert not hasattr(detector, removed)
     other = KernelPCAOOD("corp", sigma=0.5, n_frequencies=32).fit(inside[:600])
     # the monitor's route: scores it computed and gathered itself
     assert other.calibrate_from_scores(detector.score(inside[600:]), tpr=0.9) == threshold
-    with pytest.raises(AttributeError, match="read-only.*calibrate"):
-        detector.threshold = 0.0
-    with pytest.raises(AttributeError):
-        detector.components = None
     with pytest.raises(ValueError, match="`scores` must be a non-empty tensor"):
         detector.calibrate_from_scores(torch.zeros(0))
     for state in (detector.state_dict(), old_format(detector.state_dict())):
@@ -204,7 +201,7 @@ def fit_on_shards(rank, world_size, empty_rank):
         detector.partial_fit(batch)
     detector.finalize()
     detector.calibrate(inside[rank::world_size], tpr=0.9)
-    return detector.score(outside), float(detector.threshold), float(detector.n_fitted)
+    return detector.score(outside), float(detector.threshold_), float(detector.n_fitted_)
 
 
 @pytest.mark.parametrize("empty_rank", [None, 1])
@@ -219,7 +216,7 @@ def test_ddp_fit_equals_single_process_fit(tmp_path, empty_rank):
         scores, threshold, count = value[0]
         assert count == 900
         torch.testing.assert_close(scores, single.score(outside), rtol=1e-7, atol=1e-9)
-        assert threshold == pytest.approx(float(single.threshold), rel=1e-7)
+        assert threshold == pytest.approx(float(single.threshold_), rel=1e-7)
 
 
 @pytest.mark.parametrize("offset", [0.0, 1e3, 1e4])
@@ -249,7 +246,7 @@ def test_partial_fit_keeps_no_autograd_graph(mapping):
     held = [*detector.sums.samples._pending, detector.sums.samples.state]
     assert held and all(t.grad_fn is None and not t.requires_grad for t in held)
     detector.finalize()
-    fitted = [detector.mean, detector.components, detector.eigenvalues]
+    fitted = [detector.mean_, detector.components_, detector.eigenvalues_]
     assert all(t.grad_fn is None and not t.requires_grad for t in fitted)
 
 

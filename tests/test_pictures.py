@@ -87,7 +87,7 @@ def test_dataset_items_give_the_class_under_each_image():
 
 
 def test_fastmmd_over_epochs_draws_statistic_and_p_value():
-    figure = plot_test_history([0, 1, 2], {"MMD^2": [0.1, 0.05, 0.0]}, {"p-value": [1e-8, 0.01, 0.0]}, alpha=0.05)
+    figure = plot_test_history([0, 1, 2], {"MMD^2": [0.1, 0.05, 0.0]}, {"p-value": [1e-8, 0.01, 0.0]}, level=0.05)
     left, right = figure.axes
     assert left.get_title().endswith("MMD^2 over epochs") and right.get_title().endswith("p-value over epochs")
     assert list(left.lines[0].get_xdata()) == [0, 1, 2] and right.get_yscale() == "log"

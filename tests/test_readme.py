@@ -244,7 +244,7 @@ def out_of_distribution_detection(tmp_path, monkeypatch):
     })
     monitor, detector = names["monitor"], names["detector"]
     assert monitor.n_fits == 1 and monitor.detector.fitted  # fitted at the first validation epoch, then monitoring
-    assert torch.isfinite(monitor.detector.threshold)
+    assert torch.isfinite(monitor.detector.threshold_)
     assert detector.fitted and detector.predict(embeddings[2]).shape == (800,)
 
 

@@ -96,14 +96,13 @@ def test_collapsed_generator_reports_its_missing_modes():
     assert int(summary["missing_modes"]) >= 3
 
 
-def test_groups_is_deprecated_and_read_as_draws():
-    with pytest.warns(FutureWarning, match="`groups` is deprecated.*draws=3"):
-        metric = FINCNovelty(sigma=1.0, n_frequencies=8, groups=4)
-    assert metric.draws == 3
-    with pytest.raises(ValueError, match="`draws` must be an integer in \\[1, 64\\]"):
-        FINCNovelty(sigma=1.0, draws=0)
-    with pytest.raises(ValueError, match="`groups` is deprecated"):
-        FINCNovelty(sigma=1.0, groups=True)
+def test_noise_draws_is_checked_and_the_old_names_are_gone():
+    assert FINCNovelty(sigma=1.0, n_frequencies=8, noise_draws=4).noise_draws == 4
+    with pytest.raises(ValueError, match="`noise_draws` must be an integer in \\[1, 64\\]"):
+        FINCNovelty(sigma=1.0, noise_draws=0)
+    for removed in ("groups", "draws"):  # one name across metrics: `noise_draws`
+        with pytest.raises(TypeError, match=removed):
+            FINCNovelty(sigma=1.0, **{removed: 3})
 
 
 def test_standard_error_is_the_root_mean_square_of_the_replicates():
@@ -118,7 +117,7 @@ def test_summary_standard_errors_equal_the_replicates_of_the_oracle():
     gen, ref = mixture_pair(n=300)
     gen, ref = gen.double(), ref.double()
     gen = gen[:250]
-    metric = FINCNovelty(sigma=3.0, n_frequencies=32, draws=3, rho=1.0)  # the oracle below is at rho = 1
+    metric = FINCNovelty(sigma=3.0, n_frequencies=32, noise_draws=3, rho=1.0)  # the oracle below is at rho = 1
     metric.update(gen, real=False)
     metric.update(ref, real=True)
     summary = metric.summary()
@@ -145,7 +144,7 @@ def test_mean_draws_equal_the_n_by_n_oracle():
 
 def test_the_metric_keeps_the_generated_sides_mean_draws():
     gen, ref = torch.randn(101, 3, dtype=torch.float64), torch.randn(57, 3, dtype=torch.float64)
-    metric = FINCNovelty(sigma=1.0, n_frequencies=16, draws=2, chunk_size=32)
+    metric = FINCNovelty(sigma=1.0, n_frequencies=16, noise_draws=2, chunk_size=32)
     for batch in gen.split(29):
         metric.update(batch, real=False)
     metric.update(ref, real=True)

@@ -33,7 +33,7 @@ for name, other in (("same (P vs P)", p(N)), ("shifted (P vs Q)", q(N))):
         mmd.update(batch, real=True)
     for batch in other.split(100):
         mmd.update(batch, real=False)
-    test = mmd.test(alpha=0.05)  # asymptotic null from the streamed sums
+    test = mmd.test(level=0.05)  # asymptotic null from the streamed sums
     permutation = fast_mmd_test(
         reference, other, sigma, n_frequencies=256, n_permutations=500
     )

@@ -57,7 +57,7 @@ for mapping in ("corp", "cop", "linear"):
         detector.predict(test_in).float().mean(),
         detector.predict(test_out).float().mean(),
     )
-    q = detector.components.shape[1]
+    q = detector.components_.shape[1]
     print(
         f"{mapping:6s}: q = {q:3d} components, "
         f"AUROC {float(metrics['auroc']):.3f}, "

@@ -82,8 +82,8 @@ save("mmd_over_epochs", plot_test_history(epochs, {"MMD^2": statistic}, {"p-valu
 
 # Kernel PCA: the spectrum with the cut, and the most out-of-distribution test images with their scores
 detector = KernelPCAOOD("corp", sigma=0.5, n_frequencies=256, explained_variance=0.9).fit(real)
-kept = int(detector.components.shape[1])
-save("ood_spectrum", plot_spectrum(detector.eigenvalues, title=f"Kernel PCA ({kept} components kept)", cut=kept))
+kept = int(detector.components_.shape[1])
+save("ood_spectrum", plot_spectrum(detector.eigenvalues_, title=f"Kernel PCA ({kept} components kept)", cut=kept))
 test_ids = pool[:300]
 noisy = images[test_ids].clone()
 noisy[:10] = torch.rand(10, 1, 8, 8, generator=torch.Generator().manual_seed(0))  # 10 images of noise

@@ -68,6 +68,10 @@ from lightning_spectral.metrics.feature import FrozenFeature
 from lightning_spectral.metrics.protocol import PicturedMetric, PlainMetric, ReportedMetric, as_reported, feed
 
 
+#: The level dashed in a two-sample test's picture over epochs (FastMMD's ``test()`` default).
+TEST_LEVEL = 0.05
+
+
 class GeneratedSamples(EmbeddingCallback):
     """Samples the module every validation epoch and logs its metrics of the generated images, with galleries.
 
@@ -347,7 +351,7 @@ class GeneratedSamples(EmbeddingCallback):
     def _spectrum(self, name: str, metric: ReportedMetric, epoch: int) -> SpectrumFn:
         """The report's picture of ``metric``: a two-sample test's statistic and p-value over epochs
         (`test_history`), else the metric's own spectrum (``"spectrum"``; none for a plain torchmetrics metric)."""
-        history = partial(self.test_history, name, epoch, getattr(metric, "alpha", 0.05))
+        history = partial(self.test_history, name, epoch, TEST_LEVEL)
 
         def draw(values: dict[str, float]) -> Optional[tuple[str, Any]]:
             drawn = history(values)
@@ -357,7 +361,7 @@ class GeneratedSamples(EmbeddingCallback):
 
         return draw
 
-    def test_history(self, name: str, epoch: int, alpha: float, values: Mapping[str, float]) -> Optional[tuple]:
+    def test_history(self, name: str, epoch: int, level: float, values: Mapping[str, float]) -> Optional[tuple]:
         """``("over_epochs", figure)``: a two-sample test's statistic (``{name}/mmd2``) and p-value (logged as
         ``{name}/minus_log10_p``, drawn as p on a log axis) at every measured epoch of `history` and this one
         (``values``); ``None`` for a metric with no p-value (its own spectrum is drawn instead)."""
@@ -383,7 +387,7 @@ class GeneratedSamples(EmbeddingCallback):
                 line = label if part == "" else f"bandwidth {part}"
                 points = [series(records[e], key).get(part, float("nan")) for e in epochs]
                 target[line] = [10.0 ** -v for v in points] if target is p_value else points
-        return "over_epochs", plot_test_history(epochs, statistic, p_value, alpha, title=f"{self.log_prefix}{name}")
+        return "over_epochs", plot_test_history(epochs, statistic, p_value, level, title=f"{self.log_prefix}{name}")
 
     @override
     def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:

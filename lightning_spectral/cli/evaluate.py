@@ -24,7 +24,7 @@ from lightning_spectral.functional.finc import DEFAULT_RHO
 #: (docs/benchmarks/diversity-convergence.md "Which diversity scores converge"), and saw a class go as well as
 #: Vendi-1 at fixed n and 2r.
 DEFAULT_TRUNCATION = 100
-DEFAULTS = {"n_frequencies": 2048, "rho": DEFAULT_RHO, "significance": 0.05, "min_eigenvalue": 1e-3, "mmd_alpha": 0.05}
+DEFAULTS = {"n_frequencies": 2048, "rho": DEFAULT_RHO, "significance": 0.05, "min_eigenvalue": 1e-3, "mmd_level": 0.05}
 
 
 def add_parser(subparsers: Any, common: argparse.ArgumentParser) -> None:
@@ -87,7 +87,7 @@ def add_parser(subparsers: Any, common: argparse.ArgumentParser) -> None:
         f"{DEFAULTS['min_eigenvalue']})",
     )
     parser.add_argument(
-        "--mmd-alpha", type=float, help=f"FastMMD (with --reference): test level (default: {DEFAULTS['mmd_alpha']})"
+        "--mmd-level", type=float, help=f"FastMMD (with --reference): test level (default: {DEFAULTS['mmd_level']})"
     )
     parser.add_argument("--top-k", type=int, default=10, help="modes listed (and gallery rows) (default: %(default)s)")
     parser.add_argument("--per-mode", type=int, default=8, help="samples per mode (default: %(default)s)")
@@ -105,7 +105,7 @@ def add_parser(subparsers: Any, common: argparse.ArgumentParser) -> None:
 
 
 #: Flags that only mean something against a reference.
-REFERENCE_FLAGS = ("rho", "significance", "min_eigenvalue", "mmd_alpha", "missing_modes")
+REFERENCE_FLAGS = ("rho", "significance", "min_eigenvalue", "mmd_level", "missing_modes")
 
 
 def prepare(args: argparse.Namespace) -> None:
@@ -223,8 +223,8 @@ def run(args: argparse.Namespace, session: Session) -> dict[str, Any]:
             vendi = FKEAVendi(args.sigma, alpha=orders, **common).to(device)
             owner, side = vendi, vendi.samples
         positive_ints(args, "top_k", "per_mode", "batch_size")
-        if not 0 < args.mmd_alpha < 1:
-            raise UsageError(f"`--mmd-alpha` must be a test level in (0, 1), got {args.mmd_alpha}.")
+        if not 0 < args.mmd_level < 1:
+            raise UsageError(f"`--mmd-level` must be a test level in (0, 1), got {args.mmd_level}.")
         rows = shard_rows(data.n, session.rank, session.world_size)
         for embeddings, _ in data.chunks(args.batch_size, rows, session.progress, "evaluate FILE"):
             embeddings = embeddings.to(device)
@@ -365,7 +365,7 @@ def _report(
     novel_samples = novel_spectrum = missing_samples = None
     if finc is not None and mmd is not None:
         result["finc"], novel_samples, novel_spectrum = _finc(finc, args, batches)
-        result["mmd"] = _mmd(mmd, args.mmd_alpha)
+        result["mmd"] = _mmd(mmd, args.mmd_level)
         missing_samples = _missing_samples(args, session, finc, files[1], result["finc"])
         _name_samples(args, result["finc"], novel_samples, missing_samples)
     if session.is_main and args.plot_dir is not None:
@@ -524,7 +524,7 @@ def _modes_json(
 
 
 def _mmd(mmd: Any, level: float) -> dict[str, Any]:
-    test = mmd.test(alpha=level)
+    test = mmd.test(level=level)
     return {
         "mmd2": float(mmd.value()),
         "se": float(mmd.standard_error()),  # the sampling noise of MMD^2 at these sizes (interval +- 1.96 se)
@@ -534,7 +534,7 @@ def _mmd(mmd: Any, level: float) -> dict[str, Any]:
         "mmd2_biased": float(test.statistic),
         "p_value": float(test.p_value),
         "reject": bool(test.reject),
-        "alpha": level,
+        "level": level,
     }
 
 

@@ -110,8 +110,8 @@ def run(args: argparse.Namespace, session: Session) -> dict[str, Any]:
         for features, _ in train.chunks(args.batch_size, rows, session.progress, "fit TRAIN"):
             detector.partial_fit(features.to(session.device))
     detector.finalize()  # a collective: all-reduces the sums
-    eigenvalues = detector.eigenvalues.double().cpu()
-    kept = int(detector.components.shape[1])
+    eigenvalues = detector.eigenvalues_.double().cpu()
+    kept = int(detector.components_.shape[1])
     result: dict[str, Any] = {
         "inputs": {"train": train.describe(), **{name: table.describe() for name, table in files.items()}},
         "model": {

@@ -45,7 +45,6 @@ probability mass of the novel modes times their within-mode kernel similarity; F
 from __future__ import annotations
 
 import math
-import warnings
 from typing import NamedTuple, Optional
 
 import torch
@@ -97,21 +96,6 @@ def check_significance(value: float, name: str = "significance") -> float:
     if not value < 1:
         raise ValueError(f"`{name}` must be a significance level in (0, 1) (e.g. 0.05), got {value!r}.")
     return value
-
-
-def draws_from_groups(groups: Optional[int], draws: int, owner: str) -> int:
-    """``draws``, or ``groups - 1`` (the same independent pairs) with a ``FutureWarning`` for the old ``groups``."""
-    if groups is None:
-        return check_draws(draws)
-    if isinstance(groups, bool) or not isinstance(groups, int) or not 2 <= groups <= 65:
-        raise ValueError(f"`groups` is deprecated (use `draws`, default 3); got {groups!r}.")
-    warnings.warn(
-        f"{owner}: `groups` is deprecated: the content groups were replaced by smooth multiplier draws; "
-        f"`groups={groups}` is read as `draws={groups - 1}` (the same independent pairs). Pass `draws` instead.",
-        FutureWarning,
-        stacklevel=3,
-    )
-    return check_draws(groups - 1, "groups - 1")
 
 
 class DifferentialSpectrum(NamedTuple):
@@ -259,31 +243,29 @@ def finc_spectrum(
     significance: float = DEFAULT_SIGNIFICANCE,
     min_eigenvalue: float = DEFAULT_MIN_EIGENVALUE,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
-    groups: Optional[int] = None,
-    draws: int = DEFAULT_DRAWS,
+    noise_draws: int = DEFAULT_DRAWS,
 ) -> DifferentialSpectrum:
     """FINC on two embedding sets (N, d) and (M, d): the spectrum of ``C_gen - rho C_ref``, p-values, threshold.
 
-    The generated side keeps ``draws`` multiplier draws of its sampling noise for the null (module doc);
-    ``groups`` is deprecated (read as ``draws = groups - 1``).
+    The generated side keeps ``noise_draws`` multiplier draws of its sampling noise for the null (module doc).
 
     Not differentiable: the inputs are detached (the content groups and the null are statistics of the data, not
     a loss), so inputs that require grad are read as plain values.
 
     Raises:
         ValueError: an empty side, widths that differ, NaN / Inf, ``rho`` or ``min_eigenvalue`` not a number
-            > 0, ``significance`` not in (0, 1), ``draws`` not an integer in [1, 64].
+            > 0, ``significance`` not in (0, 1), ``noise_draws`` not an integer in [1, 64].
     """
     rho = check_positive(rho, "rho")
     significance = check_significance(significance)
     min_eigenvalue = check_positive(min_eigenvalue, "min_eigenvalue")
-    draws = draws_from_groups(groups, draws, "finc")
+    noise_draws = check_draws(noise_draws, "noise_draws")
     generated = check_features(generated, "generated", owner="finc").detach()
     reference = check_features(reference, "reference", width=generated.shape[1], owner="finc").detach()
     if generated.shape[0] == 0 or reference.shape[0] < 2:
         raise ValueError("finc: needs at least 1 generated and 2 reference samples.")
     rff = GaussianRFF(generated.shape[1], n_frequencies, sigma, seed).to(generated.device)
-    multipliers = Multipliers(draws, rff.sigma, seed, DEFAULT_RATIO)
+    multipliers = Multipliers(noise_draws, rff.sigma, seed, DEFAULT_RATIO)
     x = NoiseSums.of(generated, rff, multipliers, chunk_size)
     y = NoiseSums.of(reference, rff, None, chunk_size)
     return differential_spectrum(x, y, rho, significance, min_eigenvalue)
@@ -298,8 +280,7 @@ def finc(
     seed: int = 0,
     significance: float = DEFAULT_SIGNIFICANCE,
     min_eigenvalue: float = DEFAULT_MIN_EIGENVALUE,
-    groups: Optional[int] = None,
-    draws: int = DEFAULT_DRAWS,
+    noise_draws: int = DEFAULT_DRAWS,
 ) -> Tensor:
     """FINC novelty score: the sum of the significant eigenvalues of ``C_gen - rho C_ref`` (module doc). Not
     differentiable: the inputs are detached
@@ -315,7 +296,7 @@ def finc(
         True
     """
     return finc_spectrum(
-        generated, reference, sigma, n_frequencies, rho, seed, significance, min_eigenvalue, groups=groups, draws=draws
+        generated, reference, sigma, n_frequencies, rho, seed, significance, min_eigenvalue, noise_draws=noise_draws
     ).score
 
 

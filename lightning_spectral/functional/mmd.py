@@ -147,7 +147,7 @@ def asymptotic_p_value(biased: Tensor, trace: Tensor, trace_sq: Tensor, m: float
 
     The two-moment rule [`FastMMD`][lightning_spectral.metrics.FastMMD] used before
     [`streaming_p_value`][lightning_spectral.functional.mmd.streaming_p_value]; it is
-    liberal at small alpha (kept for comparison, see
+    liberal at a small level (kept for comparison, see
     [`pearson3_p_value`][lightning_spectral.functional.mmd.pearson3_p_value])."""
     scale = 1.0 / m + 1.0 / n
     trace, trace_sq = trace.clamp_min(0), trace_sq.clamp_min(0)
@@ -244,7 +244,7 @@ def pearson3_p_value(value: Tensor, trace: Tensor, trace_sq: Tensor, trace_cube:
     a = \operatorname{tr} S - \frac{(\operatorname{tr} S^2)^2}{\operatorname{tr} S^3}.$$
 
     Matching two moments only (``a = 0``, `asymptotic_p_value`) gives a lighter right tail than ``X``
-    whenever the eigenvalues differ (``(tr S^2)^2 < tr S tr S^3``), so a liberal test at small alpha; the
+    whenever the eigenvalues differ (``(tr S^2)^2 < tr S tr S^3``), so a liberal test at a small level; the
     third cumulant restores the skewness (the three-moment Pearson curve fit of Gretton, Borgwardt et al.,
     JMLR 2012, that FastMMD Sec. 2.5 names, here in closed form). ``tr S^3`` is clipped to
     ``[(tr S^2)^2 / tr S, (tr S^2)^(3/2)]``, its range for any spectrum: the two-moment law at the lower end,
@@ -376,7 +376,7 @@ def fast_mmd(
 
 
 def _permutation_test(
-    pooled_features: Tensor, m: int, statistic: Tensor, n_permutations: int, alpha: float, seed: int,
+    pooled_features: Tensor, m: int, statistic: Tensor, n_permutations: int, level: float, seed: int,
     gram: bool = False,
 ) -> MMDTest:
     """Permute the pooled labels; the statistic is ``a^T G a`` (Gram form) or ``||Z^T a||^2`` (feature form)
@@ -400,7 +400,7 @@ def _permutation_test(
             values = (pooled_features.T @ weights).square().sum(0)
         exceed += int((values >= statistic - 1e-12 * abs(float(statistic))).sum())
     p_value = torch.tensor((1 + exceed) / (n_permutations + 1), dtype=torch.float64)
-    return MMDTest(statistic, p_value, p_value <= alpha)
+    return MMDTest(statistic, p_value, p_value <= level)
 
 
 def fast_mmd_test(
@@ -410,7 +410,7 @@ def fast_mmd_test(
     n_frequencies: int = 1024,
     seed: int = 0,
     n_permutations: int = 1000,
-    alpha: float = 0.05,
+    level: float = 0.05,
 ) -> MMDTest:
     """Permutation test of H0: x and y come from one distribution, with the frequencies fixed across
     permutations (an exact test for the approximate kernel). The statistic is the biased ``MMD_b^2``.
@@ -418,13 +418,13 @@ def fast_mmd_test(
     Cost O(N L d) for the features plus O(N L B) for B permutations; memory O(N L).
 
     Raises:
-        ValueError: ``alpha`` outside (0, 1), ``n_permutations`` < 1, a non-integer ``seed``, the input problems.
+        ValueError: ``level`` outside (0, 1), ``n_permutations`` < 1, a non-integer ``seed``, the input problems.
     """
-    alpha = check_fraction(alpha, "alpha", high_closed=False)
+    level = check_fraction(level, "level", high_closed=False)
     seed = check_seed(seed)
     z_x, z_y = _side_features(x, y, sigma, n_frequencies, seed)
     statistic = mmd_from_means(z_x.mean(0), z_y.mean(0), z_x.shape[0], z_y.shape[0], unbiased=False)
-    return _permutation_test(torch.cat([z_x, z_y]), z_x.shape[0], statistic, n_permutations, alpha, seed)
+    return _permutation_test(torch.cat([z_x, z_y]), z_x.shape[0], statistic, n_permutations, level, seed)
 
 
 def mmd_exact(x: Tensor, y: Tensor, sigma: float, unbiased: bool = True, chunk_size: int = 4096) -> Tensor:
@@ -464,16 +464,16 @@ def mmd_exact(x: Tensor, y: Tensor, sigma: float, unbiased: bool = True, chunk_s
 
 
 def mmd_exact_test(
-    x: Tensor, y: Tensor, sigma: float, n_permutations: int = 1000, alpha: float = 0.05, seed: int = 0
+    x: Tensor, y: Tensor, sigma: float, n_permutations: int = 1000, level: float = 0.05, seed: int = 0
 ) -> MMDTest:
     """Permutation test with the exact kernel (biased statistic): the reference FastMMD's power is compared to.
 
     Builds the (m+n) x (m+n) Gram matrix: for small samples only.
 
     Raises:
-        ValueError: ``alpha`` outside (0, 1), an empty side, a non-integer ``seed``, the input problems.
+        ValueError: ``level`` outside (0, 1), an empty side, a non-integer ``seed``, the input problems.
     """
-    alpha = check_fraction(alpha, "alpha", high_closed=False)
+    level = check_fraction(level, "level", high_closed=False)
     seed = check_seed(seed)
     x = check_features(x, "x", owner="mmd_exact_test").double()
     y = check_features(y, "y", width=x.shape[1], owner="mmd_exact_test").double()
@@ -484,7 +484,7 @@ def mmd_exact_test(
     m, n = x.shape[0], y.shape[0]
     weights = torch.cat([gram.new_full((m,), 1.0 / m), gram.new_full((n,), -1.0 / n)])  # float64, gram's device
     statistic = weights @ gram @ weights
-    return _permutation_test(gram, m, statistic, n_permutations, alpha, seed, gram=True)
+    return _permutation_test(gram, m, statistic, n_permutations, level, seed, gram=True)
 
 
 __all__ = [

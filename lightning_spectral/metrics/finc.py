@@ -26,7 +26,6 @@ from lightning_spectral.functional.finc import (
     DifferentialSpectrum,
     check_significance,
     differential_spectrum,
-    draws_from_groups,
     top_bias,
     top_modes,
 )
@@ -47,6 +46,7 @@ from lightning_spectral.functional.sampling_noise import (
     DEFAULT_RATIO,
     Multipliers,
     NoiseSums,
+    check_draws,
     standard_error,
 )
 from lightning_spectral.kernels.gaussian_rff import GaussianRFF
@@ -76,7 +76,7 @@ class FINCNovelty(SpectralMetric):
     Score (``compute``): finite samples give ``L`` many small positive eigenvalues from noise alone, so only
     significant eigenvalues count: ``novelty = sum of eigenvalues with p-value <= significance (and >
     min_eigenvalue)``. The p-value of an eigenvalue is the chance that sampling noise alone puts the top
-    eigenvalue that high; its law is estimated from ``draws`` multiplier draws of the generated side, scaled to both
+    eigenvalue that high; its law is estimated from ``noise_draws`` multiplier draws of the generated side, scaled to both
     sides' noise (each sample's multiplier
     is a smooth random function of its own values, so order, batching and sharding do not matter, and neither do
     the last bits of the embeddings). On two samples of one
@@ -97,11 +97,9 @@ class FINCNovelty(SpectralMetric):
         significance: the level in (0, 1) (default 0.05): the share of same-distribution runs allowed to name a
             mode.
         min_eigenvalue: absolute minimum of a significant eigenvalue (default 1e-3, about 0.1 % extra mass).
-        draws: multiplier draws of the sampling noise, kept by the generated side, in [1, 64] (default 3):
-            ``2 + draws`` (2r)^2 float64 sums are kept (5 by default; fewer draws widen the Student-t quantile and
-            cost power, docs/benchmarks/finc-significance.md).
-        groups: deprecated (the content groups are gone): read as ``draws = groups - 1`` with a
-            ``FutureWarning``.
+        noise_draws: multiplier draws of the sampling noise, kept by the generated side, in [1, 64] (default 3):
+            ``2 + noise_draws`` (2r)^2 float64 sums are kept (5 by default; fewer draws widen the Student-t quantile
+            and cost power, docs/benchmarks/finc-significance.md).
         reset_real_features: if False, ``reset()`` keeps the reference side (as torchmetrics' FID), so a
             reference is accumulated once per run.
         in_features: the input width d, if known (else the first batch fixes it).
@@ -139,8 +137,7 @@ class FINCNovelty(SpectralMetric):
         seed: int = 0,
         significance: float = DEFAULT_SIGNIFICANCE,
         min_eigenvalue: float = DEFAULT_MIN_EIGENVALUE,
-        draws: int = DEFAULT_DRAWS,
-        groups: Optional[int] = None,
+        noise_draws: int = DEFAULT_DRAWS,
         reset_real_features: bool = True,
         in_features: Optional[int] = None,
         chunk_size: int = DEFAULT_CHUNK_SIZE,
@@ -152,10 +149,10 @@ class FINCNovelty(SpectralMetric):
         rho = check_positive(rho, "rho")
         significance = check_significance(significance)
         min_eigenvalue = check_positive(min_eigenvalue, "min_eigenvalue")
-        draws = draws_from_groups(groups, draws, "FINCNovelty")
+        noise_draws = check_draws(noise_draws, "noise_draws")
         check_bool(reset_real_features, "reset_real_features")
         rff = GaussianRFF(None, n_frequencies, sigma, seed, persistent=False)
-        self._check_memory(rff.n_frequencies, draws)
+        self._check_memory(rff.n_frequencies, noise_draws)
         super().__init__(
             feature_map=rff,
             chunk_size=chunk_size,
@@ -171,10 +168,10 @@ class FINCNovelty(SpectralMetric):
             )
         self.sigma, self.n_frequencies, self.seed = rff.sigma, rff.n_frequencies, rff.seed
         self.rho, self.significance, self.min_eigenvalue = rho, significance, min_eigenvalue
-        self.draws = draws
+        self.noise_draws = noise_draws
         self._null_cache: Optional[tuple[Any, Any]] = None  # `cached_null`'s (key, null)
         self.reset_real_features = reset_real_features
-        multipliers = Multipliers(draws, rff.sigma, rff.seed, DEFAULT_RATIO)
+        multipliers = Multipliers(noise_draws, rff.sigma, rff.seed, DEFAULT_RATIO)
         self.gen = [self.add_accumulator("gen", multipliers=multipliers, mean_draws=True)]
         self.ref = [self.add_accumulator("ref", reference=True)]
         if in_features is not None:
@@ -182,14 +179,14 @@ class FINCNovelty(SpectralMetric):
 
     @staticmethod
     def _check_memory(n_frequencies: int, draws: int) -> None:
-        """Refuse before allocating: ``2 + draws`` (2r)^2 float64 sums, plus the difference and a batch of the null's
+        """Refuse before allocating: ``2 + noise_draws`` (2r)^2 float64 sums, plus the difference and a batch of the null's
         matrices of the same size at compute."""
         width = 2 * n_frequencies
         kept = 2 + draws
         extra = 1 + min(NULL_BATCH, 2 * draws)
         needed = 8 * ((kept + extra) * width * width + 2 * width)
-        what = f"{kept} float64 sums of {width} x {width} (`draws`={draws}) and {extra} at compute"
-        fix = f"use a smaller `n_frequencies` (2r = 4096 to 16384 is typical) or fewer `draws` (>= 1; {draws} now)"
+        what = f"{kept} float64 sums of {width} x {width} (`noise_draws`={draws}) and {extra} at compute"
+        fix = f"use a smaller `n_frequencies` (2r = 4096 to 16384 is typical) or fewer `noise_draws` (>= 1; {draws} now)"
         check_memory("FINCNovelty", "n_frequencies", n_frequencies, needed, what, fix)
 
     #: The layout of the sums: multiplier draws on the generated side only, with the draws of its mean (written with
@@ -197,8 +194,8 @@ class FINCNovelty(SpectralMetric):
     NOISE_LAYOUT = "generated-side draws with mean draws"
 
     def checkpoint_settings(self) -> dict[str, Any]:
-        """The sums' layout and ``draws`` (a checkpoint of either other is refused on load)."""
-        return {"noise": self.NOISE_LAYOUT, "draws": self.draws}
+        """The sums' layout and ``noise_draws`` (a checkpoint of either other is refused on load)."""
+        return {"noise": self.NOISE_LAYOUT, "noise_draws": self.noise_draws}
 
     def set_extra_state(self, state: Any) -> None:
         """Refuse a checkpoint whose sums were written when both sides kept multiplier draws (no ``noise`` setting):

@@ -269,43 +269,6 @@ class KernelPCAOOD(nn.Module):
         """Whether ``finalize`` (or ``fit``) formed the subspace."""
         return self.components_ is not None
 
-    # ---- the fitted state under its names without the underscore (read-only) ----------------------------------
-    @property
-    def mean(self) -> Optional[Tensor]:
-        """``mean_``, read-only."""
-        return self.mean_
-
-    @property
-    def components(self) -> Optional[Tensor]:
-        """``components_``, read-only."""
-        return self.components_
-
-    @property
-    def eigenvalues(self) -> Optional[Tensor]:
-        """``eigenvalues_``, read-only."""
-        return self.eigenvalues_
-
-    @property
-    def n_fitted(self) -> Tensor:
-        """``n_fitted_``, read-only; 0 before the first fit."""
-        if self.n_fitted_ is None:
-            return torch.zeros((), dtype=torch.float64, device=self.device)
-        return self.n_fitted_
-
-    @property
-    def threshold(self) -> Tensor:
-        """``threshold_``, read-only; NaN before calibration."""
-        if self.threshold_ is None:
-            return torch.tensor(float("nan"), dtype=torch.float64, device=self.device)
-        return self.threshold_
-
-    @threshold.setter
-    def threshold(self, value: Any) -> None:
-        raise AttributeError(
-            "KernelPCAOOD.threshold is read-only: set it with `calibrate(in_distribution_features, tpr)` or "
-            "`calibrate_from_scores(in_distribution_scores, tpr)`."
-        )
-
     # ---- scoring -------------------------------------------------------------------------------------------
     def score(self, features: Tensor) -> Tensor:
         """Reconstruction error ``e(z)`` (N,), float64; higher = more out-of-distribution.

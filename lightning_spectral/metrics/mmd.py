@@ -84,7 +84,7 @@ class FastMMD(SpectralMetric):
         >>> mmd = FastMMD(sigma=1.0, n_frequencies=256)
         >>> mmd.update(torch.randn(400, 2, generator=g), real=True)
         >>> mmd.update(torch.randn(400, 2, generator=g) + 0.5, real=False)
-        >>> float(mmd.compute()) > 0.01, bool(mmd.test(alpha=0.05).reject)
+        >>> float(mmd.compute()) > 0.01, bool(mmd.test(level=0.05).reject)
         (True, True)
     """
 
@@ -201,15 +201,15 @@ class FastMMD(SpectralMetric):
         """Asymptotic p-value of H0 (both sides from one distribution), per bandwidth; a collective under DDP."""
         return self.test().p_value
 
-    def test(self, alpha: float = 0.05) -> MMDTest:
-        """Two-sample test at level ``alpha`` from the streamed state: ``(statistic, p_value, reject)``.
+    def test(self, level: float = 0.05) -> MMDTest:
+        """Two-sample test at ``level`` from the streamed state: ``(statistic, p_value, reject)``.
 
         ``statistic`` is the biased ``MMD_b^2`` the p-value refers to. A collective under DDP.
 
         Raises:
             RuntimeError: with ``statistic_only=True`` (the null distribution needs the covariance sums).
         """
-        alpha = check_fraction(alpha, "alpha", high_closed=False)
+        level = check_fraction(level, "level", high_closed=False)
         if self.statistic_only:
             raise RuntimeError(
                 "FastMMD.test / p_value: the metric was built with statistic_only=True, which keeps only the feature "
@@ -222,4 +222,4 @@ class FastMMD(SpectralMetric):
             pooled_sum, pooled_cov = self.real.feature_sum + self.gen.feature_sum, self.real.cov_sum + self.gen.cov_sum
             p_values = streaming_p_value(biased, pooled_sum, pooled_cov, m + n, m, n)
         statistic, p_values = self._per_bandwidth(biased), self._per_bandwidth(p_values)
-        return MMDTest(statistic, p_values, p_values <= alpha)
+        return MMDTest(statistic, p_values, p_values <= level)

@@ -107,12 +107,12 @@ def plot_test_history(
     epochs: Sequence[int],
     statistic: Mapping[str, Sequence[float]],
     p_value: Mapping[str, Sequence[float]],
-    alpha: float = 0.05,
+    level: float = 0.05,
     title: str = "FastMMD",
     ax: Any = None,
 ) -> "Figure":
     """A two-sample test over epochs: the statistic (one line per bandwidth) left, the p-value right on a log scale
-    with the test level ``alpha`` dashed (below it the samples differ from the reference).
+    with the test ``level`` dashed (below it the samples differ from the reference).
 
     p-values are drawn as they are, however small (``1e-161`` sits at ``1e-161``); a p-value of exactly 0 (an
     underflow) sits at the bottom of the axis, a decade below the smallest positive one (see `log_floor`).
@@ -123,7 +123,7 @@ def plot_test_history(
         ['FastMMD: MMD^2 over epochs', 'FastMMD: p-value over epochs']
     """
     figure, (left, right) = panels(2, ax, width=4.5, height=3.2)
-    bottom = log_floor([float(v) for values in p_value.values() for v in values], alpha)
+    bottom = log_floor([float(v) for values in p_value.values() for v in values], level)
     for axis, series, name in ((left, statistic, "MMD^2"), (right, p_value, "p-value")):
         for label, values in series.items():
             points = [max(float(v), bottom) if axis is right else float(v) for v in values]  # log scale: no zero
@@ -133,7 +133,7 @@ def plot_test_history(
         axis.set_title(f"{title}: {name} over epochs")
         _integer_ticks(axis)
     right.set_yscale("log")
-    right.axhline(alpha, color="tab:red", linestyle="--", label=f"level {alpha:g}")
+    right.axhline(level, color="tab:red", linestyle="--", label=f"level {level:g}")
     left.axhline(0.0, color="black", linewidth=0.5)
     for axis in (left, right):
         if len(axis.get_legend_handles_labels()[0]) > 1:
