@@ -90,7 +90,7 @@ def test_explained_variance_rule_keeps_the_smallest_sufficient_q():
     ratios = detector.eigenvalues_.cumsum(0) / detector.eigenvalues_.sum()
     q = detector.components_.shape[1]
     assert float(ratios[q - 1]) >= 0.8 and (q == 1 or float(ratios[q - 2]) < 0.8)
-    assert KernelPCAOOD("corp", 0.5, 64, explained_variance=1.0).fit([inside]).components.shape[1] <= 128
+    assert KernelPCAOOD("corp", 0.5, 64, explained_variance=1.0).fit([inside]).components_.shape[1] <= 128
 
 
 def test_scores_are_invariant_to_positive_rescaling_and_streaming():
@@ -232,9 +232,9 @@ def test_linear_pca_is_exact_under_a_large_mean_offset(offset, dtype):
         KernelPCAOOD("linear", n_components=3).fit(data),
         KernelPCAOOD("linear", n_components=3).fit(data.split(123)),
     ):
-        np.testing.assert_allclose(fitted.eigenvalues.numpy(), reference, rtol=1e-5, atol=1e-6 * reference[0])
+        np.testing.assert_allclose(fitted.eigenvalues_.numpy(), reference, rtol=1e-5, atol=1e-6 * reference[0])
     offset_free = np.linalg.eigvalsh(np.cov(x.numpy().T, bias=True))[-1]
-    assert float(fitted.eigenvalues[0]) == pytest.approx(offset_free, rel=1e-4 if dtype == torch.float32 else 1e-9)
+    assert float(fitted.eigenvalues_[0]) == pytest.approx(offset_free, rel=1e-4 if dtype == torch.float32 else 1e-9)
 
 
 @pytest.mark.parametrize("mapping", ["corp", "cop", "linear"])
