@@ -113,7 +113,7 @@ class SpectralMetric(Metric):
         **kwargs: Any,
     ) -> None:
         kwargs.setdefault("dist_sync_fn", all_reduce_sum)  # every state is a sum: one all-reduce each
-        kwargs.setdefault("compute_with_cache", False)  # `cached` keys eigendecompositions by the sums instead
+        kwargs.setdefault("compute_with_cache", False)  # `_cached` keys eigendecompositions by the sums instead
         super().__init__(**kwargs)
         self.chunk_size = check_positive_int(chunk_size, "chunk_size")
         self.feature_map = feature_map
@@ -123,7 +123,7 @@ class SpectralMetric(Metric):
         self.reset_real_features = True
         self.feature = None if feature is None else FrozenFeature(feature, normalize=normalize, save=save_feature)
         self._sync_depth = 0  # > 0 inside `synced()`
-        self._spectral_cache: tuple[Any, dict[str, Any]] = (None, {})  # `cached`'s (key of the sums, {name: value})
+        self._spectral_cache: tuple[Any, dict[str, Any]] = (None, {})  # `_cached`'s (key of the sums, {name: value})
         self._persistent_sums = True  # `persistent(False)` leaves the sums out of `state_dict`
         #: Built with ``sigma="auto"``: rows wait unmapped until `fit_bandwidth` fixes sigma (`auto_bandwidth`).
         self.auto_sigma = bool(feature_map.awaits_bandwidth)
@@ -221,12 +221,12 @@ class SpectralMetric(Metric):
         if not self.feature_map.awaits_bandwidth:
             return getattr(self, "sigma", None)
         group = self.process_group if distributed_available() else None
-        sigma = reference_bandwidth(self.bandwidth_rows(), type(self).__name__, group)
+        sigma = reference_bandwidth(self._bandwidth_rows(), type(self).__name__, group)
         self.set_bandwidth(sigma)
         self.flush()
         return sigma
 
-    def bandwidth_rows(self) -> Tensor:
+    def _bandwidth_rows(self) -> Tensor:
         """The held rows ``sigma="auto"`` reads on this rank (float64 (N, d)): the reference's for a two-sample
         metric, every held row for a one-sample one."""
         names = self.reference_names if self.two_sample else tuple(self.accumulators)
@@ -241,17 +241,17 @@ class SpectralMetric(Metric):
         for accumulator in self.accumulators.values():  # the noise multipliers follow the kernel's bandwidth
             multipliers = getattr(accumulator, "multipliers", None)
             if multipliers is not None and multipliers.bandwidth is None:
-                multipliers.bandwidth = self.noise_bandwidth(sigma)
+                multipliers.bandwidth = self._noise_bandwidth(sigma)
         self.sigma = sigma
         if hasattr(self, "sigmas"):
             self.sigmas = (sigma,)
 
-    def noise_bandwidth(self, sigma: float) -> float:
+    def _noise_bandwidth(self, sigma: float) -> float:
         """The scale of the noise multipliers (`functional.sampling_noise`) for the kernel bandwidth ``sigma``:
         ``sigma`` itself, unless a metric's rows hold several scales."""
         return sigma
 
-    def fitted_bandwidth(self) -> Any:
+    def _fitted_bandwidth(self) -> Any:
         """What a checkpoint keeps of a fitted ``sigma="auto"`` (``sigma``), given back to
         [`set_bandwidth`][lightning_spectral.metrics.SpectralMetric.set_bandwidth] on load."""
         return float(self.sigma)
@@ -303,7 +303,7 @@ class SpectralMetric(Metric):
         [`synced`][lightning_spectral.metrics.SpectralMetric.synced], this rank's outside it."""
         return type(self).compute(self)
 
-    def cached(self, name: str, fn: Callable[[], Any]) -> Any:
+    def _cached(self, name: str, fn: Callable[[], Any]) -> Any:
         """``fn()``, reused while the sums are unchanged (eigendecompositions of 2r x 2r matrices cost seconds).
 
         Every result worked out on the same sums is kept under its ``name`` (``compute()``'s spectrum, the modes'
@@ -316,8 +316,8 @@ class SpectralMetric(Metric):
             values[name] = fn()
         return values[name]
 
-    def cached_top(self, name: str, k: int, fn: Callable[[int], Any]) -> Any:
-        """``fn(k)``, a result with (at least) ``k`` leading modes, reused as `cached` by any later call that needs
+    def _cached_top(self, name: str, k: int, fn: Callable[[int], Any]) -> Any:
+        """``fn(k)``, a result with (at least) ``k`` leading modes, reused as `_cached` by any later call that needs
         ``k`` or fewer (the galleries' modes after the standard errors' and the spectrum's, on the same sums)."""
         values = self._current_cache()
         kept = values.get(name)
@@ -391,8 +391,8 @@ class SpectralMetric(Metric):
                 pass  # compared once both are built and fitted
             elif not _same(frequency_fingerprint(other), frequency_fingerprint(self)):
                 problems.append("other frequencies (another sigma, n_frequencies or seed)")
-            if other.checkpoint_settings() != self.checkpoint_settings():
-                problems.append(f"settings {other.checkpoint_settings()} and {self.checkpoint_settings()}")
+            if other._checkpoint_settings() != self._checkpoint_settings():
+                problems.append(f"settings {other._checkpoint_settings()} and {self._checkpoint_settings()}")
             if problems:
                 raise ValueError(f"{owner}.merge_state: the two metrics were built or fed differently "
                                  f"({'; '.join(problems)}); build both with the same arguments and seed.")
@@ -455,9 +455,9 @@ class SpectralMetric(Metric):
         [`synced`][lightning_spectral.metrics.SpectralMetric.synced]).
         """
         with self.synced():
-            return self.with_sigma({"": self.value()})
+            return self._with_sigma({"": self.value()})
 
-    def with_sigma(self, summary: dict[str, Any]) -> dict[str, Any]:
+    def _with_sigma(self, summary: dict[str, Any]) -> dict[str, Any]:
         """``summary`` with ``"sigma"``: the bandwidth the values were computed at (``sigma="auto"``'s fitted value
         too), so that a run can be repeated with that number; unchanged for a metric without one scalar sigma."""
         sigma = getattr(self, "sigma", None)
@@ -511,7 +511,7 @@ class SpectralMetric(Metric):
         """
         self._persistent_sums = check_bool(mode, "mode")
 
-    def checkpoint_settings(self) -> dict[str, Any]:
+    def _checkpoint_settings(self) -> dict[str, Any]:
         """Settings a checkpoint's sums depend on beyond the frequencies' fingerprint (written with the sums and
         compared on load; none by default)."""
         return {}

@@ -4,7 +4,7 @@ The sums travel in the metric's extra state (``nn.Module.get_extra_state``, publ
 to read them: the input width (so that a metric that saw no sample yet can size its sums), the shifts of centred
 accumulators, and a fingerprint of the frequencies, which are not written (they are redrawn from the seed): it
 catches a checkpoint written with another ``seed``, ``sigma`` or ``n_frequencies``; a metric's other settings the
-sums depend on (``checkpoint_settings``, e.g. ConditionalVendi's ``num_classes``) travel with them.
+sums depend on (``_checkpoint_settings``, e.g. ConditionalVendi's ``num_classes``) travel with them.
 
 A load checks the whole state before it changes anything: sizes, finiteness and the identities sums of samples obey
 (a count is a non-negative integer, accumulators that see the same samples count alike, unit-norm features give
@@ -27,11 +27,11 @@ def extra_state(metric: Any, sums: bool = True) -> dict[str, Any]:
     sums of every accumulator ([`pack`][lightning_spectral.metrics.Accumulator.pack])."""
     metric.flush()  # pending rows join the sums (and fix a centred accumulator's shift) before anything is read
     state: dict[str, Any] = {"in_features": metric.in_features, "frequencies": frequency_fingerprint(metric)}
-    settings = metric.checkpoint_settings()
+    settings = metric._checkpoint_settings()
     if settings:
         state["settings"] = settings
     if getattr(metric, "auto_sigma", False) and not metric.feature_map.awaits_bandwidth:
-        state["sigma"] = metric.fitted_bandwidth()  # sigma="auto"'s fitted value: the frequencies are Z / sigma
+        state["sigma"] = metric._fitted_bandwidth()  # sigma="auto"'s fitted value: the frequencies are Z / sigma
     state["shifts"] = {
         name: accumulator.shift.detach().cpu()
         for name, accumulator in metric.accumulators.items()
@@ -90,10 +90,10 @@ def load_extra_state(metric: Any, state: Any) -> None:
 
 
 def _check_settings(metric: Any, saved: Any) -> None:
-    """The checkpoint's `checkpoint_settings` (absent from older checkpoints) against the metric's."""
+    """The checkpoint's `_checkpoint_settings` (absent from older checkpoints) against the metric's."""
     if saved is None:
         return
-    mine = metric.checkpoint_settings()
+    mine = metric._checkpoint_settings()
     differ = [key for key in sorted(set(saved) | set(mine)) if saved.get(key) != mine.get(key)]
     if differ:
         raise RuntimeError(

@@ -225,7 +225,7 @@ class ConditionalVendi(SpectralMetric):
         self.noise_draws = 0 if self.label_prompts else noise_draws
         multipliers = None
         if self.noise_draws:  # sigma="auto": set with the fitted bandwidth (`set_bandwidth`)
-            finest = None if rff.sigma is None else self.noise_bandwidth(rff.sigma)
+            finest = None if rff.sigma is None else self._noise_bandwidth(rff.sigma)
             multipliers = Multipliers(self.noise_draws, finest, rff.seed, DEFAULT_RATIO)
         self.add_accumulator("joint", feature_map=rff.side("joint"), multipliers=multipliers)
         if self.unconditional:
@@ -263,18 +263,18 @@ class ConditionalVendi(SpectralMetric):
             _check_draw_memory(in_features, self.n_frequencies, argument)
         super().build(in_features)
 
-    def bandwidth_rows(self) -> Tensor:
+    def _bandwidth_rows(self) -> Tensor:
         """The samples' columns of the held rows (the prompts' play no part in ``sigma="auto"``): every accumulator
         holds the same samples, so they are read once, from ``joint``."""
         held = self.accumulators["joint"].held_rows
         d_x = self.in_features[0] if self.in_features is not None else 0
         return torch.cat(held)[:, :d_x] if held else torch.zeros(0, d_x, dtype=torch.float64)
 
-    def noise_bandwidth(self, sigma: float) -> float:
+    def _noise_bandwidth(self, sigma: float) -> float:
         """The finer of the samples' ``sigma`` and ``prompt_sigma``: the multipliers see the joint rows."""
         return min(float(sigma), float(self.prompt_sigma))
 
-    def checkpoint_settings(self) -> dict[str, Any]:
+    def _checkpoint_settings(self) -> dict[str, Any]:
         """The settings the sums depend on beyond the frequencies: the labels and the per-label width."""
         return {"num_classes": self.num_classes, "per_prompt_frequencies": self.per_prompt_frequencies}
 
@@ -401,7 +401,7 @@ class ConditionalVendi(SpectralMetric):
             if order == 2:
                 sides = moments  # Frobenius norms, no eigendecomposition
             else:
-                spectra = spectra or self.cached(
+                spectra = spectra or self._cached(
                     "spectra", lambda: {n: psd_eigenvalues(m, precision=self.precision) for n, m in moments.items()}
                 )
                 sides = spectra
@@ -446,7 +446,7 @@ class ConditionalVendi(SpectralMetric):
             raise RuntimeError("ConditionalVendi.standard_error: no draws were kept (noise_draws=0, or "
                                "label_prompts=True); build it with noise_draws >= 1 and prompt embeddings.")
         with self.synced():
-            return self.cached("se", self._standard_errors)
+            return self._cached("se", self._standard_errors)
 
     def _standard_errors(self) -> dict[str, Any]:
         replicates = {
@@ -488,7 +488,7 @@ class ConditionalVendi(SpectralMetric):
             if order == 2:
                 joint, prompts = moments["joint"], moments["prompts"]
             else:
-                spectra = spectra or self.cached(
+                spectra = spectra or self._cached(
                     "conditional", lambda: [psd_eigenvalues(m, precision=self.precision) for m in moments.values()]
                 )
                 joint, prompts = spectra
@@ -543,7 +543,7 @@ class ConditionalVendi(SpectralMetric):
                         prompt_se[minimum] if minimum is not None else torch.tensor(math.nan, dtype=torch.float64)
                     )
                     out["prompt_se"] = prompt_se
-            return self.with_sigma(out)
+            return self._with_sigma(out)
 
     def headline(self, summary: Mapping[str, Any]) -> dict[str, Tensor]:
         """From ``summary``: ``conditional_{order}`` and ``information_{order}`` (where computed) with their
@@ -588,7 +588,7 @@ class ConditionalVendi(SpectralMetric):
         with self.synced():
             width = self.feature_map.out_features
             mean = self._paired().mean()[:width]
-            values, vectors = self.cached("schur", lambda: symmetric_eigh(self.prompt_agnostic_covariance()))
+            values, vectors = self._cached("schur", lambda: symmetric_eigh(self.prompt_agnostic_covariance()))
         k = min(k, values.shape[0])
         return Modes(values[:k], orient(vectors[:, :k], mean), torch.ones(k, dtype=torch.bool))
 
@@ -651,7 +651,7 @@ class ConditionalVendi(SpectralMetric):
             raise RuntimeError("ConditionalVendi.per_prompt_standard_errors: the per-label sums keep no draws "
                                "(noise_draws=0, or label_prompts=True); build it with noise_draws >= 1.")
         with self.synced():
-            return self.cached(f"prompt_se_{order}", lambda: self._per_prompt_standard_errors(order))
+            return self._cached(f"prompt_se_{order}", lambda: self._per_prompt_standard_errors(order))
 
     def _per_prompt_standard_errors(self, order: Any) -> Tensor:
         accumulator = self._per_prompt_accumulator()

@@ -91,7 +91,7 @@ class Covariance(SpectralMetric):
         """
         check_positive_int(k, "k")
         with self.synced():
-            values, vectors = self.cached_top("modes", k, self.samples.modes)  # the top k pairs, or more if kept
+            values, vectors = self._cached_top("modes", k, self.samples.modes)  # the top k pairs, or more if kept
             k = min(k, values.shape[0])
             values, vectors = values[:k], vectors[:, :k]
         return Modes(values[:k], vectors, torch.ones(k, dtype=torch.bool))
@@ -101,7 +101,7 @@ class Covariance(SpectralMetric):
         ([`psd_eigenvalues`][lightning_spectral.algebra.psd_eigenvalues] at the metric's ``precision``, float64 if
         it has none)."""
         precision = getattr(self, "precision", "float64")
-        return self.cached(f"spectrum/{precision}", lambda: self.samples.eigenvalues(precision))
+        return self._cached(f"spectrum/{precision}", lambda: self.samples.eigenvalues(precision))
 
     def top_samples(
         self, batches: Iterable[tuple[Tensor, Ids]], k: int = 10, per_mode: int = 16
@@ -264,4 +264,4 @@ class RFFCovariance(Covariance):
             values = {"": self.value()}
             if self.noise_draws:
                 values["se"] = self.standard_error()
-        return self.with_sigma(values)
+        return self._with_sigma(values)

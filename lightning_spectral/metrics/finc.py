@@ -169,7 +169,7 @@ class FINCNovelty(SpectralMetric):
         self.sigma, self.n_frequencies, self.seed = rff.sigma, rff.n_frequencies, rff.seed
         self.rho, self.significance, self.min_eigenvalue = rho, significance, min_eigenvalue
         self.noise_draws = noise_draws
-        self._null_cache: Optional[tuple[Any, Any]] = None  # `cached_null`'s (key, null)
+        self._null_cache: Optional[tuple[Any, Any]] = None  # `_cached_null`'s (key, null)
         self.reset_real_features = reset_real_features
         multipliers = Multipliers(noise_draws, rff.sigma, rff.seed, DEFAULT_RATIO)
         self.gen = [self.add_accumulator("gen", multipliers=multipliers, mean_draws=True)]
@@ -191,11 +191,11 @@ class FINCNovelty(SpectralMetric):
 
     #: The layout of the sums: multiplier draws on the generated side only, with the draws of its mean (written with
     #: every checkpoint).
-    NOISE_LAYOUT = "generated-side draws with mean draws"
+    _NOISE_LAYOUT = "generated-side draws with mean draws"
 
-    def checkpoint_settings(self) -> dict[str, Any]:
+    def _checkpoint_settings(self) -> dict[str, Any]:
         """The sums' layout and ``noise_draws`` (a checkpoint of either other is refused on load)."""
-        return {"noise": self.NOISE_LAYOUT, "noise_draws": self.noise_draws}
+        return {"noise": self._NOISE_LAYOUT, "noise_draws": self.noise_draws}
 
     def set_extra_state(self, state: Any) -> None:
         """Refuse a checkpoint whose sums were written when both sides kept multiplier draws (no ``noise`` setting):
@@ -245,8 +245,8 @@ class FINCNovelty(SpectralMetric):
         full = full or self.feature_map.out_features < PARTIAL_MIN_SIZE  # below it: eigvalsh (the partial route's)
         name = ("missing" if missing else "novel") + ("" if vectors else "_values" if full else "_partial")
         if missing and self.rho == 1.0 and (vectors or full):  # C_ref - C_gen = -(C_gen - C_ref): one serves both
-            return self.cached(name, lambda: self._spectrum(False, vectors, full).mirrored())
-        return self.cached(name, lambda: self._decompose(missing, vectors, partial=not (vectors or full)))
+            return self._cached(name, lambda: self._spectrum(False, vectors, full).mirrored())
+        return self._cached(name, lambda: self._decompose(missing, vectors, partial=not (vectors or full)))
 
     def _top_spectrum(self, missing: bool, k: int) -> DifferentialSpectrum:
         """The values' spectrum with the eigenvectors of its top ``k`` modes and of every significant one (the
@@ -260,7 +260,7 @@ class FINCNovelty(SpectralMetric):
             x, y = (ref, gen) if missing else (gen, ref)
             return top_modes(spectrum, x, y, self.rho, count)
 
-        return self.cached_top(("missing" if missing else "novel") + "_top", max(k, significant, TOP_PAIRS), decompose)
+        return self._cached_top(("missing" if missing else "novel") + "_top", max(k, significant, TOP_PAIRS), decompose)
 
     def _decompose(self, missing: bool, vectors: bool, partial: bool = False) -> DifferentialSpectrum:
         for side, accumulator, call in (("generated", self.gen[0], "real=False"), ("reference", self.ref[0], "real=True")):
@@ -271,10 +271,10 @@ class FINCNovelty(SpectralMetric):
                 )
         gen, ref = self._side(real=False), self._side(real=True)
         x, y = (ref, gen) if missing else (gen, ref)
-        null = self.cached_null(missing, x, y)
+        null = self._cached_null(missing, x, y)
         return differential_spectrum(x, y, self.rho, self.significance, self.min_eigenvalue, vectors, null, partial)
 
-    def cached_null(self, missing: bool, x: NoiseSums, y: NoiseSums) -> Any:
+    def _cached_null(self, missing: bool, x: NoiseSums, y: NoiseSums) -> Any:
         """The null of ``C_x - rho C_y``, kept beside the spectra: its matrices depend on the order of the sides only
         through the scale ``c'`` ([`null_scale`][lightning_spectral.functional.finc_null.null_scale]), so novel and
         missing share it at ``rho = 1`` or when both sides hold as many samples."""
@@ -474,7 +474,7 @@ class FINCNovelty(SpectralMetric):
         with self.synced():
             modes = self._modes(k, missing)
             name = ("missing" if missing else "novel") + f"_share_se_{modes.eigenvectors.shape[1]}"
-            return self.cached(name, lambda: self._share_errors(modes, missing))
+            return self._cached(name, lambda: self._share_errors(modes, missing))
 
     def _share_errors(self, modes: Modes, missing: bool) -> Tensor:
         x, y = self.pooled(real=missing), self.pooled(real=not missing)
@@ -501,7 +501,7 @@ class FINCNovelty(SpectralMetric):
         A collective under DDP.
         """
         with self.synced():
-            return self.cached(("missing" if missing else "novel") + "_se", lambda: self._standard_errors(missing))
+            return self._cached(("missing" if missing else "novel") + "_se", lambda: self._standard_errors(missing))
 
     def _standard_errors(self, missing: bool) -> tuple[Tensor, Tensor]:
         spectrum = self._top_spectrum(missing, 1)
@@ -543,7 +543,7 @@ class FINCNovelty(SpectralMetric):
             missing = self._spectrum(missing=True, vectors=False)
             novel_se, novel_top_se = self.standard_errors(missing=False)
             missing_se, missing_top_se = self.standard_errors(missing=True)
-            novel_bias, missing_bias = (self.cached(name + "_top_bias", lambda side=side: self._top_bias(side))
+            novel_bias, missing_bias = (self._cached(name + "_top_bias", lambda side=side: self._top_bias(side))
                                         for name, side in (("novel", False), ("missing", True)))
             shares: dict[str, dict[int, Tensor]] = {}
             for name, spectrum, side in (("novel", novel, False), ("missing", missing, True)):
@@ -556,7 +556,7 @@ class FINCNovelty(SpectralMetric):
                 "n_real": torch.tensor(float(self.sample_count(real=True)), dtype=torch.float64),
                 "n_features": torch.tensor(float(self.feature_map.out_features), dtype=torch.float64),
             }
-        return self.with_sigma({
+        return self._with_sigma({
             "": novel.score,
             "missing": missing.score,
             "novel_modes": novel.significant.sum().double(),

@@ -158,7 +158,7 @@ class FKEAVendi(RFFCovariance):
             raise RuntimeError("FKEAVendi.standard_error: built with noise_draws=0, so no draws were kept; build it "
                                "with noise_draws >= 1 (default 2).")
         with self.synced():
-            return self.cached("se", self._standard_error)
+            return self._cached("se", self._standard_error)
 
     def _standard_error(self) -> VendiResult:
         """`standard_error` on the synced sums; the ``eigh`` it needs (not for RKE alone) also gives the score's
@@ -175,7 +175,7 @@ class FKEAVendi(RFFCovariance):
             # rank(C) <= n: with n well below 2r the range finder gives the same pairs (`psd_eigh` with `rank`)
             rank = int(self.sample_count())
             eigen = psd_eigh(self.samples.second_moment(), precision=self.precision, rank=rank)
-            self.cached(f"spectrum/{self.precision}", lambda: eigen[0])
+            self._cached(f"spectrum/{self.precision}", lambda: eigen[0])
         return vendi_standard_errors(noise, self.alpha, self.truncation, self.precision, eigen)
 
     def headline(self, summary: Mapping[str, Any]) -> dict[str, Tensor]:
@@ -197,4 +197,4 @@ class FKEAVendi(RFFCovariance):
                 values["se"] = error
             values["n"] = torch.tensor(float(self.sample_count()), dtype=torch.float64)
             values["n_features"] = torch.tensor(float(self.feature_map.out_features), dtype=torch.float64)
-        return self.with_sigma(values)
+        return self._with_sigma(values)

@@ -169,7 +169,7 @@ class FastMMD(SpectralMetric):
             values["n"] = self.gen.count.clone()
             values["n_real"] = self.real.count.clone()
             values["n_features"] = torch.tensor(float(2 * self.n_frequencies), dtype=torch.float64)
-        return self.with_sigma(values)
+        return self._with_sigma(values)
 
     def headline(self, summary: Mapping[str, Any]) -> dict[str, Tensor]:
         """From ``summary``: ``mmd2`` with its ``mmd2_se`` and the p-value as ``minus_log10_p`` (above 1.3: p < 0.05;

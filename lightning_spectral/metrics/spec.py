@@ -177,11 +177,11 @@ class SPECDivergence(SpectralMetric):
             return None
         return min(self.sigmas)  # type: ignore[type-var]
 
-    def fitted_bandwidth(self) -> Any:
+    def _fitted_bandwidth(self) -> Any:
         """``(sigma_a, sigma_b)``: what a checkpoint keeps of fitted ``"auto"`` bandwidths."""
         return tuple(float(value) for value in self.sigmas)  # type: ignore[arg-type]
 
-    def with_sigma(self, summary: dict[str, Any]) -> dict[str, Any]:
+    def _with_sigma(self, summary: dict[str, Any]) -> dict[str, Any]:
         """``summary`` with ``"sigma_a"`` and ``"sigma_b"`` (Gaussian kernel), the bandwidths the values were computed
         at (``"auto"``'s fitted values too)."""
         if self.kernel == "gaussian":
@@ -218,7 +218,7 @@ class SPECDivergence(SpectralMetric):
 
     def _spectrum(self) -> tuple[Tensor, Tensor]:
         width_a = self.feature_map.widths[0]
-        return self.cached("spec", lambda: differential_eigh(self.joint.second_moment(), width_a))
+        return self._cached("spec", lambda: differential_eigh(self.joint.second_moment(), width_a))
 
     def compute(self) -> Tensor:
         """SPEC-diff, the largest ``|eigenvalue|`` (float64 scalar)."""
@@ -241,7 +241,7 @@ class SPECDivergence(SpectralMetric):
             signs = torch.ones(values.shape[0], dtype=torch.float64, device=values.device)
             signs[self.feature_map.widths[0]:] = -1.0
             draws = [noise.draw(a) for a in range(noise.draws)]
-            return self.cached("se", lambda: spec_diff_standard_error(values, vectors, signs, draws))
+            return self._cached("se", lambda: spec_diff_standard_error(values, vectors, signs, draws))
 
     def clusters_standard_error(self, k: int = 3, sign: int = 1) -> Tensor:
         r"""The standard errors (k,) of the eigenvalues of
@@ -276,7 +276,7 @@ class SPECDivergence(SpectralMetric):
             values["n"] = torch.tensor(float(self.sample_count()), dtype=torch.float64)
             if self.kernel == "gaussian":
                 values["n_features"] = torch.tensor(float(2 * self.n_frequencies), dtype=torch.float64)
-        return self.with_sigma(values)
+        return self._with_sigma(values)
 
     def headline(self, summary: Mapping[str, Any]) -> dict[str, Tensor]:
         """``spec_diff`` and its ``spec_diff_se``, from ``summary``."""
