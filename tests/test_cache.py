@@ -78,3 +78,21 @@ def test_fkea_summary_decomposes_once_for_the_score_and_its_se(monkeypatch):
     vendi.update(torch.randn(50, 2, generator=g))
     vendi.summary()
     assert len(eighs) == 3
+
+
+def test_one_reading_block_sums_each_state_once():
+    """Inside one ``synced()`` block the cache's key (every state's total) is read once, however many readers look
+    up the cache (summary: scores, standard errors, biases, shares); a block after an update reads it afresh."""
+    metric = FINCNovelty(sigma=2.0, n_frequencies=32)
+    metric.update(torch.randn(200, 3, generator=g), real=True)
+    metric.update(torch.randn(200, 3, generator=g) + 1.0, real=False)
+    keys = counting(metric, "_sums_key")
+    with metric.synced():
+        metric.summary(), metric.novel_modes(3), metric.missing_modes(3), metric.threshold(missing=True)
+        first_key, second_key = metric._sums_key(), metric._sums_key()
+        assert first_key is second_key  # kept for the block, not summed again
+    assert len(keys) > 5  # looked up many times...
+    first = metric.summary()
+    metric.update(torch.randn(5, 3, generator=g), real=False)
+    with metric.synced():
+        assert metric.summary()["n"] == first["n"] + 5  # ...but never stale

@@ -123,6 +123,7 @@ class SpectralMetric(Metric):
         self.reset_real_features = True
         self.feature = None if feature is None else FrozenFeature(feature, normalize=normalize, save=save_feature)
         self._sync_depth = 0  # > 0 inside `synced()`
+        self._block_key: Optional[tuple] = None  # `_sums_key` of the current `synced()` block
         self._spectral_cache: tuple[Any, dict[str, Any]] = (None, {})  # `_cached`'s (key of the sums, {name: value})
         self._persistent_sums = True  # `persistent(False)` leaves the sums out of `state_dict`
         #: Built with ``sigma="auto"``: rows wait unmapped until `fit_bandwidth` fixes sigma (`auto_bandwidth`).
@@ -294,9 +295,10 @@ class SpectralMetric(Metric):
             with self.sync_context(
                 dist_sync_fn=self.dist_sync_fn, process_group=self.process_group, should_sync=self.sync_on_compute
             ):
+                self._block_key = None  # read once the sums are synced, then kept for the block
                 yield
         finally:
-            self._sync_depth = 0
+            self._sync_depth, self._block_key = 0, None
 
     def value(self) -> Any:
         """``compute()`` of the sums as they are: all ranks' inside
@@ -325,9 +327,20 @@ class SpectralMetric(Metric):
             values[name] = (k, fn(k))
         return values[name][1]
 
-    def _current_cache(self) -> dict[str, Any]:
+    def _sums_key(self) -> tuple:
+        """What `_cached` keys its results by: every accumulator's total and count of rows. Read once per `synced`
+        block (the sums cannot change inside one: torchmetrics refuses an ``update`` of synced states), so the
+        readers of one epoch sum each (2r)^2 state once, not once per lookup."""
+        if self._sync_depth and self._block_key is not None:
+            return self._block_key
         states = [accumulator.state for accumulator in self.accumulators.values()]  # flushed
         key = tuple((float(state.sum()), float(state[0]) if state.numel() else 0.0) for state in states)
+        if self._sync_depth:
+            self._block_key = key
+        return key
+
+    def _current_cache(self) -> dict[str, Any]:
+        key = self._sums_key()
         if self._spectral_cache[0] != key:
             self._spectral_cache = (key, {})
         return self._spectral_cache[1]

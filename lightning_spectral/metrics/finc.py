@@ -279,7 +279,7 @@ class FINCNovelty(SpectralMetric):
         through the scale ``c'`` ([`null_scale`][lightning_spectral.functional.finc_null.null_scale]), so novel and
         missing share it at ``rho = 1`` or when both sides hold as many samples."""
         gen = x if x.draws else y
-        key = (null_scale(gen, x, y, self.rho), tuple(float(a.state.sum()) for a in self.accumulators.values()))
+        key = (null_scale(gen, x, y, self.rho), self._sums_key())
         if self._null_cache is not None and self._null_cache[0] == key:
             return self._null_cache[1]
         null = null_model(x, y, self.rho)
