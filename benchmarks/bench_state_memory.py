@@ -68,7 +68,8 @@ def main() -> None:
                 metric.update(x + 0.5, real=False)
             else:
                 metric.update(x)
-            sums = sum(v.numel() * v.element_size() for v in metric.metric_state.values() if isinstance(v, torch.Tensor))
+            states = [v for v in metric.metric_state.values() if isinstance(v, torch.Tensor)]
+            sums = sum(v.numel() * v.element_size() for v in states)
             held, grown = held_bytes(metric), resident_bytes() - before
             print(f"| {cls.__name__} | {width} | {sums / 1e9:.2f} | {held / 1e9:.2f} | {held / sums:.2f} | "
                   f"{grown / 1e9:.2f} |")

@@ -149,7 +149,9 @@ def report(
     return values
 
 
-def logged_values(name: str, metric: ReportedMetric, summary: Mapping[str, Any], detail: bool = False) -> dict[str, float]:
+def logged_values(
+    name: str, metric: ReportedMetric, summary: Mapping[str, Any], detail: bool = False
+) -> dict[str, float]:
     """What [`report`][lightning_spectral.callbacks.report.report] logs of a metric's ``summary``, without the prefix:
     its headline as ``{name}/{quantity}`` (``{name}`` for a plain metric's one value), and with ``detail`` every value
     of ``summary`` as ``{name}/detail/{key}`` (``""``: ``value``).

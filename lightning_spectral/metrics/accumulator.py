@@ -15,7 +15,8 @@ An [`Accumulator`][lightning_spectral.metrics.Accumulator] keeps the three sums 
 (``[n, s, Q]``, declared with the public ``add_state``), so torchmetrics all-reduces them with the metric: one
 all-reduce per accumulator. The state is held once: its declared default (the value torchmetrics keeps for
 ``reset()``) is a single zero, and the metric's ``reset`` sizes the sums again
-([`clear`][lightning_spectral.metrics.Accumulator.clear]), so a (2r)^2 sum costs its own memory, not twice it. Incoming rows wait in a bounded buffer (a list state) until
+([`clear`][lightning_spectral.metrics.Accumulator.clear]), so a (2r)^2 sum costs its own memory, not twice it.
+Incoming rows wait in a bounded buffer (a list state) until
 ``chunk_size`` of them are pending (one large product instead of many small ones), and the buffer is flushed
 whenever the sums are read.
 """

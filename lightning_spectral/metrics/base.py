@@ -388,7 +388,7 @@ class SpectralMetric(Metric):
         from lightning_spectral.sync.agreement import frequency_fingerprint
 
         owner = type(self).__name__
-        if not isinstance(incoming_state, type(self)) or type(incoming_state) is not type(self):
+        if type(incoming_state) is not type(self):
             raise ValueError(f"{owner}.merge_state: `incoming_state` must be another {owner} (built with the same "
                              f"settings), got {type(incoming_state).__name__}; a dict of states cannot be checked "
                              "against the frequencies, so pass the metric itself.")
@@ -427,7 +427,8 @@ class SpectralMetric(Metric):
                 raise
         check()  # sigma="auto": the fitted frequencies
         for name, accumulator in self.accumulators.items():
-            setattr(self, accumulator.state_name, accumulator.state + other.accumulators[name].rebased_state(accumulator))
+            added = other.accumulators[name].rebased_state(accumulator)
+            setattr(self, accumulator.state_name, accumulator.state + added)
 
     # ---- protocol ------------------------------------------------------------------------------------------------
     @property

@@ -76,10 +76,9 @@ class FINCNovelty(SpectralMetric):
     Score (``compute``): finite samples give ``L`` many small positive eigenvalues from noise alone, so only
     significant eigenvalues count: ``novelty = sum of eigenvalues with p-value <= significance (and >
     min_eigenvalue)``. The p-value of an eigenvalue is the chance that sampling noise alone puts the top
-    eigenvalue that high; its law is estimated from ``noise_draws`` multiplier draws of the generated side, scaled to both
-    sides' noise (each sample's multiplier
-    is a smooth random function of its own values, so order, batching and sharding do not matter, and neither do
-    the last bits of the embeddings). On two samples of one
+    eigenvalue that high; its law is estimated from ``noise_draws`` multiplier draws of the generated side, scaled to
+    both sides' noise (each sample's multiplier is a smooth random function of its own values, so order, batching and
+    sharding do not matter, and neither do the last bits of the embeddings). On two samples of one
     distribution at most a ``significance`` share of runs names any mode. See
     [`lightning_spectral.functional.finc`][lightning_spectral.functional.finc] for the formula. ``novel_modes(k)``
     carries each mode's eigenvalue
@@ -179,14 +178,15 @@ class FINCNovelty(SpectralMetric):
 
     @staticmethod
     def _check_memory(n_frequencies: int, draws: int) -> None:
-        """Refuse before allocating: ``2 + noise_draws`` (2r)^2 float64 sums, plus the difference and a batch of the null's
-        matrices of the same size at compute."""
+        """Refuse before allocating: ``2 + noise_draws`` (2r)^2 float64 sums, plus the difference and a batch of the
+        null's matrices of the same size at compute."""
         width = 2 * n_frequencies
         kept = 2 + draws
         extra = 1 + min(NULL_BATCH, 2 * draws)
         needed = 8 * ((kept + extra) * width * width + 2 * width)
         what = f"{kept} float64 sums of {width} x {width} (`noise_draws`={draws}) and {extra} at compute"
-        fix = f"use a smaller `n_frequencies` (2r = 4096 to 16384 is typical) or fewer `noise_draws` (>= 1; {draws} now)"
+        fix = (f"use a smaller `n_frequencies` (2r = 4096 to 16384 is typical) or fewer `noise_draws` (>= 1; {draws} "
+               "now)")
         check_memory("FINCNovelty", "n_frequencies", n_frequencies, needed, what, fix)
 
     #: The layout of the sums: multiplier draws on the generated side only, with the draws of its mean (written with
