@@ -24,7 +24,7 @@ whenever the sums are read.
 from __future__ import annotations
 
 import math
-from typing import Optional
+from typing import NamedTuple, Optional
 
 import torch
 from torch import Tensor
@@ -35,6 +35,19 @@ from lightning_spectral.algebra.gram import DEFAULT_CHUNK_SIZE, add_feature_sums
 from lightning_spectral.functional.modes import orient
 from lightning_spectral.functional.sampling_noise import Multipliers, NoiseSums
 from lightning_spectral.kernels.feature_map import FeatureMap
+
+
+class Sums(NamedTuple):
+    """The named sums of an accumulator's flat state, as views into it (``None`` for a sum it does not keep):
+    ``n`` (), ``s`` (B?, D), ``Q`` (B?, D, D), and with multipliers ``w_a`` (L?, A), ``S_a`` (L?, A, D, D) and the
+    mean draws ``F_a`` (A, D)."""
+
+    count: Tensor
+    feature_sum: Tensor
+    outer: Optional[Tensor]
+    weight_sums: Optional[Tensor]
+    weighted: Optional[Tensor]
+    weighted_features: Optional[Tensor]
 
 
 class StreamSums:
@@ -210,11 +223,24 @@ class Accumulator(StreamSums):
     def _lead(self) -> tuple[int, ...]:
         return () if self.bandwidths is None else (self.bandwidths,)
 
+    def _layout(self, width: int) -> list[tuple[str, Optional[tuple[int, ...]], bool]]:
+        """The parts of the flat state for features of width ``D``, in order: ``(name, shape, symmetric)``, the shape
+        ``None`` for a sum this accumulator does not keep; a symmetric part is packed as its upper triangle."""
+        noise_lead = () if self._noise_lanes == 1 else (self._noise_lanes,)
+        draws, kept = self.draws, self.draws > 0
+        return [
+            ("count", (), False),
+            ("feature_sum", (*self._lead, width), False),
+            ("outer", (*self._lead, width, width) if self.covariance else None, True),
+            ("weight_sums", (*noise_lead, draws) if kept else None, False),
+            ("weighted", (*noise_lead, draws, width, width) if kept else None, True),
+            ("weighted_features", (draws, width) if kept and self.mean_draws else None, False),
+        ]
+
     def size(self, width: int) -> int:
         """Entries of the flat state for features of width ``D``: ``1 + B D (1 + D)`` (``1 + B D`` without ``Q``;
         ``+ A (1 + D^2)`` with ``A`` multiplier draws, ``+ A D`` more with ``mean_draws``)."""
-        lanes = 1 if self.bandwidths is None else self.bandwidths
-        return 1 + lanes * width * ((1 + width) if self.covariance else 1) + self._noise_size(width)
+        return sum(math.prod(shape) for _, shape, _ in self._layout(width) if shape is not None)
 
     @property
     def draws(self) -> int:
@@ -226,9 +252,6 @@ class Accumulator(StreamSums):
     @property
     def _noise_lanes(self) -> int:
         return 1
-
-    def _noise_size(self, width: int) -> int:
-        return self._noise_lanes * self.draws * (1 + width * width + (width if self.mean_draws else 0))
 
     def allocate(self, width: int) -> None:
         """Size the sums for features of width ``D`` (zeros; a no-op when they have that size already)."""
@@ -250,33 +273,19 @@ class Accumulator(StreamSums):
         self.flush()
         return getattr(self.metric, self.state_name)
 
-    def _parts(self, flat: Tensor) -> tuple[Tensor, Tensor, Optional[Tensor]]:
-        """Views ``(n (), s (B?, D), Q (B?, D, D) or None)`` into a flat state."""
+    def _views(self, flat: Tensor) -> Sums:
+        """The named sums of a flat state, as views into it (`Sums`; ``None`` for a sum not kept)."""
         if self.width is None:
             raise RuntimeError(f"{type(self.metric).__name__}: no feature width yet (no sample was seen).")
-        width, lanes = self.width, 1 if self.bandwidths is None else self.bandwidths
-        sums = flat[1 : 1 + lanes * width].view(*self._lead, width)
-        end = flat.numel() - self._noise_size(width)
-        outer = flat[1 + lanes * width : end].view(*self._lead, width, width) if self.covariance else None
-        return flat[0], sums, outer
-
-    def _noise_parts(self, flat: Tensor) -> tuple[Tensor, Tensor]:
-        """Views ``(w (A,), S (A, D, D))`` into a flat state with multipliers (``(L, A)`` and ``(L, A, D, D)`` with
-        ``L`` noise lanes)."""
-        width, draws, lanes = self.width, self.draws, self._noise_lanes
-        lead = () if lanes == 1 else (lanes,)
-        start = flat.numel() - self._noise_size(width)  # type: ignore[arg-type]
-        weights = flat[start : start + lanes * draws].view(*lead, draws)
-        start += lanes * draws
-        end = start + lanes * draws * width * width  # type: ignore[operator]
-        return weights, flat[start:end].view(*lead, draws, width, width)  # type: ignore[arg-type]
-
-    def _mean_draw_part(self, flat: Tensor) -> Optional[Tensor]:
-        """The view ``F`` (A, D) into a flat state with ``mean_draws``, else ``None``."""
-        if not self.mean_draws:
-            return None
-        size = self.draws * self.width  # type: ignore[operator]
-        return flat[flat.numel() - size :].view(self.draws, self.width)  # type: ignore[arg-type]
+        views, start = {}, 0
+        for name, shape, _ in self._layout(self.width):
+            if shape is None:
+                views[name] = None
+                continue
+            size = math.prod(shape)
+            views[name] = flat[start : start + size].view(shape)
+            start += size
+        return Sums(**views)
 
     # ---- the sums ----------------------------------------------------------------------------------------------
     @property
@@ -296,7 +305,7 @@ class Accumulator(StreamSums):
     @property
     def feature_sum(self) -> Tensor:
         """``s``, the (shifted) feature sum (B?, D)."""
-        return self._parts(self.state)[1]
+        return self._views(self.state).feature_sum
 
     def noise_sums(self) -> NoiseSums:
         """``Q``, ``S_a``, ``w_a`` and ``n`` ([`NoiseSums`][lightning_spectral.functional.sampling_noise.NoiseSums]).
@@ -306,10 +315,9 @@ class Accumulator(StreamSums):
         """
         if self.multipliers is None:
             raise RuntimeError(f"{type(self.metric).__name__}: {self.name!r} keeps no multiplier sums.")
-        flat = self.state
-        weights, weighted = self._noise_parts(flat)
-        _, sums, outer = self._parts(flat)
-        return NoiseSums(outer, weighted, weights, float(flat[0]), sums, self._mean_draw_part(flat))  # type: ignore[arg-type]
+        sums = self._views(self.state)
+        return NoiseSums(sums.outer, sums.weighted, sums.weight_sums, float(sums.count), sums.feature_sum,  # type: ignore[arg-type]
+                         sums.weighted_features)
 
     @property
     def cov_sum(self) -> Tensor:
@@ -320,7 +328,7 @@ class Accumulator(StreamSums):
         """
         if not self.covariance:
             raise RuntimeError(f"{type(self.metric).__name__}: {self.name!r} keeps no covariance.")
-        return self._parts(self.state)[2]  # type: ignore[return-value]
+        return self._views(self.state).outer  # type: ignore[return-value]
 
     # ---- accumulation ------------------------------------------------------------------------------------------
     def add(self, x: Tensor) -> None:
@@ -357,22 +365,20 @@ class Accumulator(StreamSums):
     def _add_chunk(self, flat: Tensor, chunk: Tensor) -> None:
         """Map one chunk of rows and add it to the sums in ``flat``
         ([`add_feature_sums_`][lightning_spectral.algebra.add_feature_sums_]), around the shift with ``centre``."""
-        count, sums, outer = self._parts(flat)
+        sums = self._views(flat)
         if not (self.covariance or self.centre) and hasattr(self.feature_map, "feature_sum"):
-            count += chunk.shape[0]
-            sums += self.feature_map.feature_sum(chunk)  # a mean-only sum: no (N, D) features (3x faster)
+            sums.count.add_(chunk.shape[0])
+            sums.feature_sum.add_(self.feature_map.feature_sum(chunk))  # a mean-only sum: no (N, D) features (3x faster)
             return
         phi = self.feature_map(chunk)
         if self.centre:
-            if self.shift is None or float(count) == 0:  # the first chunk after a reset
+            if self.shift is None or float(sums.count) == 0:  # the first chunk after a reset
                 self.shift = phi.double().mean(-2)
             phi = phi - self.shift.to(phi.dtype).unsqueeze(-2)
-        weights = weight_sums = weighted = None
-        if self.multipliers is not None:  # one lane, uncentred (checked at construction)
-            weights, (weight_sums, weighted) = self.multipliers(chunk), self._noise_parts(flat)
+        weights = None if self.multipliers is None else self.multipliers(chunk)  # one lane, uncentred (checked)
         add_feature_sums_(
-            phi, count=count, feature_sum=sums, outer=outer, weights=weights, weight_sums=weight_sums,
-            weighted=weighted, weighted_features=self._mean_draw_part(flat),
+            phi, count=sums.count, feature_sum=sums.feature_sum, outer=sums.outer, weights=weights,
+            weight_sums=sums.weight_sums, weighted=sums.weighted, weighted_features=sums.weighted_features,
         )
 
     def discard(self) -> None:
@@ -390,19 +396,16 @@ class Accumulator(StreamSums):
 
     # ---- checkpoints and ranks ---------------------------------------------------------------------------------
     def pack(self, flat: Tensor) -> Tensor:
-        """The compact form of a flat state: ``[n]`` when empty, else ``[n, s, upper triangle of Q]``."""
+        """The compact form of a flat state: ``[n]`` when empty, else every part in order, a symmetric one (``Q``,
+        ``S_a``) as its upper triangle."""
         if float(flat[0]) == 0 or self.width is None:
             return flat[:1].clone()
-        count, sums, outer = self._parts(flat)
-        parts = [count.reshape(1), sums.reshape(-1)]
-        if outer is not None:
-            rows, cols = torch.triu_indices(self.width, self.width, device=flat.device)
-            parts.append(outer[..., rows, cols].reshape(-1))
-            if self.draws:
-                weights, weighted = self._noise_parts(flat)
-                parts += [weights.reshape(-1), weighted[..., rows, cols].reshape(-1)]
-                if self.mean_draws:
-                    parts.append(self._mean_draw_part(flat).reshape(-1))  # type: ignore[union-attr]
+        rows, cols = torch.triu_indices(self.width, self.width, device=flat.device)
+        parts = [
+            (view[..., rows, cols] if symmetric else view).reshape(-1)
+            for (_, _, symmetric), view in zip(self._layout(self.width), self._views(flat), strict=True)
+            if view is not None
+        ]
         return torch.cat(parts)
 
     def unpack(self, packed: Tensor) -> Tensor:
@@ -416,38 +419,33 @@ class Accumulator(StreamSums):
             flat[0] = packed.reshape(())
             return flat.to(packed.device)
         width = self.width
-        lanes = 1 if self.bandwidths is None else self.bandwidths
-        triangle = 0 if width is None or not self.covariance else width * (width + 1) // 2
-        expected = None if width is None else (
-            1 + lanes * (width + triangle)
-            + self._noise_lanes * self.draws * (1 + triangle + (width if self.mean_draws else 0))
-        )
+        layout = [] if width is None else [(shape, symmetric) for _, shape, symmetric in self._layout(width)]
+        triangle = 0 if width is None else width * (width + 1) // 2
+
+        def packed_size(shape: tuple[int, ...], symmetric: bool) -> int:
+            return math.prod(shape[:-2]) * triangle if symmetric else math.prod(shape)
+
+        expected = None if width is None else sum(packed_size(*part) for part in layout if part[0] is not None)
         if expected != packed.numel():
             raise ValueError(
                 f"{type(self.metric).__name__}: the checkpoint's {self.name!r} state has {packed.numel()} entries "
                 f"where these settings need {expected}; build the metric with the settings it was saved with."
             )
         flat = torch.zeros(self.size(width), dtype=torch.float64, device=packed.device)  # type: ignore[arg-type]
-        count, sums, outer = self._parts(flat)
-        count.copy_(packed[0])
-        sums.copy_(packed[1 : 1 + lanes * width].view_as(sums))  # type: ignore[operator]
-        if outer is not None:
-            rows, cols = torch.triu_indices(width, width, device=flat.device)  # type: ignore[arg-type]
-            start = 1 + lanes * width  # type: ignore[operator]
-            upper = packed[start : start + lanes * triangle].view(*self._lead, -1)
-            outer[..., rows, cols] = upper
-            outer[..., cols, rows] = upper
-            if self.draws:
-                weights, weighted = self._noise_parts(flat)
-                start += lanes * triangle
-                noise = self._noise_lanes * self.draws
-                weights.copy_(packed[start : start + noise].view_as(weights))
-                start += noise
-                upper = packed[start : start + noise * triangle].view(*weighted.shape[:-2], -1)
-                weighted[..., rows, cols] = upper
-                weighted[..., cols, rows] = upper
-                if self.mean_draws:
-                    self._mean_draw_part(flat).copy_(packed[start + noise * triangle :].view(self.draws, -1))  # type: ignore[union-attr]
+        rows, cols = torch.triu_indices(width, width, device=flat.device)  # type: ignore[arg-type]
+        start = 0
+        for (shape, symmetric), view in zip(layout, self._views(flat), strict=True):
+            if view is None:
+                continue
+            size = packed_size(shape, symmetric)
+            part = packed[start : start + size]
+            start += size
+            if symmetric:
+                upper = part.view(*shape[:-2], -1)
+                view[..., rows, cols] = upper
+                view[..., cols, rows] = upper
+            else:
+                view.copy_(part.view(shape))
         return flat
 
     #: Whether the lanes split the rows between them (one lane per label) rather than each seeing every row (one
@@ -471,8 +469,8 @@ class Accumulator(StreamSums):
             return f"count {n:g} samples (a count is a non-negative integer)"
         if self.width is None or flat.numel() == 1:
             return "" if n == 0 or flat.numel() > 1 else f"count {n:g} samples but hold no sums"
-        _, sums, outer = self._parts(flat)
-        sums = sums.reshape(-1, self.width)
+        views = self._views(flat)
+        sums, outer = views.feature_sum.reshape(-1, self.width), views.outer
         norm = self.feature_map.squared_norm if shift is None or outer is not None else None
         tol = 1e-4
         if outer is None:
@@ -504,14 +502,14 @@ class Accumulator(StreamSums):
                     f"norm {norm:g} give {float(expected[0]):.6g}"
                 )
         if self.draws:  # multipliers |s_a| <= sqrt(2): |w_a| <= sqrt(2) n and |diag S_a| <= sqrt(2) diag Q
-            weights, weighted = self._noise_parts(flat)
+            weights, weighted = views.weight_sums, views.weighted
             bound = math.sqrt(2.0) * (1 + tol)
             limit = diagonal if self._noise_lanes == 1 else diagonal[:, None, :]  # (1, D) or (L, 1, D)
             if bool((weights.abs() > bound * n + tol).any()) or bool(
                 (weighted.diagonal(dim1=-2, dim2=-1).abs() > bound * limit + tol).any()
             ):
                 return "have multiplier sums larger than multipliers of size at most sqrt(2) allow"
-            mean_draws = self._mean_draw_part(flat)
+            mean_draws = views.weighted_features
             if mean_draws is not None and norm is not None and bool(
                 (mean_draws.norm(dim=-1) > bound * n * math.sqrt(norm) + tol).any()
             ):
@@ -530,7 +528,7 @@ class Accumulator(StreamSums):
 
     def _rebase_(self, flat: Tensor, shift: Tensor) -> None:
         """`rebase`'s algebra on a flat state in place."""
-        count, sums, outer = self._parts(flat)
+        count, sums, outer = self._views(flat)[:3]
         delta = (shift if self.shift is None else self.shift) - shift
         if outer is not None:
             outer += _outer(delta, sums) + _outer(sums, delta) + count * _outer(delta, delta)

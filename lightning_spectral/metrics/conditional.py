@@ -786,22 +786,19 @@ class _PerLabelAccumulator(Accumulator):
 
     def lane_noise_sums(self, label: int) -> NoiseSums:
         """Label ``label``'s ``Q``, ``S_a``, ``w_a`` and count (its lane's trace)."""
-        flat = self.state
-        weights, weighted = self._noise_parts(flat)
-        outer = self._parts(flat)[2]
+        sums = self._views(self.state)
+        outer, weighted, weights = sums.outer, sums.weighted, sums.weight_sums
         count = float(outer[label].diagonal().sum().round())  # type: ignore[index]
         return NoiseSums(outer[label], weighted[label], weights[label], count)  # type: ignore[index]
 
     def _add_chunk(self, flat: Tensor, chunk: Tensor) -> None:
         """Add rows ``[label, x]`` to their labels' lanes."""
         labels, x = chunk[:, 0].long(), chunk[:, 1:]
-        count, sums, outer = self._parts(flat)
-        weights = weight_sums = weighted = None
-        if self.multipliers is not None:
-            weights, (weight_sums, weighted) = self.multipliers(x), self._noise_parts(flat)
+        sums = self._views(flat)
+        weights = None if self.multipliers is None else self.multipliers(x)
         add_feature_sums_(
-            self.feature_map(x), count=count, feature_sum=sums, outer=outer, weights=weights,
-            weight_sums=weight_sums, weighted=weighted, lanes=labels,
+            self.feature_map(x), count=sums.count, feature_sum=sums.feature_sum, outer=sums.outer, weights=weights,
+            weight_sums=sums.weight_sums, weighted=sums.weighted, lanes=labels,
         )
 
     def lane_counts(self) -> Tensor:
