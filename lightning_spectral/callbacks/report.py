@@ -25,6 +25,7 @@ from torch import Tensor
 
 from lightning_spectral.callbacks.galleries import GalleryImages, ModeImages
 from lightning_spectral.callbacks.synced_logging import quiet_sync_advice
+from lightning_spectral.metrics.headline import order_name
 from lightning_spectral.metrics.protocol import PicturedMetric, ReportedMetric
 
 #: ``fn(values) -> (tag suffix, figure)`` or ``None``: the spectrum picture of a report.
@@ -46,8 +47,7 @@ def flatten_values(name: str, value: Any) -> dict[str, float]:
     if isinstance(value, Mapping):
         out: dict[str, float] = {}
         for key, item in value.items():
-            key = int(key) if isinstance(key, float) and key.is_integer() else key
-            out.update(flatten_values(f"{name}/{key}", item))
+            out.update(flatten_values(f"{name}/{order_name(key)}", item))
         return out
     if isinstance(value, Tensor) and value.numel() != 1:  # a vector, one value per entry (none when empty)
         out = {}
