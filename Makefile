@@ -90,7 +90,7 @@ bench: $(VENV)/.installed
 	$(BENCH_PY) benchmarks/bench_alongside.py --n-samples 1000 --steps 1 --repeats 1
 	$(BENCH_PY) benchmarks/bench_cli_images.py --n 200 --encoders pixels
 	$(BENCH_PY) benchmarks/bench_width.py --n 200 --widths auto 256
-	$(BENCH_PY) benchmarks/bench_repeats.py --n 500 --r 128
+	$(BENCH_PY) benchmarks/bench_repeats.py --n 500 --r 128 --k 2
 	$(BENCH_PY) benchmarks/bench_epoch_cost.py --n 500 --data digits --r 128
 	$(BENCH_PY) benchmarks/bench_conditional.py agreement --frequencies 128
 	$(BENCH_PY) benchmarks/bench_conditional.py cost --frequencies 128 --repeats 1

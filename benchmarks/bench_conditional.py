@@ -57,7 +57,7 @@ def bench_agreement(args: argparse.Namespace) -> None:
             for seed in range(3):
                 metric = fed(ConditionalVendi(SIGMA, prompt_sigma, r, alpha=[1, 2], seed=seed, num_classes=10,
                                               precision="float64"), x, labels, True)
-                got = metric.scores()
+                got = metric.reading().scores()
                 errors["rke"].append(float(got[2]["conditional"] / want[2]["conditional"]) - 1)
                 errors["vendi"].append(float(got[1]["conditional"] / want[1]["conditional"]) - 1)
                 errors["info"].append(float(got[1]["information"] / want[1]["information"]) - 1)

@@ -115,13 +115,13 @@ def scores(
             metric = ConditionalVendi(SIGMA, PROMPT_SIGMA, r, alpha=[1, 2], noise_draws=a, precision="float64",
                                       prompt_agnostic=True, ridge=1e-2, num_classes=6)
             metric.update(x, prompts, labels=prompts.argmax(1))
-            summary = metric.summary()
+            summary = metric.reading().summary()
             for label in (0, 5):  # per-label Vendi (r_p = min(128, r)): the largest and a small label
                 out[f"CondVendi prompt {label} Vendi-1 (A={a})"] = (
                     float(summary["prompt"][label]), float(summary["prompt_se"][label]), a)
             out[f"CondVendi min prompt Vendi-1 (A={a})"] = (
                 float(summary["min_prompt_vendi"]), float(summary["min_prompt_vendi_se"]), a)
-            rke, rke_se = metric.per_prompt(2), metric.per_prompt_standard_errors(2)  # order 2: little n-bias
+            rke, rke_se = metric.reading().per_prompt(2), metric.reading().per_prompt_standard_errors(2)  # order 2: little n-bias
             for label in (0, 5):
                 out[f"CondVendi prompt {label} RKE (A={a})"] = (float(rke[label]), float(rke_se[label]), a)
             lowest = int(torch.argmin(rke))
@@ -137,7 +137,7 @@ def scores(
         for a in draws:
             covariance = RFFCovariance(SIGMA, r, noise_draws=a)
             covariance.update(gen)
-            summary = covariance.summary()
+            summary = covariance.reading().summary()
             for i, j in ENTRIES:
                 out[f"RFFCovariance C[{i},{j}] (A={a})"] = (float(summary[""][i, j]), float(summary["se"][i, j]), a)
     if "ood" in groups:
@@ -160,29 +160,29 @@ def scores(
         for name, truncation in (("", None), (f"t{T}-", T)):
             vendi = FKEAVendi(SIGMA, r, alpha=[1, 2, "inf"], truncation=truncation, noise_draws=a, precision="float64")
             vendi.update(gen)
-            summary = vendi.summary()
+            summary = vendi.reading().summary()
             for order, label in ((1, "Vendi-1"), (2, "RKE"), ("inf", "Vendi-inf")):
                 out[f"{name}{label} (A={a})"] = (float(summary[""][order]), float(summary["se"][order]), a)
     if "mmd" in groups:
         mmd = FastMMD(SIGMA, r)
         mmd.update(ref, real=True)
         mmd.update(gen, real=False)
-        summary = mmd.summary()
+        summary = mmd.reading().summary()
         out["FastMMD MMD^2"] = (float(summary[""]), float(summary["se"]), 0)
     for a in draws_of["spec"]:  # SPEC-diff between the samples and a bent copy of them (tanh of a projection)
         spec = SPECDivergence("gaussian", SIGMA, SIGMA, n_frequencies=r, noise_draws=a)
         spec.update(gen, torch.tanh(gen @ PROJECTION / 3))
-        summary = spec.summary()
+        summary = spec.reading().summary()
         out[f"SPEC-diff (A={a})"] = (float(summary[""]), float(summary["se"]), a)
         for sign, side in ((1, "+"), (-1, "-")):  # DriftMonitor's lost / new eigenvalues: clusters_standard_error
-            values, errors = spec.clusters(2, sign).eigenvalues.abs(), spec.clusters_standard_error(2, sign)
+            values, errors = spec.reading().clusters(2, sign).eigenvalues.abs(), spec.reading().clusters_standard_error(2, sign)
             for i in range(min(2, values.numel())):
                 out[f"SPEC eigenvalue {side}{i + 1} (A={a})"] = (float(values[i]), float(errors[i]), a)
     for rho in rhos if "finc" in groups else []:
         finc = FINCNovelty(SIGMA, r, rho=rho)
         finc.update(ref, real=True)
         finc.update(gen, real=False)
-        summary = finc.summary()
+        summary = finc.reading().summary()
         for side in ("novel", "missing"):  # the documented interval [top - bias - q se, top + q se] beside +- q se
             value, se = float(summary[f"{side}_top"]), float(summary[f"{side}_top_se"])
             out[f"FINC top {side} eigenvalue, rho={rho:g} (A=3)"] = (value, se, 3)
@@ -191,13 +191,13 @@ def scores(
             )
         out[f"FINC novelty, rho={rho:g} (A=3)"] = (float(summary[""]), float(summary["se"]), 3)
         # the top novel mode's share (mode 1 of the mixture, 0.30 against 0.10: the side with draws holds it)
-        share, share_se = finc.mode_shares(1), finc.mode_share_standard_errors(1)
+        share, share_se = finc.reading().mode_shares(1), finc.reading().mode_share_standard_errors(1)
         out[f"FINC top novel mode's share, rho={rho:g} (A=3)"] = (float(share[0]), float(share_se[0]), 3)
         # sides swapped: the same mode is now missing, held by the reference, which keeps no draws
         swapped = FINCNovelty(SIGMA, r, rho=rho)
         swapped.update(gen, real=True)
         swapped.update(ref, real=False)
-        share, share_se = swapped.mode_shares(1, missing=True), swapped.mode_share_standard_errors(1, missing=True)
+        share, share_se = swapped.reading().mode_shares(1, missing=True), swapped.reading().mode_share_standard_errors(1, missing=True)
         out[f"FINC top missing mode's share (sides swapped), rho={rho:g} (A=3)"] = (
             float(share[0]), float(share_se[0]), 3)
     return out
@@ -214,7 +214,7 @@ def cost(n: int, r: int, repeats: int) -> None:
             metric.update(x)
             metric.flush()
             middle = time.perf_counter()
-            metric.summary()
+            metric.reading().summary()
             times.setdefault((draws, "update"), []).append(middle - start)
             times.setdefault((draws, "summary"), []).append(time.perf_counter() - middle)
     print(f"# FKEAVendi, n = {n}, 2r = {2 * r}, float32 rows, {repeats} interleaved repeats (median seconds)")
@@ -242,7 +242,7 @@ def cost_conditional(n: int, r: int, repeats: int, labels: bool = False) -> None
                 metric.update(x.float(), prompts.float(), **({"labels": prompts.argmax(1)} if classes else {}))
                 metric.flush()
                 middle = time.perf_counter()
-                metric.summary()
+                metric.reading().summary()
                 times.setdefault((draws, classes, "update"), []).append(middle - start)
                 times.setdefault((draws, classes, "summary"), []).append(time.perf_counter() - middle)
     print(f"# ConditionalVendi, n = {n}, 2r = {2 * r}, {repeats} interleaved repeats (median seconds)")
@@ -270,13 +270,13 @@ def cost_finc(n: int, r: int, repeats: int) -> None:
         finc.update(ref, real=True)
         finc.update(gen, real=False)
         start = time.perf_counter()
-        summary = finc.summary()
+        summary = finc.reading().summary()
         middle = time.perf_counter()
         counts = [len(summary["novel_mode_share"]), len(summary["missing_mode_share"])]
         for missing, count in ((False, counts[0]), (True, counts[1])):
             if count:
-                modes = finc.missing_modes(count) if missing else finc.novel_modes(count)
-                x, y = finc.pooled(real=missing), finc.pooled(real=not missing)
+                modes = finc.reading().missing_modes(count) if missing else finc.reading().novel_modes(count)
+                x, y = finc.reading().pooled(real=missing), finc.reading().pooled(real=not missing)
                 two_sided_share_errors(modes.eigenvectors, x.mean(), x.second_moment(), y.mean(), y.second_moment(),
                                        finc.rho, finc.gen[0].noise_sums(), not missing, float(finc.ref[0].count))
         rows.append((middle - start, time.perf_counter() - middle, counts))

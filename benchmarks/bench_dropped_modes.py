@@ -111,11 +111,11 @@ def missing_modes(gen, ref, ref_labels, factor, rho, r, min_eigenvalue, k=10, pe
     metric = FINCNovelty(sigma, n_frequencies=r, rho=rho, min_eigenvalue=min_eigenvalue, noise_draws=draws)
     metric.update(ref, real=True)
     metric.update(gen, real=False)
-    modes = metric.missing_modes(k)
+    modes = metric.reading().missing_modes(k)
     count = int(modes.significant.sum())
     named, regions = [], []
     if count:
-        grouped = metric.grouped_modes([(ref, torch.arange(len(ref)))], k=count, per_mode=per_mode, missing=True)
+        grouped = metric.reading().grouped_modes([(ref, torch.arange(len(ref)))], k=count, per_mode=per_mode, missing=True)
         for i, (top, _) in enumerate(grouped.mode_samples):
             labels = ref_labels[top]
             dominant = int(labels.mode().values)
@@ -126,7 +126,7 @@ def missing_modes(gen, ref, ref_labels, factor, rho, r, min_eigenvalue, k=10, pe
             dominant = int(labels.mode().values)
             value, p = named[group[0].mode][:2]
             regions.append((value, p, dominant, float((labels == dominant).float().mean()), float(share)))
-    novel = int(metric.novel_modes(k).significant.sum())
+    novel = int(metric.reading().novel_modes(k).significant.sum())
     del metric
     gc.collect()  # a metric is in a reference cycle (docs/metrics.md): free its sums before the next trial's
     return named, regions, novel, sigma

@@ -81,7 +81,7 @@ def bench_floor(args: argparse.Namespace) -> None:
             ratios[rho].append(t_finc / t_fkea)
             del fresh_finc
             before = copy.deepcopy(finc)  # the route before the partial spectrum: the null and a full eigvalsh
-            full, t_full = timed(lambda b=before: b._spectrum(False, vectors=False, full=True).score)
+            full, t_full = timed(lambda b=before: b.reading()._spectrum(False, vectors=False, full=True).score)
             print(f"  round rho={rho:g}: FKEA {t_fkea:.2f} s, FINC {t_finc:.2f} s ({t_finc / t_fkea:.2f}x), "
                   f"full-eigvalsh route {t_full:.2f} s ({t_full / t_fkea:.2f}x); novelty {float(novelty):.6f} "
                   f"(full route {float(full):.6f}), Vendi-1 {float(vendi[1]):.2f}; load {os.getloadavg()[0]:.1f}",

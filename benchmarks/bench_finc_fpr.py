@@ -123,7 +123,7 @@ def bench_fpr(args: argparse.Namespace) -> None:
                 start = time.perf_counter()
                 for trial in range(args.trials):
                     gen, ref, sigma = same_distribution(data, n, trial, args.fashion)
-                    summary = run(gen, ref, sigma, args.r, rho, seed=trial).summary()
+                    summary = run(gen, ref, sigma, args.r, rho, seed=trial).reading().summary()
                     found = (int(summary["novel_modes"]) > 0, int(summary["missing_modes"]) > 0)
                     novel, missing, either = novel + found[0], missing + found[1], either + any(found)
                     p_values.append(float(summary["novel_top_p_value"]))
@@ -169,14 +169,14 @@ def bench_power(args: argparse.Namespace) -> None:
                                 data, n, prevalence, trial, args.fashion, missing
                             )
                             metric = run(gen, ref, sigma, args.r, rho, seed=trial)
-                            modes = metric.missing_modes(1) if missing else metric.novel_modes(1)
+                            modes = metric.reading().missing_modes(1) if missing else metric.reading().novel_modes(1)
                             tops.append(float(modes.eigenvalues[0]))
                             p_values.append(float(modes.p_values[0]))
                             if not bool(modes.significant[0]):
                                 continue
                             found += 1
                             side, labels = (ref, ref_y) if missing else (gen, gen_y)
-                            (ids, _), = metric.top_samples([(side, torch.arange(len(side)))], k=1, per_mode=50,
+                            (ids, _), = metric.reading().top_samples([(side, torch.arange(len(side)))], k=1, per_mode=50,
                                                            missing=missing)
                             purities.append(float((labels[ids] == held).double().mean()))
                         purity = f"{np.mean(purities):.3f} ({min(purities):.2f})" if purities else "-"

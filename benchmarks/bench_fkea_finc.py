@@ -94,7 +94,7 @@ def bench_finc(args: argparse.Namespace) -> None:
                 break
             update_s += timed(lambda x=x, real=real: metric.update(x, real=real))[1]
     score, compute_s = timed(metric.compute)
-    modes = metric.novel_modes(3)
+    modes = metric.reading().novel_modes(3)
     print(f"(c) FINC: n = m = {n:,}, d={d}, 2r={2 * r}, batches of {batch}")
     print(f"    update {update_s:.1f} s + compute {compute_s:.1f} s = {update_s + compute_s:.1f} s; "
           f"data generation {generate_s:.1f} s (not counted); peak resident memory {peak_memory_gb():.2f} GB")

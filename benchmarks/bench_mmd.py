@@ -231,7 +231,7 @@ def stream(args: argparse.Namespace) -> None:
         metric.update(x, real=start % (2 * batch) == 0)
         update_s += time.perf_counter() - begin
     begin = time.perf_counter()
-    value, result = metric.compute(), metric.test()
+    value, result = metric.compute(), metric.reading().test()
     test_s = time.perf_counter() - begin
     print(f"streaming FastMMD: n = {args.n:,} samples (half per side), d = {d}, r = {r}, batches of {batch}: "
           f"update {update_s:.1f} s ({args.n / update_s:,.0f} samples/s), compute + test {test_s:.1f} s; "

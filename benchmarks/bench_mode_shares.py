@@ -60,12 +60,12 @@ def cross_fitted(gen, ref, ref_y, held, sigma, args, trial):
         metric.update(ref[ref_order[part::2]], real=True)
         halves.append(metric)
     fit, read = halves
-    samples = fit.top_samples([(ref, torch.arange(len(ref)))], 5, 20, missing=True)
+    samples = fit.reading().top_samples([(ref, torch.arange(len(ref)))], 5, 20, missing=True)
     named = [i for i, (ids, _) in enumerate(samples) if (ref_y[ids] == held).double().mean() >= 0.5]
     if not named:
         return None
-    vector = fit.missing_modes(5).eigenvectors[:, named[:1]]
-    x, y = read.pooled(real=True), read.pooled(real=False)
+    vector = fit.reading().missing_modes(5).eigenvectors[:, named[:1]]
+    x, y = read.reading().pooled(real=True), read.reading().pooled(real=False)
     return float(two_sided_shares(vector, x.mean(), x.second_moment(), y.mean(), y.second_moment())[0])
 
 
@@ -94,12 +94,12 @@ def main() -> None:
                 metric = FINCNovelty(sigma=sigma, n_frequencies=args.r, seed=trial, rho=args.rho)
                 metric.update(gen, real=False)
                 metric.update(ref, real=True)
-                modes = metric.missing_modes(5)
+                modes = metric.reading().missing_modes(5)
                 count = int(modes.significant.sum())
                 if count == 0:
                     continue
-                samples = metric.top_samples([(ref, torch.arange(len(ref)))], count, 20, missing=True)
-                shares = metric.mode_shares(count, missing=True)
+                samples = metric.reading().top_samples([(ref, torch.arange(len(ref)))], count, 20, missing=True)
+                shares = metric.reading().mode_shares(count, missing=True)
                 for i, (ids, scores) in enumerate(samples):
                     if (ref_y[ids] == held).double().mean() >= 0.5:
                         named += 1
@@ -124,7 +124,7 @@ def main() -> None:
         x, y = x[:n].float(), y[:n]
         metric = FKEAVendi(sigma=sigma, n_frequencies=args.r)
         metric.update(x)
-        samples, shares = metric._top_samples([(x, torch.arange(n))], 10, 20)
+        samples, shares = metric.reading()._top_samples([(x, torch.arange(n))], 10, 20)
         for i, (ids, _) in enumerate(samples):
             label = int(y[ids].mode().values)
             purity = int((y[ids] == label).sum())

@@ -51,9 +51,9 @@ def oracle_floor(x: torch.Tensor, n_ref: int, n_gen: int, splits: int, r: int, d
         metric = FINCNovelty(rule_sigma(ref), n_frequencies=r, noise_draws=draws)
         metric.update(ref, real=True)
         metric.update(x[order[n_ref : n_ref + n_gen]], real=False)
-        modes = metric.missing_modes(1)
+        modes = metric.reading().missing_modes(1)
         tops.append(float(modes.eigenvalues[0]))
-        thresholds.append(metric.threshold(missing=True))
+        thresholds.append(metric.reading().threshold(missing=True))
         flagged += bool(modes.significant[0])
         del metric
         gc.collect()  # a metric is in a reference cycle (docs/metrics.md): free its sums before the next split's
@@ -69,15 +69,15 @@ def best_modes(gen, ref, ref_y, dropped, sigma, r, k, pure, draws=3):
     metric = FINCNovelty(sigma, n_frequencies=r, noise_draws=draws)
     metric.update(ref, real=True)
     metric.update(gen, real=False)
-    modes = metric.missing_modes(k)
-    tops = metric.top_samples([(ref, torch.arange(len(ref)))], k=k, per_mode=20, missing=True)
+    modes = metric.reading().missing_modes(k)
+    tops = metric.reading().top_samples([(ref, torch.arange(len(ref)))], k=k, per_mode=20, missing=True)
     best = {c: None for c in dropped}
     for value, p, significant, (ids, _) in zip(modes.eigenvalues, modes.p_values, modes.significant, tops, strict=True):
         labels = ref_y[ids]
         dominant = int(labels.mode().values)
         if dominant in best and float((labels == dominant).float().mean()) >= pure and best[dominant] is None:
             best[dominant] = (float(value), float(p), bool(significant))
-    threshold = metric.threshold(missing=True)
+    threshold = metric.reading().threshold(missing=True)
     del metric
     gc.collect()
     return best, threshold

@@ -93,19 +93,19 @@ def novelty_demo(images: torch.Tensor, labels: torch.Tensor, sigma: float, args:
     metric.update(images[reference], real=True)
     metric.update(images[generated], real=False)
     score = float(metric.compute())
-    modes = metric.novel_modes(5)
-    (ids, scores), = metric.top_samples([(images[generated], generated)], k=1, per_mode=24)
+    modes = metric.reading().novel_modes(5)
+    (ids, scores), = metric.reading().top_samples([(images[generated], generated)], k=1, per_mode=24)
     nines = int((labels[ids] == 9).sum())
     print(f"\nFINC novelty: {len(reference)} reference images of digits 0-8 against {len(generated)} 'generated'"
           f" ones, 150 of them nines (rho = 1)")
     print(f"  novelty score {score:.4f}; top eigenvalues {[round(v, 4) for v in modes.eigenvalues.tolist()]}; "
-          f"threshold {metric.threshold():.4f}; significant {modes.significant.tolist()}")
+          f"threshold {metric.reading().threshold():.4f}; significant {modes.significant.tolist()}")
     print(f"  the top novel mode's 24 best samples: {nines} are nines")
     args.output.mkdir(parents=True, exist_ok=True)
     enlarged = lambda i: images[i].view(1, 8, 8).repeat_interleave(4, 1).repeat_interleave(4, 2)  # noqa: E731
     with written(args.output / "finc_novel_mode.png", "--output") as temporary:
         save_image(mode_gallery([(ids, scores)], enlarged), temporary, format="png")
-    figure = plot_spectrum(modes.eigenvalues, threshold=metric.threshold(), title="FINC: C_gen - rho C_ref")
+    figure = plot_spectrum(modes.eigenvalues, threshold=metric.reading().threshold(), title="FINC: C_gen - rho C_ref")
     with written(args.output / "finc_spectrum.png", "--output") as temporary:
         figure.savefig(temporary, format="png")
     print(f"  pictures: {args.output / 'finc_novel_mode.png'}, {args.output / 'finc_spectrum.png'}")

@@ -104,9 +104,9 @@ def measure(model: DigitsVAE, data: DigitsImages, args: argparse.Namespace, seed
     scores = vendi.compute()
 
     novelty = finc(sigma, args.rho, real, generated, args, seed)
-    missing, novel = novelty.missing_modes(args.k), novelty.novel_modes(args.k)
+    missing, novel = novelty.reading().missing_modes(args.k), novelty.reading().novel_modes(args.k)
     batches = [(real[i : i + 256], real_ids[i : i + 256]) for i in range(0, len(real), 256)]
-    top = novelty.top_samples(batches, k=args.k, per_mode=args.per_mode, missing=True)
+    top = novelty.reading().top_samples(batches, k=args.k, per_mode=args.per_mode, missing=True)
     label_of = dict(zip(real_ids.tolist(), real_labels.tolist()))
     top_labels = [torch.tensor([label_of[i] for i in ids.tolist()]) for ids, _ in top]
     n_top = max(len(args.drop), 1)
@@ -131,11 +131,11 @@ def measure(model: DigitsVAE, data: DigitsImages, args: argparse.Namespace, seed
         "top_missing_significant": bool(missing.significant[:n_top].all()),
         "top_missing": float(missing.eigenvalues[0]),
         "top_novel": float(novel.eigenvalues[0]),
-        "thresholds": (novelty.threshold(missing=True), novelty.threshold()),
+        "thresholds": (novelty.reading().threshold(missing=True), novelty.reading().threshold()),
         "named": named,
         "purity": float(purity),
-        "rho1": tuple(int(modes(args.k).significant.sum()) for modes in (at_one.missing_modes, at_one.novel_modes)),
-        "mmd_p": float(mmd.test().p_value),
+        "rho1": tuple(int(modes(args.k).significant.sum()) for modes in (at_one.reading().missing_modes, at_one.reading().novel_modes)),
+        "mmd_p": float(mmd.reading().test().p_value),
         "kid": (float(kid_mean), float(kid_std)),
         "sigma": sigma,
     }

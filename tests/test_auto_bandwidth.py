@@ -38,12 +38,12 @@ def test_finc_auto_equals_finc_at_the_reported_sigma():
     auto = FINCNovelty("auto", n_frequencies=64)
     auto.update(gen, real=False)  # generated rows may come first: they wait for the reference
     auto.update(ref, real=True)
-    summary = auto.summary()
+    summary = auto.reading().summary()
     assert float(summary["sigma"]) == pytest.approx(reference_bandwidth(ref, "test")) == auto.sigma
     fixed = FINCNovelty(float(summary["sigma"]), n_frequencies=64)
     fixed.update(ref, real=True)
     fixed.update(gen, real=False)
-    torch.testing.assert_close(fixed.summary(), summary, rtol=1e-12, atol=1e-14)
+    torch.testing.assert_close(fixed.reading().summary(), summary, rtol=1e-12, atol=1e-14)
 
 
 def test_auto_without_reference_rows_is_refused_by_name():
@@ -60,7 +60,7 @@ def test_sigma_stays_after_reset_and_travels_in_checkpoints():
     metric.update(ref, real=True)
     metric.update(gen, real=False)
     sigma = metric.fit_bandwidth()
-    assert metric.sigma == sigma == float(metric.summary()["sigma"])
+    assert metric.sigma == sigma == float(metric.reading().summary()["sigma"])
     state = metric.state_dict()
     metric.reset()
     assert metric.sigma == sigma
@@ -73,7 +73,7 @@ def test_one_sample_metrics_fit_on_all_their_rows():
     gen, ref = sides()
     vendi = FKEAVendi("auto", n_frequencies=32)
     vendi.update(gen)
-    assert float(vendi.summary()["sigma"]) == pytest.approx(auto_bandwidth(smallest_hashes(gen)))
+    assert float(vendi.reading().summary()["sigma"]) == pytest.approx(auto_bandwidth(smallest_hashes(gen)))
     detector = KernelPCAOOD("corp", sigma="auto", n_frequencies=32).fit(ref)
     unit = torch.nn.functional.normalize(ref, dim=1)
     assert detector.sigma == pytest.approx(reference_bandwidth(unit, "test"), rel=1e-6)
@@ -95,16 +95,16 @@ def test_spec_auto_gives_each_embedding_its_own_sigma():
     auto = SPECDivergence("gaussian", "auto", "auto", n_frequencies=48)
     for part in range(0, len(gen), 250):
         auto.update(gen[part : part + 250], second[part : part + 250])
-    summary = auto.summary()
+    summary = auto.reading().summary()
     want = (reference_bandwidth(gen, "test"), reference_bandwidth(second, "test"))
     assert (float(summary["sigma_a"]), float(summary["sigma_b"])) == pytest.approx(want)  # FKEAVendi's rule on each
     assert want[0] != pytest.approx(want[1])
     fixed = SPECDivergence("gaussian", *want, n_frequencies=48)
     fixed.update(gen, second)
-    torch.testing.assert_close(fixed.summary(), summary, rtol=1e-12, atol=1e-14)
+    torch.testing.assert_close(fixed.reading().summary(), summary, rtol=1e-12, atol=1e-14)
     half = SPECDivergence("gaussian", 2.0, "auto", n_frequencies=48)  # one side fixed, the other fitted
     half.update(gen, second)
-    assert (half.sigmas[0], float(half.summary()["sigma_b"])) == (2.0, pytest.approx(want[1]))
+    assert (half.sigmas[0], float(half.reading().summary()["sigma_b"])) == (2.0, pytest.approx(want[1]))
     restored = SPECDivergence("gaussian", "auto", "auto", n_frequencies=48)
     restored.load_state_dict(auto.state_dict())
     assert restored.sigmas == auto.sigmas
@@ -117,14 +117,14 @@ def test_conditional_auto_reads_the_samples_not_the_prompts():
     auto = ConditionalVendi("auto", 0.1, 48, alpha=[1, 2], num_classes=4, per_prompt_frequencies=8)
     auto.update(gen[:300], labels[:300])
     auto.update(gen[300:], labels[300:])
-    summary = auto.summary()
+    summary = auto.reading().summary()
     assert float(summary["sigma"]) == pytest.approx(reference_bandwidth(gen, "test")) == auto.sigma
     fixed = ConditionalVendi(auto.sigma, 0.1, 48, alpha=[1, 2], num_classes=4, per_prompt_frequencies=8)
     fixed.update(gen, labels)
-    torch.testing.assert_close(fixed.summary(), summary, rtol=1e-12, atol=1e-14)
+    torch.testing.assert_close(fixed.reading().summary(), summary, rtol=1e-12, atol=1e-14)
     restored = ConditionalVendi("auto", 0.1, 48, alpha=[1, 2], num_classes=4, per_prompt_frequencies=8)
     restored.load_state_dict(auto.state_dict())
     assert restored.sigma == auto.sigma
-    torch.testing.assert_close(restored.summary(), summary)
+    torch.testing.assert_close(restored.reading().summary(), summary)
     with pytest.raises(RuntimeError, match=r"sigma='auto'"):
         ConditionalVendi("auto", 0.1, 16).compute()

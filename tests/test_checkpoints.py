@@ -36,8 +36,8 @@ def test_after_reset_only_the_kept_reference_is_written_and_it_resumes_exactly()
     restored.load_state_dict(state)
     for m in (metric, restored):
         m.update(gen, real=False)
-    assert float(restored.compute()) == float(metric.compute()) and restored.threshold() == metric.threshold()
-    assert torch.equal(restored.novel_modes(3).p_values, metric.novel_modes(3).p_values)
+    assert float(restored.compute()) == float(metric.compute()) and restored.reading().threshold() == metric.reading().threshold()
+    assert torch.equal(restored.reading().novel_modes(3).p_values, metric.reading().novel_modes(3).p_values)
     for kept, original in zip(restored.ref, metric.ref, strict=True):
         torch.testing.assert_close(kept.cov_sum, original.cov_sum, rtol=0, atol=0)
     metric.update(ref, real=False)
@@ -149,7 +149,7 @@ def test_paired_and_multi_bandwidth_states_round_trip():
     mmd.update(a + 1, real=False)
     restored = FastMMD(sigma=[1.0, 2.0], n_frequencies=16)
     restored.load_state_dict(mmd.state_dict())
-    torch.testing.assert_close(restored.test().p_value, mmd.test().p_value, rtol=0, atol=0)
+    torch.testing.assert_close(restored.reading().test().p_value, mmd.reading().test().p_value, rtol=0, atol=0)
 
 
 def test_packing_is_exact_and_checks_its_size():

@@ -31,6 +31,7 @@ from lightning_spectral.functional import (
     threshold_standard_error,
 )
 from lightning_spectral.metrics import FastMMD, FINCNovelty, FKEAVendi, KernelPCAOOD, SPECDivergence
+from lightning_spectral.metrics.mmd_reading import MMDReading
 
 SUFFIXES = (".npy", ".pt", ".safetensors")
 REPO = Path(__file__).resolve().parents[1]
@@ -82,7 +83,7 @@ def test_flag_defaults_are_the_library_defaults():
         "rho": default(FINCNovelty, "rho"),
         "significance": default(FINCNovelty, "significance"),
         "min_eigenvalue": default(FINCNovelty, "min_eigenvalue"),
-        "mmd_level": default(FastMMD.test, "level"),
+        "mmd_level": default(MMDReading.test, "level"),
     }
     assert default(FKEAVendi, "n_frequencies") == default(FINCNovelty, "n_frequencies")
     assert compare_command.DEFAULTS == {
@@ -114,14 +115,14 @@ def test_evaluate_equals_the_metrics_on_the_whole_array(tmp_path, capsys, suffix
     for label, order in (("1", 1), ("2", 2), ("inf", "inf")):
         assert close(out["vendi"][label], expected[order]), (label, out["vendi"][label], expected[order])
     assert 3.8 < out["vendi"]["2"] < 4.6  # four tight modes, far apart: RKE counts them
-    modes = vendi.modes(3).eigenvalues
+    modes = vendi.reading().modes(3).eigenvalues
     assert all(close(a, b) for a, b in zip(out["modes"]["eigenvalues"], modes.tolist(), strict=True))
 
     finc = FINCNovelty(sigma, r, seed=3)
     finc.update(real, real=True)
     finc.update(gen, real=False)
-    assert close(out["finc"]["novelty"], finc.compute()) and close(out["finc"]["threshold"], finc.threshold())
-    novel, missing = finc.novel_modes(3), finc.missing_modes(3)
+    assert close(out["finc"]["novelty"], finc.compute()) and close(out["finc"]["threshold"], finc.reading().threshold())
+    novel, missing = finc.reading().novel_modes(3), finc.reading().missing_modes(3)
     assert np.allclose(out["finc"]["novel_eigenvalues"], novel.eigenvalues.numpy(), rtol=1e-6)
     assert np.allclose(out["finc"]["missing"]["eigenvalues"], missing.eigenvalues.numpy(), rtol=1e-6)
     # the fifth mode, absent from FILE, is the one missing mode; it outweighs FILE's 1/4-vs-1/5 over-representations
@@ -131,16 +132,16 @@ def test_evaluate_equals_the_metrics_on_the_whole_array(tmp_path, capsys, suffix
     mmd = FastMMD(sigma, r, seed=3)
     mmd.update(real, real=True)
     mmd.update(gen, real=False)
-    test = mmd.test(level=0.05)
+    test = mmd.reading().test(level=0.05)
     assert close(out["mmd"]["mmd2"], mmd.compute()) and close(out["mmd"]["mmd2_biased"], test.statistic)
     assert close(out["mmd"]["p_value"], test.p_value, rtol=1e-5) and out["mmd"]["reject"] is True
     assert out["mmd"]["p_value"] < 1e-6
 
     # standard errors beside each score, with the n and 2r they were computed at
-    assert close(out["mmd"]["se"], mmd.standard_error()) and out["mmd"]["n_features"] == 2 * r
+    assert close(out["mmd"]["se"], mmd.reading().standard_error()) and out["mmd"]["n_features"] == 2 * r
     assert (out["mmd"]["n"], out["mmd"]["n_real"], out["n"], out["n_features"]) == (900, 700, 900, 2 * r)
-    assert close(out["finc"]["novelty_se"], finc.summary()["se"])
-    assert close(out["finc"]["missing"]["se"], finc.summary()["missing_se"]) and out["finc"]["missing"]["se"] > 0
+    assert close(out["finc"]["novelty_se"], finc.reading().summary()["se"])
+    assert close(out["finc"]["missing"]["se"], finc.reading().summary()["missing_se"]) and out["finc"]["missing"]["se"] > 0
     assert out["se_draws"] == finc.noise_draws  # FILE's draws are FINC's generated side's
     from lightning_spectral.functional.fkea import vendi_standard_errors
 
@@ -416,12 +417,12 @@ def test_console_script_with_default_flags(tmp_path):
     vendi.update(torch.from_numpy(x))
     expected = vendi.compute()
     assert close(out["vendi"]["1"], expected[1]) and close(out["vendi"]["2"], expected[2])
-    errors = vendi.standard_error()  # no reference: FKEAVendi's own draws
+    errors = vendi.reading().standard_error()  # no reference: FKEAVendi's own draws
     assert close(out["vendi_se"]["1"], errors[1]) and close(out["vendi_se"]["2"], errors[2])
     # the t-truncated score beside them by default (t = 100), as FKEAVendi(truncation=100) computes it
     truncated = FKEAVendi(6.0, n_frequencies=frequencies_for(300), alpha=[1, 2], truncation=100)
     truncated.update(torch.from_numpy(x))
-    expected, errors = truncated.compute(), truncated.standard_error()
+    expected, errors = truncated.compute(), truncated.reading().standard_error()
     assert out["vendi_truncated"]["t"] == 100
     assert close(out["vendi_truncated"]["1"], expected[1]) and close(out["vendi_truncated"]["2"], expected[2])
     assert close(out["vendi_truncated_se"]["1"], errors[1]) and out["vendi_truncated"]["1"] <= out["vendi"]["1"] + 1e-9
@@ -495,7 +496,7 @@ def test_evaluate_with_prompts_gives_the_conditional_scores(tmp_path, capsys):
     assert code == 0, err
     metric = ConditionalVendi(6.0, 0.1, 64, alpha=[1, 2], seed=2)
     metric.update(torch.from_numpy(x), torch.from_numpy(prompts))
-    summary = metric.summary()
+    summary = metric.reading().summary()
     for order, label in ((1, "1"), (2, "2")):
         assert close(out["conditional"][label], summary[""][order])
         assert close(out["information"][label], summary["information"][order])

@@ -163,7 +163,7 @@ def test_metric_equals_the_functional_over_batches():
     for part in torch.arange(250).split(37):
         metric.update(x[part], t[part])
     covariances = conditional_covariances(x, t, 2.0, 0.5, n_frequencies=64, seed=4)
-    summary, computed = metric.summary(), metric.compute()
+    summary, computed = metric.reading().summary(), metric.compute()
     for order in (1, 2, "inf"):
         want = conditional_scores(covariances, order)
         assert float(computed[order]) == pytest.approx(float(want["conditional"]), rel=1e-9)
@@ -183,16 +183,17 @@ def test_integer_prompts_are_one_hot_and_per_prompt_vendi_names_the_collapsed_pr
     by_label.update(x, labels)
     by_onehot.update(x, t)
     assert float(by_label.compute()) == pytest.approx(float(by_onehot.compute()), rel=1e-6)  # float32 one-hot rows
-    per_prompt = by_label.per_prompt()
+    reading = by_label.reading()
+    per_prompt = reading.per_prompt()
     for label in range(3):  # per-label Vendi converges to the exact Vendi of the label's samples, O(1/sqrt(r_p))
         exact = vendi_exact(x[labels == label], 2.0, alpha=1)
         assert float(per_prompt[label]) == pytest.approx(float(exact), rel=2 / math.sqrt(256))
     assert float(per_prompt[3]) == pytest.approx(1.0, abs=1e-6)
-    assert by_label.prompt_counts().tolist() == [100.0] * 4
-    assert [label for label, _, _ in by_label.least_diverse(2)][0] == 3
-    assert float(by_label.summary()["min_prompt_vendi"]) == pytest.approx(1.0, abs=1e-6)
+    assert reading.prompt_counts().tolist() == [100.0] * 4
+    assert [label for label, _, _ in reading.least_diverse(2)][0] == 3
+    assert float(reading.summary()["min_prompt_vendi"]) == pytest.approx(1.0, abs=1e-6)
     batches = [((x[ids], labels[ids]), ids) for ids in torch.arange(400).split(64)]
-    gallery = by_label.galleries(batches, k=2, per_mode=5)["least_diverse_prompts"]
+    gallery = reading.galleries(batches, k=2, per_mode=5)["least_diverse_prompts"]
     assert gallery.labels[0].startswith("prompt 3: Vendi 1.00 over 100 samples")
     assert (labels[gallery.samples[0][0]] == 3).all() and len(gallery.samples[0][0]) == 5
 
@@ -201,12 +202,12 @@ def test_a_prompt_with_no_samples_is_nan_and_a_checkpoint_restores_every_sum():
     x, t, labels = labelled(n=120, classes=3, noise=1.0)
     metric = ConditionalVendi(2.0, 0.3, 32, alpha=2, num_classes=5, per_prompt_frequencies=8)
     metric.update(x, labels)
-    per_prompt = metric.per_prompt()
+    per_prompt = metric.reading().per_prompt()
     assert per_prompt[3:].isnan().all() and not per_prompt[:3].isnan().any()
     restored = ConditionalVendi(2.0, 0.3, 32, alpha=2, num_classes=5, per_prompt_frequencies=8)
     restored.load_state_dict(metric.state_dict())
     assert float(restored.compute()) == pytest.approx(float(metric.compute()), rel=1e-12)
-    torch.testing.assert_close(restored.per_prompt(), per_prompt, rtol=1e-12, atol=0, equal_nan=True)
+    torch.testing.assert_close(restored.reading().per_prompt(), per_prompt, rtol=1e-12, atol=0, equal_nan=True)
     other = ConditionalVendi(2.0, 0.3, 32, alpha=2, num_classes=5, per_prompt_frequencies=8, seed=1)
     with pytest.raises(RuntimeError, match="other random frequencies"):
         other.load_state_dict(metric.state_dict())
@@ -223,7 +224,7 @@ def test_images_through_feature_and_reset():
     plain.update(images.flatten(1), torch.nn.functional.one_hot(labels, 3).float())
     assert float(metric.compute()) == pytest.approx(float(plain.compute()), rel=1e-6)
     metric.reset()
-    assert metric.sample_count() == 0 and float(metric.prompt_counts().sum()) == 0
+    assert metric.sample_count() == 0 and float(metric.reading().prompt_counts().sum()) == 0
 
 
 def test_label_prompts_read_the_prompt_side_from_the_counts_and_match_the_general_path():
@@ -235,7 +236,7 @@ def test_label_prompts_read_the_prompt_side_from_the_counts_and_match_the_genera
         general.update(x[part], labels[part])
         cheap.update(x[part], labels[part])
     assert set(cheap.accumulators) == {"joint", "per_prompt"}
-    want, got = general.summary(), cheap.summary()
+    want, got = general.reading().summary(), cheap.reading().summary()
     assert set(got) == {"", "prompt_vendi", "min_prompt_vendi", "prompt", "sigma", "n", "n_features"}
     for order in (1, 2):  # the accumulated prompt side holds float32 features of the one-hot rows
         assert float(got[""][order]) == pytest.approx(float(want[""][order]), rel=1e-5)
@@ -257,8 +258,9 @@ def test_integer_prompts_with_disagreeing_labels_are_refused_before_any_sum_chan
                              label_prompts=label_prompts)
     alone.update(x[:30], labels[:30])  # the refused batch left every sum as it was
     assert metric.sample_count() == 30 and float(metric.compute()) == float(alone.compute())
-    assert torch.equal(metric.prompt_counts(), alone.prompt_counts())
-    assert torch.equal(metric.per_prompt(), alone.per_prompt())
+    reading, alone_reading = metric.reading(), alone.reading()
+    assert torch.equal(reading.prompt_counts(), alone_reading.prompt_counts())
+    assert torch.equal(reading.per_prompt(), alone_reading.per_prompt())
 
 
 def test_least_diverse_skips_labels_with_fewer_than_min_count_samples():
@@ -267,24 +269,28 @@ def test_least_diverse_skips_labels_with_fewer_than_min_count_samples():
     metric = ConditionalVendi(2.0, 0.1, 64, alpha=1, num_classes=5, per_prompt_frequencies=32)
     metric.update(x, labels)
     metric.update(torch.randn(1, x.shape[1]), torch.tensor([3]))  # label 3 seen once: Vendi exactly 1
-    assert float(metric.per_prompt()[3]) == pytest.approx(1.0, abs=1e-9)
-    every = metric.least_diverse(5, min_count=1)  # the single sample ranks with the collapsed label
+    reading = metric.reading()
+    assert float(reading.per_prompt()[3]) == pytest.approx(1.0, abs=1e-9)
+    every = reading.least_diverse(5, min_count=1)  # the single sample ranks with the collapsed label
     assert {label for label, _, _ in every[:2]} == {2, 3} and len(every) == 4
-    worst = metric.least_diverse(5)  # default min_count=2: label 3 dropped, label 4 never seen
+    worst = reading.least_diverse(5)  # default min_count=2: label 3 dropped, label 4 never seen
     assert [label for label, _, _ in worst][0] == 2 and {label for label, _, _ in worst} == {0, 1, 2}
     assert [count for _, _, count in worst] == [30, 30, 30]
-    assert metric.least_diverse(5, min_count=31) == []
+    assert reading.least_diverse(5, min_count=31) == []
     batches = [((x, labels), torch.arange(90))]
-    gallery = metric.galleries(batches, k=1, per_mode=3)["least_diverse_prompts"]
+    gallery = reading.galleries(batches, k=1, per_mode=3)["least_diverse_prompts"]
     assert gallery.labels[0].startswith("prompt 2: Vendi 1.00 over 30 samples")
     with pytest.raises(ValueError, match="`min_count` must be an integer >= 1"):
-        metric.least_diverse(2, min_count=0)
+        reading.least_diverse(2, min_count=0)
     varied = ConditionalVendi(2.0, 0.1, 64, alpha=1, num_classes=5, per_prompt_frequencies=32)
     x, _, labels = labelled(n=90, classes=3, noise=1.0)
     varied.update(x, labels)
     varied.update(torch.randn(1, x.shape[1]), torch.tensor([3]))  # seen once: not the "least diverse prompt"
-    assert float(varied.summary()["min_prompt_vendi"]) == pytest.approx(min(v for _, v, _ in varied.least_diverse(3)))
-    assert float(varied.summary()["min_prompt_vendi"]) > 1.5
+    varied_reading = varied.reading()
+    assert float(varied_reading.summary()["min_prompt_vendi"]) == pytest.approx(
+        min(v for _, v, _ in varied_reading.least_diverse(3))
+    )
+    assert float(varied_reading.summary()["min_prompt_vendi"]) > 1.5
 
 
 def test_prompt_agnostic_modes_are_the_schur_complement_of_the_paired_features():
@@ -296,17 +302,18 @@ def test_prompt_agnostic_modes_are_the_schur_complement_of_the_paired_features()
     rows = torch.cat([x, t], 1)
     phi = torch.cat([rff(rows, "samples"), rff(rows, "prompts")], 1)
     want = prompt_agnostic_covariance(phi.T @ phi / 200, 48, ridge=1e-2)
-    torch.testing.assert_close(metric.prompt_agnostic_covariance(), want, rtol=1e-9, atol=1e-12)
-    modes = metric.prompt_agnostic_modes(3)
+    reading = metric.reading()
+    torch.testing.assert_close(reading.prompt_agnostic_covariance(), want, rtol=1e-9, atol=1e-12)
+    modes = reading.prompt_agnostic_modes(3)
     assert torch.allclose(modes.eigenvalues, psd_eigenvalues(want)[:3], atol=1e-12)
-    share = float(metric.summary()["prompt_agnostic_share"])
+    share = float(reading.summary()["prompt_agnostic_share"])
     assert 0 < share < 1 and share == pytest.approx(float(want.trace()), rel=1e-9)
     batches = [(x[ids], ids) for ids in torch.arange(200).split(64)]
-    top = metric.prompt_agnostic_top_samples(batches, k=2, per_mode=5)
+    top = reading.prompt_agnostic_top_samples(batches, k=2, per_mode=5)
     scores = rff(torch.cat([x, torch.zeros(200, 4, dtype=x.dtype)], 1), "samples").double() @ modes.eigenvectors[:, 0]
     assert set(top[0][0].tolist()) == set(torch.argsort(scores, descending=True)[:5].tolist())
     # one prompt: the prompts explain only the mean, the complement is the centred covariance (trace 1 - |mu|^2)
     single = ConditionalVendi(2.0, 0.5, 24, alpha=2, seed=1, prompt_agnostic=True, ridge=1e-9)
     single.update(x, torch.ones(200, 2, dtype=torch.float64))
     mean = rff(rows, "samples").double().mean(0)
-    assert float(single.summary()["prompt_agnostic_share"]) == pytest.approx(1 - float(mean @ mean), rel=1e-5)
+    assert float(single.reading().summary()["prompt_agnostic_share"]) == pytest.approx(1 - float(mean @ mean), rel=1e-5)

@@ -30,15 +30,15 @@ def named_missing(generated, reference, reference_labels):
     metric = FINCNovelty("auto", n_frequencies=256)
     metric.update(reference, real=True)
     metric.update(generated, real=False)
-    count = int(metric.missing_modes(10).significant.sum())
+    count = int(metric.reading().missing_modes(10).significant.sum())
     named = []
     if count:
-        grouped = metric.grouped_modes([(reference, torch.arange(len(reference)))], k=count, per_mode=20, missing=True)
+        grouped = metric.reading().grouped_modes([(reference, torch.arange(len(reference)))], k=count, per_mode=20, missing=True)
         for ids, _ in grouped.samples:
             labels = reference_labels[ids]
             dominant = int(labels.mode().values)
             named.append((dominant, float((labels == dominant).float().mean())))
-    return named, int(metric.novel_modes(10).significant.sum())
+    return named, int(metric.reading().novel_modes(10).significant.sum())
 
 
 @pytest.mark.slow

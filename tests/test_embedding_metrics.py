@@ -1,7 +1,6 @@
 """EmbeddingMetrics in a real Trainer.fit: logged values equal the metrics computed by hand on the trained
 encoder, galleries reach TensorBoard, the state survives a checkpoint, and DDP gives the single-process values."""
 
-import contextlib
 import json
 import math
 
@@ -70,12 +69,12 @@ def expected(module):
     mmd.update(z, real=False)
     return {
         "vendi/vendi_1": float(vendi.compute()),
-        "vendi/vendi_1_se": float(vendi.standard_error()),  # the standard errors are logged beside the scores
+        "vendi/vendi_1_se": float(vendi.reading().standard_error()),  # the standard errors are logged beside the scores
         "novelty/novel_score": float(novelty.compute()),
-        "novelty/novel_score_se": float(novelty.summary()["se"]),
+        "novelty/novel_score_se": float(novelty.reading().summary()["se"]),
         "mmd/mmd2": float(mmd.compute()),
-        "mmd/mmd2_se": float(mmd.standard_error()),
-        "mmd/minus_log10_p": -math.log10(float(mmd.p_value())),  # a p-value survives a float32 logger so
+        "mmd/mmd2_se": float(mmd.reading().standard_error()),
+        "mmd/minus_log10_p": -math.log10(float(mmd.reading().p_value())),  # a p-value survives a float32 logger so
         "spec/spec_diff": float(spec(z, spec_reference, "cosine").spec_diff),
     }
 
@@ -191,10 +190,30 @@ def test_an_epoch_end_all_reduces_what_one_compute_does(tmp_path):
         assert record["epoch_end"] <= 1.25 * record["compute"], record
 
 
+class _CountReading:
+    """A reading of counts, without ``galleries`` (here misspelt)."""
+
+    def __init__(self, total) -> None:
+        self.total = total
+
+    def summary(self):
+        return {"": self.total}
+
+    def headline(self, summary=None):
+        return {"total": (summary or self.summary())[""]}
+
+    def sample_count(self, real=False):
+        return int(self.total)
+
+    def gallery(self, *args, **kwargs):  # a typo: the callback asks for `galleries`
+        return {}
+
+
 class _NoGalleries(torchmetrics.Metric):
-    """A metric that keeps the protocol in part: values and counts, but no ``galleries`` (here misspelt)."""
+    """A metric that keeps the protocol in part: a reading of values and counts, but no ``galleries``."""
 
     inputs = "one"
+    reading_class = _CountReading
 
     def __init__(self) -> None:
         super().__init__()
@@ -206,20 +225,11 @@ class _NoGalleries(torchmetrics.Metric):
     def compute(self):
         return self.total
 
-    def synced(self):
-        return contextlib.nullcontext()
+    def reading(self):
+        return _CountReading(self.compute())
 
-    def summary(self):
-        return {"": self.total}
-
-    def headline(self, summary):
-        return {"total": summary[""]}
-
-    def sample_count(self, real=False):
-        return int(self.total)
-
-    def gallery(self, *args, **kwargs):  # a typo: the callback asks for `galleries`
-        return {}
+    def reset_reference(self) -> None:
+        pass
 
 
 def test_a_metric_lacking_what_the_callback_calls_is_refused_by_name():

@@ -72,13 +72,13 @@ def test_planted_novel_mode_is_found_alone_and_retrieved_purely():
         metric.update(batch, real=False)
     for batch in ref.split(700):
         metric.update(batch, real=True)
-    modes = metric.novel_modes(5)
+    modes = metric.reading().novel_modes(5)
     assert modes.significant.tolist() == [True, False, False, False, False]
     expected = 0.2 * within_mode_factor(10.0, 0.3, 10)  # ~0.198
     assert float(modes.eigenvalues[0]) == pytest.approx(expected, rel=0.15)
     assert float(metric.compute()) == pytest.approx(float(modes.eigenvalues[0]), rel=1e-12)
     batches = list(zip(gen.split(512), torch.arange(len(gen)).split(512), strict=True))
-    (ids, scores), *_ = metric.top_samples(batches, k=1, per_mode=50)
+    (ids, scores), *_ = metric.reading().top_samples(batches, k=1, per_mode=50)
     assert float((labels[ids] == 6).float().mean()) >= 0.95
 
 
@@ -91,10 +91,10 @@ def test_one_distribution_against_itself_reports_no_novel_mode(rho):
     metric.update(other, real=False)
     metric.update(ref, real=True)
     assert float(metric.compute()) == 0.0
-    assert not bool(metric.novel_modes(10).significant.any())
-    assert not bool(metric.missing_modes(10).significant.any())
+    assert not bool(metric.reading().novel_modes(10).significant.any())
+    assert not bool(metric.reading().missing_modes(10).significant.any())
     # the naive score, the sum of positive eigenvalues, is not zero: that is why a floor is needed
-    assert float(metric.novel_modes(1000).eigenvalues.clamp_min(0).sum()) > 0
+    assert float(metric.reading().novel_modes(1000).eigenvalues.clamp_min(0).sum()) > 0
 
 
 def digits_split(seed):
@@ -124,11 +124,11 @@ def test_real_digits_planted_novel_class(seed):
             assert score == 0.0
             continue
         assert score > 0.02
-        modes = metric.novel_modes(3)
+        modes = metric.reading().novel_modes(3)
         assert bool(modes.significant[0]) and float(modes.p_values[0]) < 0.005
         # the top mode is the novel class; at rho = 2 (a sharper null) a second mode is significant: the novel
         # class's within-class spread, mixed with the classes nearest to it (56-100 % nines measured)
-        tops = metric.top_samples([(gen, torch.arange(len(gen)))], k=int(modes.significant.sum()), per_mode=50)
+        tops = metric.reading().top_samples([(gen, torch.arange(len(gen)))], k=int(modes.significant.sum()), per_mode=50)
         purities = [float((gen_labels[ids] == 9).float().mean()) for ids, _ in tops]
         assert purities[0] >= 0.95 and min(purities) >= 0.5, purities
 
@@ -143,21 +143,21 @@ def test_frequency_gaps_and_missing_modes():
         metric = FINCNovelty(sigma=10.0, n_frequencies=500, rho=rho)
         metric.update(gen, real=False)
         metric.update(ref, real=True)
-        modes = metric.missing_modes(4) if missing else metric.novel_modes(4)
+        modes = metric.reading().missing_modes(4) if missing else metric.reading().novel_modes(4)
         return modes.eigenvalues[modes.significant], metric
 
     # mode 0: p/q = 4, mode 1: p/q = 1.5. rho = 1 finds both, gap (p - rho q) x factor
     values, metric = detected(1.0)
     assert values.tolist() == pytest.approx([0.3 * factor, 0.1 * factor], rel=0.2)
     batches = [(gen, torch.arange(len(gen)))]
-    first, second = metric.top_samples(batches, k=2, per_mode=30)
+    first, second = metric.reading().top_samples(batches, k=2, per_mode=30)
     assert set(gen_labels[first[0]].tolist()) == {0} and set(gen_labels[second[0]].tolist()) == {1}
     assert len(detected(2.0)[0]) == 1  # rho = 2 drops mode 1 (ratio 1.5) and keeps mode 0 (ratio 4)
     assert len(detected(5.0)[0]) == 0  # rho = 5 drops both
     # swapping: modes 2 and 3 are under-represented (0.15 vs 0.35); equal gaps span a 2-d eigenspace
     missing, metric = detected(1.0, missing=True)
     assert missing.tolist() == pytest.approx([0.2 * factor] * 2, rel=0.2)
-    for ids, _ in metric.top_samples([(ref, torch.arange(len(ref)))], k=2, per_mode=30, missing=True):
+    for ids, _ in metric.reading().top_samples([(ref, torch.arange(len(ref)))], k=2, per_mode=30, missing=True):
         assert set(ref_labels[ids].tolist()) <= {2, 3}
 
 
@@ -169,9 +169,9 @@ def test_streamed_reference_split_matches_the_functional_split():
     metric.update(gen, real=False)
     assert float(metric.ref[0].count) == 157
     functional = finc_spectrum(gen, ref, sigma=1.0, n_frequencies=32, rho=1.0)
-    assert metric.threshold() == pytest.approx(functional.threshold, rel=1e-10)
+    assert metric.reading().threshold() == pytest.approx(functional.threshold, rel=1e-10)
     assert float(metric.compute()) == pytest.approx(float(functional.score), rel=1e-10, abs=1e-14)
-    torch.testing.assert_close(metric.novel_modes(5).p_values, functional.p_values[:5], rtol=1e-9, atol=1e-12)
+    torch.testing.assert_close(metric.reading().novel_modes(5).p_values, functional.p_values[:5], rtol=1e-9, atol=1e-12)
 
 
 def test_threshold_and_score_do_not_depend_on_order_batching_or_striding():
@@ -186,7 +186,7 @@ def test_threshold_and_score_do_not_depend_on_order_batching_or_striding():
         for rows in ref[order].split(batch):
             metric.update(rows, real=True)
         metric.update(gen, real=False)
-        results.append((metric.threshold(), float(metric.compute()), metric.novel_modes(5).significant.tolist()))
+        results.append((metric.reading().threshold(), float(metric.compute()), metric.reading().novel_modes(5).significant.tolist()))
     for threshold, score, significant in results[1:]:
         assert threshold == pytest.approx(results[0][0], rel=1e-9)
         assert score == pytest.approx(results[0][1], rel=1e-9, abs=1e-12)
@@ -226,7 +226,7 @@ def test_state_survives_a_checkpoint_round_trip(tmp_path):
     for m in (metric, restored):
         m.update(gen, real=False)
     assert float(restored.compute()) == float(metric.compute())
-    assert restored.threshold() == metric.threshold()
+    assert restored.reading().threshold() == metric.reading().threshold()
 
 
 def test_bad_input_errors_name_the_metric_and_the_fix():
@@ -268,7 +268,7 @@ def test_float32_and_float64_copies_of_a_reference_give_the_same_halves_threshol
         metric.update(reference, real=True)
         metric.update(gen.float(), real=False)
         results.append(
-            (float(metric.ref[0].count), metric.threshold(), float(metric.compute()), metric.missing_score())
+            (float(metric.ref[0].count), metric.reading().threshold(), float(metric.compute()), metric.reading().missing_score())
         )
     (count32, threshold32, score32, missing32), (count64, threshold64, score64, missing64) = results
     assert count32 == count64
@@ -440,14 +440,14 @@ def test_missing_spectrum_at_rho_one_is_the_mirrored_novel_one_and_equals_its_ow
     metric = FINCNovelty(sigma=1.5, n_frequencies=16, rho=1.0)
     metric.update(gen, real=False)
     metric.update(ref, real=True)
-    direct = differential_spectrum(metric._side(real=True), metric._side(real=False), 1.0)
-    mirrored = metric._spectrum(missing=True)
+    direct = differential_spectrum(metric.reading()._side(real=True), metric.reading()._side(real=False), 1.0)
+    mirrored = metric.reading()._spectrum(missing=True)
     torch.testing.assert_close(mirrored.eigenvalues, direct.eigenvalues, rtol=0, atol=1e-12)
     torch.testing.assert_close(mirrored.p_values, direct.p_values, rtol=1e-9, atol=1e-12)
     assert mirrored.threshold == pytest.approx(direct.threshold, rel=1e-12)
     overlap = (mirrored.eigenvectors[:, :3] * direct.eigenvectors[:, :3]).sum(0).abs()
     torch.testing.assert_close(overlap, torch.ones(3, dtype=torch.float64), rtol=0, atol=1e-9)
-    assert float(metric.missing_score()) == pytest.approx(float(direct.score), abs=1e-12)
+    assert float(metric.reading().missing_score()) == pytest.approx(float(direct.score), abs=1e-12)
 
 
 def test_null_draws_at_rho_two_by_lanczos_are_close_to_the_dense_ones():
@@ -485,8 +485,8 @@ def test_modes_and_standard_errors_from_the_top_pairs_equal_the_dense_eigh(monke
         metric = FINCNovelty(sigma=1.0, n_frequencies=512, rho=1.0)  # the mirrored missing spectrum too
         metric.update(x[:600], real=True)
         metric.update(torch.cat([x[600:1000], x[1000:][labels[1000:] == 0]]), real=False)
-        metrics.append((metric.novel_modes(3), metric.missing_modes(3), metric.standard_errors(),
-                        metric.standard_errors(missing=True), metric.summary()))
+        metrics.append((metric.reading().novel_modes(3), metric.reading().missing_modes(3), metric.reading().standard_errors(),
+                        metric.reading().standard_errors(missing=True), metric.reading().summary()))
     (novel, missing, se, missing_se, summary), (novel_d, missing_d, se_d, missing_se_d, summary_d) = metrics
     for got, want in ((novel, novel_d), (missing, missing_d)):
         torch.testing.assert_close(got.eigenvalues, want.eigenvalues, rtol=1e-9, atol=1e-12)
@@ -507,10 +507,10 @@ def test_partial_spectrum_keeps_the_score_modes_and_top_of_the_full_one(rho):
     metric = FINCNovelty(sigma=1.0, n_frequencies=520, rho=rho)  # 2r = 1040: the partial route
     metric.update(x[:600][labels[:600] != 1], real=True)
     metric.update(torch.cat([x[600:1100][labels[600:1100] != 2], x[1100:][labels[1100:] == 1]]), real=False)
-    score, missing = metric.compute(), metric.missing_score()
+    score, missing = metric.compute(), metric.reading().missing_score()
     for side in (False, True):
-        partial = metric._spectrum(side, vectors=False)
-        full = metric._spectrum(side, vectors=False, full=True)
+        partial = metric.reading()._spectrum(side, vectors=False)
+        full = metric.reading()._spectrum(side, vectors=False, full=True)
         count = partial.eigenvalues.numel()
         assert count < 1040 // 16 and int(partial.significant.sum()) >= 1  # Lanczos answered; a mode on each side
         torch.testing.assert_close(partial.eigenvalues, full.eigenvalues[:count], rtol=0, atol=1e-12)
@@ -543,6 +543,6 @@ def test_top_bias_equals_its_bootstrap_formula_and_widens_the_interval_down_to_t
     metric = FINCNovelty(sigma=1.0, n_frequencies=64, rho=2.0)
     metric.update(x[:600], real=True)
     metric.update(x[600:], real=False)
-    summary, q = metric.summary(), student_t_isf(0.025, 3)
+    summary, q = metric.reading().summary(), student_t_isf(0.025, 3)
     top, se, bias = (float(summary[key]) for key in ("missing_top", "missing_top_se", "missing_top_bias"))
     assert top - q * se > 0 >= top - bias - q * se

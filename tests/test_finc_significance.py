@@ -32,7 +32,7 @@ def test_one_distribution_names_a_mode_in_at_most_the_levels_share_of_runs(rho):
     for trial in range(trials):
         gen, _ = draw(1000, 2 * trial, list(range(10)))
         ref, _ = draw(1000, 2 * trial + 1, list(range(10)))
-        summary = metric_of(gen, ref, rho, trial).summary()
+        summary = metric_of(gen, ref, rho, trial).reading().summary()
         novel += int(summary["novel_modes"]) > 0
         missing += int(summary["missing_modes"]) > 0
     # level 0.05: 4 expected of 80; P(Binomial(80, 0.05) >= 10) = 0.006. The previous noise floor at margin 1
@@ -54,11 +54,11 @@ def test_a_class_held_by_one_side_at_ten_percent_is_named_purely():
         for missing in (False, True):
             gen, ref = (without, with_class) if missing else (with_class, without)
             metric = metric_of(gen, ref, 1.0, trial)
-            modes = metric.missing_modes(1) if missing else metric.novel_modes(1)
+            modes = metric.reading().missing_modes(1) if missing else metric.reading().novel_modes(1)
             if not bool(modes.significant[0]):
                 continue
             found[missing] += 1
-            (ids, _), = metric.top_samples([(with_class, torch.arange(1000))], k=1, per_mode=50, missing=missing)
+            (ids, _), = metric.reading().top_samples([(with_class, torch.arange(1000))], k=1, per_mode=50, missing=missing)
             purities.append(float((with_labels[ids] == held).double().mean()))
     assert found[False] >= 18 and found[True] >= 18, found
     assert sum(purities) / len(purities) >= 0.95 and min(purities) >= 0.8, purities

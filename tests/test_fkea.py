@@ -118,7 +118,7 @@ def test_modes_map_to_components_and_top_samples_are_pure():
     metric = FKEAVendi(sigma=5.0, n_frequencies=500)
     for batch in x.split(500):
         metric.update(batch)
-    modes = metric.modes(5)
+    modes = metric.reading().modes(5)
     assert modes.eigenvectors.shape == (1000, 5)
     assert bool(modes.significant.all())
     # eigenvalue ~ weight x within-mode similarity, largest first
@@ -126,7 +126,7 @@ def test_modes_map_to_components_and_top_samples_are_pure():
     ids = torch.arange(3000)
     batches = list(zip(x.split(256), ids.split(256), strict=True))
     found = []
-    for mode_ids, scores in metric.top_samples(batches, k=5, per_mode=50):
+    for mode_ids, scores in metric.reading().top_samples(batches, k=5, per_mode=50):
         assert len(mode_ids) == 50 and torch.all(scores[:-1] >= scores[1:])
         mode_labels = labels[mode_ids]
         purity = float((mode_labels == mode_labels.mode().values).float().mean())
@@ -142,7 +142,7 @@ def test_mode_scores_generalise_to_fresh_samples():
     fresh, fresh_labels = sample_mixture(means, 1000, weights=[0.25] * 4, std=0.3, seed=7)
     metric = FKEAVendi(sigma=5.0, n_frequencies=400)
     metric.update(x)
-    top = metric.modes(1)
+    top = metric.reading().modes(1)
     scores = mode_scores(fresh, metric.feature_map, top.eigenvectors)[:, 0]
     inside, outside = scores[fresh_labels == 0], scores[fresh_labels != 0]
     auc = float((inside[:, None] > outside[None, :]).double().mean())
@@ -153,7 +153,7 @@ def test_sign_rule_makes_fitting_set_scores_sum_non_negative():
     x = torch.randn(500, 3, dtype=torch.float64)
     metric = FKEAVendi(sigma=1.0, n_frequencies=64)
     metric.update(x)
-    modes = metric.modes(10)
+    modes = metric.reading().modes(10)
     sums = mode_scores(x, metric.feature_map, modes.eigenvectors).sum(0)
     assert bool((sums >= -1e-9).all())
 
@@ -206,7 +206,7 @@ def test_bad_input_errors_name_the_metric_and_the_fix():
     with pytest.raises(ValueError, match="alpha"):
         FKEAVendi(sigma=1.0, alpha=[])
     with pytest.raises(ValueError, match="k"):
-        metric.modes(0)
+        metric.reading().modes(0)
     with pytest.raises(ValueError, match="empty"):
         fkea_vendi(torch.empty(0, 3), sigma=1.0)
 
@@ -215,18 +215,18 @@ def test_cached_eigendecomposition_follows_every_state_change():
     x = torch.randn(300, 3, dtype=torch.float64)
     metric = FKEAVendi(sigma=1.0, n_frequencies=32)
     metric.update(x[:100])
-    first = metric.modes(2).eigenvalues
-    assert torch.equal(metric.modes(2).eigenvalues, first)  # reused
+    first = metric.reading().modes(2).eigenvalues
+    assert torch.equal(metric.reading().modes(2).eigenvalues, first)  # reused
     metric.update(x[100:])
-    second = metric.modes(2).eigenvalues
+    second = metric.reading().modes(2).eigenvalues
     assert not torch.equal(second, first)
     metric(x[:50])  # forward: batch value, then the global states grow again
     reference = FKEAVendi(sigma=1.0, n_frequencies=32)
     reference.update(torch.cat([x, x[:50]]))
-    torch.testing.assert_close(metric.modes(2).eigenvalues, reference.modes(2).eigenvalues)
+    torch.testing.assert_close(metric.reading().modes(2).eigenvalues, reference.reading().modes(2).eigenvalues)
     metric.reset()
     metric.update(x[:100])
-    torch.testing.assert_close(metric.modes(2).eigenvalues, first)
+    torch.testing.assert_close(metric.reading().modes(2).eigenvalues, first)
 
 
 ROUND_OFF_ORDERS = [0.5, 1, 2, "inf"]

@@ -55,7 +55,7 @@ def feed(metrics, generated, real):
     for name in ("finc", "mmd"):
         metrics[name].update(real, real=True)
         metrics[name].update(generated, real=False)
-    return {name: metric.summary() for name, metric in metrics.items()}
+    return {name: metric.reading().summary() for name, metric in metrics.items()}
 
 
 def assert_same_summaries(first, second):
@@ -248,7 +248,7 @@ def by_hand(module, data):
     metrics["finc"].update(feature(images), real=False)
     metrics["mmd"].update(feature(held_out), real=True)
     metrics["mmd"].update(feature(images), real=False)
-    summaries = {name: metric.summary() for name, metric in metrics.items()}
+    summaries = {name: metric.reading().summary() for name, metric in metrics.items()}
     vendi, finc, mmd = summaries["vendi"], summaries["finc"], summaries["mmd"]
     values = {f"vendi/vendi_{order}": float(v) for order, v in vendi[""].items()}  # the headline: each order,
     values.update({f"vendi/vendi_{order}_se": float(v) for order, v in vendi["se"].items()})  # with its se
@@ -474,7 +474,8 @@ def test_a_conditional_generator_is_sampled_per_prompt_and_the_collapsed_prompt_
         metrics["cond"].update(z, prompts[ids % 10])
     want = {}
     for name, metric in metrics.items():
-        want.update(logged_values(name, metric, metric.summary(), detail=True))
+        reading = metric.reading()
+        want.update(logged_values(name, reading.headline(), reading.summary(), detail=True))
     want = {key: value for key, value in want.items() if math.isfinite(value)}
     assert set(want) == set(callback.last_values)
     # the headline: each order's conditional and information scores with their se, and the least diverse prompt's

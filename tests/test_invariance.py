@@ -75,39 +75,39 @@ def observe(rank, world_size, sharding):
     gen_batches = list(zip(gen[rows].split(batch), rows.split(batch), strict=True))
     ref_batches = list(zip(ref[rows].split(batch), rows.split(batch), strict=True))
     pair_batches = [((gen[ids], second[ids]), ids) for _, ids in gen_batches]
-    test = mmd.test()
+    test = mmd.reading().test()
     out = {
         "vendi": vendi.compute(),
-        "vendi_summary": vendi.summary(),  # the standard errors (multiplier draws) too
-        "vendi_truncated": truncated.summary(),
-        "vendi_modes": vendi.modes(4).eigenvalues,
-        "vendi_top": [ids for ids, _ in vendi.top_samples(gen_batches, k=3, per_mode=10)],
-        "vendi_shares": torch.tensor([row.share for row in vendi.galleries(gen_batches, 3, 10)["modes"].rows]),
-        "finc": finc.summary(),
-        "finc_share_se": finc.mode_share_standard_errors(3, missing=True),
-        "threshold": finc.threshold(),
-        "threshold_missing": finc.threshold(missing=True),
-        "novel": finc.novel_modes(4).significant,
-        "missing": finc.missing_modes(4).significant,
-        "novel_p": finc.novel_modes(4).p_values,
-        "missing_p": finc.missing_modes(4).p_values,
-        "novel_top": [ids for ids, _ in finc.top_samples(gen_batches, k=1, per_mode=20)],
-        "missing_top": [ids for ids, _ in finc.top_samples(ref_batches, k=1, per_mode=20, missing=True)],
-        "novel_groups": [torch.tensor(group) for group in finc.grouped_modes(gen_batches, k=4, per_mode=16).groups],
-        "novel_group_top": [ids for ids, _ in finc.grouped_modes(gen_batches, k=4, per_mode=16).samples],
+        "vendi_summary": vendi.reading().summary(),  # the standard errors (multiplier draws) too
+        "vendi_truncated": truncated.reading().summary(),
+        "vendi_modes": vendi.reading().modes(4).eigenvalues,
+        "vendi_top": [ids for ids, _ in vendi.reading().top_samples(gen_batches, k=3, per_mode=10)],
+        "vendi_shares": torch.tensor([row.share for row in vendi.reading().galleries(gen_batches, 3, 10)["modes"].rows]),
+        "finc": finc.reading().summary(),
+        "finc_share_se": finc.reading().mode_share_standard_errors(3, missing=True),
+        "threshold": finc.reading().threshold(),
+        "threshold_missing": finc.reading().threshold(missing=True),
+        "novel": finc.reading().novel_modes(4).significant,
+        "missing": finc.reading().missing_modes(4).significant,
+        "novel_p": finc.reading().novel_modes(4).p_values,
+        "missing_p": finc.reading().missing_modes(4).p_values,
+        "novel_top": [ids for ids, _ in finc.reading().top_samples(gen_batches, k=1, per_mode=20)],
+        "missing_top": [ids for ids, _ in finc.reading().top_samples(ref_batches, k=1, per_mode=20, missing=True)],
+        "novel_groups": [torch.tensor(group) for group in finc.reading().grouped_modes(gen_batches, k=4, per_mode=16).groups],
+        "novel_group_top": [ids for ids, _ in finc.reading().grouped_modes(gen_batches, k=4, per_mode=16).samples],
         "missing_groups": [torch.tensor(group) for group in
-                           finc.grouped_modes(ref_batches, k=4, per_mode=16, missing=True).groups],  # (mode, sign)
-        "missing_group_shares": finc.grouped_modes(ref_batches, k=4, per_mode=16, missing=True).shares,
+                           finc.reading().grouped_modes(ref_batches, k=4, per_mode=16, missing=True).groups],  # (mode, sign)
+        "missing_group_shares": finc.reading().grouped_modes(ref_batches, k=4, per_mode=16, missing=True).shares,
         "mmd": mmd.compute(),
-        "mmd_summary": mmd.summary(),
+        "mmd_summary": mmd.reading().summary(),
         "p_value": test.p_value,
         "reject": test.reject,
         "spec": spec.compute(),
-        "spec_summary": spec.summary(),  # its se from the joint draws (directions of the pair: cosine kernel)
-        "spec_spectrum": spec.spectrum()[:5],
-        "spec_top": [ids for ids, _ in spec.top_samples(pair_batches, k=2, sign=1, per_cluster=10)],
-        "conditional_summary": conditional.summary(),  # every score's se from the draws of all four sides
-        "covariance_summary": covariance.summary(),  # C and its entrywise se
+        "spec_summary": spec.reading().summary(),  # its se from the joint draws (directions of the pair: cosine kernel)
+        "spec_spectrum": spec.reading().spectrum()[:5],
+        "spec_top": [ids for ids, _ in spec.reading().top_samples(pair_batches, k=2, sign=1, per_cluster=10)],
+        "conditional_summary": conditional.reading().summary(),  # every score's se from the draws of all four sides
+        "covariance_summary": covariance.reading().summary(),  # C and its entrywise se
     }
     for mapping, detector in detectors.items():
         detector.finalize()
@@ -193,9 +193,9 @@ def local_counts_after_synced_reads(rank, world_size):
     finc = FINCNovelty(sigma=3.0, n_frequencies=96, chunk_size=200)
     finc.update(gen[rows], real=False)
     finc.update(ref[rows], real=True)
-    with finc.synced():  # one sync; every read inside it sees all ranks' sums
-        inside = (finc.sample_count(), sum(float(a.count) for a in finc.gen))
-        finc.summary(), finc.novel_modes(2), finc.threshold()
+    reading = finc.reading()  # one sync; every read of the reading sees all ranks' sums
+    inside = (reading.sample_count(), float(reading.streams["gen"].count))
+    reading.summary(), reading.novel_modes(2), reading.threshold()
     return inside, sum(float(a.count) for a in finc.gen), finc.sample_count()
 
 
@@ -236,16 +236,16 @@ def observe_conditional(rank, world_size, sharding):
         from_counts.update(x[part], labels[part])
     batches = [((x[ids], labels[ids]), ids) for ids in rows.split(batch)]
     return {
-        "by_label": by_label.summary(),
-        "per_prompt": by_label.per_prompt(),
-        "least": [torch.tensor([label for label, _, _ in by_label.least_diverse(3)])],
-        "gallery": [ids for ids, _ in by_label.galleries(batches, 2, 5)["least_diverse_prompts"].samples],
-        "by_caption": by_caption.summary(),
+        "by_label": by_label.reading().summary(),
+        "per_prompt": by_label.reading().per_prompt(),
+        "least": [torch.tensor([label for label, _, _ in by_label.reading().least_diverse(3)])],
+        "gallery": [ids for ids, _ in by_label.reading().galleries(batches, 2, 5)["least_diverse_prompts"].samples],
+        "by_caption": by_caption.reading().summary(),
         "count": by_caption.sample_count(),
-        "from_counts": from_counts.summary(),
-        "prompt_agnostic": by_caption.prompt_agnostic_modes(3).eigenvalues,
+        "from_counts": from_counts.reading().summary(),
+        "prompt_agnostic": by_caption.reading().prompt_agnostic_modes(3).eigenvalues,
         # the collapsed prompt's samples tie: compare the top scores, not which of the tied ids came first
-        "prompt_agnostic_top": torch.stack([scores for _, scores in by_caption.prompt_agnostic_top_samples(
+        "prompt_agnostic_top": torch.stack([scores for _, scores in by_caption.reading().prompt_agnostic_top_samples(
             [(x[ids], ids) for ids in rows.split(batch)], k=2, per_mode=6)]),
     }
 
@@ -290,7 +290,7 @@ def conditional_with_an_empty_rank(rank, world_size):
     metric = ConditionalVendi(2.0, 0.5, 32, alpha=2, num_classes=6, per_prompt_frequencies=8)
     if rank == 0:  # rank 1 saw no sample: it builds its maps from rank 0's pair of widths and joins with zeros
         metric.update(x, captions, labels=labels)
-    return metric.summary()
+    return metric.reading().summary()
 
 
 def test_conditional_rank_without_samples_joins_with_zeros(tmp_path):
@@ -301,7 +301,7 @@ def test_conditional_rank_without_samples_joins_with_zeros(tmp_path):
     want.update(x, captions, labels=labels)
     for status, *value in run_ddp(conditional_with_an_empty_rank, tmp_path=tmp_path):
         assert status == "ok", value
-        assert_same(value[0], want.summary())
+        assert_same(value[0], want.reading().summary())
 
 
 def observe_auto(rank, world_size, sharding):
@@ -329,9 +329,9 @@ def observe_auto(rank, world_size, sharding):
         conditional.update(x[part], captions[part], labels=labels[part])
     detector.finalize()
     return {
-        "spec": spec.summary(), "conditional": conditional.summary(),
-        "vendi": vendi.summary(), "finc": finc.summary(), "mmd": mmd.summary(),
-        "novel": finc.novel_modes(4).significant, "detector_sigma": detector.sigma,
+        "spec": spec.reading().summary(), "conditional": conditional.reading().summary(),
+        "vendi": vendi.reading().summary(), "finc": finc.reading().summary(), "mmd": mmd.reading().summary(),
+        "novel": finc.reading().novel_modes(4).significant, "detector_sigma": detector.sigma,
         "detector_scores": detector.score(probe),
     }
 

@@ -57,9 +57,9 @@ class DigitsModule(L.LightningModule):
             return
         loader = self.trainer.val_dataloaders
         batches = [(self.encoder(x), ids) for x, _, ids in loader]
-        samples = self.vendi.top_samples(batches, k=3, per_mode=6)
+        samples = self.vendi.reading().top_samples(batches, k=3, per_mode=6)
         log_picture(self.trainer, "val/vendi_modes", mode_gallery(samples, lambda i: self.images[i].view(8, 8)))
-        log_picture(self.trainer, "val/vendi_spectrum", plot_spectrum(self.vendi.modes(20).eigenvalues))
+        log_picture(self.trainer, "val/vendi_spectrum", plot_spectrum(self.vendi.reading().modes(20).eigenvalues))
 
     def configure_optimizers(self):
         return torch.optim.SGD(self.parameters(), lr=0.1)

@@ -249,7 +249,7 @@ def test_metric_test_is_the_functional_streaming_p_value():
     for batch in x.split(70):
         metric.update(batch, real=True)
     metric.update(y, real=False)
-    result = metric.test(level=0.05)
+    result = metric.reading().test(level=0.05)
     for index, sigma in enumerate((0.7, 1.4)):
         rff = GaussianRFF(2, 32, sigma, seed=4)
         z_x, z_y = rff(x).double(), rff(y).double()
@@ -294,7 +294,7 @@ def test_streaming_test_is_calibrated_and_has_power():
         metric = FastMMD(sigma=1.0, n_frequencies=32, seed=trial)
         metric.update(x, real=True)
         metric.update(y, real=False)
-        p_values.append(float(metric.p_value()))
+        p_values.append(float(metric.reading().p_value()))
     p_values = torch.tensor(p_values)
     assert 0.02 <= float((p_values <= 0.05).double().mean()) <= 0.08
     assert 0.4 <= float((p_values <= 0.5).double().mean()) <= 0.6
@@ -304,7 +304,7 @@ def test_streaming_test_is_calibrated_and_has_power():
         metric = FastMMD(sigma=1.0, n_frequencies=64, seed=trial)
         metric.update(x, real=True)
         metric.update(y, real=False)
-        rejections += bool(metric.test(level=0.05).reject)
+        rejections += bool(metric.reading().test(level=0.05).reject)
     assert rejections >= 12
 
 
@@ -317,8 +317,8 @@ def test_permutation_test_is_valid_and_agrees_with_the_streaming_test():
     metric = FastMMD(sigma=1.0, n_frequencies=256)
     metric.update(x, real=True)
     metric.update(y, real=False)
-    torch.testing.assert_close(metric.test().statistic, result.statistic, rtol=1e-6, atol=1e-9)
-    assert bool(metric.test().reject)
+    torch.testing.assert_close(metric.reading().test().statistic, result.statistic, rtol=1e-6, atol=1e-9)
+    assert bool(metric.reading().test().reject)
 
 
 def test_reference_kept_across_reset_and_state_round_trip(tmp_path):
@@ -387,7 +387,7 @@ def test_statistic_only_keeps_means_only_and_gives_the_same_mmd(sigma):
     sums = light.state_dict()["_extra_state"]["sums"]
     assert max(t.numel() for t in sums.values()) <= 1 + 2 * 64 * (1 if isinstance(sigma, float) else 3)  # no (2r)^2
     with pytest.raises(RuntimeError, match="statistic_only=True"):
-        light.p_value()
+        light.reading().p_value()
 
 
 @pytest.mark.parametrize("scale", [1e-300, 1e38, 1e300])

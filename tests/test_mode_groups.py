@@ -28,9 +28,9 @@ def test_a_tight_cluster_split_into_several_modes_is_one_region_and_two_clusters
     metric = FINCNovelty(sigma=1.0, n_frequencies=256, rho=2.0)
     metric.update(ref, real=True)
     metric.update(gen, real=False)
-    count = int(metric.novel_modes(20).significant.sum())
+    count = int(metric.reading().novel_modes(20).significant.sum())
     assert count >= 3  # the split the rule undoes
-    grouped = metric.grouped_modes([(gen, torch.arange(len(gen)))], k=count, per_mode=16)
+    grouped = metric.reading().grouped_modes([(gen, torch.arange(len(gen)))], k=count, per_mode=16)
     assert sorted({end.mode for group in grouped.groups for end in group}) == list(range(count))
     assert len(grouped.groups) == 2
     blob_of = torch.cat([torch.zeros(200), torch.ones(100), 2 * torch.ones(100)]).long()
@@ -40,7 +40,7 @@ def test_a_tight_cluster_split_into_several_modes_is_one_region_and_two_clusters
     # eigenvector reads a share of 0: each region reads along its own top samples' direction instead
     assert grouped.groups[1][0] == ModeEnd(0, -1)
     assert grouped.shares.shape == (2,) and all(0.15 < float(share) <= 0.25 for share in grouped.shares)
-    galleries = metric.galleries([(gen, torch.arange(len(gen)))], count, 16)
+    galleries = metric.reading().galleries([(gen, torch.arange(len(gen)))], count, 16)
     assert len(galleries["novel"].labels) == 2 and "merged" in " ".join(galleries["novel"].labels)
     assert galleries["novel"].title.endswith("as 2 regions")
 
@@ -113,9 +113,9 @@ def test_regions_of_dropped_digits_survive_float32_rounding_and_name_each_class_
         metric = FINCNovelty("auto", n_frequencies=256)
         metric.update(features[reference], real=True)
         metric.update(features[generated], real=False)
-        count = int(metric.missing_modes(10).significant.sum())
+        count = int(metric.reading().missing_modes(10).significant.sum())
         batches = [(features[reference], torch.arange(900))]
-        return metric.grouped_modes(batches, k=count, per_mode=20, missing=True)
+        return metric.reading().grouped_modes(batches, k=count, per_mode=20, missing=True)
 
     exact = regions(0.0)
     rounded = regions(torch.randn(x.shape, generator=torch.Generator().manual_seed(2), dtype=torch.float64) * 2e-7)
@@ -135,10 +135,10 @@ def test_a_pass_without_batches_gives_rows_without_samples_not_an_error():
     metric = FINCNovelty(sigma=1.0, n_frequencies=256, rho=2.0)
     metric.update(ref, real=True)
     metric.update(gen, real=False)
-    grouped = metric.grouped_modes([], k=2, per_mode=8)  # every rank streamed nothing
+    grouped = metric.reading().grouped_modes([], k=2, per_mode=8)  # every rank streamed nothing
     assert [len(ids) for ids, _ in grouped.samples] == [0, 0]
     assert grouped.shares.tolist() == [0.0, 0.0] and grouped.shares_se.tolist() == [0.0, 0.0]
-    assert [row.share for row in metric.galleries([], 2, 8)["novel"].rows] == [0.0, 0.0]
+    assert [row.share for row in metric.reading().galleries([], 2, 8)["novel"].rows] == [0.0, 0.0]
 
 
 def test_per_mode_above_half_the_samples_warns_that_the_rows_read_alike():
@@ -148,10 +148,10 @@ def test_per_mode_above_half_the_samples_warns_that_the_rows_read_alike():
     metric.update(gen, real=False)
     batches = [(gen, torch.arange(len(gen)))]
     with pytest.warns(UserWarning, match=r"two ends share top samples: per_mode=.*well below half the samples"):
-        metric.grouped_modes(batches, k=2, per_mode=len(gen))
+        metric.reading().grouped_modes(batches, k=2, per_mode=len(gen))
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        metric.grouped_modes(batches, k=2, per_mode=len(gen) // 4)
+        metric.reading().grouped_modes(batches, k=2, per_mode=len(gen) // 4)
 
 
 def test_a_row_led_by_a_modes_other_end_names_the_row_of_its_first_end():
@@ -172,7 +172,7 @@ def test_a_row_led_by_a_modes_other_end_names_the_row_of_its_first_end():
     metric = FINCNovelty("auto", n_frequencies=256)
     metric.update(x[real], real=True)
     metric.update(x[generated], real=False)
-    rows = metric.galleries([(x[generated], generated)], k=10, per_mode=8, reference_batches=[(x[real], real)])
+    rows = metric.reading().galleries([(x[generated], generated)], k=10, per_mode=8, reference_batches=[(x[real], real)])
     details = [row.detail for row in rows["missing"].rows]
     assert "modes 1, 2 merged" in details[0]  # the case where ranks and rows differ
     others = [(i, re.match(r"\(the other end of mode (\d+): (.*)\)", detail)) for i, detail in enumerate(details)]

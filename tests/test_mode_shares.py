@@ -45,8 +45,8 @@ def test_finc_shares_match_the_exact_oracle_on_the_same_samples():
     metric = FINCNovelty(sigma=1.0, n_frequencies=1024, seed=0)
     metric.update(ref, real=True)
     metric.update(gen, real=False)
-    assert float(metric.missing_modes(1).eigenvalues[0]) == pytest.approx(float(values[0]), rel=0.05)
-    assert float(metric.mode_shares(1, missing=True)[0]) == pytest.approx(float(exact[0]), abs=0.01)
+    assert float(metric.reading().missing_modes(1).eigenvalues[0]) == pytest.approx(float(values[0]), rel=0.05)
+    assert float(metric.reading().mode_shares(1, missing=True)[0]) == pytest.approx(float(exact[0]), abs=0.01)
 
 
 def test_missing_shares_read_the_counted_share_of_each_dropped_class():
@@ -55,25 +55,25 @@ def test_missing_shares_read_the_counted_share_of_each_dropped_class():
     metric = FINCNovelty(sigma=1.0, n_frequencies=512)
     metric.update(ref, real=True)
     metric.update(gen, real=False)
-    modes = metric.missing_modes(3)
+    modes = metric.reading().missing_modes(3)
     assert bool(modes.significant.all())
-    tops = metric.top_samples([(ref, torch.arange(len(ref)))], k=3, per_mode=20, missing=True)
-    shares = metric.mode_shares(3, missing=True)
+    tops = metric.reading().top_samples([(ref, torch.arange(len(ref)))], k=3, per_mode=20, missing=True)
+    shares = metric.reading().mode_shares(3, missing=True)
     for share, (ids, _) in zip(shares, tops, strict=True):
         label = int(ref_labels[ids].mode().values)
         counted = float((ref_labels == label).double().mean())  # the exact share of that class in the reference
         # measured 1.01, 1.04 and 0.74 of the truth at the default rho = 2 (1.02, 1.00, 0.81 at rho = 1; the
         # estimate before read 0.4 to 0.5 of it)
         assert counted * 0.7 <= float(share) <= counted * 1.1
-    summary = metric.summary()
+    summary = metric.reading().summary()
     # the first 8 significant modes' shares: eigenvectors found for 8 modes, not 3, so equal to round-off
     per_mode = torch.stack(list(summary["missing_mode_share"].values()))
     torch.testing.assert_close(per_mode[:3], shares, rtol=1e-9, atol=1e-12)
     assert len(summary["missing_mode_share"]) == min(int(summary["missing_modes"]), 8)
     assert len(summary["novel_mode_share"]) == int(summary["novel_modes"])
     batches = [(ref, torch.arange(len(ref)))]
-    gallery = metric.galleries([], k=3, per_mode=20, reference_batches=batches)["missing"]
-    regions = metric.grouped_modes(batches, k=3, per_mode=20, missing=True)
+    gallery = metric.reading().galleries([], k=3, per_mode=20, reference_batches=batches)["missing"]
+    regions = metric.reading().grouped_modes(batches, k=3, per_mode=20, missing=True)
     assert [row.share for row in gallery.rows] == regions.shares.tolist()  # a row reads its region's direction
     first = f"missing mode 1: about {100 * float(regions.shares[0]):.0f} % of the reference"
     assert gallery.labels[0].startswith(first)
@@ -95,7 +95,7 @@ def test_shares_do_not_depend_on_order_batches_or_the_split_of_the_stream():
             metric.update(part, real=True)
         for part in gen[order].split(size):
             metric.update(part, real=False)
-        readings.append(metric.mode_shares(2, missing=True))
+        readings.append(metric.reading().mode_shares(2, missing=True))
     torch.testing.assert_close(readings[0], readings[1], rtol=1e-9, atol=1e-12)
 
 
@@ -104,14 +104,14 @@ def test_own_mode_shares_count_the_samples_scoring_half_the_top_median():
     metric = RFFCovariance(sigma=1.0, n_frequencies=256)
     metric.update(x)
     batches = [(part, ids) for part, ids in zip(x.split(100), torch.arange(900).split(100), strict=True)]
-    samples, shares = metric._top_samples(batches, 3, 10)
-    scores = mode_scores(x, metric.feature_map, metric.modes(3).eigenvectors)
+    samples, shares = metric.reading()._top_samples(batches, 3, 10)
+    scores = mode_scores(x, metric.feature_map, metric.reading().modes(3).eigenvectors)
     edge = math.sqrt(256) * 2 / 1024  # one histogram bin
     for j, (_, top) in enumerate(samples):
         threshold = float(top.median()) / 2
         low, high = ((scores[:, j] >= threshold + s * edge).double().mean() for s in (1, -1))
         assert float(low) <= float(shares[j]) <= float(high)  # the exact count, to a bin's width
-    gallery = metric.galleries(batches, 3, 10)["modes"]
+    gallery = metric.reading().galleries(batches, 3, 10)["modes"]
     assert gallery.labels[0].startswith("mode 1: about ") and "% of the samples (eigenvalue" in gallery.labels[0]
 
 
@@ -171,14 +171,14 @@ def test_share_replicates_are_the_derivative_of_the_exact_share_along_each_draw(
     metric = FINCNovelty(sigma=2.0, n_frequencies=24, rho=1.5, noise_draws=3)
     metric.update(ref, real=True)
     metric.update(gen, real=False)
-    modes = metric.missing_modes(2) if missing else metric.novel_modes(2)
-    x, y = metric.pooled(real=missing), metric.pooled(real=not missing)
+    modes = metric.reading().missing_modes(2) if missing else metric.reading().novel_modes(2)
+    x, y = metric.reading().pooled(real=missing), metric.reading().pooled(real=not missing)
     moments = (x.mean(), x.second_moment(), y.mean(), y.second_moment())
     noise = metric.gen[0].noise_sums()
     errors = two_sided_share_errors(modes.eigenvectors, *moments, 1.5, noise, noise_is_x=not missing,
                                     count_other=float(metric.ref[0].count))
     shares = _shares_by_eigh(*moments, 1.5, modes.eigenvectors)
-    torch.testing.assert_close(shares, metric.mode_shares(2, missing=missing), rtol=1e-7, atol=1e-9)
+    torch.testing.assert_close(shares, metric.reading().mode_shares(2, missing=missing), rtol=1e-7, atol=1e-9)
     assert float(shares[0]) > 0.1  # a real mode
     step = 1e-4
     for a in range(3):
@@ -193,7 +193,7 @@ def test_share_replicates_are_the_derivative_of_the_exact_share_along_each_draw(
         derivative = (moved[0] - moved[1]) / (2 * step)
         assert float(derivative.abs().max()) > 1e-4  # not vacuous
         torch.testing.assert_close(errors.replicates[a], derivative, rtol=1e-4, atol=1e-7)
-    torch.testing.assert_close(metric.mode_share_standard_errors(2, missing=missing), errors.se, rtol=1e-12, atol=0)
+    torch.testing.assert_close(metric.reading().mode_share_standard_errors(2, missing=missing), errors.se, rtol=1e-12, atol=0)
 
 
 def test_a_missing_share_standard_error_is_about_binomial():
@@ -203,11 +203,11 @@ def test_a_missing_share_standard_error_is_about_binomial():
     metric = FINCNovelty(sigma=1.0, n_frequencies=128)
     metric.update(torch.randn(2000, 2, generator=g), real=False)
     metric.update(ref, real=True)
-    share, se = metric.mode_shares(1, missing=True)[0], metric.mode_share_standard_errors(1, missing=True)[0]
+    share, se = metric.reading().mode_shares(1, missing=True)[0], metric.reading().mode_share_standard_errors(1, missing=True)[0]
     binomial = math.sqrt(float(share) * (1 - float(share)) / 2000)
     assert float(share) == pytest.approx(0.1, abs=0.015)
     assert 0.7 * binomial < float(se) < 1.4 * binomial
-    summary = metric.summary()
+    summary = metric.reading().summary()
     errors = summary["missing_mode_share_se"]
     assert set(errors) == set(summary["missing_mode_share"]) and errors
     assert float(summary["missing_mode_share_se"][0]) == pytest.approx(float(se), rel=1e-12)

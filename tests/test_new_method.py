@@ -3,7 +3,7 @@
 ``overlap(X, Y) = tr(C_X C_Y) / sqrt(tr(C_X^2) tr(C_Y^2))``: the cosine between two distributions' kernel
 covariances (1 for one distribution against itself). Its exact form, through the kernel matrices, is
 ``mean_ij k(x_i, y_j)^2 / sqrt(mean_ij k(x_i, x_j)^2 mean_ij k(y_i, y_j)^2)``. The function below would live in
-``functional/overlap.py`` and the metric in ``metrics/overlap.py``; the accumulators, the sync, checkpoints,
+``functional/overlap.py``, the metric in ``metrics/overlap.py`` and its reading in ``metrics/overlap_reading.py``; the accumulators, the sync, checkpoints,
 images in, DDP and the callbacks come from the library, unedited.
 """
 
@@ -14,7 +14,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from lightning_spectral.callbacks import EmbeddingMetrics
 from lightning_spectral.kernels import GaussianRFF, gaussian_kernel
-from lightning_spectral.metrics import SpectralMetric
+from lightning_spectral.metrics import Reading, SpectralMetric
 from tests.conftest import DigitsClassifier, digits, quiet_trainer
 from tests.ddp import run_ddp
 
@@ -24,11 +24,19 @@ def overlap(c_x: Tensor, c_y: Tensor) -> Tensor:
     return (c_x * c_y).sum() / ((c_x * c_x).sum() * (c_y * c_y).sum()).sqrt()
 
 
+class OverlapReading(Reading):
+    """What the sums say (the "metrics/overlap_reading.py" file): the overlap of the two sides' covariances."""
+
+    def _value(self) -> Tensor:
+        return overlap(self.streams["gen"].second_moment(), self.streams["ref"].second_moment())
+
+
 class CovarianceOverlap(SpectralMetric):
     """The overlap of the generated and reference kernel covariances (the "metrics/" file)."""
 
     inputs = "two"
     higher_is_better = True
+    reading_class = OverlapReading
 
     def __init__(self, sigma: float, n_frequencies: int = 256, **kwargs) -> None:
         super().__init__(GaussianRFF(None, n_frequencies, sigma, persistent=False), **kwargs)
@@ -37,9 +45,6 @@ class CovarianceOverlap(SpectralMetric):
 
     def update(self, features: Tensor, real: bool) -> None:
         (self.ref if real else self.gen).add(self.embeddings(features))
-
-    def compute(self) -> Tensor:
-        return overlap(self.gen.second_moment(), self.ref.second_moment())
 
 
 def data(seed=0):

@@ -54,8 +54,8 @@ def test_finc_gallery_says_how_many_modes_are_significant_and_how_many_are_shown
     generated = blobs(centres, 600)  # four modes the reference lacks
     metric.update(generated, real=False)
     ids = torch.arange(600)
-    found = metric.galleries([(generated, ids)], k=2, per_mode=3)
-    total = int(metric.summary()["novel_modes"])
+    found = metric.reading().galleries([(generated, ids)], k=2, per_mode=3)
+    total = int(metric.reading().summary()["novel_modes"])
     assert total > 2
     novel = found["novel"]
     assert novel.title == f"{total} significant novel modes, 2 shown"
@@ -67,13 +67,13 @@ def test_fkea_and_spec_galleries_label_their_rows():
     x = blobs(centres, 300)
     vendi = FKEAVendi(sigma=2.0, n_frequencies=128)
     vendi.update(x)
-    rows = vendi.galleries([(x, torch.arange(300))], k=3, per_mode=4)["modes"]
+    rows = vendi.reading().galleries([(x, torch.arange(300))], k=3, per_mode=4)["modes"]
     assert [label.split(":")[0] for label in rows.labels] == ["mode 1", "mode 2", "mode 3"]
     assert all("% of the samples (eigenvalue " in label for label in rows.labels)  # a share, then the eigenvalue
     spec = SPECDivergence("cosine")
     y = x @ torch.randn(4, 3, generator=g)
     spec.update(x, y)
-    galleries = spec.galleries([((x, y), torch.arange(300))], k=2, per_mode=3)
+    galleries = spec.reading().galleries([((x, y), torch.arange(300))], k=2, per_mode=3)
     assert "a groups, b does not" in galleries["a_only"].labels[0]
     assert galleries["a_only"].title == "clusters embedding a makes, b not"
 
@@ -151,9 +151,9 @@ def test_every_plot_keeps_its_labels_inside_the_figure():
     figures = {
         "finc.plot()": finc.plot()[0],
         "finc.plot(values)": finc.plot([value, value * 1.0001, value * 0.9999])[0],  # long tick labels
-        "finc.plot_spectrum()": finc.plot_spectrum()[0],
+        "finc.reading().plot_spectrum()": finc.reading().plot_spectrum()[0],
         "mmd.plot()": mmd.plot()[0],
-        "mmd.plot_spectrum()": mmd.plot_spectrum()[0],
+        "mmd.reading().plot_spectrum()": mmd.reading().plot_spectrum()[0],
         "history": plot_test_history([0, 1], {"MMD^2": [0.1, 0.2]}, {"p-value": [1e-161, 0.3]}),
         "spectrum": plot_spectrum(torch.linspace(1, 0.01, 60), threshold=0.5),
         "signed": plot_signed_spectrum(torch.tensor([0.3, -0.2]), names=("a", "b")),
@@ -185,6 +185,6 @@ def test_a_single_value_is_drawn_as_a_labelled_bar_with_its_number():
     mmd = FastMMD(sigma=1.0, n_frequencies=16)
     mmd.update(torch.randn(40, 2, generator=g), real=True)
     mmd.update(torch.randn(40, 2, generator=g) + 9.0, real=False)
-    _, (statistic, p_value) = mmd.plot_spectrum()
-    shown = float(mmd.p_value())
+    _, (statistic, p_value) = mmd.reading().plot_spectrum()
+    shown = float(mmd.reading().p_value())
     assert [text.get_text() for text in p_value.texts] == [f"{shown:.4g}"]  # the number, however small

@@ -49,8 +49,8 @@ def test_streamed_metric_sums_equal_the_functional_ones():
     for batch in gen.flip(0).split(29):
         metric.update(batch, real=False)
     functional = finc_spectrum(gen, ref, sigma=1.0, n_frequencies=16)
-    torch.testing.assert_close(metric.novel_modes(5).p_values, functional.p_values[:5], rtol=1e-6, atol=1e-10)
-    assert metric.threshold() == pytest.approx(functional.threshold, rel=1e-6)
+    torch.testing.assert_close(metric.reading().novel_modes(5).p_values, functional.p_values[:5], rtol=1e-6, atol=1e-10)
+    assert metric.reading().threshold() == pytest.approx(functional.threshold, rel=1e-6)
 
 
 def mixture_pair(n=600, seed=0):
@@ -89,10 +89,10 @@ def test_collapsed_generator_reports_its_missing_modes():
     metric = FINCNovelty(sigma=3.0, n_frequencies=128)
     metric.update(gen, real=False)
     metric.update(ref, real=True)
-    missing = metric.missing_modes(5)
+    missing = metric.reading().missing_modes(5)
     assert int(missing.significant.sum()) >= 3, missing
     assert float(missing.p_values[0]) < 1e-3
-    summary = metric.summary()
+    summary = metric.reading().summary()
     assert int(summary["missing_modes"]) >= 3
 
 
@@ -120,7 +120,7 @@ def test_summary_standard_errors_equal_the_replicates_of_the_oracle():
     metric = FINCNovelty(sigma=3.0, n_frequencies=32, noise_draws=3, rho=1.0)  # the oracle below is at rho = 1
     metric.update(gen, real=False)
     metric.update(ref, real=True)
-    summary = metric.summary()
+    summary = metric.reading().summary()
     rff, multipliers = GaussianRFF(8, 32, sigma=3.0, seed=0), Multipliers(3, 3.0, 0, DEFAULT_RATIO)
     (c_gen, d_gen), (c_ref, _) = draws_exact(gen, rff, multipliers), draws_exact(ref, rff, multipliers)
     values, vectors = torch.linalg.eigh(c_gen - c_ref)

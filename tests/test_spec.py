@@ -132,7 +132,8 @@ def test_identical_embeddings_have_no_clusters_on_any_route():
         assert len(result.clusters_a.members) == 0 and len(result.clusters_b.members) == 0, method
     metric = SPECDivergence("cosine", in_features=(a.shape[1], a.shape[1]))
     metric.update(a, a)
-    assert metric.spectrum().numel() == 0 and metric.clusters(3, sign=1).eigenvalues.numel() == 0
+    reading = metric.reading()
+    assert reading.spectrum().numel() == 0 and reading.clusters(3, sign=1).eigenvalues.numel() == 0
 
 
 def test_float32_spectrum_stays_within_float32_rounding_and_keeps_the_clusters():
@@ -258,14 +259,15 @@ def test_metric_streams_to_the_functional_result_and_reports_clusters():
         metric.update(a[start : start + 64], b[start : start + 64])
     reference = spec(a, b, "gaussian", SIGMA, SIGMA, n_frequencies=512, seed=4, method="covariance")
     assert torch.allclose(metric.compute(), reference.spec_diff, atol=1e-10)
-    assert torch.allclose(metric.spectrum(), reference.eigenvalues, atol=1e-10)
-    clusters = metric.clusters(k=1, sign=1)
+    reading = metric.reading()
+    assert torch.allclose(reading.spectrum(), reference.eigenvalues, atol=1e-10)
+    clusters = reading.clusters(k=1, sign=1)
     assert torch.allclose(clusters.eigenvalues, reference.clusters_a.eigenvalues[:1], atol=1e-10)
     batches = [((a[s : s + 50], b[s : s + 50]), torch.arange(s, s + 50)) for s in range(0, 300, 50)]
-    ((ids, scores),) = metric.top_samples(batches, k=1, sign=1, per_cluster=40)
+    ((ids, scores),) = reading.top_samples(batches, k=1, sign=1, per_cluster=40)
     assert bool((labels[ids] == 0).all())
     assert torch.allclose(scores, reference.clusters_a.vectors[ids, 0], atol=1e-8)  # unit-vector entries
-    assert len(metric.clusters(k=5, sign=-1).eigenvalues) <= 5
+    assert len(reading.clusters(k=5, sign=-1).eigenvalues) <= 5
 
 
 def test_metric_state_dict_round_trip():
@@ -282,7 +284,8 @@ def _ddp_spec(rank, world_size, a, b):
     if rank == 0:  # rank 1 sees nothing: contributes zeros, must not hang
         metric.update(a, b)
     batches = [((a, b), torch.arange(a.shape[0]))] if rank == 0 else []
-    return float(metric.compute()), metric.spectrum(), metric.top_samples(batches, k=1, per_cluster=10)
+    reading = metric.reading()
+    return float(reading.value), reading.spectrum(), reading.top_samples(batches, k=1, per_cluster=10)
 
 
 def _ddp_spec_split(rank, world_size, a, b):
@@ -296,12 +299,13 @@ def test_metric_ddp_equals_single_process(tmp_path):
     single = SPECDivergence("cosine", in_features=(10, 10))
     single.update(a, b)
     results = run_ddp(_ddp_spec, a, b, tmp_path=tmp_path)
+    reading = single.reading()
     for result in results:
         assert result[0] == "ok", result
         value, spectrum, ((ids, _),) = result[1]
         assert math.isclose(value, float(single.compute()), rel_tol=1e-10)
-        assert torch.allclose(spectrum, single.spectrum(), atol=1e-10)
-        assert torch.equal(ids, single.top_samples([((a, b), torch.arange(300))], k=1, per_cluster=10)[0][0])
+        assert torch.allclose(spectrum, reading.spectrum(), atol=1e-10)
+        assert torch.equal(ids, reading.top_samples([((a, b), torch.arange(300))], k=1, per_cluster=10)[0][0])
     split = run_ddp(_ddp_spec_split, a, b, tmp_path=tmp_path)
     gaussian = SPECDivergence("gaussian", sigma_a=SIGMA, sigma_b=SIGMA, n_frequencies=64)
     gaussian.update(a, b)

@@ -65,9 +65,8 @@ def test_truncated_and_inf_se_from_the_top_pairs_by_lanczos_equal_the_dense_rout
     for alpha, truncation in (([1, 2, "inf"], 10), ("inf", None)):
         metric = FKEAVendi(sigma=1.5, n_frequencies=512, alpha=alpha, truncation=truncation, noise_draws=2)
         metric.update(x)
-        got = metric.summary()["se"]
-        with metric.synced():
-            noise = metric.samples.noise_sums()
+        got = metric.reading().summary()["se"]
+        noise = metric.reading().samples.noise_sums()
         want = vendi_standard_errors(noise, alpha, truncation, metric.precision)
         for order in ([alpha] if isinstance(alpha, str) else alpha):
             value, expected = (got, want) if isinstance(alpha, str) else (got[order], want[order])
@@ -97,7 +96,7 @@ def test_fkea_se_equals_the_n_by_n_oracle(alpha, truncation):
     metric = FKEAVendi(sigma=1.5, n_frequencies=24, alpha=alpha, truncation=truncation, chunk_size=64, noise_draws=3)
     for batch in x.flip(0).split(57):
         metric.update(batch)
-    summary = metric.summary()
+    summary = metric.reading().summary()
     assert float(summary["se"]) == pytest.approx(oracle_se(x, 1.5, 24, 3, alpha, truncation), rel=1e-6)
     assert float(summary["se"]) > 0
 
@@ -106,15 +105,15 @@ def test_several_orders_give_one_se_each_and_no_draws_give_none():
     x = mixture(300, seed=3)
     several = FKEAVendi(sigma=1.5, n_frequencies=24, alpha=[1, 2])
     several.update(x)
-    summary = several.summary()
+    summary = several.reading().summary()
     assert set(summary["se"]) == {1, 2}
     for order in (1, 2):
         single = FKEAVendi(sigma=1.5, n_frequencies=24, alpha=order)
         single.update(x)
-        assert float(single.summary()["se"]) == pytest.approx(float(summary["se"][order]), rel=1e-9)
+        assert float(single.reading().summary()["se"]) == pytest.approx(float(summary["se"][order]), rel=1e-9)
     bare = FKEAVendi(sigma=1.5, n_frequencies=24, noise_draws=0)
     bare.update(x)
-    assert "se" not in bare.summary() and float(bare.compute()) == pytest.approx(float(summary[""][1]), rel=1e-12)
+    assert "se" not in bare.reading().summary() and float(bare.compute()) == pytest.approx(float(summary[""][1]), rel=1e-12)
 
 
 def test_fkea_se_matches_the_spread_over_fresh_samples():
@@ -123,7 +122,7 @@ def test_fkea_se_matches_the_spread_over_fresh_samples():
     for seed in range(60):
         metric = FKEAVendi(sigma=1.5, n_frequencies=32, alpha=[1, 2], seed=0, noise_draws=2)
         metric.update(mixture(500, seed=100 + seed))
-        summary = metric.summary()
+        summary = metric.reading().summary()
         for order in (1, 2):
             scores[order].append(float(summary[""][order]))
             squares[order].append(float(summary["se"][order]) ** 2)
@@ -148,14 +147,14 @@ def test_mmd_se_equals_the_explicit_features():
     for batch in x.split(70):
         metric.update(batch, real=True)
     metric.update(y, real=False)
-    summary = metric.summary()
+    summary = metric.reading().summary()
     assert float(summary["se"]) == pytest.approx(explicit_mmd_se(x, y, 1.5, 32), rel=1e-9)
     assert (float(summary["n"]), float(summary["n_real"]), float(summary["n_features"])) == (200.0, 300.0, 64.0)
     several = FastMMD(sigma=[1.5, 3.0], n_frequencies=32)
     several.update(x, real=True)
     several.update(y, real=False)
-    assert float(several.summary()["se"][0]) == pytest.approx(float(summary["se"]), rel=1e-9)
-    assert "se" not in updated_statistic_only(x, y).summary()
+    assert float(several.reading().summary()["se"][0]) == pytest.approx(float(summary["se"]), rel=1e-9)
+    assert "se" not in updated_statistic_only(x, y).reading().summary()
 
 
 def updated_statistic_only(x, y):
@@ -171,7 +170,7 @@ def test_mmd_se_matches_the_spread_over_fresh_samples():
         metric = FastMMD(sigma=1.5, n_frequencies=32)
         metric.update(mixture(300, seed=200 + seed), real=True)
         metric.update(mixture(300, seed=400 + seed) + 0.3, real=False)
-        summary = metric.summary()
+        summary = metric.reading().summary()
         values.append(float(summary[""]))
         squares.append(float(summary["se"]) ** 2)
     ratio = sum(squares) / len(squares) / torch.tensor(values).var().item()
@@ -189,7 +188,7 @@ def test_the_draws_travel_in_the_checkpoint():
     restored = FKEAVendi(sigma=1.5, n_frequencies=16, alpha=[1, 2], truncation=5)
     restored.load_state_dict(state)
     for order in (1, 2):
-        assert float(restored.summary()["se"][order]) == float(metric.summary()["se"][order])
+        assert float(restored.reading().summary()["se"][order]) == float(metric.reading().summary()["se"][order])
     with pytest.raises(ValueError, match="build the metric with the settings it was saved with"):
         FKEAVendi(sigma=1.5, n_frequencies=16, noise_draws=3).load_state_dict(state)
 
@@ -200,7 +199,7 @@ def test_order_and_last_bits_do_not_move_the_se():
     metric.update(x)
     moved.update(torch.nextafter(x, torch.full_like(x, math.inf)).flip(0))
     for order in (1, 2):
-        a, b = float(metric.summary()["se"][order]), float(moved.summary()["se"][order])
+        a, b = float(metric.reading().summary()["se"][order]), float(moved.reading().summary()["se"][order])
         assert b == pytest.approx(a, rel=1e-4)
 
 
@@ -216,7 +215,7 @@ def test_spec_se_equals_finite_differences_of_the_n_by_n_draws(kernel):
     metric = SPECDivergence(kernel, *sigmas, n_frequencies=16, noise_draws=3, chunk_size=64)
     for part in torch.arange(300).flip(0).split(41):
         metric.update(a[part], b[part])
-    summary = metric.summary()
+    summary = metric.reading().summary()
     moment, noise = draws_exact(torch.cat([a, b], 1), metric.feature_map, metric.joint.multipliers)
     width_a = metric.feature_map.widths[0]
     signs = torch.ones(moment.shape[0], dtype=torch.float64)
@@ -241,7 +240,7 @@ def test_spec_se_matches_the_spread_over_fresh_samples():
         a = mixture(400, seed=600 + seed)
         metric = SPECDivergence("gaussian", 1.5, 1.5, n_frequencies=32)
         metric.update(a, torch.tanh(a @ projection))
-        summary = metric.summary()
+        summary = metric.reading().summary()
         values.append(float(summary[""]))
         squares.append(float(summary["se"]) ** 2)
     ratio = sum(squares) / len(squares) / torch.tensor(values).var().item()
@@ -257,7 +256,7 @@ def test_conditional_vendi_se_equals_autograd_through_the_n_by_n_draws():
     metric = ConditionalVendi(1.5, 1.0, 16, alpha=[1, 2, "inf"], noise_draws=3, chunk_size=64, precision="float64")
     for part in torch.arange(300).flip(0).split(53):
         metric.update(x[part], t[part])
-    summary = metric.summary()
+    summary = metric.reading().summary()
     rows = torch.cat([x, t], 1)
     multipliers = metric.accumulators["joint"].multipliers
     c_joint, e_joint = draws_exact(rows, metric.accumulators["joint"].feature_map, multipliers)
@@ -273,7 +272,7 @@ def test_conditional_vendi_se_equals_autograd_through_the_n_by_n_draws():
         assert float(summary["se"][order]) > 0
     labelled = ConditionalVendi(1.5, 1.0, 16, num_classes=3, label_prompts=True)
     labelled.update(x[:30], torch.arange(30) % 3)
-    assert "se" not in labelled.summary()  # no prompt-side draws: no se rather than a wrong one
+    assert "se" not in labelled.reading().summary()  # no prompt-side draws: no se rather than a wrong one
 
 
 def test_conditional_vendi_se_matches_the_spread_over_fresh_samples():
@@ -286,7 +285,7 @@ def test_conditional_vendi_se_matches_the_spread_over_fresh_samples():
         x = t.sum(1, keepdim=True) + noise
         metric = ConditionalVendi(1.5, 1.0, 32, alpha=2)
         metric.update(x, t)
-        summary = metric.summary()
+        summary = metric.reading().summary()
         values.append(float(summary[""]))
         squares.append(float(summary["se"]) ** 2)
     ratio = sum(squares) / len(squares) / torch.tensor(values).var().item()
@@ -306,7 +305,7 @@ def test_every_conditional_vendi_score_se_equals_autograd_through_the_n_by_n_dra
                               prompt_agnostic=True, ridge=1e-2)
     for part in torch.arange(240).flip(0).split(47):
         metric.update(x[part], t[part])
-    summary = metric.summary()
+    summary = metric.reading().summary()
     rows = torch.cat([x, t], 1)
     multipliers = metric.accumulators["joint"].multipliers
     exact = {name: draws_exact(rows, metric.accumulators[name].feature_map, multipliers)
@@ -346,16 +345,16 @@ def test_rff_covariance_se_is_the_entrywise_spread_of_the_n_by_n_draws():
     metric = RFFCovariance(1.5, 12, noise_draws=3, chunk_size=64)
     for part in torch.arange(300).flip(0).split(61):
         metric.update(x[part])
-    summary = metric.summary()
+    summary = metric.reading().summary()
     moment, noise = draws_exact(x, metric.feature_map, metric.samples.multipliers)
     torch.testing.assert_close(summary[""], moment, rtol=1e-10, atol=1e-13)
     torch.testing.assert_close(summary["se"], noise.square().mean(0).sqrt(), rtol=1e-8, atol=1e-13)
     assert float(summary["se"].min()) > 0 and set(summary) == {"", "se", "sigma"}
     plain = RFFCovariance(1.5, 12)
     plain.update(x)
-    assert "se" not in plain.summary()
+    assert "se" not in plain.reading().summary()
     with pytest.raises(RuntimeError, match="noise_draws=0"):
-        plain.standard_error()
+        plain.reading().standard_error()
 
 
 def test_spec_cluster_eigenvalue_ses_equal_finite_differences_of_the_n_by_n_draws():
@@ -367,7 +366,7 @@ def test_spec_cluster_eigenvalue_ses_equal_finite_differences_of_the_n_by_n_draw
     metric = _DriftDivergence("gaussian", 1.5, 1.5, n_frequencies=12, noise_draws=3, chunk_size=64, top=3)
     for part in torch.arange(300).flip(0).split(41):
         metric.update(a[part], b[part])
-    summary = metric.summary()
+    summary = metric.reading().summary()
     moment, noise = draws_exact(torch.cat([a, b], 1), metric.feature_map, metric.joint.multipliers)
     signs = torch.ones(moment.shape[0], dtype=torch.float64)
     signs[metric.feature_map.widths[0]:] = -1.0
@@ -397,11 +396,11 @@ def test_conditional_per_prompt_se_are_the_autograd_replicates_of_each_labels_or
                               chunk_size=64, precision="float64")
     for part in torch.arange(300).flip(0).split(41):
         metric.update(x[part], labels[part])
-    summary = metric.summary()
+    summary = metric.reading().summary()
     accumulator = metric.accumulators["per_prompt"]
     spectrum = lambda c: torch.linalg.eigvalsh(c).flip(0).clamp_min(0.0)  # noqa: E731
     for order in (1, 2):
-        errors = metric.per_prompt_standard_errors(order)
+        errors = metric.reading().per_prompt_standard_errors(order)
         for label in range(3):
             moment, draws = draws_exact(x[labels == label], accumulator.feature_map, accumulator.multipliers)
             leaf = moment.clone().requires_grad_(True)
@@ -409,7 +408,7 @@ def test_conditional_per_prompt_se_are_the_autograd_replicates_of_each_labels_or
             moves = torch.stack([(grad * draws[a]).sum() for a in range(3)])
             assert float(errors[label]) == pytest.approx(float(moves.pow(2).mean().sqrt()), rel=1e-6)
             assert float(errors[label]) > 0
-    torch.testing.assert_close(summary["prompt_se"], metric.per_prompt_standard_errors(1), rtol=0, atol=0)
+    torch.testing.assert_close(summary["prompt_se"], metric.reading().per_prompt_standard_errors(1), rtol=0, atol=0)
     lowest = int(torch.argmin(summary["prompt"]))
     assert lowest == 2 and float(summary["min_prompt_vendi_se"]) == float(summary["prompt_se"][lowest])
 
@@ -425,9 +424,8 @@ def test_fkea_se_and_score_through_the_range_finder_equal_the_dense_route():
     metric = FKEAVendi(sigma=1.5, n_frequencies=512, alpha=orders, noise_draws=2)
     metric.update(x)
     assert use_range_finder(metric.feature_map.out_features, metric.sample_count())
-    summary = metric.summary()
-    with metric.synced():
-        noise = metric.samples.noise_sums()
+    summary = metric.reading().summary()
+    noise = metric.reading().samples.noise_sums()
     want = vendi_standard_errors(noise, orders, None, metric.precision)  # the dense eigh of every pair
     fresh = FKEAVendi(sigma=1.5, n_frequencies=512, alpha=orders, noise_draws=0)
     fresh.update(x)

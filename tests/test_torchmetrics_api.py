@@ -123,9 +123,9 @@ def test_merge_state_reads_as_one_metric_fed_everything():
             if isinstance(value, torch.Tensor):
                 assert torch.allclose(first.metric_state[state], value, rtol=1e-12, atol=1e-12), (name, state)
         if name != "centred":
-            assert str(first.summary()) == str(whole.summary()) or all(
+            assert str(first.reading().summary()) == str(whole.reading().summary()) or all(
                 torch.allclose(torch.as_tensor(a), torch.as_tensor(b), rtol=1e-9)
-                for a, b in zip(_leaves(first.summary()), _leaves(whole.summary()))
+                for a, b in zip(_leaves(first.reading().summary()), _leaves(whole.reading().summary()))
             ), name
 
 

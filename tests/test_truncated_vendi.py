@@ -97,7 +97,7 @@ def test_metric_equals_functional_in_batches_and_order_2_is_truncated_too():
 def test_summary_names_n_and_2r():
     metric = FKEAVendi(sigma=1.0, n_frequencies=48, truncation=5)
     metric.update(torch.randn(123, 3))
-    summary = metric.summary()
+    summary = metric.reading().summary()
     assert set(summary) == {"", "se", "n", "n_features", "sigma"}  # the bandwidth too, so a run can be repeated
     assert float(summary["n"]) == 123 and float(summary["n_features"]) == 96
     assert float(summary[""]) == pytest.approx(float(metric.compute()), rel=1e-12)

@@ -140,20 +140,20 @@ def test_spectrum_plots_of_every_metric():
     finc = FINCNovelty(sigma=1.0, n_frequencies=32, rho=1.0)  # one novel cluster, one mode
     finc.update(torch.randn(200, 2, generator=generator) * 0.1, real=True)
     finc.update(torch.randn(200, 2, generator=generator) * 0.1 + 10.0, real=False)
-    figure, (novel, missing) = finc.plot_spectrum(top=8)
+    figure, (novel, missing) = finc.reading().plot_spectrum(top=8)
     assert len(figure.axes) == 2 and len(novel.patches) == 8
     for axis, side in ((novel, False), (missing, True)):  # the dashed line is the significance threshold
         dashed = [line for line in axis.lines if line.get_linestyle() == "--"]
-        assert dashed and dashed[0].get_ydata()[0] == pytest.approx(finc.threshold(missing=side))
+        assert dashed and dashed[0].get_ydata()[0] == pytest.approx(finc.reading().threshold(missing=side))
     assert "1 significant" in novel.get_title()
-    _, single = finc.plot_spectrum(top=5, missing=True)
+    _, single = finc.reading().plot_spectrum(top=5, missing=True)
     assert single.get_title().startswith("missing modes")
 
     vendi = FKEAVendi(sigma=1.0, n_frequencies=16)
     vendi.update(torch.randn(50, 2, generator=generator))
-    _, axis = vendi.plot_spectrum(top=6)
+    _, axis = vendi.reading().plot_spectrum(top=6)
     heights = [patch.get_height() for patch in axis.patches]
-    torch.testing.assert_close(torch.tensor(heights, dtype=torch.float64), vendi.modes(6).eigenvalues)
+    torch.testing.assert_close(torch.tensor(heights, dtype=torch.float64), vendi.reading().modes(6).eigenvalues)
 
     covariance = RFFCovariance(sigma=1.0, n_frequencies=16)
     covariance.update(torch.randn(50, 2, generator=generator))
@@ -163,13 +163,13 @@ def test_spectrum_plots_of_every_metric():
     mmd = FastMMD(sigma=[1.0, 2.0, 4.0], n_frequencies=16)
     mmd.update(torch.randn(40, 2, generator=generator), real=True)
     mmd.update(torch.randn(40, 2, generator=generator), real=False)
-    _, (statistic, p_value) = mmd.plot_spectrum()
+    _, (statistic, p_value) = mmd.reading().plot_spectrum()
     assert len(statistic.patches) == 3 and len(p_value.patches) == 3  # per bandwidth
 
     spec = SPECDivergence("cosine", in_features=(3, 2))
     x = torch.randn(60, 3, generator=generator)
     spec.update(x, x[:, :2])
-    _, axis = spec.plot_spectrum()
+    _, axis = spec.reading().plot_spectrum()
     assert max(abs(patch.get_height()) for patch in axis.patches) == pytest.approx(float(spec.compute()))
     with pytest.raises(ValueError, match="2 panels"):
-        finc.plot_spectrum(ax=axis)
+        finc.reading().plot_spectrum(ax=axis)

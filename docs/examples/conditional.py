@@ -12,9 +12,9 @@ labels = torch.arange(1000) % 10  # the prompt of each sample: integer labels (o
 samples = 4 * torch.randn(10, 64, generator=generator)[labels] + 0.1 * torch.randn(1000, 64, generator=generator)
 samples[labels == 3] = samples[labels == 3][0]  # prompt 3 collapsed to one sample
 metric.update(samples, labels)  # or update(samples, caption_embeddings, labels=labels)
-values = metric.summary()  # "", information, vendi, prompt_vendi, min_prompt_vendi, prompt (per label)
+values = metric.reading().summary()  # "", information, vendi, prompt_vendi, min_prompt_vendi, prompt (per label)
 print({order: round(float(v), 2) for order, v in values[""].items()})  # Conditional-Vendi-1, Conditional-RKE
-worst = metric.least_diverse(2)  # [(label, vendi, samples), ...], lowest first
+worst = metric.reading().least_diverse(2)  # [(label, vendi, samples), ...], lowest first
 print(worst)
 assert worst[0][0] == 3 and abs(worst[0][1] - 1.0) < 1e-6
 

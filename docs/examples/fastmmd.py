@@ -33,7 +33,7 @@ for name, other in (("same (P vs P)", p(N)), ("shifted (P vs Q)", q(N))):
         mmd.update(batch, real=True)
     for batch in other.split(100):
         mmd.update(batch, real=False)
-    test = mmd.test(level=0.05)  # asymptotic null from the streamed sums
+    test = mmd.reading().test(level=0.05)  # asymptotic null from the streamed sums
     permutation = fast_mmd_test(
         reference, other, sigma, n_frequencies=256, n_permutations=500
     )
@@ -54,5 +54,5 @@ print(
     "sigma x [0.5, 1, 2]: MMD^2",
     [round(float(v), 5) for v in family.compute()],
     "p-values",
-    [f"{float(v):.2g}" for v in family.p_value()],
+    [f"{float(v):.2g}" for v in family.reading().p_value()],
 )

@@ -49,9 +49,9 @@ def batches_with_ids(
 novelty = novelty_against_reference(generated)
 print(
     f"novelty score {float(novelty.compute()):.4f}, "
-    f"significance threshold {novelty.threshold():.4f}"
+    f"significance threshold {novelty.reading().threshold():.4f}"
 )
-modes = novelty.novel_modes(3)
+modes = novelty.reading().novel_modes(3)
 print(
     "top eigenvalues of C_gen - C_ref:",
     [round(float(v), 4) for v in modes.eigenvalues],
@@ -60,13 +60,13 @@ print(
     "significant:",
     modes.significant.tolist(),
 )
-ids, _scores = novelty.top_samples(
+ids, _scores = novelty.reading().top_samples(
     batches_with_ids(generated), k=1, per_mode=50
 )[0]
 nines = float((generated_y[ids] == 9).float().mean())
 print(f"top-50 generated samples of the novel mode: {nines:.0%} are nines")
 
-missing = novelty.missing_modes(3)
+missing = novelty.reading().missing_modes(3)
 print(
     "top eigenvalues of C_ref - C_gen:",
     [round(float(v), 4) for v in missing.eigenvalues],
@@ -75,14 +75,14 @@ print(
     "significant:",
     missing.significant.tolist(),
 )
-ids, _scores = novelty.top_samples(
+ids, _scores = novelty.reading().top_samples(
     batches_with_ids(reference), k=1, per_mode=50, missing=True
 )[0]
 zeros = float((reference_y[ids] == 0).float().mean())
 print(f"top-50 reference samples of the missing mode: {zeros:.0%} are zeros")
 
 null = novelty_against_reference(like_reference)
-top = null.novel_modes(1)
+top = null.reading().novel_modes(1)
 print(
     "generated like the reference (other samples): "
     f"novelty {float(null.compute()):.4f}, "

@@ -68,7 +68,7 @@ print(
 # 3. Modes: eigenvalue ~ the cluster's weight (times its within-cluster
 # similarity, ~1 here), and the
 #    top-scoring samples of each mode are the members of one cluster.
-modes = vendi.modes(k=K + 1)
+modes = vendi.reading().modes(k=K + 1)
 print(
     "top eigenvalues:",
     [round(float(v), 3) for v in modes.eigenvalues],
@@ -80,7 +80,7 @@ batches = (
     (x[i : i + 500], torch.arange(i, i + 500)) for i in range(0, N, 500)
 )
 for mode, (ids, _scores) in enumerate(
-    vendi.top_samples(batches, k=K, per_mode=10)
+    vendi.reading().top_samples(batches, k=K, per_mode=10)
 ):
     clusters = labels[ids].unique().tolist()
     print(f"mode {mode}: its top-10 samples come from cluster(s) {clusters}")

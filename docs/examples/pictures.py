@@ -58,16 +58,16 @@ def gallery(found, name: str) -> torch.Tensor:
 # FKEA: the modes of the generated images
 vendi = FKEAVendi(sigma=3.0, n_frequencies=512)
 vendi.update(gen)
-save("fkea_modes", gallery(vendi.galleries(batches(gen, gen_ids), k=3, per_mode=6), "modes"))
-save("fkea_spectrum", vendi.plot_spectrum(top=30)[0])
+save("fkea_modes", gallery(vendi.reading().galleries(batches(gen, gen_ids), k=3, per_mode=6), "modes"))
+save("fkea_spectrum", vendi.reading().plot_spectrum(top=30)[0])
 
 # FINC: the modes the generated images miss (real images) and over-represent (generated images)
 finc = FINCNovelty(sigma=3.0, n_frequencies=512)
 finc.update(real, real=True)
 finc.update(gen, real=False)
-found = finc.galleries(batches(gen, gen_ids), k=2, per_mode=6, reference_batches=batches(real, real_ids))
+found = finc.reading().galleries(batches(gen, gen_ids), k=2, per_mode=6, reference_batches=batches(real, real_ids))
 save("finc_missing", gallery(found, "missing"))
-save("finc_spectrum", finc.plot_spectrum(top=20)[0])
+save("finc_spectrum", finc.reading().plot_spectrum(top=20)[0])
 
 # FastMMD over "epochs": generated sets that lose 7, 8 and 9 step by step
 epochs, statistic, p_value = list(range(5)), [], []
@@ -77,7 +77,7 @@ for epoch in epochs:
     mmd.update(real, real=True)
     mmd.update(embed(images[keep]), real=False)
     statistic.append(float(mmd.compute()))
-    p_value.append(float(mmd.p_value()))
+    p_value.append(float(mmd.reading().p_value()))
 save("mmd_over_epochs", plot_test_history(epochs, {"MMD^2": statistic}, {"p-value": p_value}, title="gen/mmd"))
 
 # Kernel PCA: the spectrum with the cut, and the most out-of-distribution test images with their scores
@@ -97,7 +97,7 @@ save("ood_most_ood", mode_gallery([(top.indices, top.values)], noisy, labels=["m
 spec = SPECDivergence("cosine")
 projection = torch.randn(64, 16, generator=torch.Generator().manual_seed(1))
 spec.update(real, real @ projection)
-save("spec_spectrum", plot_signed_spectrum(spec.spectrum(), names=("pixels", "projected pixels"), top=30))
+save("spec_spectrum", plot_signed_spectrum(spec.reading().spectrum(), names=("pixels", "projected pixels"), top=30))
 
 # Any picture goes to every logger of a Trainer (or to one logger): here CSV, a PNG beside metrics.csv
 logger = CSVLogger(out / "logs")

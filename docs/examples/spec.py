@@ -61,7 +61,7 @@ print(
 metric = SPECDivergence(kernel="cosine", in_features=(6, 8))
 for a, b in zip(emb_a.split(200), emb_b.split(200)):
     metric.update(a, b)  # the same samples, row by row
-top = float(metric.clusters(k=1, sign=1).eigenvalues[0])
+top = float(metric.reading().clusters(k=1, sign=1).eigenvalues[0])
 print(
     f"SPECDivergence: {float(metric.compute()):.3f} "
     f"(functional: {float(result.spec_diff):.3f}); "
@@ -71,6 +71,6 @@ batches = (
     ((emb_a[i : i + 200], emb_b[i : i + 200]), torch.arange(i, i + 200))
     for i in range(0, N, 200)
 )
-ids, _scores = metric.top_samples(batches, k=1, sign=1, per_cluster=50)[0]
+ids, _scores = metric.reading().top_samples(batches, k=1, sign=1, per_cluster=50)[0]
 share = float(scattered[ids].float().mean())
 print(f"streamed top-50 members of that cluster: {share:.0%} are cluster 3")

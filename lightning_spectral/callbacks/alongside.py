@@ -199,7 +199,7 @@ class AlongsideMetrics:
         self._even_out(trainer)
         with self._timed():
             for name, metric in self.metrics.items():
-                if PlainMetric(metric).sample_count() == 0:  # no rank fed it (a collective): nothing to compute
+                if PlainMetric(metric).reading().sample_count() == 0:  # no rank fed it (a collective): nothing to compute
                     continue
                 devices = [device.index or 0] if device.type == "cuda" else []
                 with torch.random.fork_rng(devices=devices):

@@ -38,10 +38,11 @@ from lightning_spectral.callbacks.report import log_values, report
 from lightning_spectral.callbacks.saved_state import check_saved_state, refusal_fix, saved_mapping, state_key_of
 from lightning_spectral.functional.modes import check_candidates_memory
 from lightning_spectral.kernels.by_name import KERNELS
-from lightning_spectral.metrics.base import ModeGallery
 from lightning_spectral.metrics.headline import headline_values
 from lightning_spectral.metrics.protocol import feed
+from lightning_spectral.metrics.reading import ModeGallery
 from lightning_spectral.metrics.spec import SPECDivergence
+from lightning_spectral.metrics.spec_reading import SPECReading
 
 __all__ = ["DriftMonitor"]
 
@@ -105,18 +106,16 @@ class _EmbedBatch:
         return self.fn(pl_module, pair[0])
 
 
-class _DriftDivergence(SPECDivergence):
-    """SPECDivergence of (start, now) whose summary adds the top eigenvalues of both signs (and their standard errors
-    ``lost_se``, ``new_se``) and whose galleries are named for drift: ``lost`` (the start groups, the current encoder
-    does not) and ``new`` (the reverse)."""
+class _DriftReading(SPECReading):
+    """A reading of SPEC-diff of (start, now) whose summary adds the top eigenvalues of both signs (and their standard
+    errors ``lost_se``, ``new_se``) and whose galleries are named for drift: ``lost`` (the start groups, the current
+    encoder does not) and ``new`` (the reverse)."""
 
-    def __init__(self, *args: Any, top: int = 3, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.top = top
+    settings = (*SPECReading.settings, "top")
 
     def summary(self) -> dict[str, Tensor]:
-        with self.synced():
-            values = super().summary()  # the divergence, its se, n (and n_features)
+        def values() -> dict[str, Tensor]:
+            values = super(_DriftReading, self).summary()  # the divergence, its se, n (and n_features)
             values[LOST] = self.clusters(self.top, 1).eigenvalues
             values[NEW] = self.clusters(self.top, -1).eigenvalues.abs()
             if self.noise_draws:  # each eigenvalue's se (`clusters_standard_error`)
@@ -124,8 +123,11 @@ class _DriftDivergence(SPECDivergence):
                 values[f"{NEW}_se"] = self.clusters_standard_error(self.top, -1)
             return values
 
-    def headline(self, summary: Mapping[str, Any]) -> dict[str, Tensor]:
+        return dict(self._cached("drift_summary", values))
+
+    def headline(self, summary: Optional[Mapping[str, Any]] = None) -> dict[str, Tensor]:
         """SPEC-diff with its se, and the top lost / new clusters' eigenvalues (``lost_0``, ``lost_0_se``, ...)."""
+        summary = self.summary() if summary is None else summary
         values = super().headline(summary)
         for side in (LOST, NEW):
             values.update(headline_values(side, summary[side], summary.get(f"{side}_se")))
@@ -145,6 +147,17 @@ class _DriftDivergence(SPECDivergence):
             title = "clusters the fine-tuned encoder lost" if lost else "groupings the fine-tuning made"
             renamed[LOST if lost else NEW] = gallery._replace(labels=labels, title=title)
         return renamed
+
+
+class _DriftDivergence(SPECDivergence):
+    """SPECDivergence of (start, now) read as a [`_DriftReading`][lightning_spectral.callbacks.drift_monitor._DriftReading]
+    (``top``: the lost / new clusters its summary reports)."""
+
+    reading_class = _DriftReading
+
+    def __init__(self, *args: Any, top: int = 3, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.top = top
 
 
 class DriftMonitor(EmbeddingCallback):
@@ -447,8 +460,8 @@ class DriftMonitor(EmbeddingCallback):
                 for kept_start, kept_now, kept_ids in self._kept:
                     gallery.keep(kept_start, kept_now, kept_ids)
 
-            def spectrum(logged: dict[str, float]) -> tuple[str, Any]:
-                return "spectrum", metric.plot_spectrum()[0]  # a collective: every rank draws
+            def spectrum(reading: Any, logged: dict[str, float]) -> tuple[str, Any]:
+                return "spectrum", reading.plot_spectrum()[0]
 
             values.update(
                 report(trainer, pl_module, "spec", metric, self.log_prefix, gallery, spectrum, timings,
@@ -559,7 +572,7 @@ class DriftMonitor(EmbeddingCallback):
     def drifted(self, k: int = 3, per_cluster: int = 20) -> list[tuple[Tensor, Tensor]]:
         """The members of the ``k`` clusters the start grouped and the encoder of the last validation epoch lost
         most (largest positive eigenvalues of $(K_{start} - K_{now}) / n$), as
-        [`SPECDivergence.top_samples`][lightning_spectral.metrics.SPECDivergence.top_samples].
+        [`SPECReading.top_samples`][lightning_spectral.metrics.spec_reading.SPECReading.top_samples].
 
         Returns:
             up to ``k`` pairs ``(ids (m,), scores (m,))``: sample ids of the probe (``index`` values, or
@@ -577,7 +590,7 @@ class DriftMonitor(EmbeddingCallback):
         batches = [((start, now), ids) for start, now, ids in self._kept]
         for (start, now), _ in batches:
             metric.update(start, now)
-        return metric.top_samples(batches, k=k, sign=1, per_cluster=per_cluster)
+        return metric.reading().top_samples(batches, k=k, sign=1, per_cluster=per_cluster)
 
     # ------------------------------------------------------------------ resume
 

@@ -54,7 +54,7 @@ class EmbeddingMetrics(EmbeddingCallback):
       precomputed features looked up by ``index``, or a function of the batch) on the same samples.
 
     Logged: each metric's headline as ``{log_prefix}{name}/{quantity}``
-    ([`headline`][lightning_spectral.metrics.SpectralMetric.headline]: FKEA's ``vendi_{order}`` with ``_se``, FINC's
+    ([`headline`][lightning_spectral.metrics.Reading.headline]: FKEA's ``vendi_{order}`` with ``_se``, FINC's
     ``novel_score`` / ``missing_score`` with ``_se``, the counts ``novel_modes`` / ``missing_modes`` and
     ``..._top_minus_log10_p``, FastMMD's ``mmd2``, ``mmd2_se``, ``minus_log10_p``, SPEC's ``spec_diff`` with
     ``_se``; several bandwidths as ``mmd2_0``, ``mmd2_1``, ...); plain torchmetrics metrics log ``compute()`` as

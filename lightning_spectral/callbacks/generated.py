@@ -65,7 +65,7 @@ from lightning_spectral.callbacks.saved_state import (
 )
 from lightning_spectral.functional.modes import check_candidates_memory
 from lightning_spectral.metrics.feature import FrozenFeature
-from lightning_spectral.metrics.protocol import PicturedMetric, PlainMetric, ReportedMetric, as_reported, feed
+from lightning_spectral.metrics.protocol import PicturedReading, PlainMetric, ReportedMetric, as_reported, feed
 
 
 #: The level dashed in a two-sample test's picture over epochs (FastMMD's ``test()`` default).
@@ -76,7 +76,7 @@ class GeneratedSamples(EmbeddingCallback):
     """Samples the module every validation epoch and logs its metrics of the generated images, with galleries.
 
     Logged (``log_prefix`` ``"gen/"``): each metric's headline as ``gen/{name}/{quantity}``
-    ([`headline`][lightning_spectral.metrics.SpectralMetric.headline]: FKEA's ``vendi_1``, ``vendi_2`` and their
+    ([`headline`][lightning_spectral.metrics.Reading.headline]: FKEA's ``vendi_1``, ``vendi_2`` and their
     ``_se``; FINC's ``novel_score``, ``missing_score`` with ``_se``, ``novel_modes`` / ``missing_modes`` counts and
     ``..._top_minus_log10_p``; FastMMD's ``mmd2``, ``mmd2_se``, ``minus_log10_p``; a plain torchmetrics metric's value
     as ``gen/{name}``); everything else with ``log_detail``. Images ``gen/{name}/{gallery}`` and
@@ -353,10 +353,10 @@ class GeneratedSamples(EmbeddingCallback):
         (`test_history`), else the metric's own spectrum (``"spectrum"``; none for a plain torchmetrics metric)."""
         history = partial(self.test_history, name, epoch, TEST_LEVEL)
 
-        def draw(values: dict[str, float]) -> Optional[tuple[str, Any]]:
+        def draw(reading: Any, values: dict[str, float]) -> Optional[tuple[str, Any]]:
             drawn = history(values)
-            if drawn is None and not isinstance(metric, PlainMetric):  # a collective: every rank draws
-                drawn = "spectrum", cast(PicturedMetric, metric).plot_spectrum()[0]
+            if drawn is None and not isinstance(metric, PlainMetric):
+                drawn = "spectrum", cast(PicturedReading, reading).plot_spectrum()[0]
             return drawn
 
         return draw

@@ -2,7 +2,7 @@
 
 Every callback that measures metrics ends its validation epoch here, once per metric
 ([`report`][lightning_spectral.callbacks.report.report]). What is logged is the metric's headline
-([`headline`][lightning_spectral.metrics.SpectralMetric.headline]: a few scores with their standard errors, counts,
+([`headline`][lightning_spectral.metrics.Reading.headline]: a few scores with their standard errors, counts,
 ``-log10`` p-values) as ``{prefix}{name}/{quantity}``; with ``detail`` every value of ``summary()`` too, as
 ``{prefix}{name}/detail/{key}``, and each gallery row's share, class and purity. Values are flattened to
 ``{name: float}`` ([`flatten_values`][lightning_spectral.callbacks.report.flatten_values]) and logged without a
@@ -26,10 +26,10 @@ from torch import Tensor
 from lightning_spectral.callbacks.galleries import GalleryImages, ModeImages
 from lightning_spectral.callbacks.synced_logging import quiet_sync_advice
 from lightning_spectral.metrics.headline import order_name
-from lightning_spectral.metrics.protocol import PicturedMetric, ReportedMetric
+from lightning_spectral.metrics.protocol import PicturedReading, ReportedMetric
 
-#: ``fn(values) -> (tag suffix, figure)`` or ``None``: the spectrum picture of a report.
-SpectrumFn = Callable[[dict[str, float]], Optional[tuple[str, Any]]]
+#: ``fn(reading, values) -> (tag suffix, figure)`` or ``None``: the spectrum picture of a report.
+SpectrumFn = Callable[[Any, dict[str, float]], Optional[tuple[str, Any]]]
 
 
 def flatten_values(name: str, value: Any) -> dict[str, float]:
@@ -93,10 +93,10 @@ def report(
 ) -> dict[str, float]:
     """Report one metric at an epoch's end (a collective under DDP: every rank calls it).
 
-    Inside one ``metric.synced()`` block (every read comes from the same all-reduced sums): when any rank saw a
+    From one ``metric.reading()`` (the one collective: every read comes from the same all-reduced sums): when any rank saw a
     sample, the metric's headline is logged as ``{prefix}{name}/{quantity}`` (a plain torchmetrics metric's value as
     ``{prefix}{name}``; [`logged_values`][lightning_spectral.callbacks.report.logged_values]); with
-    ``gallery`` (a [`PicturedMetric`][lightning_spectral.metrics.protocol.PicturedMetric], and where its images are)
+    ``gallery`` (a metric whose reading is a [`PicturedReading`][lightning_spectral.metrics.protocol.PicturedReading], and where its images are)
     its galleries are built, kept in ``kept`` as ``{name}/{gallery}``
     ([`ModeImages`][lightning_spectral.callbacks.ModeImages]) and logged as ``{prefix}{name}/{gallery}`` (the
     picture, and its rows as text); with ``spectrum`` the figure it returns for the values is logged as
@@ -125,47 +125,46 @@ def report(
     values: dict[str, float] = {}
     timings = {} if timings is None else timings
     start = time.perf_counter()
-    with metric.synced():
-        if metric.sample_count() > 0:
-            values = logged_values(name, metric, metric.summary(), detail)
-            # Values are global already (the metrics all-reduce their sums): no further sync.
-            log_values(pl_module, {k: v for k, v in values.items() if math.isfinite(v)}, prefix)
-            drawn = time.perf_counter()
-            timings["compute"] = timings.get("compute", 0.0) + drawn - start
-            pictures = (gallery is not None or spectrum is not None) and can_log_pictures(trainer)
-            if gallery is not None:
-                kept = {} if kept is None else kept
-                rows = galleries(trainer, name, f"{prefix}{name}", metric, gallery, pictures, kept)
-                if detail:  # global: every rank built the same rows (logged, not returned)
-                    log_values(pl_module, {key: value for key, value in rows.items() if math.isfinite(value)}, prefix)
-            if spectrum is not None and pictures:
-                from lightning_spectral.pictures.loggers import log_picture
+    reading = metric.reading()
+    if reading.sample_count() > 0:
+        summary = reading.summary()
+        values = logged_values(name, reading.headline(summary), summary, detail)
+        # Values are global already (the metrics all-reduce their sums): no further sync.
+        log_values(pl_module, {k: v for k, v in values.items() if math.isfinite(v)}, prefix)
+        drawn = time.perf_counter()
+        timings["compute"] = timings.get("compute", 0.0) + drawn - start
+        pictures = (gallery is not None or spectrum is not None) and can_log_pictures(trainer)
+        if gallery is not None:
+            kept = {} if kept is None else kept
+            rows = galleries(trainer, name, f"{prefix}{name}", reading, gallery, pictures, kept)
+            if detail:  # global: every rank built the same rows (logged, not returned)
+                log_values(pl_module, {key: value for key, value in rows.items() if math.isfinite(value)}, prefix)
+        if spectrum is not None and pictures:
+            from lightning_spectral.pictures.loggers import log_picture
 
-                figure = spectrum(values)  # a collective: every rank draws
-                if figure is not None:
-                    log_picture(trainer, f"{prefix}{name}/{figure[0]}", figure[1])
-            timings["pictures"] = timings.get("pictures", 0.0) + time.perf_counter() - drawn
+            figure = spectrum(reading, values)
+            if figure is not None:
+                log_picture(trainer, f"{prefix}{name}/{figure[0]}", figure[1])
+        timings["pictures"] = timings.get("pictures", 0.0) + time.perf_counter() - drawn
     metric.reset()
     return values
 
 
 def logged_values(
-    name: str, metric: ReportedMetric, summary: Mapping[str, Any], detail: bool = False
+    name: str, headline: Mapping[str, Any], summary: Mapping[str, Any], detail: bool = False
 ) -> dict[str, float]:
-    """What [`report`][lightning_spectral.callbacks.report.report] logs of a metric's ``summary``, without the prefix:
-    its headline as ``{name}/{quantity}`` (``{name}`` for a plain metric's one value), and with ``detail`` every value
-    of ``summary`` as ``{name}/detail/{key}`` (``""``: ``value``).
+    """What [`report`][lightning_spectral.callbacks.report.report] logs of a reading, without the prefix: its
+    ``headline`` as ``{name}/{quantity}`` (``{name}`` for a plain metric's one value), and with ``detail`` every value
+    of its ``summary`` as ``{name}/detail/{key}`` (``""``: ``value``).
 
     Examples:
         >>> import torch
-        >>> from lightning_spectral.metrics import FastMMD
-        >>> summary = {"": 0.02, "se": 0.004, "p_value": 1e-60, "n": 500.0}  # as FastMMD.summary(), float64
-        >>> summary = {key: torch.tensor(value, dtype=torch.float64) for key, value in summary.items()}
-        >>> logged_values("mmd", FastMMD(sigma=1.0, n_frequencies=8), summary)  # no sample size: it is no score
-        {'mmd/mmd2': 0.02, 'mmd/mmd2_se': 0.004, 'mmd/minus_log10_p': 60.0}
+        >>> headline = {"mmd2": torch.tensor(0.02), "minus_log10_p": torch.tensor(60.0)}
+        >>> logged_values("mmd", headline, {"": torch.tensor(0.02), "n": torch.tensor(500.0)})
+        {'mmd/mmd2': 0.019999999552965164, 'mmd/minus_log10_p': 60.0}
     """
     values: dict[str, float] = {}
-    for quantity, value in metric.headline(summary).items():
+    for quantity, value in headline.items():
         values.update(flatten_values(name if quantity == "" else f"{name}/{quantity}", value))
     if detail:
         for key, value in summary.items():
@@ -177,12 +176,12 @@ def galleries(
     trainer: L.Trainer,
     name: str,
     tag: str,
-    metric: PicturedMetric,
+    reading: PicturedReading,
     gallery: GalleryImages,
     log: bool,
     kept: dict[str, ModeImages],
 ) -> dict[str, float]:
-    """The metric's galleries from a second pass over ``gallery``'s batches, their images (kept in ``kept`` as
+    """The reading's galleries from a second pass over ``gallery``'s batches, their images (kept in ``kept`` as
     ``{name}/{gallery}``), and the grids and their rows as text (logged as ``{tag}/{gallery}`` when ``log``). Each
     row reads its mode's share, and the dominant class of its top samples where the images carry classes
     ([`ModeRow`][lightning_spectral.functional.mode_shares.ModeRow]). A collective under DDP.
@@ -197,7 +196,7 @@ def galleries(
 
     scalars: dict[str, float] = {}
 
-    found = metric.galleries(
+    found = reading.galleries(
         gallery.batches("samples"), gallery.modes, gallery.per_mode, reference_batches=gallery.batches("reference")
     )
     for gallery_name, rows in found.items():

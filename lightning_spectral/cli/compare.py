@@ -111,13 +111,13 @@ def _covariance_route(first, second, args, session) -> tuple[dict[str, Any], tor
         for (emb_a, emb_b), _ in _paired(first, second, args, session, "compare"):
             metric.update(emb_a, emb_b)
     sides = []
-    with metric.synced():  # one all-reduce for every number below
-        spec_diff, values = float(metric.value()), metric.spectrum()
-        for sign in (1, -1):
-            clusters = metric.clusters(args.top_k, sign)
-            batches = _paired(first, second, args, session, "clusters")
-            members = metric.top_samples(batches, k=args.top_k, sign=sign, per_cluster=args.per_cluster)
-            sides.append(as_lists(members, clusters.eigenvalues))
+    reading = metric.reading()  # one all-reduce for every number below
+    spec_diff, values = float(reading.value), reading.spectrum()
+    for sign in (1, -1):
+        clusters = reading.clusters(args.top_k, sign)
+        batches = _paired(first, second, args, session, "clusters")
+        members = reading.top_samples(batches, k=args.top_k, sign=sign, per_cluster=args.per_cluster)
+        sides.append(as_lists(members, clusters.eigenvalues))
     return {"spec_diff": spec_diff}, values, sides[0], sides[1]
 
 

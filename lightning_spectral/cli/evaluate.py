@@ -6,7 +6,6 @@ the files and runs under ``torchrun``."""
 from __future__ import annotations
 
 import argparse
-import contextlib
 from pathlib import Path
 from typing import Any, Union
 
@@ -218,10 +217,10 @@ def run(args: argparse.Namespace, session: Session) -> dict[str, Any]:
             finc_options = dict(rho=args.rho, significance=args.significance, min_eigenvalue=args.min_eigenvalue)
             finc = FINCNovelty(args.sigma, **finc_options, **common).to(device)
             mmd = FastMMD(args.sigma, **common).to(device)
-            owner, side = finc, finc.pooled(real=False)
+            owner = finc
         else:
             vendi = FKEAVendi(args.sigma, alpha=orders, **common).to(device)
-            owner, side = vendi, vendi.samples
+            owner = vendi
         positive_ints(args, "top_k", "per_mode", "batch_size")
         if not 0 < args.mmd_level < 1:
             raise UsageError(f"`--mmd-level` must be a test level in (0, 1), got {args.mmd_level}.")
@@ -247,12 +246,15 @@ def run(args: argparse.Namespace, session: Session) -> dict[str, Any]:
 
     # collectives from here on: every rank computes the same synced values, each metric synced once
     wants_samples = args.images is not None or args.mode_samples
-    with contextlib.ExitStack() as synced:
-        for metric in [finc, mmd] if finc is not None else [owner]:  # the same order on every rank
-            synced.enter_context(metric.synced())
-        result = _report(args, session, data, files, orders, owner, side, finc, mmd, wants_samples)
-    if conditional is not None:  # its own sync, after the others (the same order on every rank)
-        summary = conditional.summary()
+    if finc is not None:  # one reading of each metric (its one collective), in the same order on every rank
+        finc, mmd = finc.reading(), mmd.reading()
+        owner, side = finc, finc.pooled(real=False)
+    else:
+        owner = owner.reading()
+        side = owner.samples
+    result = _report(args, session, data, files, orders, owner, side, finc, mmd, wants_samples)
+    if conditional is not None:  # its own reading, after the others (the same order on every rank)
+        summary = conditional.reading().summary()
         labels = dict(zip(orders, args.alpha, strict=True))
         result["inputs"]["prompts"] = prompts.describe()
         for key, name in (("", "conditional"), ("information", "information"), ("prompt_vendi", "prompt_vendi"),
@@ -306,7 +308,8 @@ def _report(
     args: argparse.Namespace, session: Session, data: Any, files: list, orders: list, owner: Any, side: Any,
     finc: Any, mmd: Any, wants_samples: bool,
 ) -> dict[str, Any]:
-    """Every number of ``evaluate`` from the metrics' synced sums (inside their ``synced()`` blocks)."""
+    """Every number of ``evaluate`` from the metrics' readings (``owner``, ``finc``, ``mmd``; ``side``: FILE's stream
+    of the owner's reading)."""
     from lightning_spectral.functional.fkea import vendi_from_spectrum, vendi_standard_errors
     from lightning_spectral.functional.modes import mode_scores, top_samples
 
@@ -425,7 +428,7 @@ def plural(count: int, noun: str) -> str:
 def _finc(finc: Any, args: argparse.Namespace, batches: Any) -> tuple[dict[str, Any], Any, Any]:
     """FINC results; the calls are ordered so that each side's eigendecomposition is computed once (cached).
     The top samples of the novel modes come from a second pass over FILE when one is significant (or when asked)."""
-    novelty, threshold = float(finc.value()), finc.threshold()
+    novelty, threshold = float(finc.value), finc.threshold()
     novel = finc.novel_modes(max(args.top_k, 50))  # 50 for the plot
     wanted = args.images is not None or args.mode_samples or bool(novel.significant.any())
     samples = finc.top_samples(batches(), k=args.top_k, per_mode=args.per_mode) if wanted else None
@@ -526,7 +529,7 @@ def _modes_json(
 def _mmd(mmd: Any, level: float) -> dict[str, Any]:
     test = mmd.test(level=level)
     return {
-        "mmd2": float(mmd.value()),
+        "mmd2": float(mmd.value),
         "se": float(mmd.standard_error()),  # the sampling noise of MMD^2 at these sizes (interval +- 1.96 se)
         "n": int(mmd.gen.count),
         "n_real": int(mmd.real.count),

@@ -8,7 +8,7 @@ out-of-distribution detector, is built on the same accumulator.
 """
 
 from lightning_spectral.metrics.accumulator import Accumulator
-from lightning_spectral.metrics.base import ModeGallery, SpectralMetric
+from lightning_spectral.metrics.base import SpectralMetric
 from lightning_spectral.metrics.conditional import ConditionalVendi
 from lightning_spectral.metrics.covariance import Covariance, RFFCovariance
 from lightning_spectral.metrics.feature import FrozenFeature
@@ -16,6 +16,7 @@ from lightning_spectral.metrics.finc import FINCNovelty
 from lightning_spectral.metrics.fkea import FKEAVendi
 from lightning_spectral.metrics.kernel_pca_ood import KernelPCAOOD
 from lightning_spectral.metrics.mmd import FastMMD
+from lightning_spectral.metrics.reading import ModeGallery, Reading
 from lightning_spectral.metrics.spec import SPECDivergence
 
 __all__ = [
@@ -29,6 +30,7 @@ __all__ = [
     "KernelPCAOOD",
     "ModeGallery",
     "RFFCovariance",
+    "Reading",
     "SPECDivergence",
     "SpectralMetric",
 ]

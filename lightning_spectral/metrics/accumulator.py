@@ -23,6 +23,7 @@ whenever the sums are read.
 
 from __future__ import annotations
 
+import copy
 import math
 from typing import NamedTuple, Optional
 
@@ -201,6 +202,7 @@ class Accumulator(StreamSums):
         mean_draws: bool = False,
     ) -> None:
         self.metric, self.name, self.feature_map = metric, name, feature_map
+        self.owner = type(metric).__name__  # the metric's name, for messages
         self.multipliers = multipliers
         self.mean_draws = bool(mean_draws) and multipliers is not None
         if multipliers is not None and (not covariance or centre or getattr(feature_map, "bandwidths", None)):
@@ -267,6 +269,19 @@ class Accumulator(StreamSums):
         size = 1 if self.width is None else self.size(self.width)
         setattr(self.metric, self.state_name, torch.zeros(size, dtype=torch.float64, device=device))
 
+    def _writable(self) -> Tensor:
+        """The flat state, to be changed in place: the metric's own copy when a reading holds the current one
+        (`SpectralMetric._writable_state`)."""
+        writable = getattr(self.metric, "_writable_state", None)
+        return getattr(self.metric, self.state_name) if writable is None else writable(self.state_name)
+
+    def snapshot(self) -> "Accumulator":
+        """This stream's sums as they are now, frozen: a copy of the accumulator that reads them (flushed first; the
+        same tensor, which the metric copies before changing it while a reading holds it) and nothing pending."""
+        frozen = copy.copy(self)
+        frozen.metric = _FrozenSums(self.state_name, self.state, self.name, len(getattr(self.metric, "accumulators", ())))
+        return frozen
+
     @property
     def state(self) -> Tensor:
         """The flat float64 state ``[n, s, Q]`` (flushed first)."""
@@ -276,7 +291,7 @@ class Accumulator(StreamSums):
     def _views(self, flat: Tensor) -> Sums:
         """The named sums of a flat state, as views into it (`Sums`; ``None`` for a sum not kept)."""
         if self.width is None:
-            raise RuntimeError(f"{type(self.metric).__name__}: no feature width yet (no sample was seen).")
+            raise RuntimeError(f"{self.owner}: no feature width yet (no sample was seen).")
         views, start = {}, 0
         for name, shape, _ in self._layout(self.width):
             if shape is None:
@@ -314,7 +329,7 @@ class Accumulator(StreamSums):
             RuntimeError: an accumulator without multipliers.
         """
         if self.multipliers is None:
-            raise RuntimeError(f"{type(self.metric).__name__}: {self.name!r} keeps no multiplier sums.")
+            raise RuntimeError(f"{self.owner}: {self.name!r} keeps no multiplier sums.")
         sums = self._views(self.state)
         return NoiseSums(sums.outer, sums.weighted, sums.weight_sums, float(sums.count), sums.feature_sum,  # type: ignore[arg-type]
                          sums.weighted_features)
@@ -327,7 +342,7 @@ class Accumulator(StreamSums):
             RuntimeError: an accumulator without ``Q`` (``covariance=False``).
         """
         if not self.covariance:
-            raise RuntimeError(f"{type(self.metric).__name__}: {self.name!r} keeps no covariance.")
+            raise RuntimeError(f"{self.owner}: {self.name!r} keeps no covariance.")
         return self._views(self.state).outer  # type: ignore[return-value]
 
     # ---- accumulation ------------------------------------------------------------------------------------------
@@ -357,7 +372,7 @@ class Accumulator(StreamSums):
         self._pending.clear()
         if self.width is None:  # the metric fixed the map's input width before adding rows
             self.allocate(self.feature_map.out_features)  # type: ignore[arg-type]
-        flat = getattr(self.metric, self.state_name)
+        flat = self._writable()
         with torch.no_grad():
             for start in range(0, rows.shape[0], self.chunk_size):
                 self._add_chunk(flat, rows[start : start + self.chunk_size])
@@ -390,7 +405,7 @@ class Accumulator(StreamSums):
         several = len(getattr(self.metric, "accumulators", ())) > 1
         where = f" on the {self.name!r} side" if several else ""
         return (
-            f"{type(self.metric).__name__}.compute(): no samples were accumulated{where} (on any rank). Call "
+            f"{self.owner}.compute(): no samples were accumulated{where} (on any rank). Call "
             "`update(...)` with at least one sample first, or `reset()` was called since."
         )
 
@@ -428,7 +443,7 @@ class Accumulator(StreamSums):
         expected = None if width is None else sum(packed_size(*part) for part in layout if part[0] is not None)
         if expected != packed.numel():
             raise ValueError(
-                f"{type(self.metric).__name__}: the checkpoint's {self.name!r} state has {packed.numel()} entries "
+                f"{self.owner}: the checkpoint's {self.name!r} state has {packed.numel()} entries "
                 f"where these settings need {expected}; build the metric with the settings it was saved with."
             )
         flat = torch.zeros(self.size(width), dtype=torch.float64, device=packed.device)  # type: ignore[arg-type]
@@ -523,7 +538,8 @@ class Accumulator(StreamSums):
         """
         if not self.centre:
             return
-        self._rebase_(self.state, shift)
+        self.flush()
+        self._rebase_(self._writable(), shift)
         self.shift = shift.clone()
 
     def _rebase_(self, flat: Tensor, shift: Tensor) -> None:
@@ -545,6 +561,16 @@ class Accumulator(StreamSums):
         flat = flat.clone()
         self._rebase_(flat, target.shift)
         return flat
+
+
+class _FrozenSums:
+    """What a snapshot's accumulator reads in place of its metric: the flat state, an empty buffer and the number of
+    the metric's streams (for messages)."""
+
+    def __init__(self, state_name: str, state: Tensor, name: str, streams: int) -> None:
+        setattr(self, state_name, state)
+        setattr(self, f"{name}_pending", [])
+        self.accumulators = range(streams)
 
 
 def _outer(a: Tensor, b: Tensor) -> Tensor:

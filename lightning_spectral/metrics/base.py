@@ -11,22 +11,19 @@ for all metrics:
 - **sync**: pending rows are flushed and the ranks agree on widths, sizes, frequencies and shifts
   (`agree_across_ranks`), then torchmetrics all-reduces each accumulator's
   one state (``dist_sync_fn`` = [`all_reduce_sum`][lightning_spectral.sync.all_reduce_sum]);
-- **one sync for many reads**: inside [`synced`][lightning_spectral.metrics.SpectralMetric.synced] the sums cover every
-  rank, and every method
-  ([`summary`][lightning_spectral.metrics.SpectralMetric.summary], modes, galleries, plots) reads them without syncing
-  again;
+- **a reading**: [`reading`][lightning_spectral.metrics.SpectralMetric.reading] makes the one sync of an epoch and
+  returns a frozen, typed [`Reading`][lightning_spectral.metrics.Reading] (each metric's own class) whose answers
+  (value, modes, standard errors, summary, galleries, plots) are computed on first use and kept on it; ``compute()``
+  is ``reading().value``;
 - **reference sides**: accumulators declared with ``reference=True`` survive ``reset()`` when
   ``reset_real_features=False`` (as torchmetrics' FID keeps its real features);
 - **checkpoints** (`metrics.checkpoint`) and **plots**
   (`metrics.plotting`), beside this file;
 - **the protocol callbacks and the command line use**
-  ([`PicturedMetric`][lightning_spectral.metrics.protocol.PicturedMetric], every member implemented here): ``inputs``,
-  [`synced`][lightning_spectral.metrics.SpectralMetric.synced],
+  ([`ReportedMetric`][lightning_spectral.metrics.protocol.ReportedMetric]): ``inputs``, ``update``, ``reset``,
+  [`reading`][lightning_spectral.metrics.SpectralMetric.reading],
   [`sample_count`][lightning_spectral.metrics.SpectralMetric.sample_count],
-  [`reset_reference`][lightning_spectral.metrics.SpectralMetric.reset_reference],
-  [`summary`][lightning_spectral.metrics.SpectralMetric.summary],
-  [`galleries`][lightning_spectral.metrics.SpectralMetric.galleries],
-  [`plot_spectrum`][lightning_spectral.metrics.SpectralMetric.plot_spectrum].
+  [`reset_reference`][lightning_spectral.metrics.SpectralMetric.reset_reference].
 
 Shared constructor arguments (documented here once; every metric takes them as keywords):
 
@@ -43,9 +40,8 @@ Shared constructor arguments (documented here once; every metric takes them as k
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
-from contextlib import contextmanager
-from typing import Any, Callable, NamedTuple, Optional
+import weakref
+from typing import Any, Callable, Optional
 
 import torch
 from torch import Tensor, nn
@@ -53,29 +49,14 @@ from torchmetrics import Metric
 
 from lightning_spectral._checks import check_bool, check_features, check_positive_int
 from lightning_spectral.algebra.gram import DEFAULT_CHUNK_SIZE
-from lightning_spectral.functional.mode_shares import ModeRow
 from lightning_spectral.functional.sampling_noise import Multipliers
 from lightning_spectral.kernels.feature_map import FeatureMap
 from lightning_spectral.metrics import checkpoint, plotting
 from lightning_spectral.metrics.accumulator import Accumulator
 from lightning_spectral.metrics.feature import FrozenFeature
-from lightning_spectral.metrics.headline import headline_values
+from lightning_spectral.metrics.reading import Reading
 from lightning_spectral.sync.agreement import agree_across_ranks
 from lightning_spectral.sync.collectives import all_reduce_sum, collective_device, distributed_available
-
-
-class ModeGallery(NamedTuple):
-    """The rows of a mode gallery: per mode, its top samples ``(ids, scores)``, a label for the row, where the
-    ids point (``"samples"``: the measured stream, ``"reference"``: the reference stream), and a title line (e.g.
-    ``"6 significant missing modes, 4 shown"``); ``rows``: what each label says, as
-    [`ModeRow`][lightning_spectral.functional.mode_shares.ModeRow]s (the mode's share of its side), for a caller
-    that knows the samples' classes (``None`` where the labels say something else)."""
-
-    samples: list[tuple[Tensor, Tensor]]
-    labels: list[str]
-    source: str = "samples"
-    title: str = ""
-    rows: Optional[list[ModeRow]] = None
 
 
 class SpectralMetric(Metric):
@@ -113,7 +94,7 @@ class SpectralMetric(Metric):
         **kwargs: Any,
     ) -> None:
         kwargs.setdefault("dist_sync_fn", all_reduce_sum)  # every state is a sum: one all-reduce each
-        kwargs.setdefault("compute_with_cache", False)  # `_cached` keys eigendecompositions by the sums instead
+        kwargs.setdefault("compute_with_cache", False)  # the metric keeps its reading instead
         super().__init__(**kwargs)
         self.chunk_size = check_positive_int(chunk_size, "chunk_size")
         self.feature_map = feature_map
@@ -122,9 +103,8 @@ class SpectralMetric(Metric):
         self.same_samples: dict[str, str] = {}  # accumulator -> the one that counts its samples
         self.reset_real_features = True
         self.feature = None if feature is None else FrozenFeature(feature, normalize=normalize, save=save_feature)
-        self._sync_depth = 0  # > 0 inside `synced()`
-        self._block_key: Optional[tuple] = None  # `_sums_key` of the current `synced()` block
-        self._spectral_cache: tuple[Any, dict[str, Any]] = (None, {})  # `_cached`'s (key of the sums, {name: value})
+        self._kept_reading: Optional[Reading] = None  # the last reading, while it reads the sums
+        self._lent_reading: Optional[weakref.ref] = None  # the last reading, while anyone holds it
         self._persistent_sums = True  # `persistent(False)` leaves the sums out of `state_dict`
         #: Built with ``sigma="auto"``: rows wait unmapped until `fit_bandwidth` fixes sigma (`auto_bandwidth`).
         self.auto_sigma = bool(feature_map.awaits_bandwidth)
@@ -274,76 +254,50 @@ class SpectralMetric(Metric):
             agree_across_ranks(self, process_group or self.process_group)
         super().sync(dist_sync_fn, process_group, should_sync, distributed_available)
 
-    @contextmanager
-    def synced(self) -> Iterator[None]:
-        """Inside the block the sums cover all ranks (one all-reduce per accumulator, on entry; local sums are
-        restored on exit) and every method reads them without syncing again: use it to read several values, galleries
-        and plots of one epoch. Nested blocks reuse the outer one. A collective under DDP.
+    # ---- reading -------------------------------------------------------------------------------------------------
+    #: The class of this metric's reading ([`Reading`][lightning_spectral.metrics.Reading] subclass).
+    reading_class: type[Reading] = Reading
 
-        Inside it, read values through [`value`][lightning_spectral.metrics.SpectralMetric.value] /
-        [`summary`][lightning_spectral.metrics.SpectralMetric.summary] (torchmetrics' ``compute`` would sync again).
+    def reading(self) -> Reading:
+        """The sums read once: the one collective of an epoch (the all-reduce of every accumulator's sums under
+        DDP), then a frozen, typed [`Reading`][lightning_spectral.metrics.Reading] whose every answer (value,
+        spectrum, modes, standard errors, summary, galleries, pictures) is computed on first use and kept on it.
+
+        Without DDP a reading is kept by the metric until the sums change, so a second call returns it again; an
+        ``update`` after it leaves a reading you hold as it was. Under DDP every call is a collective (all ranks
+        call it together), and reads nothing of other ranks after it returns.
         """
-        if self._sync_depth:
-            self._sync_depth += 1
-            try:
-                yield
-            finally:
-                self._sync_depth -= 1
-            return
-        self._sync_depth = 1
-        try:
-            with self.sync_context(
-                dist_sync_fn=self.dist_sync_fn, process_group=self.process_group, should_sync=self.sync_on_compute
-            ):
-                self._block_key = None  # read once the sums are synced, then kept for the block
-                yield
-        finally:
-            self._sync_depth, self._block_key = 0, None
+        with self.sync_context(
+            dist_sync_fn=self.dist_sync_fn, process_group=self.process_group, should_sync=self.sync_on_compute
+        ):
+            return self._read()
 
-    def value(self) -> Any:
-        """``compute()`` of the sums as they are: all ranks' inside
-        [`synced`][lightning_spectral.metrics.SpectralMetric.synced], this rank's outside it."""
-        return type(self).compute(self)
+    def _read(self) -> Reading:
+        """The reading of the sums as they are now (all ranks' when synced), the kept one if it still reads them."""
+        self.fit_bandwidth()
+        self.flush()
+        kept = self._kept_reading
+        if kept is not None and kept.reads(self):
+            return kept
+        reading = self.reading_class(self)
+        self._kept_reading, self._lent_reading = reading, weakref.ref(reading)
+        return reading
 
-    def _cached(self, name: str, fn: Callable[[], Any]) -> Any:
-        """``fn()``, reused while the sums are unchanged (eigendecompositions of 2r x 2r matrices cost seconds).
+    def _writable_state(self, state_name: str) -> Tensor:
+        """The state ``state_name``, about to change in place: the metric lets go of its reading, and copies the state
+        first while a reading someone still holds reads it (copy on write)."""
+        self._kept_reading = None
+        flat = getattr(self, state_name)
+        lent = None if self._lent_reading is None else self._lent_reading()
+        if lent is not None and lent.holds(flat):
+            flat = flat.clone()
+            setattr(self, state_name, flat)
+        return flat
 
-        Every result worked out on the same sums is kept under its ``name`` (``compute()``'s spectrum, the modes'
-        eigenvectors, the missing side's spectrum, ...), so a reader after ``compute()`` (``threshold``,
-        ``summary``, the modes, the galleries) repeats nothing it already did. The key is the total of every
-        accumulator's state and its count of rows: an update, reset, load or sync (other sums) empties the cache.
-        """
-        values = self._current_cache()
-        if name not in values:
-            values[name] = fn()
-        return values[name]
-
-    def _cached_top(self, name: str, k: int, fn: Callable[[int], Any]) -> Any:
-        """``fn(k)``, a result with (at least) ``k`` leading modes, reused as `_cached` by any later call that needs
-        ``k`` or fewer (the galleries' modes after the standard errors' and the spectrum's, on the same sums)."""
-        values = self._current_cache()
-        kept = values.get(name)
-        if kept is None or kept[0] < k:
-            values[name] = (k, fn(k))
-        return values[name][1]
-
-    def _sums_key(self) -> tuple:
-        """What `_cached` keys its results by: every accumulator's total and count of rows. Read once per `synced`
-        block (the sums cannot change inside one: torchmetrics refuses an ``update`` of synced states), so the
-        readers of one epoch sum each (2r)^2 state once, not once per lookup."""
-        if self._sync_depth and self._block_key is not None:
-            return self._block_key
-        states = [accumulator.state for accumulator in self.accumulators.values()]  # flushed
-        key = tuple((float(state.sum()), float(state[0]) if state.numel() else 0.0) for state in states)
-        if self._sync_depth:
-            self._block_key = key
-        return key
-
-    def _current_cache(self) -> dict[str, Any]:
-        key = self._sums_key()
-        if self._spectral_cache[0] != key:
-            self._spectral_cache = (key, {})
-        return self._spectral_cache[1]
+    def compute(self) -> Any:
+        """The metric's value over all ranks (torchmetrics syncs the sums first):
+        [`reading`][lightning_spectral.metrics.SpectralMetric.reading]``().value``."""
+        return self._read().value
 
     # ---- torchmetrics' lifecycle ---------------------------------------------------------------------------------
     def forward(self, *args: Any, **kwargs: Any) -> Any:
@@ -440,16 +394,15 @@ class SpectralMetric(Metric):
         """Samples accumulated on the measured side (``real=False``) or the reference side, all ranks: the counts of
         its accumulators, each sample once (an accumulator declared ``same_samples_as`` another is not added).
 
-        Inside [`synced`][lightning_spectral.metrics.SpectralMetric.synced] the counts are global already; outside it
-        the counts alone are all-reduced (a
-        collective under DDP: every rank must call it, and all get the same answer).
+        The counts alone are all-reduced (a collective under DDP: every rank must call it, and all get the same answer;
+        a [`Reading`][lightning_spectral.metrics.Reading] has them without one).
         """
         check_bool(real, "real")
         names = [
             n for n in self.accumulators if (n in self.reference_names) == real and n not in self.same_samples
         ]
         local = sum((self.accumulators[n].count for n in names), torch.zeros((), dtype=torch.float64))
-        if distributed_available() and not self._sync_depth:
+        if distributed_available():
             local = all_reduce_sum(local.to(collective_device(self.process_group)), self.process_group)[0]
         return int(local)
 
@@ -460,61 +413,17 @@ class SpectralMetric(Metric):
             accumulator.discard()
             setattr(self, accumulator.state_name, torch.zeros_like(getattr(self, accumulator.state_name)))
 
-    def summary(self) -> dict[str, Tensor]:
-        """Every value the metric reports, by name (``""`` is the metric's own value,
-        [`value`][lightning_spectral.metrics.SpectralMetric.value]).
-
-        Callbacks log ``{name}`` and ``{name}_{key}``; subclasses add values (FastMMD its p-value, FINC its
-        missing modes). A collective under DDP (one sync, reused inside
-        [`synced`][lightning_spectral.metrics.SpectralMetric.synced]).
-        """
-        with self.synced():
-            return self._with_sigma({"": self.value()})
-
-    def _with_sigma(self, summary: dict[str, Any]) -> dict[str, Any]:
-        """``summary`` with ``"sigma"``: the bandwidth the values were computed at (``sigma="auto"``'s fitted value
-        too), so that a run can be repeated with that number; unchanged for a metric without one scalar sigma."""
-        sigma = getattr(self, "sigma", None)
-        if isinstance(sigma, (int, float)) and not isinstance(sigma, bool):
-            summary["sigma"] = torch.tensor(float(sigma), dtype=torch.float64)
-        return summary
-
-    def galleries(
-        self, batches: Iterable[tuple[Any, Any]], k: int, per_mode: int, reference_batches: Optional[Iterable] = None
-    ) -> dict[str, ModeGallery]:
-        """Top samples of the top modes from a second pass over ``(features, ids)`` batches, by gallery name.
-
-        ``reference_batches`` (reference samples) feed galleries of the reference side (FINC's missing modes).
-        The default has none. A collective under DDP.
-        """
-        return {}
-
     #: Whether the metric's values are scalars a callback can log (a covariance matrix is not): callbacks refuse, when
     #: they are built, a metric that says ``False``.
     reports_scalars: bool = True
-
-    def headline(self, summary: Mapping[str, Any]) -> dict[str, Tensor]:
-        """The few scalars a callback logs by default, ``{quantity: value}``, read from ``summary`` (what
-        [`summary`][lightning_spectral.metrics.SpectralMetric.summary] returned): the scores and their standard
-        errors (``{quantity}_se``), counts and ``-log10`` p-values; never a setting or a sample size. The default is
-        ``summary[""]`` as ``"value"`` (a dict or vector of them as ``value_{key}``) with its ``se``."""
-        return headline_values("value", summary[""], summary.get("se"))
 
     # ---- pictures ------------------------------------------------------------------------------------------------
     def plot(self, val: Any = None, ax: Any = None) -> tuple[Any, Any]:
         """torchmetrics' ``plot``: the metric's value, or a list of values over steps; see
         `plot_value`."""
         if val is None:
-            with self.synced():
-                val = self.value()
+            val = self.reading().value
         return plotting.plot_value(self, val, ax)
-
-    def plot_spectrum(self, ax: Any = None, top: int = 50) -> tuple[Any, Any]:
-        """The picture behind the metric's value (default: one bar panel per value of
-        [`summary`][lightning_spectral.metrics.SpectralMetric.summary]; metrics with
-        an eigen-spectrum draw it). A collective under DDP; see
-        `plot_summary`."""
-        return plotting.plot_summary(self, ax, top)
 
     # ---- checkpoints, devices, pickling --------------------------------------------------------------------------
     def persistent(self, mode: bool = False) -> None:
@@ -547,6 +456,11 @@ class SpectralMetric(Metric):
             moved = fn(value)
             setattr(this, name, moved if moved.dtype == value.dtype else value.to(moved.device))
         return this
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = super().__getstate__()
+        state["_kept_reading"], state["_lent_reading"] = None, None  # a reading is not sent along (nor a weak reference)
+        return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         super().__setstate__(state)

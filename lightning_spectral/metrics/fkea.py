@@ -2,28 +2,20 @@
 
 from __future__ import annotations
 
-import math
-from collections.abc import Mapping
 from typing import Any, Optional, Union
 
-import torch
-from torch import Tensor, nn
+from torch import nn
 
-from lightning_spectral._checks import check_order
-from lightning_spectral.algebra.eigen import eigen_dtype, psd_eigh, top_eigh
+from lightning_spectral.algebra.eigen import eigen_dtype
 from lightning_spectral.algebra.gram import DEFAULT_CHUNK_SIZE
 from lightning_spectral.functional.fkea import (
     Orders,
-    VendiResult,
     check_orders,
     check_truncation,
-    rke_from_covariance,
-    vendi_from_spectrum,
-    vendi_standard_errors,
 )
 from lightning_spectral.functional.sampling_noise import DEFAULT_SCORE_DRAWS
 from lightning_spectral.metrics.covariance import RFFCovariance
-from lightning_spectral.metrics.headline import headline_values
+from lightning_spectral.metrics.vendi_reading import VendiReading
 
 
 class FKEAVendi(RFFCovariance):
@@ -45,7 +37,7 @@ class FKEAVendi(RFFCovariance):
     half that sigma: docs/benchmarks/diversity-convergence.md); RKE (order 2) and the $t$-truncated score
     (``truncation=t``, Ospanov and Farnia, UAI 2025, arXiv 2410.21719) converge once n and 2r exceed a few times t
     and move by about 1 %.
-    [`summary`][lightning_spectral.metrics.FKEAVendi.summary] reports n and 2r beside the score.
+    A reading's [`summary`][lightning_spectral.metrics.vendi_reading.VendiReading.summary] reports n and 2r beside the score.
 
     With ``truncation=t`` every order is the $t$-truncated Vendi score
     ([`truncated_vendi`][lightning_spectral.functional.fkea.truncated_vendi]): the top t eigenvalues of $C$, each
@@ -53,8 +45,9 @@ class FKEAVendi(RFFCovariance):
     non-decreasing in t and at most t; RKE then needs the eigendecomposition too.
 
     State: the float64 covariance sum, feature sum and count (``RFFCovariance``), all-reduced under DDP;
-    memory is ``O(r^2)`` whatever the number of samples. Modes: [`modes`][lightning_spectral.metrics.Covariance.modes],
-    [`top_samples`][lightning_spectral.metrics.Covariance.top_samples].
+    memory is ``O(r^2)`` whatever the number of samples. Everything else is read from ``metric.reading()``, a
+    [`VendiReading`][lightning_spectral.metrics.vendi_reading.VendiReading]: ``value``, ``standard_error()``,
+    ``summary()``, ``spectrum()``, ``modes(k)``, ``top_samples(batches)``.
 
     Args:
         sigma: Gaussian bandwidth (> 0), in embedding units (FKEA: 20-25 for DINOv2, 7 for CLIP), or ``"auto"``:
@@ -104,6 +97,7 @@ class FKEAVendi(RFFCovariance):
     plot_lower_bound: float = 1.0
 
     reports_scalars = True  # its value is the Vendi score (an RFFCovariance reports the matrix)
+    reading_class = VendiReading
 
     def __init__(
         self,
@@ -138,63 +132,3 @@ class FKEAVendi(RFFCovariance):
         self.orders, self._single_order, self.alpha = orders, single, alpha
         self.precision = precision
         self.truncation = truncation
-
-    def compute(self) -> VendiResult:
-        """Vendi score(s) of everything accumulated (over all ranks); t-truncated with ``truncation``."""
-        covariance = self.samples.second_moment()
-        if self._single_order and self.orders[0] == 2 and self.truncation is None:
-            return rke_from_covariance(covariance)
-        return vendi_from_spectrum(self.spectrum(), self.alpha, self.truncation)
-
-    def standard_error(self) -> VendiResult:
-        """The standard error of each score from the ``noise_draws`` multiplier draws, to first order
-        (`functional.vendi_standard_errors`): the sampling noise of
-        the score at this n, not its bias with n. A collective under DDP.
-
-        Raises:
-            RuntimeError: built with ``noise_draws=0`` (no draws were kept).
-        """
-        if not self.noise_draws:
-            raise RuntimeError("FKEAVendi.standard_error: built with noise_draws=0, so no draws were kept; build it "
-                               "with noise_draws >= 1 (default 2).")
-        with self.synced():
-            return self._cached("se", self._standard_error)
-
-    def _standard_error(self) -> VendiResult:
-        """`standard_error` on the synced sums; the ``eigh`` it needs (not for RKE alone) also gives the score's
-        spectrum (`Covariance.spectrum`, kept unless already there): one eigendecomposition for both."""
-        noise = self.samples.noise_sums()
-        orders = [check_order(order, "alpha") for order in self.orders]
-        width, eigen = self.feature_map.out_features, None
-        pairs = self.truncation if self.truncation is not None else 1 if min(orders) == math.inf else width
-        if 16 * pairs <= width:
-            # the gradient is one value past the top t pairs (t-truncated) or past the first (order inf): those
-            # pairs (`top_eigh`: Lanczos from 1,024 rows) beside the score's spectrum, no dense eigh
-            eigen = (self.spectrum(), top_eigh(self.samples.second_moment(), pairs)[1])
-        elif self.truncation is not None or any(order != 2.0 for order in orders):
-            # rank(C) <= n: with n well below 2r the range finder gives the same pairs (`psd_eigh` with `rank`)
-            rank = int(self.sample_count())
-            eigen = psd_eigh(self.samples.second_moment(), precision=self.precision, rank=rank)
-            self._cached(f"spectrum/{self.precision}", lambda: eigen[0])
-        return vendi_standard_errors(noise, self.alpha, self.truncation, self.precision, eigen)
-
-    def headline(self, summary: Mapping[str, Any]) -> dict[str, Tensor]:
-        """``vendi_{order}`` and ``vendi_{order}_se`` for each order (``vendi_2``: RKE), from ``summary``."""
-        value, se = summary[""], summary.get("se")
-        if self._single_order:
-            value, se = {self.orders[0]: value}, None if se is None else {self.orders[0]: se}
-        return headline_values("vendi", value, se)
-
-    def summary(self) -> dict[str, Tensor]:
-        """The score (``""``), its standard error ``se`` (unless ``noise_draws=0``;
-        [`standard_error`][lightning_spectral.metrics.FKEAVendi.standard_error]), beside the sample size ``n`` and
-        the feature count ``n_features`` (2r) it was computed at: Vendi-1 depends on both (see the class doc), so a
-        logged value names them. A collective under DDP."""
-        with self.synced():
-            error = self.standard_error() if self.noise_draws else None  # first: its eigh gives the score's spectrum
-            values = {"": self.value()}
-            if error is not None:
-                values["se"] = error
-            values["n"] = torch.tensor(float(self.sample_count()), dtype=torch.float64)
-            values["n_features"] = torch.tensor(float(self.feature_map.out_features), dtype=torch.float64)
-        return self._with_sigma(values)

@@ -1,6 +1,6 @@
 """What a callback logs of a metric by default: a few scalars per metric, named ``{quantity}`` and ``{quantity}_se``.
 
-Each metric's [`headline`][lightning_spectral.metrics.SpectralMetric.headline] picks them from its ``summary()``:
+Each metric's [`headline`][lightning_spectral.metrics.Reading.headline] picks them from its ``summary()``:
 its scores with their standard errors, counts, and p-values as ``-log10 p``; never a setting (sigma, 2r) or a sample
 size, which do not change between epochs. A callback logs them as ``{prefix}{metric name}/{quantity}``.
 """

@@ -218,11 +218,11 @@ class KernelPCAOOD(nn.Module):
         Raises:
             RuntimeError: fewer than 2 samples were accumulated on all ranks together.
         """
-        with self.sums.synced():
-            total = float(self.sums.samples.count)
-            if total < 2:
-                raise RuntimeError("KernelPCAOOD.finalize: fewer than 2 in-distribution samples were accumulated.")
-            mean, covariance = self.sums.samples.mean(), self.sums.samples.centred_covariance()
+        samples = self.sums.reading().samples
+        total = float(samples.count)
+        if total < 2:
+            raise RuntimeError("KernelPCAOOD.finalize: fewer than 2 in-distribution samples were accumulated.")
+        mean, covariance = samples.mean(), samples.centred_covariance()
         values, vectors = symmetric_eigh(covariance)
         values = values.clamp_min(0)
         q = self._n_kept(values)

@@ -2,26 +2,23 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any, Optional, Union
 
-import torch
 from torch import Tensor, nn
 
 from lightning_spectral._checks import (
     check_bandwidths,
     check_bool,
-    check_fraction,
     check_positive_int,
     check_side,
     check_state_memory,
 )
 from lightning_spectral.algebra.gram import DEFAULT_CHUNK_SIZE
-from lightning_spectral.functional.mmd import MMDTest, mmd_from_means, mmd_standard_error, streaming_p_value
 from lightning_spectral.kernels.bandwidth import check_sigma
 from lightning_spectral.kernels.multi_bandwidth_rff import MultiBandwidthRFF
 from lightning_spectral.metrics.base import SpectralMetric
-from lightning_spectral.metrics.headline import headline_values, minus_log10
+from lightning_spectral.metrics.mmd_reading import MMDReading
 
 
 class FastMMD(SpectralMetric):
@@ -41,8 +38,8 @@ class FastMMD(SpectralMetric):
     rescales), so
     estimates across bandwidths are correlated (as in the authors' code).
 
-    The test ([`p_value`][lightning_spectral.metrics.FastMMD.p_value],
-    [`test`][lightning_spectral.metrics.FastMMD.test]) needs no stored samples: the pooled feature covariance is kept as
+    The test (``metric.reading().test(level)`` and ``.p_value()``,
+    [`MMDReading`][lightning_spectral.metrics.mmd_reading.MMDReading]) needs no stored samples: the pooled feature covariance is kept as
     a sum state, and under $H_0$ $T = \|\bar z_r - \bar z_g\|^2$ is distributed as
     $(1/m + 1/n) \sum_k l_k\, \chi^2_1$ with $l$ the eigenvalues of the pooled, centred covariance $S$; the
     p-value comes from a shifted, scaled chi-square (Pearson type III) matched in three cumulants,
@@ -84,12 +81,13 @@ class FastMMD(SpectralMetric):
         >>> mmd = FastMMD(sigma=1.0, n_frequencies=256)
         >>> mmd.update(torch.randn(400, 2, generator=g), real=True)
         >>> mmd.update(torch.randn(400, 2, generator=g) + 0.5, real=False)
-        >>> float(mmd.compute()) > 0.01, bool(mmd.test(level=0.05).reject)
+        >>> float(mmd.compute()) > 0.01, bool(mmd.reading().test(level=0.05).reject)
         (True, True)
     """
 
     inputs = "two"
     higher_is_better: Optional[bool] = False
+    reading_class = MMDReading
     feature_map: MultiBandwidthRFF
 
     def __init__(
@@ -138,88 +136,3 @@ class FastMMD(SpectralMetric):
         generated side (``real=False``)."""
         check_side(real, "FastMMD")
         (self.real if real else self.gen).add(self.embeddings(features))
-
-    def _sizes(self) -> tuple[float, float]:
-        m, n = float(self.real.count), float(self.gen.count)
-        if m < 1 or n < 1:
-            side = "reference (real=True)" if m < 1 else "generated (real=False)"
-            raise RuntimeError(f"FastMMD: the {side} side is empty (on every rank); call `update(x, real=...)`.")
-        return m, n
-
-    def _per_bandwidth(self, values: Tensor) -> Tensor:
-        return values[0] if self._single else values
-
-    def compute(self) -> Tensor:
-        """MMD^2 (unbiased or biased): a scalar, or one value per bandwidth (``len(sigma),``)."""
-        m, n = self._sizes()
-        if self.unbiased and min(m, n) < 2:
-            raise RuntimeError("FastMMD: the unbiased MMD^2 needs at least 2 samples per side (or unbiased=False).")
-        means = (self.real.feature_sum / m, self.gen.feature_sum / n)
-        return self._per_bandwidth(mmd_from_means(*means, m, n, self.unbiased))
-
-    def summary(self) -> dict[str, Tensor]:
-        """MMD^2 (``""``) and, unless ``statistic_only``, its ``p_value`` and its standard error ``se``
-        ([`standard_error`][lightning_spectral.metrics.FastMMD.standard_error]); ``n`` (generated) and
-        ``n_real`` (reference) sizes and ``n_features`` (2r) beside them. A collective under DDP."""
-        with self.synced():
-            values = {"": self.value()}
-            if not self.statistic_only:
-                values["p_value"] = self.p_value()
-                values["se"] = self.standard_error()
-            values["n"] = self.gen.count.clone()
-            values["n_real"] = self.real.count.clone()
-            values["n_features"] = torch.tensor(float(2 * self.n_frequencies), dtype=torch.float64)
-        return self._with_sigma(values)
-
-    def headline(self, summary: Mapping[str, Any]) -> dict[str, Tensor]:
-        """From ``summary``: ``mmd2`` with its ``mmd2_se`` and the p-value as ``minus_log10_p`` (above 1.3: p < 0.05;
-        ``_0``, ``_1``, ... per bandwidth with several)."""
-        values = headline_values("mmd2", summary[""], summary.get("se"))
-        if "p_value" in summary:
-            values.update(headline_values("minus_log10_p", minus_log10(summary["p_value"])))
-        return values
-
-    def standard_error(self) -> Tensor:
-        """The standard error of MMD^2 (either form) per bandwidth, from the side means and covariances the test keeps
-        (`functional.mmd_standard_error`; no extra state): the sampling
-        noise at these sample sizes, for the interval ``MMD^2 +- 1.96 se``. A collective under DDP.
-
-        Raises:
-            RuntimeError: with ``statistic_only=True`` (no covariances are kept).
-        """
-        if self.statistic_only:
-            raise RuntimeError("FastMMD.standard_error: built with statistic_only=True, which keeps no covariance; "
-                               "build it with statistic_only=False.")
-        with self.synced():
-            self._sizes()
-            means = (self.real.mean(), self.gen.mean())
-            covariances = (self.real.centred_covariance(), self.gen.centred_covariance())
-            m, n = float(self.real.count), float(self.gen.count)
-            return self._per_bandwidth(mmd_standard_error(*means, *covariances, m, n))
-
-    def p_value(self) -> Tensor:
-        """Asymptotic p-value of H0 (both sides from one distribution), per bandwidth; a collective under DDP."""
-        return self.test().p_value
-
-    def test(self, level: float = 0.05) -> MMDTest:
-        """Two-sample test at ``level`` from the streamed state: ``(statistic, p_value, reject)``.
-
-        ``statistic`` is the biased ``MMD_b^2`` the p-value refers to. A collective under DDP.
-
-        Raises:
-            RuntimeError: with ``statistic_only=True`` (the null distribution needs the covariance sums).
-        """
-        level = check_fraction(level, "level", high_closed=False)
-        if self.statistic_only:
-            raise RuntimeError(
-                "FastMMD.test / p_value: the metric was built with statistic_only=True, which keeps only the feature "
-                "means; the p-value needs the pooled feature covariance. Build it with statistic_only=False."
-            )
-        with self.synced():
-            m, n = self._sizes()
-            mean_real, mean_gen = self.real.feature_sum / m, self.gen.feature_sum / n
-            biased = mmd_from_means(mean_real, mean_gen, m, n, unbiased=False)
-            pooled_sum, pooled_cov = self.real.feature_sum + self.gen.feature_sum, self.real.cov_sum + self.gen.cov_sum
-            p_values = streaming_p_value(biased, pooled_sum, pooled_cov, m + n, m, n)
-        statistic, p_values = self._per_bandwidth(biased), self._per_bandwidth(p_values)
-        return MMDTest(statistic, p_values, p_values <= level)

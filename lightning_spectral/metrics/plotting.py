@@ -135,10 +135,10 @@ def labelled(value: Any) -> dict[str, float]:
     return out
 
 
-def plot_summary(metric: Any, ax: Any = None, top: int = 50) -> tuple[Any, Any]:
-    """One bar panel per value of ``metric.summary()`` (not ``sigma``, ``n``, ``n_real``, ``n_features`` or the
+def plot_summary(reading: Any, ax: Any = None, top: int = 50) -> tuple[Any, Any]:
+    """One bar panel per value of ``reading.summary()`` (not ``sigma``, ``n``, ``n_real``, ``n_features`` or the
     standard errors and biases), a bar per component (FastMMD: MMD^2 and the p-value per bandwidth, with the 5 % level
-    dashed). A collective under DDP (``summary`` syncs, once).
+    dashed), from a reading (no collective).
 
     Returns:
         ``(figure, axis)``, or ``(figure, [axes])`` for several panels.
@@ -148,11 +148,11 @@ def plot_summary(metric: Any, ax: Any = None, top: int = 50) -> tuple[Any, Any]:
     check_positive_int(top, "top")
     values = {
         key: torch.stack([torch.as_tensor(v) for v in value.values()]) if isinstance(value, dict) else value
-        for key, value in metric.summary().items()
+        for key, value in reading.summary().items()
         # not values: the bandwidth and sizes they were computed at, their standard errors; {}: no mode's share
         if key not in ("sigma", "n", "n_real", "n_features") and key != "se" and not key.endswith(("_se", "_bias"))
         and not (isinstance(value, dict) and not value)
     }
-    figure = plot_values(values, title=type(metric).__name__, lines={"p_value": 0.05}, ax=ax)
+    figure = plot_values(values, title=reading.metric_name, lines={"p_value": 0.05}, ax=ax)
     axes = list(figure.axes) if ax is None else ax
     return figure, axes[0] if isinstance(axes, list) and len(axes) == 1 else axes

@@ -1,13 +1,15 @@
-"""What a callback asks of a metric: how to feed it (``inputs``) and what it reports, checked once.
+"""What a callback asks of a metric: how to feed it (``inputs``), and a reading of what it reports, checked once.
 
-[`ReportedMetric`][lightning_spectral.metrics.protocol.ReportedMetric] is what every callback's epoch end reads
-(one sync, the values, the counts, the reset); [`PicturedMetric`][lightning_spectral.metrics.protocol.PicturedMetric]
-adds the pictures (galleries, spectrum). Every [`SpectralMetric`][lightning_spectral.metrics.SpectralMetric] is
-both. A plain ``torchmetrics.Metric`` (none of the protocol's own members) is read through
-[`PlainMetric`][lightning_spectral.metrics.protocol.PlainMetric]: ``update(x)``, ``compute()``, no pictures.
-[`as_reported`][lightning_spectral.metrics.protocol.as_reported] checks a metric when a callback is built and names
-what it lacks; [`feed`][lightning_spectral.metrics.protocol.feed] is the one place a batch's embeddings become the
-``update`` call its ``inputs`` asks for.
+[`ReportedMetric`][lightning_spectral.metrics.protocol.ReportedMetric] is what every callback's epoch end calls: it
+feeds the metric, takes one [`reading`][lightning_spectral.metrics.SpectralMetric.reading] (the one collective), reads
+the summary and headline off it ([`MetricReading`][lightning_spectral.metrics.protocol.MetricReading]) and resets
+the metric; [`PicturedReading`][lightning_spectral.metrics.protocol.PicturedReading] adds the pictures (galleries,
+spectrum). Every [`SpectralMetric`][lightning_spectral.metrics.SpectralMetric] keeps it, its
+[`Reading`][lightning_spectral.metrics.Reading] both. A plain ``torchmetrics.Metric`` (none of the protocol's own
+members) is read through [`PlainMetric`][lightning_spectral.metrics.protocol.PlainMetric]: ``update(x)``,
+``compute()``, no pictures. [`as_reported`][lightning_spectral.metrics.protocol.as_reported] checks a metric when a
+callback is built and names what it lacks; [`feed`][lightning_spectral.metrics.protocol.feed] is the one place a
+batch's embeddings become the ``update`` call its ``inputs`` asks for.
 """
 
 from __future__ import annotations
@@ -23,19 +25,48 @@ from torchmetrics import Metric
 from lightning_spectral.sync.collectives import all_reduce_sum, collective_device, distributed_available
 
 if TYPE_CHECKING:  # pragma: no cover
-    from lightning_spectral.metrics.base import ModeGallery
+    from lightning_spectral.metrics.reading import ModeGallery
 
 #: The ways ``update`` is called: ``update(x)``, ``update(x, real=...)``, ``update(a, b)`` (two embeddings of the
 #: same samples), ``update(x, prompts)``.
 INPUTS = ("one", "two", "paired", "conditional")
 #: What every callback calls at an epoch's end; ``"reset_reference"`` (two-sample metrics whose reference is
-#: embedded again) and the ``PICTURES`` are asked for by name.
-REPORTED = ("inputs", "update", "reset", "synced", "summary", "headline", "sample_count")
+#: embedded again) is asked for by name.
+REPORTED = ("inputs", "update", "reset", "reading")
+#: What a reading answers for every callback, and what it answers for the pictures.
+READ = ("summary", "headline", "sample_count")
 PICTURES = ("galleries", "plot_spectrum")
 
 
+class MetricReading(Protocol):
+    """What a callback reads off a metric's reading (all ranks' sums, read once)."""
+
+    def summary(self) -> Mapping[str, Any]:
+        """Every value the reading reports, by name (``""``: the metric's value)."""
+
+    def headline(self, summary: Optional[Mapping[str, Any]] = None) -> Mapping[str, Any]:
+        """The few scalars logged by default, ``{quantity: value}``, picked from ``summary``."""
+
+    def sample_count(self, real: bool = False) -> int:
+        """Samples read on the measured (or, ``real``, the reference) side over all ranks."""
+
+
+class PicturedReading(MetricReading, Protocol):
+    """A [`MetricReading`][lightning_spectral.metrics.protocol.MetricReading] that also draws: mode galleries and a
+    spectrum."""
+
+    def galleries(
+        self, batches: Iterable[tuple[Any, Any]], k: int, per_mode: int, reference_batches: Optional[Iterable] = None
+    ) -> Mapping[str, "ModeGallery"]:
+        """Top samples of the top modes from a second pass over ``(features, ids)`` batches, by gallery name (a
+        collective: every rank streams its batches)."""
+
+    def plot_spectrum(self) -> tuple[Any, Any]:
+        """``(figure, axes)`` of the picture behind the metric's value."""
+
+
 class ReportedMetric(Protocol):
-    """What a callback's epoch end reads of a metric.
+    """What a callback's epoch end calls on a metric.
 
     Attributes:
         inputs: how ``update`` is called, one of `INPUTS` (see [`feed`][lightning_spectral.metrics.protocol.feed]).
@@ -49,41 +80,47 @@ class ReportedMetric(Protocol):
     def reset(self) -> None:
         """Clear the measured sums (the reference too, unless the metric keeps it)."""
 
-    def synced(self) -> AbstractContextManager[None]:
-        """A block in which every read covers all ranks, after one sync (a collective)."""
-
-    def summary(self) -> Mapping[str, Any]:
-        """Every value the metric reports, by name (``""``: its own value)."""
-
-    def headline(self, summary: Mapping[str, Any]) -> Mapping[str, Any]:
-        """The few scalars logged by default, ``{quantity: value}``, picked from ``summary``."""
-
-    def sample_count(self, real: bool = False) -> int:
-        """Samples accumulated on the measured (or, ``real``, the reference) side over all ranks (a collective)."""
+    def reading(self) -> MetricReading:
+        """All ranks' sums read once (the one collective), as a reading that answers the rest."""
 
     def reset_reference(self) -> None:
         """Clear the reference side (two-sample metrics)."""
 
 
-class PicturedMetric(ReportedMetric, Protocol):
-    """A [`ReportedMetric`][lightning_spectral.metrics.protocol.ReportedMetric] that also draws: mode galleries
-    and a spectrum."""
+class PlainReading:
+    """A plain ``torchmetrics.Metric``'s ``compute()`` read as a
+    [`MetricReading`][lightning_spectral.metrics.protocol.MetricReading]; its counts are torchmetrics'
+    ``update_count``, summed over the metric's process group (a collective, as ``compute`` is).
 
-    def galleries(
-        self, batches: Iterable[tuple[Any, Any]], k: int, per_mode: int, reference_batches: Optional[Iterable] = None
-    ) -> Mapping[str, "ModeGallery"]:
-        """Top samples of the top modes from a second pass over ``(features, ids)`` batches, by gallery name."""
+    Args:
+        metric: the metric.
+    """
 
-    def plot_spectrum(self) -> tuple[Any, Any]:
-        """``(figure, axes)`` of the picture behind the metric's value (a collective)."""
+    def __init__(self, metric: Metric) -> None:
+        self.metric = metric
+        self._summary: Optional[dict[str, Any]] = None
+
+    def summary(self) -> dict[str, Any]:
+        if self._summary is None:
+            self._summary = {"": self.metric.compute()}
+        return self._summary
+
+    def headline(self, summary: Optional[Mapping[str, Any]] = None) -> dict[str, Any]:
+        """The value of ``compute()`` as it is (``""``: logged under the metric's name; a dict, as KID's, by key)."""
+        value = (self.summary() if summary is None else summary)[""]
+        return dict(value) if isinstance(value, Mapping) else {"": value}
+
+    def sample_count(self, real: bool = False) -> int:
+        count = torch.tensor(0.0 if real else float(self.metric.update_count), dtype=torch.float64)
+        if distributed_available():
+            group = self.metric.process_group
+            count = all_reduce_sum(count.to(collective_device(group)), group)[0]
+        return int(count)
 
 
 class PlainMetric:
     """A plain ``torchmetrics.Metric`` read as a [`ReportedMetric`][lightning_spectral.metrics.protocol.ReportedMetric]:
-    ``update(x)``, its ``compute()`` as the one value, no reference and no pictures.
-
-    Its counts are torchmetrics' ``update_count``, summed over the metric's process group (``compute`` syncs there
-    too: torchmetrics owns a metric's sync).
+    ``update(x)``, its ``compute()`` as the one value of its reading, no reference and no pictures.
 
     Args:
         metric: the metric.
@@ -100,23 +137,9 @@ class PlainMetric:
     def reset(self) -> None:
         self.metric.reset()
 
-    def synced(self) -> AbstractContextManager[None]:
-        return nullcontext()  # `compute` syncs by itself
-
-    def summary(self) -> dict[str, Any]:
-        return {"": self.metric.compute()}
-
-    def headline(self, summary: Mapping[str, Any]) -> dict[str, Any]:
-        """The value of ``compute()`` as it is (``""``: logged under the metric's name; a dict, as KID's, by key)."""
-        value = summary[""]
-        return dict(value) if isinstance(value, Mapping) else {"": value}
-
-    def sample_count(self, real: bool = False) -> int:
-        count = torch.tensor(0.0 if real else float(self.metric.update_count), dtype=torch.float64)
-        if distributed_available():
-            group = self.metric.process_group
-            count = all_reduce_sum(count.to(collective_device(group)), group)[0]
-        return int(count)
+    def reading(self) -> PlainReading:
+        """The metric's reading (its ``compute()``, run on the first ``summary``: torchmetrics syncs it)."""
+        return PlainReading(self.metric)
 
     def reset_reference(self) -> None:
         """Nothing to clear: a plain metric has no reference side."""
@@ -124,7 +147,7 @@ class PlainMetric:
 
 def is_plain(metric: Any) -> bool:
     """Whether ``metric`` has none of the protocol's own members (a plain ``torchmetrics.Metric``)."""
-    own = [name for name in (*REPORTED, "reset_reference", *PICTURES) if name not in ("update", "reset")]
+    own = [name for name in (*REPORTED, "reset_reference") if name not in ("update", "reset")]
     return not any(hasattr(metric, name) for name in own)
 
 
@@ -140,7 +163,8 @@ def as_reported(
         name: its name in the callback's ``metrics``.
         owner: the callback, for the message.
         needs: members the callback will call besides `REPORTED`, each with the argument that asks for it (e.g.
-            ``{"galleries": "images"}``).
+            ``{"reset_reference": "reference_dataloader"}``); the `PICTURES` (``{"galleries": "images"}``) are its
+            reading's, checked on the metric's ``reading_class`` where it has one.
         inputs: the ``inputs`` the callback can feed.
 
     Raises:
@@ -159,12 +183,16 @@ def as_reported(
         reported: Any = PlainMetric(metric)
     else:
         missing = [member for member in REPORTED if not hasattr(metric, member)]
-        missing += [f"{member} (asked for by `{why}`)" for member, why in needs.items() if not hasattr(metric, member)]
+        reading_class = getattr(metric, "reading_class", None)  # what its readings answer, where the class says
+        missing += [f"{member} (asked for by `{why}`)" for member, why in needs.items()
+                    if member not in PICTURES and not hasattr(metric, member)
+                    or member in PICTURES and reading_class is not None and not hasattr(reading_class, member)]
         if missing:
             raise TypeError(
                 f"{owner}: `metrics[{name!r}]` ({type(metric).__name__}) has no {', '.join(missing)}, which {owner} "
-                "calls; implement it (lightning_spectral.metrics.protocol.ReportedMetric / PicturedMetric, or subclass "
-                "SpectralMetric), or leave the metric out of what asks for it."
+                "calls; implement it (lightning_spectral.metrics.protocol.ReportedMetric, with a reading_class whose "
+                "readings keep PicturedReading, or subclass SpectralMetric), or leave the metric out of what asks for "
+                "it."
             )
         reported = metric
     if not getattr(metric, "reports_scalars", True):

@@ -1,0 +1,83 @@
+"""The reading of FKEAVendi: the Vendi / RKE score(s), their standard errors, the spectrum and the modes."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any, Optional
+
+from torch import Tensor
+
+from lightning_spectral._checks import check_order
+from lightning_spectral.algebra.eigen import psd_eigh, top_eigh
+from lightning_spectral.functional.fkea import (
+    VendiResult,
+    rke_from_covariance,
+    vendi_from_spectrum,
+    vendi_standard_errors,
+)
+from lightning_spectral.metrics.covariance_reading import CovarianceReading
+from lightning_spectral.metrics.headline import headline_values
+
+
+class VendiReading(CovarianceReading):
+    """A reading of [`FKEAVendi`][lightning_spectral.metrics.FKEAVendi]: ``value`` is the Vendi score (a scalar for
+    one order, ``{order: score}`` for several; t-truncated with ``truncation``), ``standard_error()`` its standard
+    error, and the covariance's ``spectrum()``, ``modes(k)``, ``top_samples`` and gallery
+    ([`CovarianceReading`][lightning_spectral.metrics.covariance_reading.CovarianceReading])."""
+
+    settings = ("noise_draws", "orders", "alpha", "precision", "truncation", "_single_order")
+
+    def _value(self) -> VendiResult:
+        if self._single_order and self.orders[0] == 2 and self.truncation is None:
+            return rke_from_covariance(self.samples.second_moment())
+        return vendi_from_spectrum(self.spectrum(), self.alpha, self.truncation)
+
+    def standard_error(self) -> VendiResult:  # type: ignore[override]
+        """The standard error of each score from the ``noise_draws`` multiplier draws, to first order
+        (`functional.vendi_standard_errors`): the sampling noise of the score at this n, not its bias with n.
+
+        Raises:
+            RuntimeError: built with ``noise_draws=0`` (no draws were kept).
+        """
+        if not self.noise_draws:
+            raise RuntimeError("FKEAVendi.standard_error: built with noise_draws=0, so no draws were kept; build it "
+                               "with noise_draws >= 1 (default 2).")
+        return self._cached("se", self._standard_error)
+
+    def _standard_error(self) -> VendiResult:
+        """The ``eigh`` it needs (not for RKE alone) also gives the score's spectrum (kept unless already there): one
+        eigendecomposition for both."""
+        noise = self.samples.noise_sums()
+        orders = [check_order(order, "alpha") for order in self.orders]
+        width, eigen = self.feature_map.out_features, None
+        pairs = self.truncation if self.truncation is not None else 1 if min(orders) == math.inf else width
+        if 16 * pairs <= width:
+            # the gradient is one value past the top t pairs (t-truncated) or past the first (order inf): those
+            # pairs (`top_eigh`: Lanczos from 1,024 rows) beside the score's spectrum, no dense eigh
+            eigen = (self.spectrum(), top_eigh(self.samples.second_moment(), pairs)[1])
+        elif self.truncation is not None or any(order != 2.0 for order in orders):
+            # rank(C) <= n: with n well below 2r the range finder gives the same pairs (`psd_eigh` with `rank`)
+            rank = int(self.sample_count())
+            eigen = psd_eigh(self.samples.second_moment(), precision=self.precision, rank=rank)
+            self._cached("spectrum", lambda: eigen[0])
+        return vendi_standard_errors(noise, self.alpha, self.truncation, self.precision, eigen)
+
+    def summary(self) -> dict[str, Tensor]:
+        """The score (``""``), its standard error ``se`` (unless ``noise_draws=0``), beside the sample size ``n`` and
+        the feature count ``n_features`` (2r) it was computed at: Vendi-1 depends on both (see
+        [`FKEAVendi`][lightning_spectral.metrics.FKEAVendi]), so a logged value names them; and ``sigma``."""
+        error = self.standard_error() if self.noise_draws else None  # first: its eigh gives the score's spectrum
+        values = {"": self.value}
+        if error is not None:
+            values["se"] = error
+        values.update(self._sizes())
+        return self._with_sigma(values)
+
+    def headline(self, summary: Optional[Mapping[str, Any]] = None) -> dict[str, Tensor]:
+        """``vendi_{order}`` and ``vendi_{order}_se`` for each order (``vendi_2``: RKE)."""
+        summary = self.summary() if summary is None else summary
+        value, se = summary[""], summary.get("se")
+        if self._single_order:
+            value, se = {self.orders[0]: value}, None if se is None else {self.orders[0]: se}
+        return headline_values("vendi", value, se)
