@@ -38,7 +38,7 @@ def fed(metric, x: torch.Tensor, labels: torch.Tensor, conditional: bool, batch:
             metric.update(x[start : start + batch], labels[start : start + batch])
         else:
             metric.update(x[start : start + batch])
-    metric.flush()
+    metric._flush()
     return metric
 
 

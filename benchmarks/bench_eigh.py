@@ -58,9 +58,9 @@ def bench_floor(args: argparse.Namespace) -> None:
     reference = mixture(n, 64, 20, seed=2, skip=(0,)).to(device)
     fkea = FKEAVendi(sigma=sigma, n_frequencies=r, alpha=[1, 2]).to(device)
     fkea.update(generated)
-    fkea.flush()  # the rows are mapped and summed here, not inside the timed compute
+    fkea._flush()  # the rows are mapped and summed here, not inside the timed compute
     finc = FINCNovelty(sigma=sigma, n_frequencies=r, rho=1.0).to(device)  # the default is 2: rho = 1 named
-    (_, update_s) = timed(lambda: (finc.update(reference, real=True), finc.update(generated, real=False), finc.flush()))
+    (_, update_s) = timed(lambda: (finc.update(reference, real=True), finc.update(generated, real=False), finc._flush()))
     fincs = {1.0: finc}
     if args.rho2:  # the sums do not depend on rho: one copy of them, read at rho = 2 (memory: one metric's sums)
         fincs[2.0] = copy.copy(finc)

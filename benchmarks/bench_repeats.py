@@ -52,7 +52,7 @@ def main() -> None:
     finc = FINCNovelty(sigma=10.0, n_frequencies=args.r)
     finc.update(real, real=True)
     finc.update(generated, real=False)
-    finc.flush()
+    finc._flush()
     alone = copy.deepcopy(finc)
     first = timed(alone.compute)
     del alone

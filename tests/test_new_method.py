@@ -40,11 +40,11 @@ class CovarianceOverlap(SpectralMetric):
 
     def __init__(self, sigma: float, n_frequencies: int = 256, **kwargs) -> None:
         super().__init__(GaussianRFF(None, n_frequencies, sigma, persistent=False), **kwargs)
-        self.gen = self.add_accumulator("gen")
-        self.ref = self.add_accumulator("ref", reference=True)
+        self.gen = self._add_accumulator("gen")
+        self.ref = self._add_accumulator("ref", reference=True)
 
     def update(self, features: Tensor, real: bool) -> None:
-        (self.ref if real else self.gen).add(self.embeddings(features))
+        (self.ref if real else self.gen).add(self._embeddings(features))
 
 
 def data(seed=0):

@@ -185,7 +185,7 @@ class Accumulator(StreamSums):
         >>> from lightning_spectral.metrics import RFFCovariance
         >>> metric = RFFCovariance(sigma=1.0, n_frequencies=4)
         >>> metric.update(torch.randn(10, 3))
-        >>> samples = metric.accumulator("samples")
+        >>> samples = metric.accumulators["samples"]
         >>> int(samples.count), samples.mean().shape, round(float(samples.second_moment().trace()), 6)
         (10, torch.Size([8]), 1.0)
     """

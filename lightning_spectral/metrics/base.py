@@ -63,7 +63,7 @@ class SpectralMetric(Metric):
     """A ``torchmetrics.Metric`` whose states are the sums of accumulators under one feature map.
 
     Subclasses pass their map to ``__init__`` and declare accumulators with
-    [`add_accumulator`][lightning_spectral.metrics.SpectralMetric.add_accumulator]; the shared
+    `_add_accumulator`; the shared
     keyword arguments are documented in [`base`][lightning_spectral.metrics.base].
 
     Args:
@@ -110,7 +110,7 @@ class SpectralMetric(Metric):
         self.auto_sigma = bool(feature_map.awaits_bandwidth)
 
     # ---- declaring -----------------------------------------------------------------------------------------------
-    def add_accumulator(
+    def _add_accumulator(
         self,
         name: str,
         covariance: bool = True,
@@ -149,23 +149,19 @@ class SpectralMetric(Metric):
             self.same_samples[name] = same_samples_as
         return accumulator
 
-    def accumulator(self, name: str) -> Accumulator:
-        """The accumulator called ``name``."""
-        return self.accumulators[name]
-
     @property
     def in_features(self) -> Any:
         """The input width (a pair for paired metrics), ``None`` until the first batch."""
         return self.feature_map.in_features
 
-    def build(self, in_features: Any) -> None:
+    def _build(self, in_features: Any) -> None:
         """Fix the input width (a pair of widths for paired metrics) and size the accumulators that waited for it."""
         self.feature_map.build(in_features)
         for accumulator in self.accumulators.values():
             accumulator.allocate(accumulator.feature_map.out_features)  # type: ignore[arg-type]
 
     # ---- input ---------------------------------------------------------------------------------------------------
-    def embeddings(self, x: Tensor, name: str = "features") -> Tensor:
+    def _embeddings(self, x: Tensor, name: str = "features") -> Tensor:
         """Validated embeddings (N, d) of an update's input: through ``feature`` for images, else as given.
 
         The first batch fixes the input width.
@@ -178,10 +174,10 @@ class SpectralMetric(Metric):
             x = self.feature(x, name)
         x = check_features(x, name, width=self.in_features, owner=type(self).__name__)
         if self.in_features is None:
-            self.build(x.shape[1])
+            self._build(x.shape[1])
         return x
 
-    def flush(self) -> None:
+    def _flush(self) -> None:
         """Map and add every accumulator's pending rows (done before anything reads the sums)."""
         for accumulator in self.accumulators.values():
             accumulator.flush()
@@ -203,8 +199,8 @@ class SpectralMetric(Metric):
             return getattr(self, "sigma", None)
         group = self.process_group if distributed_available() else None
         sigma = reference_bandwidth(self._bandwidth_rows(), type(self).__name__, group)
-        self.set_bandwidth(sigma)
-        self.flush()
+        self._set_bandwidth(sigma)
+        self._flush()
         return sigma
 
     def _bandwidth_rows(self) -> Tensor:
@@ -215,7 +211,7 @@ class SpectralMetric(Metric):
         width = self.in_features if isinstance(self.in_features, int) else 0
         return torch.cat(held) if held else torch.zeros(0, width, dtype=torch.float64)
 
-    def set_bandwidth(self, sigma: Any) -> None:
+    def _set_bandwidth(self, sigma: Any) -> None:
         """Fix a ``sigma="auto"`` bandwidth to ``sigma`` (the fitted value, or a checkpoint's) without mapping the held
         rows: the map, the noise multipliers that follow it, and ``sigma``."""
         self.feature_map.set_bandwidth(sigma)
@@ -234,7 +230,7 @@ class SpectralMetric(Metric):
 
     def _fitted_bandwidth(self) -> Any:
         """What a checkpoint keeps of a fitted ``sigma="auto"`` (``sigma``), given back to
-        [`set_bandwidth`][lightning_spectral.metrics.SpectralMetric.set_bandwidth] on load."""
+        `_set_bandwidth` on load."""
         return float(self.sigma)
 
     # ---- sync ----------------------------------------------------------------------------------------------------
@@ -248,7 +244,7 @@ class SpectralMetric(Metric):
         """torchmetrics' ``sync``, after flushing and after the ranks agree on widths, sizes, frequencies and shifts
         (a rank that saw no sample builds its map and takes part with zeros)."""
         self.fit_bandwidth()  # "auto": every rank takes part, whether it holds rows or not
-        self.flush()
+        self._flush()
         available = distributed_available or self.distributed_available_fn
         if should_sync and callable(available) and available():
             agree_across_ranks(self, process_group or self.process_group)
@@ -275,7 +271,7 @@ class SpectralMetric(Metric):
     def _read(self) -> Reading:
         """The reading of the sums as they are now (all ranks' when synced), the kept one if it still reads them."""
         self.fit_bandwidth()
-        self.flush()
+        self._flush()
         kept = self._kept_reading
         if kept is not None and kept.reads(self):
             return kept
@@ -367,13 +363,13 @@ class SpectralMetric(Metric):
         check()  # before anything is flushed or fitted
         for metric in (self, other):
             metric.fit_bandwidth()
-            metric.flush()
+            metric._flush()
         if other.in_features is None:
             check()  # sigma="auto": the fitted frequencies
             return
         if self.in_features is None:  # nothing seen here yet: take the other's width (undone if refused)
             snapshot = checkpoint.Snapshot(self)
-            self.build(other.in_features)
+            self._build(other.in_features)
             try:
                 check()
             except ValueError:

@@ -25,7 +25,7 @@ from lightning_spectral.sync.agreement import frequency_fingerprint
 def extra_state(metric: Any, sums: bool = True) -> dict[str, Any]:
     """What a resume needs: the input width, the frequencies' fingerprint, the shifts and (with ``sums``) the packed
     sums of every accumulator ([`pack`][lightning_spectral.metrics.Accumulator.pack])."""
-    metric.flush()  # pending rows join the sums (and fix a centred accumulator's shift) before anything is read
+    metric._flush()  # pending rows join the sums (and fix a centred accumulator's shift) before anything is read
     state: dict[str, Any] = {"in_features": metric.in_features, "frequencies": frequency_fingerprint(metric)}
     settings = metric._checkpoint_settings()
     if settings:
@@ -68,13 +68,13 @@ def load_extra_state(metric: Any, state: Any) -> None:
             "Build the metric as it was saved, or accumulate its data again instead of resuming these sums."
         )
     if state.get("sigma") is not None and metric.feature_map.awaits_bandwidth:  # sigma="auto"'s fitted value
-        metric.set_bandwidth(state["sigma"])
+        metric._set_bandwidth(state["sigma"])
     _check_settings(metric, state.get("settings"))
     building = state.get("in_features") is not None and metric.in_features is None
     undo = Snapshot(metric) if building else None
     try:
         if building:
-            metric.build(state["in_features"])
+            metric._build(state["in_features"])
         flats = _checked_sums(metric, state)
     except BaseException:
         if undo is not None:

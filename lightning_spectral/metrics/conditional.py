@@ -220,32 +220,32 @@ class ConditionalVendi(SpectralMetric):
         if self.noise_draws:  # sigma="auto": set with the fitted bandwidth (`set_bandwidth`)
             finest = None if rff.sigma is None else self._noise_bandwidth(rff.sigma)
             multipliers = Multipliers(self.noise_draws, finest, rff.seed, DEFAULT_RATIO)
-        self.add_accumulator("joint", feature_map=rff.side("joint"), multipliers=multipliers)
+        self._add_accumulator("joint", feature_map=rff.side("joint"), multipliers=multipliers)
         if self.unconditional:
-            self.add_accumulator(
+            self._add_accumulator(
                 "samples", feature_map=rff.side("samples"), same_samples_as="joint", multipliers=multipliers
             )
         if not self.label_prompts:
-            self.add_accumulator(
+            self._add_accumulator(
                 "prompts", feature_map=rff.side("prompts"), same_samples_as="joint", multipliers=multipliers
             )
         self.prompt_agnostic = check_bool(prompt_agnostic, "prompt_agnostic")
         self.ridge = check_positive(ridge, "ridge")
         if self.prompt_agnostic:
             check_state_memory(type(self).__name__, 2 * rff.n_frequencies, matrices=1 + self.noise_draws, vectors=1)
-            self.add_accumulator(
+            self._add_accumulator(
                 "paired", feature_map=_PairedSides(rff), same_samples_as="joint", multipliers=multipliers
             )
         if self.num_classes is not None:
             per_label = _PerLabelMap(rff, per_prompt_frequencies, self.num_classes)
-            self.add_accumulator(
+            self._add_accumulator(
                 "per_prompt", feature_map=per_label, accumulator_class=_PerLabelAccumulator, same_samples_as="joint",
                 multipliers=multipliers,
             )
         if in_features is not None:
-            self.build(tuple(in_features))
+            self._build(tuple(in_features))
 
-    def build(self, in_features: Any, argument: str = "in_features") -> None:
+    def _build(self, in_features: Any, argument: str = "in_features") -> None:
         """Fix the widths ``(d_samples, d_prompts)`` and size the sums.
 
         Raises:
@@ -254,7 +254,7 @@ class ConditionalVendi(SpectralMetric):
         """
         if self.in_features is None and isinstance(in_features, (tuple, list)) and len(in_features) == 2:
             _check_draw_memory(in_features, self.n_frequencies, argument)
-        super().build(in_features)
+        super()._build(in_features)
 
     def _bandwidth_rows(self) -> Tensor:
         """The samples' columns of the held rows (the prompts' play no part in ``sigma="auto"``): every accumulator
@@ -340,7 +340,7 @@ class ConditionalVendi(SpectralMetric):
             )
         widths = (samples.shape[1], prompts.shape[1])
         if self.in_features is None:
-            self.build(widths, "prompts" if from_prompts is None else "num_classes")
+            self._build(widths, "prompts" if from_prompts is None else "num_classes")
         elif widths != tuple(self.in_features):
             raise ValueError(
                 f"ConditionalVendi.update: widths (samples, prompts) {widths} differ from the earlier batches' "

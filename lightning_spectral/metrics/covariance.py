@@ -65,13 +65,13 @@ class Covariance(SpectralMetric):
             save_feature=save_feature,
             **kwargs,
         )
-        self.samples = self.add_accumulator("samples", centre=centre, multipliers=multipliers)
+        self.samples = self._add_accumulator("samples", centre=centre, multipliers=multipliers)
         if in_features is not None:
-            self.build(check_positive_int(in_features, "in_features"))
+            self._build(check_positive_int(in_features, "in_features"))
 
     def update(self, features: Tensor) -> None:
         """Add a batch of embeddings (N, d), or of images with ``feature``; N may be 0."""
-        self.samples.add(self.embeddings(features))
+        self.samples.add(self._embeddings(features))
 
 
 class RFFCovariance(Covariance):

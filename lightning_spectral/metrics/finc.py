@@ -138,10 +138,10 @@ class FINCNovelty(SpectralMetric):
         self.noise_draws = noise_draws
         self.reset_real_features = reset_real_features
         multipliers = Multipliers(noise_draws, rff.sigma, rff.seed, DEFAULT_RATIO)
-        self.gen = [self.add_accumulator("gen", multipliers=multipliers, mean_draws=True)]
-        self.ref = [self.add_accumulator("ref", reference=True)]
+        self.gen = [self._add_accumulator("gen", multipliers=multipliers, mean_draws=True)]
+        self.ref = [self._add_accumulator("ref", reference=True)]
         if in_features is not None:
-            self.build(check_positive_int(in_features, "in_features"))
+            self._build(check_positive_int(in_features, "in_features"))
 
     @staticmethod
     def _check_memory(n_frequencies: int, draws: int) -> None:
@@ -190,5 +190,5 @@ class FINCNovelty(SpectralMetric):
         """Add embeddings (N, d) (or images, with ``feature``) of the reference (``real=True``) or of the
         generated side (``real=False``)."""
         check_side(real, "FINCNovelty")
-        embeddings = self.embeddings(features)
+        embeddings = self._embeddings(features)
         (self.ref if real else self.gen)[0].add(embeddings)

@@ -201,7 +201,7 @@ class KernelPCAOOD(nn.Module):
         if self.in_features is None:
             if self.mapping != "corp":  # the sums, then the eigenvectors, have the input's width
                 check_width_memory("KernelPCAOOD", features.shape[1], features.shape[1], matrices=2, vectors=2)
-            self.sums.build(features.shape[1])
+            self.sums._build(features.shape[1])
         self.sums.update(self._inputs(features))
         return self
 

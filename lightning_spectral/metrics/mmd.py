@@ -126,13 +126,13 @@ class FastMMD(SpectralMetric):
         self.unbiased = check_bool(unbiased, "unbiased")
         self.reset_real_features = check_bool(reset_real_features, "reset_real_features")
         self.statistic_only = statistic_only
-        self.real = self.add_accumulator("real", covariance=not statistic_only, reference=True)
-        self.gen = self.add_accumulator("gen", covariance=not statistic_only)
+        self.real = self._add_accumulator("real", covariance=not statistic_only, reference=True)
+        self.gen = self._add_accumulator("gen", covariance=not statistic_only)
         if in_features is not None:
-            self.build(check_positive_int(in_features, "in_features"))
+            self._build(check_positive_int(in_features, "in_features"))
 
     def update(self, features: Tensor, real: bool) -> None:
         """Add embeddings (N, d) (or images, with ``feature``) of the reference (``real=True``) or of the
         generated side (``real=False``)."""
         check_side(real, "FastMMD")
-        (self.real if real else self.gen).add(self.embeddings(features))
+        (self.real if real else self.gen).add(self._embeddings(features))

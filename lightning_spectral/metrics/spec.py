@@ -114,11 +114,11 @@ class SPECDivergence(SpectralMetric):
         multipliers = None
         if noise_draws:  # one multiplier per sample of the pair: at the finer bandwidth, or on the unit spheres
             multipliers = Multipliers(noise_draws, self._multiplier_bandwidth(), seed, DEFAULT_RATIO)
-        self.joint = self.add_accumulator("joint", multipliers=multipliers)
+        self.joint = self._add_accumulator("joint", multipliers=multipliers)
         if in_features is not None:
-            self.build(tuple(in_features))
+            self._build(tuple(in_features))
 
-    def build(self, in_features: Any) -> None:
+    def _build(self, in_features: Any) -> None:
         """As the base class; with the cosine kernel the sums' width is ``d_a + d_b``: refused before allocating when
         they cannot fit in memory."""
         if self.kernel == "cosine" and isinstance(in_features, (tuple, list)) and len(in_features) == 2:
@@ -126,7 +126,7 @@ class SPECDivergence(SpectralMetric):
             check_width_memory("SPECDivergence", widths, sum(widths), matrices=1 + self.noise_draws)
             if self.joint.multipliers is not None:  # the cosine kernel reads directions: so do the multipliers
                 self.joint.multipliers.unit_blocks = widths
-        super().build(in_features)
+        super()._build(in_features)
 
     def fit_bandwidth(self) -> Any:
         """Fix the ``"auto"`` bandwidths now, each from the held rows of its own embedding (the rule of
@@ -152,11 +152,11 @@ class SPECDivergence(SpectralMetric):
                 parts, ("sigma_a", "sigma_b"), (self.feature_map.map_a, self.feature_map.map_b)
             )
         )
-        self.set_bandwidth(fitted)
-        self.flush()
+        self._set_bandwidth(fitted)
+        self._flush()
         return self.sigmas
 
-    def set_bandwidth(self, sigma: Any) -> None:
+    def _set_bandwidth(self, sigma: Any) -> None:
         """Fix the ``"auto"`` bandwidths to the pair ``sigma = (sigma_a, sigma_b)`` (an entry for a fixed side is
         ignored) without mapping the held rows."""
         self.feature_map.set_bandwidth(tuple(sigma))
@@ -187,7 +187,7 @@ class SPECDivergence(SpectralMetric):
         emb_a, emb_b = check_pair(emb_a, emb_b, "SPECDivergence.update")
         widths = (emb_a.shape[1], emb_b.shape[1])
         if self.in_features is None:
-            self.build(widths)
+            self._build(widths)
         elif widths != self.in_features:
             raise ValueError(
                 f"SPECDivergence.update: widths {widths} differ from the earlier batches' {self.in_features}."
@@ -202,5 +202,5 @@ class SPECDivergence(SpectralMetric):
         """
         if self.in_features is None:
             a, b = check_pair(emb_a, emb_b, "SPECDivergence")
-            self.build((a.shape[1], b.shape[1]))
+            self._build((a.shape[1], b.shape[1]))
         return super().forward(emb_a, emb_b)

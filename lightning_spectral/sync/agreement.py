@@ -53,7 +53,7 @@ def agree_across_ranks(metric: Any, group: Optional[Any] = None) -> None:
         )
     if metric.in_features is None and seen.shape[0]:  # this rank saw no sample: it joins with zeros
         first = [int(width) for width in seen[0].tolist()]
-        metric.build(tuple(first) if first[1] > 0 else first[0])  # a pair for paired / conditional metrics
+        metric._build(tuple(first) if first[1] > 0 else first[0])  # a pair for paired / conditional metrics
     sizes = torch.tensor([float(acc.state.numel()) for acc in metric.accumulators.values()], dtype=torch.float64)
     if disagreeing_ranks(sizes, group):
         raise RuntimeError(
