@@ -28,8 +28,8 @@ from align_clip import main  # noqa: E402
 
 KEYS = ("spec_diff_to_reference", "knn_accuracy", "zero_shot_accuracy", "vendi", "ood_auroc")
 #: DriftMonitor's values at the last validation epoch (the validation images, start of the fit vs now).
-DRIFT = ("drift/spec_diff", "drift/spec_diff_lost/0", "drift/spec_diff_new/0", "drift/zero_shot_acc",
-         "drift/zero_shot_acc_start")
+DRIFT = ("drift/spec/spec_diff", "drift/spec/lost_0", "drift/spec/new_0", "drift/zero_shot_acc",
+         "drift/zero_shot_acc_change")
 
 
 def run(config: dict, weight: float, seed: int, epochs: int, folder: Path, caption_noise=None) -> dict:

@@ -195,11 +195,12 @@ def local_counts_after_synced_reads(rank, world_size):
     finc.update(ref[rows], real=True)
     reading = finc.reading()  # one sync; every read of the reading sees all ranks' sums
     inside = (reading.sample_count(), float(reading.streams["gen"].count))
-    reading.summary(), reading.novel_modes(2), reading.threshold()
+    if rank == 0:  # no hidden collective after the reading: one rank alone reads everything (a collective would hang)
+        reading.summary(), reading.novel_modes(2), reading.missing_modes(2), reading.threshold(), reading.headline()
     return inside, sum(float(a.count) for a in finc.gen), finc.sample_count()
 
 
-def test_synced_reads_see_every_rank_and_restore_the_local_sums(tmp_path):
+def test_a_reading_sees_every_rank_restores_the_local_sums_and_hides_no_collective(tmp_path):
     for rank, (status, *value) in enumerate(run_ddp(local_counts_after_synced_reads, tmp_path=tmp_path)):
         assert status == "ok", value
         inside, local_after, total_after = value[0]

@@ -56,6 +56,23 @@ def test_a_held_reading_keeps_its_numbers_after_updates_and_a_reset():
     assert reading.sample_count() == 200 and float(reading.value) == float(before[""])
 
 
+def test_the_metric_lets_go_of_its_reading_at_reset():
+    """After ``reset()`` the metric holds its new sums only: the last reading (its sums and answers) is freed unless
+    the caller keeps it."""
+    import gc
+    import weakref
+
+    metric = finc_metric()
+    reading = metric.reading()
+    reading.summary()
+    kept = weakref.ref(reading)
+    del reading
+    assert kept() is not None  # the metric keeps it while its sums are unchanged (a second call hands it back)
+    metric.reset()
+    gc.collect()
+    assert kept() is None
+
+
 def test_a_reading_is_frozen():
     reading = finc_metric().reading()
     with pytest.raises(AttributeError, match="frozen"):

@@ -40,7 +40,7 @@ from lightning_spectral.functional.modes import check_candidates_memory
 from lightning_spectral.kernels.by_name import KERNELS
 from lightning_spectral.metrics.headline import headline_values
 from lightning_spectral.metrics.protocol import feed
-from lightning_spectral.metrics.reading import ModeGallery
+from lightning_spectral.metrics.reading import ModeGallery, kept_summary
 from lightning_spectral.metrics.spec import SPECDivergence
 from lightning_spectral.metrics.spec_reading import SPECReading
 
@@ -113,17 +113,15 @@ class _DriftReading(SPECReading):
 
     settings = (*SPECReading.settings, "top")
 
+    @kept_summary
     def summary(self) -> dict[str, Tensor]:
-        def values() -> dict[str, Tensor]:
-            values = super(_DriftReading, self).summary()  # the divergence, its se, n (and n_features)
-            values[LOST] = self.clusters(self.top, 1).eigenvalues
-            values[NEW] = self.clusters(self.top, -1).eigenvalues.abs()
-            if self.noise_draws:  # each eigenvalue's se (`clusters_standard_error`)
-                values[f"{LOST}_se"] = self.clusters_standard_error(self.top, 1)
-                values[f"{NEW}_se"] = self.clusters_standard_error(self.top, -1)
-            return values
-
-        return dict(self._cached("drift_summary", values))
+        values = super().summary()  # the divergence, its se, n (and n_features)
+        values[LOST] = self.clusters(self.top, 1).eigenvalues
+        values[NEW] = self.clusters(self.top, -1).eigenvalues.abs()
+        if self.noise_draws:  # each eigenvalue's se (`clusters_standard_error`)
+            values[f"{LOST}_se"] = self.clusters_standard_error(self.top, 1)
+            values[f"{NEW}_se"] = self.clusters_standard_error(self.top, -1)
+        return values
 
     def headline(self, summary: Optional[Mapping[str, Any]] = None) -> dict[str, Tensor]:
         """SPEC-diff with its se, and the top lost / new clusters' eigenvalues (``lost_0``, ``lost_0_se``, ...)."""
@@ -181,8 +179,9 @@ class DriftMonitor(EmbeddingCallback):
     - with ``log_detail``, every value of the metric's summary as ``spec/detail/{key}``;
     - with ``images`` and a logger that takes pictures: galleries ``spec/lost`` and ``spec/new`` (every
       logger, through [`log_picture`][lightning_spectral.pictures.loggers.log_picture]) and the spectrum;
-    - with ``class_prompts``, ``text_encoder`` and ``labels``: zero-shot accuracy of the probe ``zero_shot_acc``,
-      the start's ``zero_shot_acc_start`` and ``zero_shot_acc_change`` (now - start).
+    - with ``class_prompts``, ``text_encoder`` and ``labels``: zero-shot accuracy of the probe ``zero_shot_acc``
+      and ``zero_shot_acc_change`` (now - start); the start's (``zero_shot_start_``, the same every epoch) with
+      ``log_detail`` as ``detail/zero_shot_acc_start``.
 
     [`drifted`][lightning_spectral.callbacks.DriftMonitor.drifted] names the members of the most lost clusters
     of the last validation epoch. Memory during fit: the start, this rank's share of the current embeddings
@@ -447,11 +446,9 @@ class DriftMonitor(EmbeddingCallback):
             values: dict[str, float] = {}
             if self._prompts is not None:
                 accuracy = self._zero_shot(trainer, pl_module, now, labels)
-                values = {
-                    "zero_shot_acc": accuracy,
-                    "zero_shot_acc_start": self.zero_shot_start_,
-                    "zero_shot_acc_change": accuracy - self.zero_shot_start_,
-                }
+                values = {"zero_shot_acc": accuracy, "zero_shot_acc_change": accuracy - self.zero_shot_start_}
+                if self.log_detail:  # the start's accuracy: the same number every epoch
+                    values["detail/zero_shot_acc_start"] = self.zero_shot_start_
                 log_values(pl_module, {k: v for k, v in values.items() if math.isfinite(v)}, self.log_prefix)
             embedded = time.perf_counter()
             gallery = None

@@ -313,6 +313,7 @@ class SpectralMetric(Metric):
 
     def reset(self) -> None:
         """Clear the sums; the reference streams too unless ``reset_real_features`` is False. Frequencies stay."""
+        self._kept_reading = None  # a reading held elsewhere keeps its own sums; the metric lets go of its one
         kept = [] if self.reset_real_features else [self.accumulators[name] for name in self.reference_names]
         saved = [(accumulator.state_name, accumulator.state) for accumulator in kept]
         for accumulator in self.accumulators.values():
@@ -404,6 +405,7 @@ class SpectralMetric(Metric):
 
     def reset_reference(self) -> None:
         """Clear the reference streams (e.g. to embed the reference again with a model that changed)."""
+        self._kept_reading = None
         for name in self.reference_names:
             accumulator = self.accumulators[name]
             accumulator.discard()

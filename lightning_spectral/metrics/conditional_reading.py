@@ -24,7 +24,7 @@ from lightning_spectral.functional.modes import Ids, Modes, check_candidates_mem
 from lightning_spectral.functional.sampling_noise import standard_error
 from lightning_spectral.metrics.accumulator import Accumulator
 from lightning_spectral.metrics.headline import headline_values
-from lightning_spectral.metrics.reading import ModeGallery, Reading
+from lightning_spectral.metrics.reading import ModeGallery, Reading, kept_summary
 
 if TYPE_CHECKING:  # pragma: no cover
     from lightning_spectral.metrics.conditional import _PerLabelAccumulator
@@ -166,6 +166,7 @@ class ConditionalReading(Reading):
             values[order] = torch.exp(entropy_of(joint, order) - entropy_of(prompts, order))
         return values[self.orders[0]] if self._single_order else values
 
+    @kept_summary
     def summary(self) -> dict[str, Any]:
         """``""``: Conditional-Vendi; ``information``: Information-Vendi and ``vendi``: the samples' unconditional
         Vendi (with ``unconditional``); ``prompt_vendi``: the prompts'; with ``num_classes``, ``min_prompt_vendi``

@@ -11,7 +11,7 @@ from torch import Tensor
 from lightning_spectral._checks import check_batches, check_positive_int
 from lightning_spectral.functional.mode_shares import ModeRow, counted_shares, counting, summed_over_ranks
 from lightning_spectral.functional.modes import Ids, Modes, check_candidates_memory, mode_scores, top_samples
-from lightning_spectral.metrics.reading import ModeGallery, Reading
+from lightning_spectral.metrics.reading import ModeGallery, Reading, kept_summary
 
 
 class CovarianceReading(Reading):
@@ -68,6 +68,7 @@ class CovarianceReading(Reading):
 
         return self._cached("se", error)
 
+    @kept_summary
     def summary(self) -> dict[str, Any]:
         """The covariance ``C`` (``""``, D x D: a matrix, not a scalar), with ``noise_draws`` its entrywise standard
         error ``se`` (D x D), and ``sigma`` (a setting, no se)."""

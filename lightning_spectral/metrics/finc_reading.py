@@ -27,7 +27,7 @@ from lightning_spectral.functional.modes import (
 from lightning_spectral.functional.sampling_noise import NoiseSums, standard_error
 from lightning_spectral.metrics.accumulator import PooledSums
 from lightning_spectral.metrics.headline import headline_values, minus_log10
-from lightning_spectral.metrics.reading import ModeGallery, Reading
+from lightning_spectral.metrics.reading import ModeGallery, Reading, kept_summary
 
 #: ``summary()`` reports the shares of at most this many significant modes per side (the largest): a poor generator
 #: can have a hundred significant missing modes, and every share is a logged scalar.
@@ -337,6 +337,7 @@ class FINCReading(Reading):
         gen, ref = self._side(real=False), self._side(real=True)
         return top_bias(*((ref, gen) if missing else (gen, ref)), self.rho)
 
+    @kept_summary
     def summary(self) -> dict[str, Any]:
         """The novelty score (``""``), the missing-mode score, how many novel / missing modes are significant, and
         the top novel / missing mode's eigenvalue (excess mass) and p-value; ``se``, ``missing_se``,

@@ -11,7 +11,7 @@ from torch import Tensor
 from lightning_spectral._checks import check_fraction
 from lightning_spectral.functional.mmd import MMDTest, mmd_from_means, mmd_standard_error, streaming_p_value
 from lightning_spectral.metrics.headline import headline_values, minus_log10
-from lightning_spectral.metrics.reading import Reading
+from lightning_spectral.metrics.reading import Reading, kept_summary
 
 
 class MMDReading(Reading):
@@ -42,6 +42,7 @@ class MMDReading(Reading):
         means = (self.real.feature_sum / m, self.gen.feature_sum / n)
         return self._per_bandwidth(mmd_from_means(*means, m, n, self.unbiased))
 
+    @kept_summary
     def summary(self) -> dict[str, Tensor]:
         """MMD^2 (``""``) and, unless ``statistic_only``, its ``p_value`` and its standard error ``se``
         ([`standard_error`][lightning_spectral.metrics.mmd_reading.MMDReading.standard_error]); ``n`` (generated) and

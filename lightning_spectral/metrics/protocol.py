@@ -15,7 +15,6 @@ batch's embeddings become the ``update`` call its ``inputs`` asks for.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING, Any, Optional, Protocol
 
 import torch

@@ -14,6 +14,7 @@ answers; this base holds the streams' frozen sums, the settings they were read w
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Optional
 
@@ -41,6 +42,17 @@ class ModeGallery(NamedTuple):
     source: str = "samples"
     title: str = ""
     rows: Optional[list[ModeRow]] = None
+
+
+def kept_summary(method: Callable[["Reading"], dict[str, Any]]) -> Callable[["Reading"], dict[str, Any]]:
+    """A reading's ``summary`` computed once and kept on it; each call returns a new dict of the same values (a
+    caller may add keys)."""
+
+    @functools.wraps(method)
+    def summary(self: "Reading") -> dict[str, Any]:
+        return dict(self._cached(("summary", method.__qualname__), lambda: method(self)))
+
+    return summary
 
 
 class Reading:
@@ -135,6 +147,7 @@ class Reading:
     def _value(self) -> Any:
         raise NotImplementedError
 
+    @kept_summary
     def summary(self) -> dict[str, Any]:
         """Every value the reading reports, by name (``""`` is [`value`][lightning_spectral.metrics.Reading.value]);
         ``"sigma"``: the bandwidth the values were computed at."""

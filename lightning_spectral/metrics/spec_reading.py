@@ -14,7 +14,7 @@ from lightning_spectral._checks import check_batches, check_positive_int
 from lightning_spectral.functional.modes import Ids, Modes, check_candidates_memory, orient, top_samples
 from lightning_spectral.functional.spec import check_pair, differential_eigh, nonzero, spec_diff_standard_error
 from lightning_spectral.metrics.headline import headline_values
-from lightning_spectral.metrics.reading import ModeGallery, Reading
+from lightning_spectral.metrics.reading import ModeGallery, Reading, kept_summary
 
 
 class SPECReading(Reading):
@@ -83,6 +83,7 @@ class SPECReading(Reading):
         moves = torch.stack([(vectors * (noise.draw(a) @ vectors)).sum(0) / scale for a in range(noise.draws)])
         return moves.square().mean(0).sqrt()
 
+    @kept_summary
     def summary(self) -> dict[str, Tensor]:
         """SPEC-diff (``""``), its standard error ``se`` (unless ``noise_draws=0``), the sample count ``n`` and,
         for the Gaussian kernel, ``n_features`` (2r per embedding) and the bandwidths ``sigma_a``, ``sigma_b``. A

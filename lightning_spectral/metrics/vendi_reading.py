@@ -18,6 +18,7 @@ from lightning_spectral.functional.fkea import (
 )
 from lightning_spectral.metrics.covariance_reading import CovarianceReading
 from lightning_spectral.metrics.headline import headline_values
+from lightning_spectral.metrics.reading import kept_summary
 
 
 class VendiReading(CovarianceReading):
@@ -63,6 +64,7 @@ class VendiReading(CovarianceReading):
             self._cached("spectrum", lambda: eigen[0])
         return vendi_standard_errors(noise, self.alpha, self.truncation, self.precision, eigen)
 
+    @kept_summary
     def summary(self) -> dict[str, Tensor]:
         """The score (``""``), its standard error ``se`` (unless ``noise_draws=0``), beside the sample size ``n`` and
         the feature count ``n_features`` (2r) it was computed at: Vendi-1 depends on both (see
