@@ -12,7 +12,7 @@ from lightning_spectral.metrics import FastMMD, FINCNovelty, FKEAVendi
 
 
 class DigitsGAN(L.LightningModule):
-    """Any generative LightningModule: it needs a `sample` method and a validation loop."""
+    """Any generative LightningModule: it needs a `sample` method (a validation loop is optional)."""
 
     def __init__(self, latent: int = 16) -> None:
         super().__init__()
@@ -42,9 +42,6 @@ class DigitsGAN(L.LightningModule):
         self.manual_backward(loss_g)
         opt_g.step()
 
-    def validation_step(self, batch, batch_idx):
-        pass  # GeneratedSamples measures at the end of each validation epoch: the module needs a validation loop
-
     def configure_optimizers(self):
         return [torch.optim.Adam(self.generator.parameters(), 1e-3, betas=(0.5, 0.999)),
                 torch.optim.Adam(self.discriminator.parameters(), 1e-3, betas=(0.5, 0.999))]
@@ -64,6 +61,7 @@ generated = GeneratedSamples(
 )
 torch.manual_seed(0)
 data = DigitsImages(batch_size=64, drop_classes=[0, 6])  # the GAN never sees a 0 or a 6
+# no validation_step: GeneratedSamples measures at the end of each training epoch (with one, after each validation)
 trainer = L.Trainer(max_epochs=2, callbacks=[generated], logger=CSVLogger("logs"), enable_progress_bar=False,
                     enable_model_summary=False)
 trainer.fit(DigitsGAN(), datamodule=data)

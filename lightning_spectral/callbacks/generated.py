@@ -1,6 +1,6 @@
 """GeneratedSamples: measure a generative model's samples during training, and name the modes it drops or invents.
 
-Every validation epoch (or every ``every_n_epochs``) the callback draws a fixed, seeded set of samples from the
+Every validation epoch (every training epoch without a validation loop; or every ``every_n_epochs``) the callback draws a fixed, seeded set of samples from the
 module (`callbacks.sampling`: sharded over DDP ranks, the same union for any world size),
 embeds them with one frozen feature extractor, feeds them to the metrics by their ``inputs``
 ([`feed`][lightning_spectral.metrics.protocol.feed]) and reports each metric
@@ -16,7 +16,8 @@ one sync):
   held-out data (its p-value). A reference is embedded when the metric holds none: once per run for metrics built
   with ``reset_real_features=False`` (the sums are cached across epochs and checkpointed), every epoch otherwise.
 
-The callback runs at the end of validation epochs: the module needs a validation loop (``limit_val_batches > 0``).
+The callback measures at the end of validation epochs; a module without a validation loop (no ``validation_step``,
+as most GANs, or ``limit_val_batches=0``) is measured at the end of each training epoch instead, and says so once.
 Pictures (to every logger that holds them: TensorBoard, W&B, MLflow, Comet, CSV): each metric's ``galleries`` (FINC:
 *generated* images of the significant novel modes, *real* images of the significant missing modes; FKEA: generated
 images of the top modes), a label per row, and its ``plot_spectrum`` figure (FINC: both spectra with their
@@ -38,6 +39,8 @@ from typing import Any, Callable, Optional, Union, cast
 import lightning as L
 import torch
 from lightning.pytorch.trainer.states import TrainerFn
+from lightning.pytorch.utilities import rank_zero_info, rank_zero_warn
+from lightning.pytorch.utilities.model_helpers import is_overridden
 from torch import Tensor, nn
 from torchmetrics import Metric
 from typing_extensions import override
@@ -297,10 +300,27 @@ class GeneratedSamples(EmbeddingCallback):
             for name, value in self.references.items()
         }
         self._kept = None  # built at the first measured epoch, inside the process that measures
+        if stage == "fit":
+            self._check_schedule(trainer, pl_module)
         for metric in self.metrics.values():
             metric.to(pl_module.device)
         self.alongside.to(pl_module.device)
         self.feature.to(pl_module.device)
+
+    def _check_schedule(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """When the fit measures: at the end of each validation epoch, or, for a module that has no validation loop
+        (no ``validation_step``, or ``limit_val_batches=0``), at the end of each training epoch (said once); and a
+        warning when ``every_n_epochs`` exceeds ``max_epochs`` (then only the last epoch is measured)."""
+        no_step = not is_overridden("validation_step", pl_module)
+        self._at_train_end = no_step or trainer.limit_val_batches == 0
+        if self._at_train_end:
+            why = f"{type(pl_module).__name__} has no `validation_step`" if no_step else "`limit_val_batches=0`"
+            rank_zero_info(f"GeneratedSamples: {why}, so the samples are measured at the end of each training epoch "
+                           f"(every_n_epochs={self.every_n_epochs}) instead of each validation epoch.")
+        epochs = trainer.max_epochs
+        if epochs is not None and 0 < epochs < self.every_n_epochs:
+            rank_zero_warn(f"GeneratedSamples: every_n_epochs={self.every_n_epochs} never comes within "
+                           f"max_epochs={epochs}: only the last epoch is measured. Pass every_n_epochs <= {epochs}.")
 
     def due(self, trainer: L.Trainer) -> bool:
         """Whether this validation epoch is measured: every ``every_n_epochs``-th and the last epoch of ``fit``;
@@ -317,6 +337,16 @@ class GeneratedSamples(EmbeddingCallback):
     def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if not self.due(trainer):
             return
+        self._measure(trainer, pl_module)
+
+    @override
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """Measure here when the fit has no validation loop (see `_check_schedule`)."""
+        if getattr(self, "_at_train_end", False) and self.due(trainer):
+            self._measure(trainer, pl_module)
+
+    def _measure(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """Draw, embed and report this epoch's samples (every rank)."""
         self.last_timings = dict.fromkeys(("sample", "embed", "update", "compute", "reference", "pictures"), 0.0)
         self.last_galleries = {}
         if self._kept is None:
