@@ -580,3 +580,86 @@ def test_draws_times_vectors_equal_the_formed_draws():
     want = torch.stack([sums.draw(a) @ vectors for a in range(3)])
     torch.testing.assert_close(sums.draws_times(vectors), want, rtol=0, atol=1e-13 * float(want.abs().max()))
     assert sums.draws_times(vectors[:, :0]).shape == (3, 32, 0)
+
+
+# ---- full float32 precision whatever the user set (issue: GPU precision) ------------------------------------------
+
+
+@pytest.mark.parametrize("precision", ["medium", "high"])
+def test_sums_are_the_same_under_a_lower_matmul_precision_and_the_setting_is_restored(precision):
+    """Lightning advises ``set_float32_matmul_precision("high" / "medium")``; on this CPU "medium" runs float32
+    products in bfloat16 (a 512 x 512 product moves by ~0.25). The metrics' sums, the functional covariance and the
+    mode scores ignore it, and leave the user's setting as it was."""
+    from lightning_spectral.algebra import covariance
+    from lightning_spectral.functional.modes import mode_scores
+    from lightning_spectral.kernels import GaussianRFF
+    from lightning_spectral.metrics import FINCNovelty
+
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randn(600, 32, generator=g) * 3, torch.randn(500, 32, generator=g) * 3
+    rff = GaussianRFF(32, 256, sigma=4.0)
+    vectors = torch.linalg.qr(torch.randn(512, 3, generator=g, dtype=torch.float64))[0]
+
+    def read():
+        metric = FINCNovelty(4.0, 256)
+        metric.update(x, real=True)
+        metric.update(y, real=False)
+        states = [metric.reading().streams[name].state.clone() for name in ("gen", "ref")]
+        return states, covariance(x, rff), mode_scores(y, rff, vectors)
+
+    want = read()
+    a = torch.randn(512, 512, generator=g)
+    torch.set_float32_matmul_precision(precision)
+    try:
+        if precision == "medium":
+            assert not torch.equal(a @ a, a.double().matmul(a.double()).float())  # the setting is live here
+        got = read()
+        assert torch.get_float32_matmul_precision() == precision  # given back after every read
+    finally:
+        torch.set_float32_matmul_precision("highest")
+    for w, o in zip(want[0], got[0]):
+        assert torch.equal(w, o)
+    assert torch.equal(want[1], got[1]) and torch.equal(want[2], got[2])
+
+
+def test_full_precision_sets_every_backend_to_ieee_and_restores_each():
+    from lightning_spectral.algebra import full_precision
+
+    before = (torch.backends.mkldnn.matmul.fp32_precision, torch.backends.cuda.matmul.fp32_precision)
+    torch.backends.mkldnn.matmul.fp32_precision, torch.backends.cuda.matmul.fp32_precision = "bf16", "tf32"
+    try:
+        with full_precision():
+            assert torch.backends.mkldnn.matmul.fp32_precision == "ieee"
+            assert torch.backends.cuda.matmul.fp32_precision == "ieee"
+        assert (torch.backends.mkldnn.matmul.fp32_precision, torch.backends.cuda.matmul.fp32_precision) == ("bf16", "tf32")
+        with pytest.raises(KeyError), full_precision():
+            raise KeyError("an error inside the block")
+        assert (torch.backends.mkldnn.matmul.fp32_precision, torch.backends.cuda.matmul.fp32_precision) == ("bf16", "tf32")
+    finally:
+        torch.backends.mkldnn.matmul.fp32_precision, torch.backends.cuda.matmul.fp32_precision = before
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (`make gpu-check`)")
+def test_cuda_sums_under_tf32_equal_the_ieee_ones():
+    """On a tensor-core GPU "medium" / "high" turn float32 products into TF32 or bfloat16: the sums do not move."""
+    from lightning_spectral.metrics import FINCNovelty
+
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randn(4000, 64, generator=g) * 3, torch.randn(3000, 64, generator=g) * 3
+
+    def states():
+        metric = FINCNovelty(4.0, 1024).cuda()
+        metric.update(x.cuda(), real=True)
+        metric.update(y.cuda(), real=False)
+        return [metric.reading().streams[name].state.cpu() for name in ("gen", "ref")]
+
+    want = states()
+    torch.set_float32_matmul_precision("medium")
+    try:
+        got = states()
+        assert torch.get_float32_matmul_precision() == "medium"
+    finally:
+        torch.set_float32_matmul_precision("highest")
+    for w, o in zip(want, got):
+        assert torch.equal(w, o)

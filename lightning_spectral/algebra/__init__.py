@@ -29,6 +29,7 @@ from lightning_spectral.algebra.gram import (
     weighted_sum,
 )
 from lightning_spectral.algebra.minres import minres
+from lightning_spectral.algebra.precision import full_precision
 
 __all__ = [
     "add_covariance_",
@@ -38,6 +39,7 @@ __all__ = [
     "DEFAULT_CHUNK_SIZE",
     "default_lanczos_steps",
     "DEFAULT_TILE",
+    "full_precision",
     "eigen_dtype",
     "eigenvalues_above",
     "extreme_eigenpairs",

@@ -10,6 +10,7 @@ import torch
 from torch import Tensor
 
 from lightning_spectral._checks import check_positive_int
+from lightning_spectral.algebra.precision import full_precision
 
 #: Rows per chunk: bounds the transient feature matrix at ``chunk_size x width`` floats.
 DEFAULT_CHUNK_SIZE = 4096
@@ -24,7 +25,9 @@ def add_gram_(total: Tensor, phi: Tensor, tile: int = DEFAULT_TILE, weights: Opt
     (D, D); with ``weights`` (N,) $\Phi^\top \operatorname{diag}(w) \Phi$ (the multiplier draws' sums, the same
     half of the tiles).
 
-    The product runs in ``phi``'s dtype (one BLAS call per row strip of tiles on or above the diagonal)
+    The product runs in ``phi``'s dtype at its full precision (one BLAS call per row strip of tiles on or above the
+    diagonal; [`full_precision`][lightning_spectral.algebra.precision.full_precision]: no TF32 or bfloat16 whatever
+    the user set)
     and is added to ``total`` in ``total``'s dtype (float64 for every state in this library). The total stays
     exactly symmetric (tiles below the diagonal are mirrors, diagonal tiles are symmetrised), so storing its
     upper triangle loses nothing. Returns ``total``.
@@ -33,13 +36,14 @@ def add_gram_(total: Tensor, phi: Tensor, tile: int = DEFAULT_TILE, weights: Opt
     if total.shape != (width, width):
         raise ValueError(f"add_gram_: total has shape {tuple(total.shape)}, expected ({width}, {width}).")
     left = phi if weights is None else phi * weights.reshape(-1, 1).to(phi.dtype)
-    for start in range(0, width, tile):
-        stop = min(start + tile, width)
-        strip = left[:, start:stop].T @ phi[:, start:]  # (tile, width - start): diagonal tile and right of it
-        diagonal = strip[:, : stop - start]
-        diagonal.copy_(symmetrize(diagonal))  # a BLAS product is not exactly symmetric: the total must be
-        total[start:stop, start:] += strip
-        total[stop:, start:stop] += strip[:, stop - start :].T  # mirror of the off-diagonal part
+    with full_precision():  # IEEE float32 products whatever `set_float32_matmul_precision` says
+        for start in range(0, width, tile):
+            stop = min(start + tile, width)
+            strip = left[:, start:stop].T @ phi[:, start:]  # (tile, width - start): diagonal tile and right of it
+            diagonal = strip[:, : stop - start]
+            diagonal.copy_(symmetrize(diagonal))  # a BLAS product is not exactly symmetric: the total must be
+            total[start:stop, start:] += strip
+            total[stop:, start:stop] += strip[:, stop - start :].T  # mirror of the off-diagonal part
     return total
 
 
@@ -122,7 +126,8 @@ def add_feature_sums_(
             add_gram_(weighted[a], phi, tile, weights=weights[:, a])
     if weighted_features is not None:
         dtype = weighted_features.dtype
-        weighted_features += weights.T.to(dtype) @ phi.to(dtype)
+        with full_precision():
+            weighted_features += weights.T.to(dtype) @ phi.to(dtype)
 
 
 def _lane_rows(
@@ -173,8 +178,9 @@ def add_covariance_(
         100.0
     """
     check_positive_int(chunk_size, "chunk_size")
-    for start in range(0, x.shape[0], chunk_size):
-        add_feature_sums_(feature_map(x[start : start + chunk_size]), feature_sum=feature_sum, outer=total)
+    with full_precision():  # the map's products too
+        for start in range(0, x.shape[0], chunk_size):
+            add_feature_sums_(feature_map(x[start : start + chunk_size]), feature_sum=feature_sum, outer=total)
     return total
 
 

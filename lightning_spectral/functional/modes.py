@@ -20,6 +20,7 @@ import torch
 from torch import Tensor
 
 from lightning_spectral._checks import check_batches, check_memory, check_positive_int
+from lightning_spectral.algebra.precision import full_precision
 from lightning_spectral.kernels.gaussian_rff import GaussianRFF
 from lightning_spectral.sync.collectives import all_gather_rows, collective_device, distributed_available
 
@@ -52,8 +53,9 @@ def orient(eigenvectors: Tensor, feature_sum: Tensor) -> Tensor:
 
 def mode_scores(features: Tensor, feature_map: GaussianRFF, eigenvectors: Tensor) -> Tensor:
     """Scores ``u(x) = sqrt(r) phi(x) . v`` of samples (N, d) for each eigenvector column (2r, k): (N, k)."""
-    phi = feature_map(features)
-    return math.sqrt(feature_map.n_frequencies) * (phi @ eigenvectors.to(device=phi.device, dtype=phi.dtype))
+    with full_precision():  # whatever `set_float32_matmul_precision` says: a sample's score, not a bfloat16 one
+        phi = feature_map(features)
+        return math.sqrt(feature_map.n_frequencies) * (phi @ eigenvectors.to(device=phi.device, dtype=phi.dtype))
 
 
 def _as_ids(ids: Ids, n: int, device: torch.device) -> Tensor:

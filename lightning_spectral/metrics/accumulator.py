@@ -33,6 +33,7 @@ from torchmetrics import Metric
 
 from lightning_spectral.algebra.eigen import psd_eigenvalues, symmetric_eigh, top_eigh
 from lightning_spectral.algebra.gram import DEFAULT_CHUNK_SIZE, add_feature_sums_, weighted_sum
+from lightning_spectral.algebra.precision import full_precision
 from lightning_spectral.functional.modes import orient
 from lightning_spectral.functional.sampling_noise import Multipliers, NoiseSums
 from lightning_spectral.kernels.feature_map import FeatureMap
@@ -373,7 +374,7 @@ class Accumulator(StreamSums):
         if self.width is None:  # the metric fixed the map's input width before adding rows
             self.allocate(self.feature_map.out_features)  # type: ignore[arg-type]
         flat = self._writable()
-        with torch.no_grad():
+        with torch.no_grad(), full_precision():  # the map's x W and the sums' products at IEEE float32
             for start in range(0, rows.shape[0], self.chunk_size):
                 self._add_chunk(flat, rows[start : start + self.chunk_size])
 
