@@ -562,3 +562,28 @@ def test_evaluate_names_two_missing_clusters_once_each_with_a_mode_s_other_end(t
         clusters.append(set(nearest.tolist()))
         assert 0.12 < region["share"] < 0.25, region["share"]  # each cluster is a sixth of REF
     assert sorted(map(tuple, clusters)) == [(0,), (1,)]
+
+
+def test_evaluate_answers_which_modes_were_dropped_by_default_with_a_verdict_first(tmp_path, capsys):
+    """`evaluate FILE --reference REF` as a torch-fidelity user types it: the missing modes are on (two of REF's six
+    clusters are absent from FILE), the JSON opens with a `verdict` (what differs, which modes, how sure) and one line
+    on stderr says the same; `--no-missing-modes` turns the missing side off, and the verdict says it was not asked."""
+    x, y = blobs(600, seed=2), blobs(700, seed=3, extra=2)
+    file, ref = write(tmp_path / "x.npy", x), write(tmp_path / "y.npy", y)
+    code, out, err = cli(capsys, "evaluate", "--input1", file, "--input2", ref, "--n-frequencies", 128)
+    assert code == 0, err
+    assert next(iter(out)) == "verdict"  # the answer first
+    verdict = out["verdict"]
+    assert verdict["differs"] is True and verdict["mmd_p_value"] < 0.05
+    assert len(verdict["missing_modes"]) == out["finc"]["missing"]["n_regions"] == 2  # the two absent clusters
+    assert all(0.0 < region["p_value"] <= 0.05 and 0.12 < region["share"] < 0.25  # each a sixth of REF
+               for region in verdict["missing_modes"])
+    line = err.strip().splitlines()[-1]
+    assert line == verdict["line"] and "differs" in line and "missing: 2 (region 1" in line and "Vendi-1" in line
+    code, out, err = cli(capsys, "evaluate", file, "--reference", ref, "--n-frequencies", 128, "--no-missing-modes")
+    assert code == 0, err
+    assert "missing" not in out["finc"] and out["verdict"]["missing_modes"] is None
+    assert "missing: not asked" in err
+    code, out, err = cli(capsys, "evaluate", file, "--n-frequencies", 128, "--sigma", 6)  # no reference: diversity
+    assert code == 0, err and set(out["verdict"]) == {"vendi", "vendi_se", "line"}
+    assert err.strip().splitlines()[-1].startswith(f"evaluate {file}: Vendi-1 ")

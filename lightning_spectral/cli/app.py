@@ -148,6 +148,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             payload = {"command": args.command, "arguments": given, "world_size": session.world_size}
             if embedded:
                 payload["images"] = embedded
+            if "verdict" in result:  # the answer first, in the JSON and as one line on stderr
+                payload = {"verdict": result["verdict"], **payload}
+                print(result["verdict"]["line"], file=sys.stderr)
             payload.update(result)
             payload["seconds"] = round(time.perf_counter() - started, 3)
             write_json(payload, args.output)

@@ -91,9 +91,10 @@ def add_parser(subparsers: Any, common: argparse.ArgumentParser) -> None:
     parser.add_argument("--top-k", type=int, default=10, help="modes listed (and gallery rows) (default: %(default)s)")
     parser.add_argument("--per-mode", type=int, default=8, help="samples per mode (default: %(default)s)")
     parser.add_argument(
-        "--missing-modes", action="store_true",
+        "--missing-modes", action=argparse.BooleanOptionalAction, default=None,
         help="FINC (with --reference): also the modes FILE under-represents, C_REF - rho C_FILE (one more "
-        "eigendecomposition, and a pass over REF for their samples)",
+        "eigendecomposition, and a pass over REF for their samples); on by default with --reference "
+        "(--no-missing-modes: off)",
     )
     parser.add_argument(
         "--mode-samples", action="store_true",
@@ -119,6 +120,8 @@ def prepare(args: argparse.Namespace) -> None:
     if args.file is None and args.input1 is None:
         raise UsageError("FILE is required: `lightning-spectral evaluate FILE` (or `--input1 FILE`).")
     args.file = args.file if args.file is not None else args.input1
+    if args.missing_modes is None:  # the question a reference asks: which modes did FILE drop? On unless turned off
+        args.missing_modes = args.reference is not None
     if args.reference is None:
         given = [name for name in REFERENCE_FLAGS if getattr(args, name) not in (None, False)]
         if given:
@@ -264,7 +267,55 @@ def run(args: argparse.Namespace, session: Session) -> dict[str, Any]:
                 continue
             values = summary[key] if isinstance(summary[key], dict) else {orders[0]: summary[key]}
             result[name] = {labels[order]: float(value) for order, value in values.items()}
-    return result
+    return {"verdict": verdict(result, args), **result}
+
+
+def verdict(result: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
+    """The answer first: what differs between FILE and REF (the FastMMD test at ``--mmd-level``), which modes FILE
+    misses or adds (FINC's significant modes, with their shares of their side and p-values; the missing side as the
+    regions its gallery shows, where REF was streamed for them), how diverse FILE is
+    (Vendi with its se); and ``line``, the same in one line (printed on stderr).
+
+    Examples:
+        >>> import argparse
+        >>> args = argparse.Namespace(alpha=["1"], reference=None, file="x.npy")
+        >>> verdict({"vendi": {"1": 41.2}, "vendi_se": {"1": 0.8}}, args)["line"]
+        'evaluate x.npy: Vendi-1 41.2 +- 0.8'
+    """
+    label = str(args.alpha[0])
+    vendi, se = result["vendi"][label], result.get("vendi_se", {}).get(label)
+    diversity = f"Vendi-{label} {vendi:.3g}" + ("" if se is None else f" +- {se:.2g}")
+    out: dict[str, Any] = {"vendi": {label: vendi}, **({"vendi_se": {label: se}} if se is not None else {})}
+    if "mmd" not in result:
+        out["line"] = f"evaluate {args.file}: {diversity}"
+        return out
+    mmd = result["mmd"]
+    out["differs"], out["mmd_p_value"], out["level"] = mmd["reject"], mmd["p_value"], mmd["level"]
+    parts = [f"evaluate {args.file} vs {args.reference}: " + ("differs" if mmd["reject"] else "no difference found")
+             + f" (MMD p={mmd['p_value']:.2g}, level {mmd['level']:g})"]
+    finc = result["finc"]
+    sides = [("missing", finc["missing"]["modes"] if "missing" in finc else None), ("novel", finc.get("novel_modes"))]
+    for side, rows in sides:
+        if rows is None:
+            out[f"{side}_modes"] = None  # not asked (--no-missing-modes)
+            parts.append(f"{side}: not asked")
+            continue
+        found = [{"mode": i + 1, "share": row["share"], "share_se": row.get("share_se"), "p_value": row["p_value"]}
+                 for i, row in enumerate(rows) if row["significant"]]
+        regions = finc["missing"].get("regions") if side == "missing" else None
+        if regions:  # what the gallery shows: each region's share of REF (a contrast mode's own share reads ~0)
+            p_values = {m["mode"]: m["p_value"] for m in found}
+            found = [{"region": i + 1, "modes": sorted({end[0] for end in region["ends"]}), "share": region["share"],
+                      "share_se": region.get("share_se"),
+                      "p_value": min(p_values.get(end[0], 1.0) for end in region["ends"])}
+                     for i, region in enumerate(regions)]
+        out[f"{side}_modes"] = found
+        what = "region" if regions else "mode"
+        named = ", ".join(f"{what} {m[what]} ({100 * m['share']:.0f} %, p={m['p_value']:.1g})" for m in found[:3])
+        parts.append(f"{side}: " + (f"{len(found)} ({named}{', ...' if len(found) > 3 else ''})" if found else "none"))
+    parts.append(diversity)
+    out["line"] = " | ".join(parts)
+    return out
 
 
 def _conditional(args: argparse.Namespace, data: Any, orders: list, device: Any) -> tuple[Any, Any]:
