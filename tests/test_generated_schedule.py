@@ -101,3 +101,29 @@ def test_every_n_epochs_beyond_max_epochs_warns_at_setup_and_measures_the_last_e
     with pytest.warns(UserWarning, match=r"every_n_epochs=5 never comes within max_epochs=2.*only the last epoch"):
         generated, _ = fit(ManualGAN(), tmp_path, every_n_epochs=5)
     assert sorted(generated.history) == [1]
+
+
+def test_one_line_per_measured_epoch_names_the_numbers_and_the_missing_classes(tmp_path, caplog):
+    """The line a person reads in the console: the headline numbers and, with class labels on the reference, the
+    classes of the missing modes' gallery rows; ``print_epoch_line=False`` prints none."""
+    torch.manual_seed(0)
+    metrics = {"vendi": FKEAVendi(1.5, 64), "finc": FINCNovelty(1.5, 64, reset_real_features=False)}
+    generated = GeneratedSamples(metrics, feature=PixelImageFeature(size=8), references={"finc": "reference_dataloader"},
+                                 n_samples=200, label_key="label", gallery_modes=3, gallery_per_mode=4)
+    trainer = L.Trainer(max_epochs=1, callbacks=[generated], logger=CSVLogger(tmp_path), limit_train_batches=2,
+                        enable_progress_bar=False, enable_model_summary=False, enable_checkpointing=False)
+    with caplog.at_level("INFO"):
+        trainer.fit(ManualGAN(), datamodule=DigitsImages(batch_size=32, drop_classes=[0, 6]))
+    line = generated.last_line
+    assert line.startswith("gen epoch 0: vendi: vendi_1 ") and "+- " in line and "| finc: " in line
+    missing = int(generated.last_values["finc/missing_modes"])
+    assert f"missing_modes {missing}" in line and line in caplog.text
+    if "finc/missing" in generated.last_galleries:  # rows shown: their classes are named
+        assert "(classes " in line
+    quiet = callback(print_epoch_line=False)
+    caplog.clear()
+    trainer = L.Trainer(max_epochs=1, callbacks=[quiet], logger=False, limit_train_batches=2, enable_progress_bar=False,
+                        enable_model_summary=False, enable_checkpointing=False)
+    with caplog.at_level("INFO"):
+        trainer.fit(ManualGAN(), datamodule=DigitsImages(batch_size=32))
+    assert quiet.last_line.startswith("gen epoch 0:") and quiet.last_line not in caplog.text

@@ -17,6 +17,7 @@ from typing import Any, Callable, Optional, Union
 
 import lightning as L
 import torch
+from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 from torch.utils.data.dataloader import default_collate
@@ -33,6 +34,7 @@ from lightning_spectral._checks import (
 )
 from lightning_spectral.callbacks.embedding_callback import EmbeddingCallback, outside_inference_mode
 from lightning_spectral.callbacks.embeddings import BatchSelector, EmbeddingFn, as_embedding, select
+from lightning_spectral.callbacks.epoch_line import epoch_line
 from lightning_spectral.callbacks.galleries import IndexedImages
 from lightning_spectral.callbacks.report import log_values, report
 from lightning_spectral.callbacks.saved_state import check_saved_state, refusal_fix, saved_mapping, state_key_of
@@ -215,6 +217,9 @@ class DriftMonitor(EmbeddingCallback):
         log_prefix: prefix of the logged names.
         log_detail: also log every value of the divergence's ``summary()`` (``spec/detail/{key}``) and each
             gallery row's share.
+        print_epoch_line: print one line per measured epoch through Lightning's logger (rank 0): the headline
+            numbers, and the modes' classes where the gallery images carry them
+            ([`epoch_line`][lightning_spectral.callbacks.epoch_line.epoch_line]); ``False``: none.
 
     Examples:
         >>> import torch
@@ -244,6 +249,7 @@ class DriftMonitor(EmbeddingCallback):
         max_state_bytes: int = 2**28,
         log_prefix: str = "drift/",
         log_detail: bool = False,
+        print_epoch_line: bool = True,
     ) -> None:
         owner = "DriftMonitor"
         check_embedding_source(embedding, "embedding", owner)
@@ -332,6 +338,8 @@ class DriftMonitor(EmbeddingCallback):
         self.max_state_bytes = check_positive_int(max_state_bytes, "max_state_bytes")
         self.log_prefix = log_prefix
         self.log_detail = check_bool(log_detail, "log_detail")
+        self.print_epoch_line = check_bool(print_epoch_line, "print_epoch_line")
+        self.last_line = ""  # the last measured epoch's line
         # fitted state (trailing underscore): the start, in the checkpoint
         self.start_: Optional[Tensor] = None  # (N, d) float32, rows sorted by id
         self.start_ids_: Optional[Tensor] = None  # (N,) int64, ascending
@@ -466,6 +474,9 @@ class DriftMonitor(EmbeddingCallback):
             )
         self.last_values, self._compared = values, True
         self.timings = {"embed": embedded - began, **timings, "total": time.perf_counter() - began}
+        self.last_line = epoch_line(self.log_prefix, trainer.current_epoch, values, self.last_galleries)
+        if self.print_epoch_line and values:
+            rank_zero_info(self.last_line)
 
     # ------------------------------------------------------------------ the comparison
 

@@ -15,6 +15,7 @@ from typing import Any, Callable, Optional, Union
 import lightning as L
 import numpy as np
 import torch
+from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor
 from torchmetrics import Metric
 from typing_extensions import override
@@ -29,6 +30,7 @@ from lightning_spectral._checks import (
 from lightning_spectral.callbacks.alongside import AlongsideMetrics
 from lightning_spectral.callbacks.embedding_callback import EmbeddingCallback, outside_inference_mode
 from lightning_spectral.callbacks.embeddings import BatchSelector, EmbeddingFn, ReferenceEmbedding, select, to_device
+from lightning_spectral.callbacks.epoch_line import epoch_line
 from lightning_spectral.callbacks.galleries import IndexedImages
 from lightning_spectral.callbacks.loaders import shard_loader
 from lightning_spectral.callbacks.report import report
@@ -85,6 +87,9 @@ class EmbeddingMetrics(EmbeddingCallback):
         log_detail: also log every value of each metric's ``summary()`` (``{log_prefix}{name}/detail/{key}``: sizes,
             settings, biases, per-mode shares) and each gallery row's share, class and purity; by default only the
             headline is logged (see the logged names above) and the rows go to the text beside each gallery.
+        print_epoch_line: print one line per measured epoch through Lightning's logger (rank 0): the headline
+            numbers, and the modes' classes where the gallery images carry them
+            ([`epoch_line`][lightning_spectral.callbacks.epoch_line.epoch_line]); ``False``: none.
         alongside: ``{name: torchmetrics.Metric}`` fed the *inputs* of the same validation batches (what
             ``batch_input`` selects, the images a metric with its own ``feature`` such as torchmetrics'
             ``FrechetInceptionDistance`` / ``KernelInceptionDistance`` embeds itself; a metric of the module's
@@ -124,6 +129,7 @@ class EmbeddingMetrics(EmbeddingCallback):
         dataloader_idx: int = 0,
         log_prefix: str = "val/",
         log_detail: bool = False,
+        print_epoch_line: bool = True,
         alongside: Optional[Mapping[str, Metric]] = None,
     ) -> None:
         check_embedding_source(embedding, "embedding", "EmbeddingMetrics")
@@ -208,6 +214,8 @@ class EmbeddingMetrics(EmbeddingCallback):
         self.dataloader_idx = dataloader_idx
         self.log_prefix = log_prefix
         self.log_detail = check_bool(log_detail, "log_detail")
+        self.print_epoch_line = check_bool(print_epoch_line, "print_epoch_line")
+        self.last_line = ""  # the last measured epoch's line
         self._reference_loader: Optional[Iterable] = None  # resolved at setup (a name needs the datamodule)
         self._lookup: Any = None  # `images`, resolved at setup (a name needs the datamodule)
         self._gallery: Optional[IndexedImages] = None  # this epoch's kept samples
@@ -299,6 +307,9 @@ class EmbeddingMetrics(EmbeddingCallback):
             # torchmetrics syncs these metrics itself
             self.last_values.update(self.alongside.report(trainer, pl_module, self.log_prefix))
         self._gallery = None
+        self.last_line = epoch_line(self.log_prefix, trainer.current_epoch, self.last_values, self.last_galleries)
+        if self.print_epoch_line and self.last_values:
+            rank_zero_info(self.last_line)
 
     def _inputs(self, batch: Any, pl_module: L.LightningModule) -> Any:
         """What the `alongside` metrics are fed of a batch: its inputs (``batch_input``), on the module's device."""

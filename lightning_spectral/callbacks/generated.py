@@ -55,6 +55,7 @@ from lightning_spectral._checks import (
 from lightning_spectral.callbacks.alongside import AlongsideMetrics
 from lightning_spectral.callbacks.embedding_callback import EmbeddingCallback, outside_inference_mode
 from lightning_spectral.callbacks.embeddings import BatchSelector, select, to_device
+from lightning_spectral.callbacks.epoch_line import epoch_line
 from lightning_spectral.callbacks.galleries import KeptImages
 from lightning_spectral.callbacks.loaders import shard_loader
 from lightning_spectral.callbacks.report import SpectrumFn, report
@@ -69,7 +70,6 @@ from lightning_spectral.callbacks.saved_state import (
 from lightning_spectral.functional.modes import check_candidates_memory
 from lightning_spectral.metrics.feature import FrozenFeature
 from lightning_spectral.metrics.protocol import PicturedReading, PlainMetric, ReportedMetric, as_reported, feed
-
 
 #: The level dashed in a two-sample test's picture over epochs (FastMMD's ``test()`` default).
 TEST_LEVEL = 0.05
@@ -122,6 +122,9 @@ class GeneratedSamples(EmbeddingCallback):
         log_detail: also log every value of each metric's ``summary()`` (``{log_prefix}{name}/detail/{key}``: sizes,
             settings, biases, per-mode shares) and each gallery row's share, class and purity; by default only the
             headline is logged (see the logged names above) and the rows go to the text beside each gallery.
+        print_epoch_line: print one line per measured epoch through Lightning's logger (rank 0): the headline
+            numbers, and the modes' classes where the gallery images carry them
+            ([`epoch_line`][lightning_spectral.callbacks.epoch_line.epoch_line]); ``False``: none.
         prompts: for a conditional generator: a tensor of ``P`` prompts (``(P,)`` integer labels or ``(P, d)``
             embeddings; a list of integer labels, as a config file gives them), sample ``i`` drawn for prompt
             ``i % P`` (the same prompts every epoch, on any number of ranks), or ``fn(ids) -> prompts`` of the
@@ -175,6 +178,7 @@ class GeneratedSamples(EmbeddingCallback):
         max_gallery_images: int = 2000,
         log_prefix: str = "gen/",
         log_detail: bool = False,
+        print_epoch_line: bool = True,
         prompts: Union[Sequence[int], Tensor, Callable[[Tensor], Tensor], None] = None,
         prompt_embeddings: Optional[Tensor] = None,
         alongside: Optional[Mapping[str, Metric]] = None,
@@ -275,6 +279,8 @@ class GeneratedSamples(EmbeddingCallback):
         self.max_gallery_images = check_nonnegative_int(max_gallery_images, "max_gallery_images")
         self.log_prefix = log_prefix
         self.log_detail = check_bool(log_detail, "log_detail")
+        self.print_epoch_line = check_bool(print_epoch_line, "print_epoch_line")
+        self.last_line = ""  # the last measured epoch's line
         self.history: dict[int, dict[str, float]] = {}
         self.last_values: dict[str, float] = {}
         self.last_timings: dict[str, float] = {}
@@ -377,6 +383,13 @@ class GeneratedSamples(EmbeddingCallback):
         self.last_values = values
         self.history[trainer.current_epoch] = values
         self._kept.clear("samples")
+        self._print_line(trainer)
+
+    def _print_line(self, trainer: L.Trainer) -> None:
+        """The epoch's line (`epoch_line`), kept as ``last_line`` and printed on rank 0 unless turned off."""
+        self.last_line = epoch_line(self.log_prefix, trainer.current_epoch, self.last_values, self.last_galleries)
+        if self.print_epoch_line and self.last_values:
+            rank_zero_info(self.last_line)
 
     def _spectrum(self, name: str, metric: ReportedMetric, epoch: int) -> SpectrumFn:
         """The report's picture of ``metric``: a two-sample test's statistic and p-value over epochs
