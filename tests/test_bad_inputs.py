@@ -11,6 +11,7 @@ Run the table alone with ``pytest tests/test_bad_inputs.py``; docs/ddp.md record
 from __future__ import annotations
 
 import argparse
+import math
 import contextlib
 import io
 import os
@@ -1329,6 +1330,20 @@ CASES = [
         r"the image '.*negative\.tif' is a float image with values in \[-1, 0\].*Save it scaled to \[0, 1\]"),
     row("cli evaluate a Latin-1 .txt list", lambda f: cli("evaluate", str(f.latin1_list), "--sigma", "1"), CLIError,
         r"`FILE`: the list '.*latin1\.txt' is not UTF-8 text \(line 2.*save it as UTF-8"),
+    # ---- the last raw and silent inputs: random bytes, one generated row, a one-point reference, huge orders ----------
+    *[row(f"load_weights random bytes #{i}", lambda f, i=i: load_weights(f.random_pts[i]), ValueError,
+          r"`weights`: '.*random_\d+\.pt' is not a readable PyTorch file \(.+\); re-save it with `torch.save`")
+      for i in range(4)],
+    row("FINCNovelty one generated row", lambda f: updated(FINCNovelty(**small()), (x(40), True), (x(1, seed=1), False))
+        .reading().summary(), RuntimeError, r"FINCNovelty: 1 generated sample was accumulated.*at least 2"),
+    row("FINCNovelty one generated row, compute", lambda f: updated(FINCNovelty(**small()), (x(40), True),
+        (x(1, seed=1), False)).compute(), RuntimeError, r"1 generated sample"),
+    row("FINCNovelty identical reference rows", lambda f: updated(FINCNovelty(**small()), (x(1).repeat(40, 1), True),
+        (x(30, seed=1), False)).reading().summary(), RuntimeError,
+        r"the reference's 40 rows are all one point to the kernel.*pass the reference samples themselves"),
+    row("FINCNovelty identical reference rows, missing modes", lambda f: updated(FINCNovelty(**small()),
+        (x(1).repeat(9, 1), True), (x(30, seed=1), False)).reading().missing_modes(2), RuntimeError,
+        r"the reference's 9 rows are all one point"),
     row("open_rgb decompression bomb", lambda f: with_pixel_limit(100, lambda: open_rgb(f.big_png)), ValueError,
         r"'.*big\.png' is 1,600 pixels, over PIL's limit of 200 pixels.*`PIL\.Image\.MAX_IMAGE_PIXELS = 1600`"),
 ]
@@ -1361,6 +1376,11 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> SimpleNamespace:
     torch.save({"features": torch.ones(3, 2), "meta": argparse.Namespace(a=1)}, f.pickled)
     f.garbage_pt = root / "garbage.pt"
     f.garbage_pt.write_bytes(b"\x00not a torch file" * 10)
+    f.random_pts = []  # random bytes reach the weights-only unpickler's every corner (KeyError, IndexError, ...)
+    for seed, size in ((4, 5), (29, 50), (44, 2000), (7, 1)):
+        path = root / f"random_{seed}.pt"
+        path.write_bytes(np.random.default_rng(seed).integers(0, 256, size, dtype=np.uint8).tobytes())
+        f.random_pts.append(path)
     f.no_tensors = root / "no_tensors.pt"
     torch.save({"step": 3}, f.no_tensors)
     f.weights = root / "weights.pt"
@@ -1447,3 +1467,26 @@ def test_the_table_is_large_and_names_every_kind_of_entry_point() -> None:
                    "detection_metrics", "ConditionalVendi", "conditional_vendi", "reference_halves", "save_features",
                    "create_clip", "create_timm_encoder"):
         assert any(entry.startswith(prefix) for entry in entries), prefix
+
+
+def test_documented_results_of_the_last_silent_inputs():
+    """Inputs that have an answer, given as documented: batches with no rows add no candidate to the top samples
+    (a rank's empty last shard); a Vendi order far above 2 (1e9) gives 1 / lambda_max and a finite se, as "inf"
+    does (the gradient is scaled by the largest eigenvalue instead of underflowing to 0 / 0); a generated side whose
+    rows are all one point is a collapse, which FINC reports."""
+    from lightning_spectral.metrics import ConditionalVendi
+
+    metric = updated(FKEAVendi(**small()), x(20))
+    empty = [(torch.zeros(0, 3), torch.zeros(0, dtype=torch.long))]
+    assert all(len(ids) == 0 for ids, _ in metric.reading().top_samples(empty, 2, 3))
+    rows = metric.reading().top_samples(empty + [(x(20), torch.arange(20))] + empty, 2, 3)
+    want = metric.reading().top_samples([(x(20), torch.arange(20))], 2, 3)
+    assert all(torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) for a, b in zip(rows, want, strict=True))
+    huge, inf = (updated(FKEAVendi(1.0, 32, alpha=alpha), x(200)).reading().summary() for alpha in (1e9, "inf"))
+    assert float(huge[""]) == pytest.approx(float(inf[""]), rel=1e-6)
+    assert math.isfinite(float(huge["se"])) and float(huge["se"]) == pytest.approx(float(inf["se"]), rel=1e-4)
+    conditional = ConditionalVendi(1.0, 0.1, 16, alpha=1e9)
+    conditional.update(x(40), x(40, 2, seed=3))
+    assert all(math.isfinite(float(v)) for v in conditional.reading().summary().values() if not isinstance(v, dict))
+    collapsed = updated(FINCNovelty(**small()), (x(40), True), (x(1, seed=1).repeat(30, 1), False))
+    assert float(collapsed.compute()) > 0  # the collapse is a novel mode

@@ -318,10 +318,12 @@ def vendi_gradient(eigenvalues: Tensor, alpha: Alpha = 1.0, truncation: Optional
         elif order == 1.0:
             score = torch.exp(-(q * torch.log(q)).sum())
             h[live] = -score * (torch.log(q) + 1)
-        else:
-            power = q.pow(order).sum()
-            score = power ** (1.0 / (1.0 - order))
-            h[live] = score * order * q.pow(order - 1) / ((1.0 - order) * power)
+        else:  # scaled by the largest p: q^alpha underflows to 0 for a large alpha (NaN from 0 / 0 otherwise)
+            largest = q.max()
+            ratio = q / largest
+            power = ratio.pow(order).sum()  # sum_j p_j^alpha / p_max^alpha, in [1, D]
+            score = torch.exp((order * torch.log(largest) + torch.log(power)) / (1.0 - order))
+            h[live] = score * order * ratio.pow(order - 1) / ((1.0 - order) * largest * power)
     return (h - (h * p).sum()) / total
 
 

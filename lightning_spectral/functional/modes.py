@@ -146,6 +146,8 @@ def _stream(
         ids = _as_ids(ids, scores.shape[0], scores.device)
         if scores.shape[1] != k:
             raise ValueError(f"top_samples: `score` returned {scores.shape[1]} modes, expected k={k}.")
+        if scores.shape[0] == 0:  # a batch with no rows (a last shard, a filtered batch) holds no candidate
+            continue
         if best is None:
             best = _empty(k, per_mode, width, scores.device)
         best = _merge(best, scores, ids, per_mode)

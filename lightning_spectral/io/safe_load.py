@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import pickle
+import struct
 from pathlib import Path
 from typing import Any
 
@@ -46,9 +47,11 @@ def torch_load_safe(path: Path, argument: str, mmap: bool = False) -> Any:
             "re-save just the tensors, e.g. `torch.save(model.state_dict(), 'weights.pt')` or "
             "`safetensors.torch.save_file(state_dict, 'weights.safetensors')`."
         ) from None
-    except (RuntimeError, EOFError, OSError) as error:
-        how = "memory-mappable " if mmap else ""
+    except (RuntimeError, EOFError, OSError, KeyError, IndexError, ValueError, TypeError, AttributeError,
+            struct.error, UnicodeDecodeError) as error:  # random bytes reach the unpickler's every corner
+        how = ", memory-mappable" if mmap else ""
+        detail = str(error) or type(error).__name__
         raise ValueError(
-            f"`{argument}`: {str(path)!r} is not a readable, {how}PyTorch file ({error}); re-save it with "
+            f"`{argument}`: {str(path)!r} is not a readable{how} PyTorch file ({detail}); re-save it with "
             "`torch.save` (zip format)."
         ) from None

@@ -90,16 +90,38 @@ class FINCReading(Reading):
         return self._cached_top(("missing" if missing else "novel") + "_top", max(k, significant, TOP_PAIRS), decompose)
 
     def _decompose(self, missing: bool, vectors: bool, partial: bool = False) -> DifferentialSpectrum:
-        for side, accumulator, call in (("generated", self.gen[0], "real=False"), ("reference", self.ref[0], "real=True")):
-            if float(accumulator.count) < 1:
-                raise RuntimeError(
-                    f"FINCNovelty: no {side} samples were accumulated (on any rank); call `update(x, {call})`"
-                    + (" (or keep the reference with `reset_real_features=False`)." if side == "reference" else ".")
-                )
+        self._cached("sides_checked", self._check_sides)
         gen, ref = self._side(real=False), self._side(real=True)
         x, y = (ref, gen) if missing else (gen, ref)
         null = self._null(x, y)
         return differential_spectrum(x, y, self.rho, self.significance, self.min_eigenvalue, vectors, null, partial)
+
+    def _check_sides(self) -> bool:
+        """Refuse what FINC cannot compare, naming why: a side without samples; a generated side of one sample (its
+        sampling noise, which the null is drawn from, cannot be estimated from one); a reference whose rows are all
+        one point to the kernel (``||C_ref||_F^2 = (tr C_ref)^2``: a reference of one sample, not a distribution).
+        A generated side whose rows are all one point is a collapse, which FINC reports."""
+        for side, accumulator, call in (("generated", self.gen[0], "real=False"), ("reference", self.ref[0], "real=True")):
+            count = float(accumulator.count)
+            if count < 1:
+                raise RuntimeError(
+                    f"FINCNovelty: no {side} samples were accumulated (on any rank); call `update(x, {call})`"
+                    + (" (or keep the reference with `reset_real_features=False`)." if side == "reference" else ".")
+                )
+            if side == "generated" and count < 2:
+                raise RuntimeError(
+                    "FINCNovelty: 1 generated sample was accumulated; the null is drawn from the generated side's "
+                    "sampling noise, which one sample cannot show. Feed at least 2 (hundreds for a useful null)."
+                )
+        moment = self.ref[0].second_moment()
+        trace = float(moment.diagonal().sum())
+        if float(moment.square().sum()) >= (1.0 - 1e-6) * trace * trace:
+            raise RuntimeError(
+                f"FINCNovelty: the reference's {int(float(self.ref[0].count))} rows are all one point to the kernel "
+                "(its covariance has rank one), so there is no distribution to compare against; pass the reference "
+                "samples themselves (e.g. the dataset's embeddings), not one sample repeated."
+            )
+        return True
 
     def _null(self, x: NoiseSums, y: NoiseSums) -> Any:
         """The null of ``C_x - rho C_y``, kept beside the spectra: its matrices depend on the order of the sides only
