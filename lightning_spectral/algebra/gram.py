@@ -26,7 +26,7 @@ def add_gram_(total: Tensor, phi: Tensor, tile: int = DEFAULT_TILE, weights: Opt
     half of the tiles).
 
     The product runs in ``phi``'s dtype at its full precision (one BLAS call per row strip of tiles on or above the
-    diagonal; [`full_precision`][lightning_spectral.algebra.precision.full_precision]: no TF32 or bfloat16 whatever
+    diagonal; [`full_precision`][lightning_spectral.algebra.full_precision]: no TF32 or bfloat16 whatever
     the user set)
     and is added to ``total`` in ``total``'s dtype (float64 for every state in this library). The total stays
     exactly symmetric (tiles below the diagonal are mirrors, diagonal tiles are symmetrised), so storing its

@@ -4,7 +4,7 @@ Lightning advises ``torch.set_float32_matmul_precision("high" or "medium")`` on 
 float32 matrix products in TF32 or bfloat16, on the CPU too ("medium": bfloat16 through oneDNN, measured here: a
 512 x 512 product moved by 0.25). A random-feature map (``cos(x W)``: a phase error of 1e-3 rad per unit of ``x W``)
 and the float64 sums built from its products would carry that error into every eigenvalue near FINC's threshold.
-[`full_precision`][lightning_spectral.algebra.precision.full_precision] sets IEEE float32 for the block (torch's
+[`full_precision`][lightning_spectral.algebra.full_precision] sets IEEE float32 for the block (torch's
 per-backend ``fp32_precision``, for CUDA and the CPU's oneDNN) and gives the user's settings back after it.
 """
 

@@ -150,10 +150,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 payload["images"] = embedded
             if "verdict" in result:  # the answer first, in the JSON and as one line on stderr
                 payload = {"verdict": result["verdict"], **payload}
-                print(result["verdict"]["line"], file=sys.stderr)
             payload.update(result)
             payload["seconds"] = round(time.perf_counter() - started, 3)
             write_json(payload, args.output)
+            if "verdict" in result:  # after the JSON is written: a failed write is the one line on stderr
+                print(result["verdict"]["line"], file=sys.stderr)
         return 0
     except FailedElsewhere as error:
         if session is None or session.is_main:

@@ -115,7 +115,7 @@ class FINCReading(Reading):
                 )
         moment = self.ref[0].second_moment()
         trace = float(moment.diagonal().sum())
-        if float(moment.square().sum()) >= (1.0 - 1e-6) * trace * trace:
+        if float(moment.square().sum()) >= (1.0 - 1e-6) * trace * trace:  # equal rows, to float32 products
             raise RuntimeError(
                 f"FINCNovelty: the reference's {int(float(self.ref[0].count))} rows are all one point to the kernel "
                 "(its covariance has rank one), so there is no distribution to compare against; pass the reference "
