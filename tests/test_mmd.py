@@ -410,3 +410,37 @@ def test_exact_mmd_and_its_test_are_finite_and_scale_equivariant_at_extreme_magn
     if far is not None:
         assert math.isfinite(float(far.statistic))
         assert float(far.statistic) == pytest.approx(1 / 40 + 1 / 30, rel=1e-12)
+
+
+def test_log_p_values_continue_below_float64_where_the_p_value_reads_zero():
+    """``log_gamma_upper`` is ``log(gammaincc)`` where that is representable and the continued fraction below it
+    (checked against the asymptotic series); FastMMD's ``minus_log10_p`` is ``-log10 p`` where p is a float64 number
+    and finite, above 307.65, where the p-value underflows to 0 (the headline no longer stops at a cap)."""
+    from lightning_spectral.functional.mmd import log_gamma_upper
+
+    f64 = dict(dtype=torch.float64)
+    a = torch.tensor([0.5, 2.0, 7.5, 40.0], **f64)[:, None]
+    x = torch.tensor([0.1, 3.0, 30.0, 300.0, 650.0], **f64)[None, :]
+    direct = torch.special.gammaincc(a, x)
+    got = log_gamma_upper(a, x)
+    shown = direct > 1e-300
+    torch.testing.assert_close(got[shown], direct[shown].log(), rtol=1e-9, atol=1e-12)
+    far = torch.tensor([900.0, 2000.0, 1e5], **f64)
+    for order in (0.5, 3.0, 40.0):
+        terms = [1.0]  # the asymptotic series of Q(a, x) e^x x^(1-a) Gamma(a): 1 + (a-1)/x + (a-1)(a-2)/x^2 + ...
+        for k in range(1, 12):
+            terms.append(terms[-1] * (order - k) / far)
+        series = (order - 1) * far.log() - far - math.lgamma(order) + torch.log(sum(terms))
+        assert torch.special.gammaincc(torch.tensor(order, **f64), far[0]) == 0  # float64 gives 0 here
+        torch.testing.assert_close(log_gamma_upper(torch.tensor(order, **f64), far), series, rtol=1e-8, atol=0)
+    g = torch.Generator().manual_seed(0)
+    near, distant = FastMMD(sigma=1.0, n_frequencies=128), FastMMD(sigma=4.0, n_frequencies=128)
+    for metric, shift in ((near, 0.3), (distant, 6.0)):
+        metric.update(torch.randn(3000, 4, generator=g), real=True)
+        metric.update(torch.randn(3000, 4, generator=g) + shift, real=False)
+    summary = near.reading().summary()
+    assert float(summary["minus_log10_p"]) == pytest.approx(-math.log10(float(summary["p_value"])), rel=1e-9)
+    reading = distant.reading()
+    assert float(reading.summary()["p_value"]) == 0.0  # below 1e-308
+    logged = float(reading.headline()["minus_log10_p"])
+    assert math.isfinite(logged) and logged > 320

@@ -234,7 +234,43 @@ def null_trace_cube(feature_sum: Tensor, cov_sum: Tensor, count: float) -> Tenso
     return _trace_cube_u_statistic(n, t, f2, f3, v2, x, w, y3, z3=y3)
 
 
-def pearson3_p_value(value: Tensor, trace: Tensor, trace_sq: Tensor, trace_cube: Tensor) -> Tensor:
+def log_gamma_upper(a: Tensor, x: Tensor) -> Tensor:
+    r"""$\log Q(a, x)$, the log of the regularised upper incomplete gamma function (``gammaincc``), also where
+    $Q$ underflows float64 (a p-value below 1e-308): ``log(gammaincc)`` where it is above 1e-300, else the
+    continued fraction $Q(a, x) = e^{-x} x^a / \Gamma(a) \cdot 1 / (x + 1 - a - \frac{1 (1 - a)}{x + 3 - a - \dots})$
+    (Numerical Recipes 6.2.7, modified Lentz; there ``x`` is far above ``a``, where it converges in a few terms).
+
+    Examples:
+        >>> import torch
+        >>> a, x = torch.tensor(2.0, dtype=torch.float64), torch.tensor(5.0, dtype=torch.float64)
+        >>> bool(torch.isclose(log_gamma_upper(a, x), torch.special.gammaincc(a, x).log()))
+        True
+        >>> float(log_gamma_upper(a, torch.tensor(1000.0, dtype=torch.float64))) < -990  # gammaincc gives 0 here
+        True
+    """
+    a, x = torch.broadcast_tensors(a.double(), x.double())
+    direct = torch.special.gammaincc(a, x)
+    tiny = 1e-300
+    b = x + 1.0 - a
+    c = torch.full_like(x, 1.0 / tiny)
+    d = 1.0 / torch.where(b.abs() < tiny, torch.full_like(b, tiny), b)
+    h = d.clone()
+    for i in range(1, 300):
+        an = -i * (i - a)
+        b = b + 2.0
+        d = an * d + b
+        d = torch.where(d.abs() < tiny, torch.full_like(d, tiny), d)
+        c = b + an / c
+        c = torch.where(c.abs() < tiny, torch.full_like(c, tiny), c)
+        d = 1.0 / d
+        h = h * d * c
+    fraction = -x + a * torch.log(x.clamp_min(tiny)) - torch.lgamma(a) + torch.log(h.clamp_min(tiny))
+    return torch.where(direct > tiny, direct.clamp_min(tiny).log(), fraction)
+
+
+def pearson3_p_value(
+    value: Tensor, trace: Tensor, trace_sq: Tensor, trace_cube: Tensor, log: bool = False
+) -> Tensor:
     r"""$P(X \ge \text{value})$ for $X = \sum_k l_k \chi^2_1$ from the Pearson type III law $a + b\,\chi^2_\nu$ with
     the same mean $\operatorname{tr} S$, variance $2 \operatorname{tr} S^2$ and third cumulant
     $8 \operatorname{tr} S^3$ (shapes broadcast, float64):
@@ -248,7 +284,8 @@ def pearson3_p_value(value: Tensor, trace: Tensor, trace_sq: Tensor, trace_cube:
     third cumulant restores the skewness (the three-moment Pearson curve fit of Gretton, Borgwardt et al.,
     JMLR 2012, that FastMMD Sec. 2.5 names, here in closed form). ``tr S^3`` is clipped to
     ``[(tr S^2)^2 / tr S, (tr S^2)^(3/2)]``, its range for any spectrum: the two-moment law at the lower end,
-    a single scaled ``chi2_1`` at the upper end. Needs ``tr S > 0`` and ``tr S^2 > 0``.
+    a single scaled ``chi2_1`` at the upper end. Needs ``tr S > 0`` and ``tr S^2 > 0``. With ``log`` the natural log
+    of the p-value, finite where the p-value itself underflows to 0.
 
     Examples:
         >>> import torch
@@ -261,13 +298,16 @@ def pearson3_p_value(value: Tensor, trace: Tensor, trace_sq: Tensor, trace_cube:
     scale = trace_cube / trace_sq
     dof = trace_sq.pow(3) / trace_cube.square()
     shift = trace - trace_sq.square() / trace_cube
+    if log:  # log p, also below float64's smallest number (`log_gamma_upper`)
+        return log_gamma_upper(dof / 2, (value - shift).clamp_min(0) / (2 * scale))
     return torch.special.gammaincc(dof / 2, (value - shift).clamp_min(0) / (2 * scale))
 
 
 def streaming_p_value(
-    statistic: Tensor, feature_sum: Tensor, cov_sum: Tensor, count: float, m: float, n: float
+    statistic: Tensor, feature_sum: Tensor, cov_sum: Tensor, count: float, m: float, n: float, log: bool = False
 ) -> Tensor:
-    r"""Asymptotic p-value of ``T = MMD_b^2`` (biased) from the pooled streaming sums of unit-norm features.
+    r"""Asymptotic p-value of ``T = MMD_b^2`` (biased) from the pooled streaming sums of unit-norm features (with
+    ``log``: its natural log, finite where the p-value underflows float64, below 1e-308).
 
     Under $H_0$, $T \sim (1/m + 1/n) \sum_k l_k\, \chi^2_1$ with $l$ the eigenvalues of the pooled feature covariance
     ``S``. The p-value is the Pearson type III tail
@@ -325,8 +365,9 @@ def streaming_p_value(
     trace, trace_sq = null_moments(feature_sum, cov_sum, count)
     trace_cube = null_trace_cube(feature_sum, cov_sum, count)
     degenerate = (trace <= 1e-15) | (trace_sq <= 1e-30)  # all features identical: T is 0 under H0
-    p_value = pearson3_p_value(statistic.clamp_min(0) / (1.0 / m + 1.0 / n), trace, trace_sq, trace_cube)
-    return torch.where(degenerate, (statistic <= 1e-15).double(), p_value)
+    p_value = pearson3_p_value(statistic.clamp_min(0) / (1.0 / m + 1.0 / n), trace, trace_sq, trace_cube, log)
+    at_zero = (statistic <= 1e-15).double()
+    return torch.where(degenerate, at_zero.log() if log else at_zero, p_value)
 
 
 def _side_features(

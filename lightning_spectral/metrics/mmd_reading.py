@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any, Optional
 
@@ -10,7 +11,7 @@ from torch import Tensor
 
 from lightning_spectral._checks import check_fraction
 from lightning_spectral.functional.mmd import MMDTest, mmd_from_means, mmd_standard_error, streaming_p_value
-from lightning_spectral.metrics.headline import headline_values, minus_log10
+from lightning_spectral.metrics.headline import headline_values
 from lightning_spectral.metrics.reading import Reading, kept_summary
 
 
@@ -50,6 +51,7 @@ class MMDReading(Reading):
         values = {"": self.value}
         if not self.statistic_only:
             values["p_value"] = self.p_value()
+            values["minus_log10_p"] = self.minus_log10_p()  # finite where the p-value underflows to 0
             values["se"] = self.standard_error()
         values["n"] = self.gen.count.clone()
         values["n_real"] = self.real.count.clone()
@@ -61,8 +63,8 @@ class MMDReading(Reading):
         ``_0``, ``_1``, ... per bandwidth with several)."""
         summary = self.summary() if summary is None else summary
         values = headline_values("mmd2", summary[""], summary.get("se"))
-        if "p_value" in summary:
-            values.update(headline_values("minus_log10_p", minus_log10(summary["p_value"])))
+        if "minus_log10_p" in summary:
+            values.update(headline_values("minus_log10_p", summary["minus_log10_p"]))
         return values
 
     def standard_error(self) -> Tensor:
@@ -104,14 +106,21 @@ class MMDReading(Reading):
                 "FastMMD.test / p_value: the metric was built with statistic_only=True, which keeps only the feature "
                 "means; the p-value needs the pooled feature covariance. Build it with statistic_only=False."
             )
-        statistic, p_values = self._cached("test", self._test)
+        statistic, p_values, _ = self._cached("test", self._test)
         return MMDTest(statistic, p_values, p_values <= level)
 
-    def _test(self) -> tuple[Tensor, Tensor]:
-        """The biased ``MMD_b^2`` and its p-values, per bandwidth."""
+    def _test(self) -> tuple[Tensor, Tensor, Tensor]:
+        """The biased ``MMD_b^2``, its p-values and their natural logs, per bandwidth."""
         m, n = self._side_sizes()
         mean_real, mean_gen = self.real.feature_sum / m, self.gen.feature_sum / n
         biased = mmd_from_means(mean_real, mean_gen, m, n, unbiased=False)
         pooled_sum, pooled_cov = self.real.feature_sum + self.gen.feature_sum, self.real.cov_sum + self.gen.cov_sum
         p_values = streaming_p_value(biased, pooled_sum, pooled_cov, m + n, m, n)
-        return self._per_bandwidth(biased), self._per_bandwidth(p_values)
+        log_p = streaming_p_value(biased, pooled_sum, pooled_cov, m + n, m, n, log=True)
+        return self._per_bandwidth(biased), self._per_bandwidth(p_values), self._per_bandwidth(log_p)
+
+    def minus_log10_p(self) -> Tensor:
+        """``-log10`` of the p-value per bandwidth, from its log: finite (and exact) where the p-value itself is
+        below float64's smallest number (1e-308) and reads 0."""
+        self.test()  # refuses statistic_only
+        return -self._cached("test", self._test)[2] / math.log(10.0)
