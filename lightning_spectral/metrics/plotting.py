@@ -150,7 +150,8 @@ def plot_summary(reading: Any, ax: Any = None, top: int = 50) -> tuple[Any, Any]
         key: torch.stack([torch.as_tensor(v) for v in value.values()]) if isinstance(value, dict) else value
         for key, value in reading.summary().items()
         # not values: the bandwidth and sizes they were computed at, their standard errors; {}: no mode's share
-        if key not in ("sigma", "n", "n_real", "n_features") and key != "se" and not key.endswith(("_se", "_bias"))
+        if key not in ("sigma", "n", "n_real", "n_features") and key != "se"
+        and not key.endswith(("_se", "_bias", "minus_log10_p"))  # -log10 p: the p-value's panel already
         and not (isinstance(value, dict) and not value)
     }
     figure = plot_values(values, title=reading.metric_name, lines={"p_value": 0.05}, ax=ax)
