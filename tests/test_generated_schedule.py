@@ -127,3 +127,23 @@ def test_one_line_per_measured_epoch_names_the_numbers_and_the_missing_classes(t
     with caplog.at_level("INFO"):
         trainer.fit(ManualGAN(), datamodule=DigitsImages(batch_size=32))
     assert quiet.last_line.startswith("gen epoch 0:") and quiet.last_line not in caplog.text
+
+
+def test_a_reference_for_a_metric_that_cannot_count_its_samples_is_refused_by_name():
+    """Before each measured epoch the callback asks a metric given a reference whether it holds one already
+    (``sample_count(real=True)``): a metric without it is named when the callback is built, not at an epoch's end."""
+    import torchmetrics
+
+    class Counted(torchmetrics.MeanMetric):
+        inputs = "two"
+
+        def reading(self):
+            return None
+
+        def reset_reference(self):
+            pass
+
+    with pytest.raises(TypeError, match=r"`metrics\['mean'\]` \(Counted\) has no sample_count \(asked for by "
+                                        r"`references\['mean'\]`\)"):
+        GeneratedSamples({"mean": Counted()}, feature=PixelImageFeature(size=8), references={"mean": "val_dataloader"},
+                         galleries=False)

@@ -266,6 +266,8 @@ class GeneratedSamples(EmbeddingCallback):
             needs = {"plot_spectrum": "metrics"}  # drawn at every measured epoch
             if name in self.galleries:
                 needs["galleries"] = f"galleries={galleries!r}"
+            if name in self.references:  # whether it holds its reference already, asked before each measured epoch
+                needs["sample_count"] = f"references[{name!r}]"
             self._reported[name] = as_reported(metric, name, "GeneratedSamples", needs, ("one", "two", "conditional"))
             if not isinstance(galleries, bool) and name in galleries and isinstance(self._reported[name], PlainMetric):
                 raise TypeError(

@@ -85,6 +85,10 @@ class ReportedMetric(Protocol):
     def reset_reference(self) -> None:
         """Clear the reference side (two-sample metrics)."""
 
+    def sample_count(self, real: bool = False) -> int:
+        """Samples held on the measured (or, ``real``, the reference) side over all ranks, without a reading (a
+        collective of the counts alone); asked of a metric given a reference to embed."""
+
 
 class PlainReading:
     """A plain ``torchmetrics.Metric``'s ``compute()`` read as a
