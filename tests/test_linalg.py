@@ -663,3 +663,20 @@ def test_cuda_sums_under_tf32_equal_the_ieee_ones():
         torch.set_float32_matmul_precision("highest")
     for w, o in zip(want, got):
         assert torch.equal(w, o)
+
+
+def test_a_start_near_the_top_eigenvector_gives_the_same_extreme_eigenvalue_and_bad_ones_are_refused():
+    """``near`` (the top eigenvector of a nearby matrix, as `functional.finc.top_bias` passes) changes the start
+    only: the largest eigenvalue is the dense one to the residual tolerance, also for a ``near`` far from it."""
+    generator = torch.Generator().manual_seed(3)
+    q, _ = torch.linalg.qr(torch.randn(600, 600, generator=generator, dtype=torch.float64))
+    values = torch.cat([torch.tensor([1.0, 0.98]), torch.linspace(-0.5, 0.9, 598)]).double()
+    matrix = q @ torch.diag(values) @ q.T
+    nearby = matrix + 0.01 * (lambda e: (e + e.T) / 2)(torch.randn(600, 600, generator=generator).double())
+    top = torch.linalg.eigh(nearby)[1][:, -1]
+    for near in (top, q[:, 5], None):  # close, orthogonal to the top eigenvector, none
+        high = extreme_eigenvalues(matrix, rtol=1e-8, which="largest", near=near)[1]
+        assert float(high) == pytest.approx(1.0, abs=1e-6)
+    for bad in (torch.zeros(600), torch.ones(5), torch.full((600,), float("nan"))):
+        with pytest.raises(ValueError, match="`near` must be a finite, non-zero"):
+            extreme_eigenvalues(matrix, near=bad)

@@ -197,7 +197,7 @@ def top_modes(spectrum: DifferentialSpectrum, x: NoiseSums, y: NoiseSums, rho: f
     )
 
 
-def top_bias(x: NoiseSums, y: NoiseSums, rho: float) -> Tensor:
+def top_bias(x: NoiseSums, y: NoiseSums, rho: float, near: Optional[Tensor] = None) -> Tensor:
     """The upward bias of the top eigenvalue of ``L = C_x - rho C_y``, by the multiplier bootstrap (second order).
 
     ``lambda_max`` is convex: with the noise ``N``, ``lambda_max(L + N) >= lambda + u^T N u`` (``u`` the top
@@ -209,27 +209,29 @@ def top_bias(x: NoiseSums, y: NoiseSums, rho: float) -> Tensor:
     ``+-`` pair cancels the first-order term exactly), clamped at 0. The top eigenvalue's interval is then
     ``[lambda - b - q se, lambda + q se]``: the upper end needs no bias term (the inequality above), the lower one
     does. Each ``lambda_max`` by Lanczos from `PARTIAL_MIN_SIZE`
-    rows (residual `SHIFTED_RTOL`), else ``eigvalsh``; ``2 A + 1`` of them. Returns a float64 scalar.
+    rows (residual `SHIFTED_RTOL`; started near ``near``, ``L``'s top eigenvector if the caller has it, since the
+    shifted matrices' top eigenvectors lie near it), else ``eigvalsh``; ``2 A + 1`` of them, ``L`` and each
+    ``D_a`` built once. Returns a float64 scalar.
     """
     gen = x if x.draws else y
     size = x.total.shape[0]
     dtype = eigen_dtype("auto", size)
     scale = noise_scale(gen, x, y, rho)
-    terms = [(1.0 / x.count, x.total), (-rho / y.count, y.total)]
+    difference = weighted_sum([(1.0 / x.count, x.total), (-rho / y.count, y.total)], dtype)
 
-    def top(extra: list) -> float:
-        matrix = weighted_sum(terms + extra, dtype)
+    def top(matrix: Tensor) -> float:
         if size < PARTIAL_MIN_SIZE:
             return float(torch.linalg.eigvalsh(matrix)[-1])
-        return float(extreme_eigenvalues(matrix, rtol=SHIFTED_RTOL, which="largest", symmetric=True)[1])
+        found = extreme_eigenvalues(matrix, rtol=SHIFTED_RTOL, which="largest", symmetric=True, near=near)
+        return float(found[1])
 
-    centre = top([])
+    centre = top(difference)
     shifts = []
     for a in range(gen.draws):
         mean = float(gen.weight_sums[a]) / gen.count
+        draw = weighted_sum([(scale / gen.count, gen.weighted[a]), (-scale * mean / gen.count, gen.total)], dtype)
         for sign in (1.0, -1.0):
-            draw = [(sign * scale / gen.count, gen.weighted[a]), (-sign * scale * mean / gen.count, gen.total)]
-            shifts.append(top(draw) - centre)
+            shifts.append(top(torch.add(difference, draw, alpha=sign)) - centre)
     return torch.tensor(max(sum(shifts) / len(shifts), 0.0), dtype=torch.float64)
 
 

@@ -225,9 +225,8 @@ def two_sided_share_errors(
     """
     gradients = share_gradients(vectors, mean_x, second_moment_x, mean_y, second_moment_y, rho, turn)
     vectors = gradients.vectors
-    draws = [(noise.mean_draw(a), noise.draw(a)) for a in range(noise.draws)]
-    own = torch.stack([gradients.change(noise_is_x, e, big) for e, big in draws])  # (A, k)
-    through_other = torch.stack([gradients.change(not noise_is_x, e, big) for e, big in draws])
+    own = _draw_changes(gradients, noise, noise_is_x)  # (A, k)
+    through_other = _draw_changes(gradients, noise, not noise_is_x)
     variance_noise_side = noise.count * through_other.pow(2).mean(0)  # Var f_other on the side with draws
     first, second = (gradients.first_y, gradients.second_y) if noise_is_x else (gradients.first_x, gradients.second_x)
 
@@ -248,6 +247,16 @@ def two_sided_share_errors(
         variance_other = (1 - share) * variance_noise_side + excess
     other = variance_other / count_other
     return ShareErrors((own.pow(2).mean(0) + other).sqrt(), own, other)
+
+
+def _draw_changes(gradients: ShareGradients, noise: NoiseSums, side_x: bool) -> Tensor:
+    """`ShareGradients.change` (A, k) of every draw ``(e_a, E_a)`` of ``noise`` as a change of the ``x`` (``side_x``)
+    or ``y`` side, with ``E_a second`` from `NoiseSums.draws_times` (no ``E_a`` formed)."""
+    first, second = (gradients.first_x, gradients.second_x) if side_x else (gradients.first_y, gradients.second_y)
+    vectors = gradients.vectors
+    means = torch.stack([noise.mean_draw(a) for a in range(noise.draws)]).to(vectors)  # (A, D)
+    moved = noise.draws_times(second).to(vectors)  # (A, D, k)
+    return first * (means @ vectors) + (vectors * moved).sum(1)
 
 
 def exact_two_sided_shares(x: Tensor, y: Tensor, sigma: float, rho: float, k: int) -> tuple[Tensor, Tensor]:

@@ -357,7 +357,8 @@ class FINCReading(Reading):
 
     def _top_bias(self, missing: bool) -> Tensor:
         gen, ref = self._side(real=False), self._side(real=True)
-        return top_bias(*((ref, gen) if missing else (gen, ref)), self.rho)
+        top = self._top_spectrum(missing, 1).eigenvectors[:, 0]  # type: ignore[index]  # the standard errors' too
+        return top_bias(*((ref, gen) if missing else (gen, ref)), self.rho, near=top)
 
     @kept_summary
     def summary(self) -> dict[str, Any]:
