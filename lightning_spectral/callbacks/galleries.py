@@ -6,8 +6,9 @@ ids into images:
 
 - `IndexedImages` (``EmbeddingMetrics``): the ids are dataset indices, the images come from a lookup
   (``fn(index)``, a dataset, a datamodule's ``image_of``) that every rank can call;
-- `KeptImages` (``GeneratedSamples``): the callback keeps the images it drew (and a share of each reference's)
-  with global ids, each rank its own; the rows a gallery needs are gathered from the ranks that keep them.
+- `KeptImages` (``GeneratedSamples``): the callback keeps the images it drew with global ids, each rank its own,
+  and searches each reference whole (streamed again); the rows a gallery needs are gathered from the ranks that
+  hold them.
 """
 
 from __future__ import annotations
@@ -129,11 +130,13 @@ class IndexedImages(GalleryImages):
 
 
 class KeptImages(GalleryImages):
-    """Images a callback keeps per stream, each rank its share, under global ids (unique across ranks).
+    """Images a callback keeps per stream, each rank its share, under global ids (unique across ranks), and streams
+    searched whole.
 
-    The measured stream is ``"samples"``; a reference stream is named by its loader and filled on first use from a
-    registered loader (`load_with`), so a gallery that never needs reference images never streams them.
-    `view` picks the reference stream a metric's ``"reference"`` galleries read.
+    The measured stream is ``"samples"`` (kept rows). A reference stream is named by its loader and searched whole
+    (`search_whole`): each gallery streams every one of its samples again (``batches()``), and the rows a gallery
+    shows are picked by id in one more pass without features (``rows_of(ids)``), so no sample of it is left out
+    of the search. `view` picks the reference stream a metric's ``"reference"`` galleries read.
 
     Args:
         modes: modes per gallery.
@@ -143,7 +146,7 @@ class KeptImages(GalleryImages):
     def __init__(self, modes: int, per_mode: int) -> None:
         super().__init__(modes, per_mode)
         self.kept: dict[str, list[Row]] = {}
-        self.loaders: dict[str, Callable[[], Iterable[Row]]] = {}
+        self.whole: dict[str, tuple[Callable[[], Iterable[tuple[Tensor, Tensor]]], Callable[[Tensor], list[Row]]]] = {}
         self.reference: Optional[str] = None
 
     def keep(self, stream: str, features: Tensor, ids: Tensor, images: Tensor, labels: Optional[Tensor] = None) -> None:
@@ -156,10 +159,13 @@ class KeptImages(GalleryImages):
         """Start ``stream`` empty (a rank may keep none of its rows and still take part in the gallery's pass)."""
         self.kept.setdefault(stream, [])
 
-    def load_with(self, stream: str, loader: Callable[[], Iterable[Row]]) -> None:
-        """Fill ``stream`` from ``loader()`` (rows ``(features, global ids, images, labels)``) when first needed."""
-        self.loaders[stream] = loader
-        self.kept.pop(stream, None)
+    def search_whole(
+        self, stream: str, batches: Callable[[], Iterable[tuple[Tensor, Tensor]]], rows_of: Callable[[Tensor], list[Row]]
+    ) -> None:
+        """Search ``stream`` whole: ``batches()`` yields ``(features, global ids)`` of this rank's share of all its
+        samples, on every call; ``rows_of(ids)`` returns this rank's rows ``(features, ids, images, labels)`` among
+        ``ids``."""
+        self.whole[stream] = (batches, rows_of)
 
     def clear(self, stream: str) -> None:
         """Forget ``stream``'s rows."""
@@ -168,29 +174,27 @@ class KeptImages(GalleryImages):
     def view(self, reference: Optional[str]) -> "KeptImages":
         """The same kept images, with ``reference`` as the stream of ``"reference"`` galleries."""
         other = KeptImages(self.modes, self.per_mode)
-        other.kept, other.loaders, other.reference = self.kept, self.loaders, reference
+        other.kept, other.whole, other.reference = self.kept, self.whole, reference
         return other
 
     def _stream(self, stream: str) -> Optional[str]:
         return self.reference if stream == "reference" else stream
 
-    def _rows(self, name: str) -> list[Row]:
-        if name not in self.kept and name in self.loaders:
-            for row in self.loaders[name]():
-                self.keep(name, *row)
-            self.kept.setdefault(name, [])
-        return self.kept.get(name, [])
-
     def batches(self, stream: str) -> Optional[Iterable[tuple[Tensor, Tensor]]]:
         name = self._stream(stream)
-        if name is None or (name not in self.kept and name not in self.loaders):
+        if name in self.whole:
+            return _Lazy(self.whole[name][0])
+        if name is None or name not in self.kept:
             return None
-        return _Lazy(lambda: [(features, ids) for features, ids, _, _ in self._rows(name)])
+        return _Lazy(lambda: [(features, ids) for features, ids, _, _ in self.kept[name]])
 
     def images(self, trainer: L.Trainer, stream: str, ids: Tensor) -> tuple[Tensor, Optional[Tensor]]:
-        """Each rank contributes the rows it keeps, gathered through the strategy (few rows: a gallery's)."""
+        """Each rank contributes the rows it holds, gathered through the strategy (few rows: a gallery's)."""
         name = self._stream(stream)
-        rows = self._rows(name) if name is not None else []
+        if name in self.whole:
+            rows = self.whole[name][1](ids)
+        else:
+            rows = self.kept.get(name, []) if name is not None else []
         shape = next((tuple(images.shape[1:]) for _, _, images, _ in rows), None)
         shapes = all_gather_rows(torch.tensor([shape or (0, 0, 0)], dtype=torch.float64), strategy=trainer.strategy)
         known = shapes[shapes[:, 0] > 0]

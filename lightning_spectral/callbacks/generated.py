@@ -21,11 +21,11 @@ as most GANs, or ``limit_val_batches=0``) is measured at the end of each trainin
 Pictures (to every logger that holds them: TensorBoard, W&B, MLflow, Comet, CSV): each metric's ``galleries`` (FINC:
 *generated* images of the significant novel modes, *real* images of the significant missing modes; FKEA: generated
 images of the top modes), a label per row, and its ``plot_spectrum`` figure (FINC: both spectra with their
-significance thresholds; a test with a p-value, FastMMD: its statistic and p-value over epochs). Galleries are built
-from
-kept images (`KeptImages`), at most ``max_gallery_images`` per stream
-(each rank keeps its share): the first generated samples of the epoch, and the first samples of each reference,
-streamed again once per run when a gallery needs them.
+significance thresholds; a test with a p-value, FastMMD: its statistic and p-value over epochs). A gallery of
+generated samples searches the epoch's first ``max_gallery_images`` samples (by global id: a uniform sample of the
+seeded draws, kept in `KeptImages`, each rank its share); a gallery of a reference (FINC's missing modes) searches
+every sample of it: the reference is streamed through the extractor again at each measured epoch that shows one,
+and once more, without the extractor, to fetch the images shown (the loader must not shuffle).
 """
 
 from __future__ import annotations
@@ -116,8 +116,8 @@ class GeneratedSamples(EmbeddingCallback):
             metric's eigenvectors).
         gallery_modes: modes per gallery.
         gallery_per_mode: images per mode.
-        max_gallery_images: images kept for galleries, per stream (the generated samples, each reference), over
-            all ranks.
+        max_gallery_images: generated images kept for galleries, over all ranks (the epoch's first, by global id);
+            a reference's galleries search all of it.
         log_prefix: prefix of the logged names.
         log_detail: also log every value of each metric's ``summary()`` (``{log_prefix}{name}/detail/{key}``: sizes,
             settings, biases, per-mode shares) and each gallery row's share, class and purity; by default only the
@@ -288,7 +288,8 @@ class GeneratedSamples(EmbeddingCallback):
         self.last_timings: dict[str, float] = {}
         self.reference_passes = 0  # how often a reference loader was embedded into the metrics (not checkpointed)
         self._loaders: dict[str, Iterable] = {}
-        self._kept: Optional[KeptImages] = None  # generated images, and each reference's share (during a fit)
+        self._kept: Optional[KeptImages] = None  # generated images, and each reference searched whole (in a fit)
+        self._prints: dict[str, Optional[tuple[Tensor, Tensor]]] = {}  # each reference's ids and image fingerprints
 
     @property
     def state_key(self) -> str:
@@ -359,8 +360,11 @@ class GeneratedSamples(EmbeddingCallback):
         self.last_galleries = {}
         if self._kept is None:
             self._kept = KeptImages(self.gallery_modes, self.gallery_per_mode)
-            for name in self._loaders:  # each reference's share of images, streamed when a gallery first needs it
-                self._kept.load_with(name, lambda name=name: self._reference_images(trainer, pl_module, name))
+            for name in self._loaders if self.galleries else ():  # each reference searched whole by its galleries
+                self._kept.search_whole(
+                    name, partial(self._reference_features, trainer, pl_module, name),
+                    partial(self._reference_rows, trainer, pl_module, name),
+                )
         self.alongside.seconds = 0.0
         with outside_inference_mode():
             start = time.perf_counter()
@@ -480,17 +484,51 @@ class GeneratedSamples(EmbeddingCallback):
             labels = None if self.label_key is None else torch.as_tensor(select(batch, self.label_key, "label_key"))
             yield self.feature(images, f"references[{name!r}] images") if embed else None, images, labels
 
-    def _reference_images(self, trainer: L.Trainer, pl_module: L.LightningModule, name: str) -> Iterator[Any]:
-        """``(embeddings, global ids, images, labels)`` of the first reference images this rank keeps for galleries:
-        rank ``r``'s ``k``-th image has the global id ``k * world_size + r``."""
-        share, kept = self._share(trainer), 0
-        for z, images, labels in self._reference_batches(trainer, pl_module, name) if share else ():
-            keep = min(share - kept, z.shape[0])
-            ids = (torch.arange(kept, kept + keep) * trainer.world_size + trainer.global_rank)
-            yield z[:keep], ids, images[:keep], None if labels is None else labels[:keep]
-            kept += keep
-            if kept >= share:
-                break
+    def _reference_features(self, trainer: L.Trainer, pl_module: L.LightningModule, name: str) -> Iterator[Any]:
+        """``(embeddings, global ids)`` of every image of this rank's share of reference ``name`` (rank ``r``'s
+        ``k``-th image has the global id ``k * world_size + r``), each image's fingerprint kept for
+        `_reference_rows`."""
+        ids, prints = [], []
+        for start, (z, images, _) in self._numbered(trainer, pl_module, name, embed=True):
+            ids.append(start + torch.arange(len(images)) * trainer.world_size)
+            prints.append(_fingerprints(images))
+            yield z, ids[-1]
+        self._prints[name] = (torch.cat(ids), torch.cat(prints)) if ids else None
+
+    def _reference_rows(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, name: str, wanted: Tensor
+    ) -> list[tuple[Tensor, Tensor, Tensor, Optional[Tensor]]]:
+        """This rank's rows ``(no features, ids, images, labels)`` of reference ``name`` among the global ids
+        ``wanted``, from one pass without embedding; each the image `_reference_features` saw under its id.
+
+        Raises:
+            RuntimeError: the reference loader gave another image under an id (it shuffles), naming the fix.
+        """
+        rows = []
+        for start, (_, images, labels) in self._numbered(trainer, pl_module, name, embed=False):
+            ids = start + torch.arange(len(images)) * trainer.world_size
+            keep = torch.isin(ids, wanted.cpu())
+            if bool(keep.any()):
+                keep_on = keep.to(images.device)
+                rows.append((torch.zeros(int(keep.sum()), 0), ids[keep], images[keep_on],
+                             None if labels is None else labels[keep.to(labels.device)]))
+        seen = self._prints.get(name)
+        for _, ids, images, _ in rows:
+            if seen is None or not torch.equal(seen[1][torch.isin(seen[0], ids)], _fingerprints(images)):
+                raise RuntimeError(
+                    f"GeneratedSamples: references[{name!r}] gave other images on a second pass (a shuffling loader), "
+                    "so its gallery cannot show the samples it found; pass a loader with `shuffle=False`."
+                )
+        return rows
+
+    def _numbered(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, name: str, embed: bool
+    ) -> Iterator[tuple[int, Any]]:
+        """``(global id of the batch's first image, (embeddings, images, labels))`` over this rank's share."""
+        count = 0
+        for batch in self._reference_batches(trainer, pl_module, name, embed=embed):
+            yield count * trainer.world_size + trainer.global_rank, batch
+            count += len(batch[1])
 
     def _feed_references(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         """Embed each reference into the metrics that hold none (a collective: every rank asks every metric); metrics
@@ -621,6 +659,11 @@ def _check_prompts(prompts: Any, embeddings: Any) -> tuple[Any, Optional[Tensor]
             )
         embeddings = embeddings.detach().cpu()
     return prompts.detach().cpu(), embeddings
+
+
+def _fingerprints(images: Tensor) -> Tensor:
+    """One number per image (N,): its pixels' sum, in float64 on the CPU, to tell two passes' images apart."""
+    return images.detach().flatten(1).double().sum(1).cpu()
 
 
 class _PromptLabelled:

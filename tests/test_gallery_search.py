@@ -1,0 +1,69 @@
+"""A reference gallery searches the whole reference: with a reference ordered by class (as ``ImageFolder`` and
+stratified splits give) and bigger than ``max_gallery_images``, the missing mode of a generator that never draws a 7
+shows sevens and is named class 7, on one process and on two; a loader that shuffles between passes is refused by
+name instead of showing images that are not the ones found."""
+
+import lightning as L
+import pytest
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+from lightning_spectral.callbacks import GeneratedSamples
+from lightning_spectral.data import load_digit_images
+from lightning_spectral.encoders import PixelImageFeature
+from lightning_spectral.metrics import FINCNovelty
+from tests.conftest import LinearModule
+
+IMAGES, LABELS = load_digit_images()
+ORDER = torch.argsort(LABELS, stable=True)  # every 0, then every 1, ...: the sevens come after row 1,200
+
+
+def without_sevens(module, n, generator):
+    """Real digits of every class but 7, drawn with the callback's generator."""
+    pool = (LABELS != 7).nonzero().flatten()
+    return IMAGES[pool[torch.randint(len(pool), (n,), generator=generator)]]
+
+
+def by_class(shuffle=False):
+    rows = [{"image": IMAGES[i], "label": LABELS[i]} for i in ORDER.tolist()]
+    return DataLoader(rows, batch_size=256, shuffle=shuffle)
+
+
+def measure(tmp_path, devices=1, shuffle=False):
+    callback = GeneratedSamples(
+        {"finc": FINCNovelty(sigma=3.0, n_frequencies=128, reset_real_features=False)},
+        feature=PixelImageFeature(8), references={"finc": by_class(shuffle)}, sample=without_sevens, n_samples=1500,
+        sample_batch_size=500, label_key="label", gallery_modes=2, gallery_per_mode=10, max_gallery_images=200,
+        log_detail=True,
+    )
+    trainer = L.Trainer(
+        callbacks=[callback], logger=False, accelerator="cpu", devices=devices,
+        strategy="ddp_spawn" if devices > 1 else "auto", enable_progress_bar=False, enable_model_summary=False,
+        enable_checkpointing=False, default_root_dir=tmp_path,
+    )
+    trainer.validate(LinearModule(), DataLoader(TensorDataset(torch.randn(8, 4)), batch_size=8), verbose=False)
+    return callback, {name: float(value) for name, value in trainer.callback_metrics.items()}
+
+
+def test_the_missing_gallery_of_a_class_ordered_reference_names_the_dropped_class(tmp_path):
+    assert set(LABELS[ORDER[:200]].tolist()) <= {0, 1}
+    callback, logged = measure(tmp_path)
+    assert logged["gen/finc/detail/missing_class/0"] == 7.0  # the first 200 rows hold only 0s and 1s
+    assert logged["gen/finc/detail/missing_purity/0"] >= 0.8
+    gallery = callback.last_galleries["finc/missing"]
+    assert gallery.labels[0].startswith("missing mode 1: class 7")
+
+
+@pytest.mark.timeout(300)
+def test_two_processes_search_the_whole_reference_as_one(tmp_path):
+    _, one = measure(tmp_path / "1")
+    _, two = measure(tmp_path / "2", devices=2)
+    for key in ("gen/finc/detail/missing_class/0", "gen/finc/detail/missing_purity/0"):
+        assert two[key] == one[key], key
+    assert two["gen/finc/detail/missing_share/0"] == pytest.approx(one["gen/finc/detail/missing_share/0"], rel=1e-4)
+
+
+def test_a_reference_loader_that_shuffles_is_refused_by_name(tmp_path):
+    torch.manual_seed(0)
+    with pytest.raises(RuntimeError, match=r"references\['finc'\] gave other images on a second pass.*shuffle=False"):
+        measure(tmp_path, shuffle=True)
