@@ -67,3 +67,46 @@ def test_a_reference_loader_that_shuffles_is_refused_by_name(tmp_path):
     torch.manual_seed(0)
     with pytest.raises(RuntimeError, match=r"references\['finc'\] gave other images on a second pass.*shuffle=False"):
         measure(tmp_path, shuffle=True)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# EmbeddingMetrics' kept validation samples: a uniform sample by dataset index, the same under any sharding
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def kept_ids(batches, limit, strategy=None):
+    from types import SimpleNamespace
+
+    from lightning_spectral.callbacks.galleries import IndexedImages
+
+    gallery = IndexedImages(lambda i: torch.zeros(1, 2, 2), 2, 3, limit=limit)
+    for ids in batches:
+        gallery.keep(ids[:, None].double(), None, ids)
+    gallery.settle(SimpleNamespace(strategy=strategy))
+    return torch.cat([ids for _, ids in gallery.batches("samples")]).sort().values
+
+
+def test_the_kept_validation_samples_are_the_smallest_priorities_whatever_the_order_and_batches():
+    from lightning_spectral.callbacks.galleries import index_priority
+
+    ids = torch.arange(5000)  # ordered by class, as a sorted validation set: the first 300 are one class
+    want = ids[index_priority(ids).argsort()[:300]].sort().values
+    assert torch.equal(kept_ids(ids.split(64), 300), want)
+    shuffled = ids[torch.randperm(5000, generator=torch.Generator().manual_seed(1))]
+    assert torch.equal(kept_ids(shuffled.split(999), 300), want)
+    assert float((want < 2500).double().mean()) == pytest.approx(0.5, abs=0.1)  # from the whole range, not its head
+    assert torch.equal(kept_ids(ids[:200].split(50), 300), ids[:200])  # fewer than the limit: every one
+
+
+def _rank_kept(rank, world_size):
+    ids = torch.arange(5000)[rank::world_size]
+    return kept_ids(ids.split(77), 300).tolist()
+
+
+def test_two_ranks_keep_together_what_one_keeps(tmp_path):
+    from tests.ddp import run_ddp
+
+    results = run_ddp(_rank_kept, tmp_path=tmp_path)
+    assert all(result[0] == "ok" for result in results), results
+    together = sorted(results[0][1] + results[1][1])
+    assert together == kept_ids(torch.arange(5000).split(100), 300).tolist()

@@ -65,7 +65,8 @@ class EmbeddingMetrics(EmbeddingCallback):
     pictures (TensorBoard, W&B, MLflow, Comet, CSV), each metric's ``galleries`` (modes, significant novel modes, SPEC
     clusters of both signs; the class under each image when ``images`` gives dataset items ``(image, label, ...)``) are
     logged as ``{log_prefix}{name}/{gallery}``, rows labelled; that
-    keeps up to ``max_gallery_samples`` validation embeddings per rank for the second pass.
+    keeps a uniform sample of at most ``max_gallery_samples`` validation embeddings over all ranks (by dataset
+    index: the same for any order and sharding) for the second pass.
 
     Args:
         metrics: ``{name: metric}``.
@@ -81,7 +82,8 @@ class EmbeddingMetrics(EmbeddingCallback):
             attribute such as ``"image_of"``, for galleries.
         gallery_modes: modes per gallery.
         gallery_per_mode: images per mode.
-        max_gallery_samples: validation embeddings kept per rank for galleries.
+        max_gallery_samples: validation embeddings kept for galleries over all ranks: a uniform sample by dataset
+            index (`index_priority`), every one when there are fewer.
         dataloader_idx: the validation dataloader whose batches are measured (>= 0).
         log_prefix: prefix of the logged names.
         log_detail: also log every value of each metric's ``summary()`` (``{log_prefix}{name}/detail/{key}``: sizes,
@@ -245,7 +247,7 @@ class EmbeddingMetrics(EmbeddingCallback):
     @override
     def on_validation_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._gallery = None if self.images is None else IndexedImages(
-            self._lookup, self.gallery_modes, self.gallery_per_mode
+            self._lookup, self.gallery_modes, self.gallery_per_mode, limit=self.max_gallery_samples
         )
         two_sample = self._with("two")
         along = self.alongside.needing_reference()
@@ -290,13 +292,15 @@ class EmbeddingMetrics(EmbeddingCallback):
                 feed(metric, z, reference)
             if self.alongside:
                 self.alongside.update(self._inputs(batch, pl_module))
-        if self._gallery is not None and self._gallery.rows < self.max_gallery_samples:
+        if self._gallery is not None:
             self._gallery.keep(z, reference, torch.as_tensor(select(batch, self.index, "index")).long().flatten())
 
     @override
     def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if trainer.sanity_checking:
             return
+        if self._gallery is not None:
+            self._gallery.settle(trainer)
         for name, metric in self._reported.items():
             pictured = self._gallery is not None and not isinstance(metric, PlainMetric)
             gallery = self._gallery.view(metric.inputs == "paired") if pictured else None  # type: ignore[union-attr]

@@ -83,26 +83,77 @@ class GalleryImages:
         raise NotImplementedError
 
 
+def index_priority(ids: Tensor, seed: int = 0) -> Tensor:
+    """A pseudo-random priority in [0, 1) (N,) float64 per dataset index (N,), the same on any rank and in any order:
+    a 32-bit integer hash (multiply-xorshift) of ``index + seed``. The samples of the ``k`` smallest priorities are
+    a uniform sample of ``k`` of them (bottom-k sampling), whatever order or sharding they come in.
+
+    Examples:
+        >>> p = index_priority(torch.arange(100_000))
+        >>> bool(abs(float(p.mean()) - 0.5) < 0.01), bool(torch.equal(p[[7, 3]], index_priority(torch.tensor([7, 3]))))
+        (True, True)
+    """
+    mask = 0xFFFFFFFF
+    h = (ids.long() + int(seed)) & mask
+    h = (h * 0x9E3779B1) & mask  # below 2^32 * 2^32: no int64 overflow
+    for _ in range(2):
+        h = h ^ (h >> 16)
+        h = (h * 0x45D9F3B) & mask
+    h = h ^ (h >> 16)
+    return h.double() / 2.0**32
+
+
 class IndexedImages(GalleryImages):
     """Galleries of the samples a callback kept (embeddings and dataset indices), with images looked up by index.
+
+    With ``limit``, a uniform sample of at most ``limit`` of the samples over all ranks is kept: those of the
+    smallest `index_priority` (each rank keeps its ``limit`` smallest as they come; `settle` keeps the ``limit``
+    smallest of all ranks), the same set for any order, batch size and sharding.
 
     Args:
         lookup: ``fn(dataset_index) -> image (C, H, W)`` or an indexable dataset (items ``(image, ...)`` allowed).
         modes: modes per gallery.
         per_mode: images per mode.
         paired: batches are ``((embedding, reference embedding), ids)``, for paired metrics (SPEC).
+        limit: the most samples kept over all ranks (``None``: every one).
     """
 
     def __init__(
-        self, lookup: Union[Callable[[int], Any], Any], modes: int, per_mode: int, paired: bool = False
+        self, lookup: Union[Callable[[int], Any], Any], modes: int, per_mode: int, paired: bool = False,
+        limit: Optional[int] = None,
     ) -> None:
         super().__init__(modes, per_mode)
-        self.lookup, self.paired = lookup, paired
+        self.lookup, self.paired, self.limit = lookup, paired, limit
         self.kept: list[tuple[Tensor, Optional[Tensor], Tensor]] = []
 
     def keep(self, features: Tensor, reference: Optional[Tensor], ids: Tensor) -> None:
-        """Keep a batch's embeddings (N, d), its reference embeddings (N, d_ref) or ``None``, and dataset indices."""
+        """Keep a batch's embeddings (N, d), its reference embeddings (N, d_ref) or ``None``, and dataset indices
+        (within ``limit``: those of the smallest priorities, pruned once twice ``limit`` are held)."""
         self.kept.append((features.cpu(), None if reference is None else reference.cpu(), ids.cpu()))
+        if self.limit is not None and self.rows > 2 * self.limit:
+            self._prune(float(index_priority(self._ids()).kthvalue(self.limit).values))
+
+    def settle(self, trainer: L.Trainer) -> None:
+        """Keep the ``limit`` samples of the smallest priorities over all ranks (a collective under DDP)."""
+        if self.limit is None:
+            return
+        ids = self._ids()
+        mine = index_priority(ids).sort().values[: self.limit]
+        every = all_gather_rows(mine[:, None], strategy=trainer.strategy).flatten()
+        if every.numel() >= self.limit:  # else every rank holds all of its samples, fewer than the limit in all
+            self._prune(float(every.kthvalue(self.limit).values))
+
+    def _ids(self) -> Tensor:
+        return torch.cat([ids for _, _, ids in self.kept]) if self.kept else torch.zeros(0, dtype=torch.long)
+
+    def _prune(self, highest: float) -> None:
+        """Keep the samples of priority <= ``highest``."""
+        pruned = []
+        for z, ref, ids in self.kept:
+            keep = index_priority(ids) <= highest
+            if bool(keep.any()):
+                pruned.append((z[keep], None if ref is None else ref[keep], ids[keep]))
+        self.kept = pruned
 
     @property
     def rows(self) -> int:
@@ -111,7 +162,7 @@ class IndexedImages(GalleryImages):
 
     def view(self, paired: bool) -> "IndexedImages":
         """The same kept samples, batched for a paired metric or not."""
-        other = IndexedImages(self.lookup, self.modes, self.per_mode, paired)
+        other = IndexedImages(self.lookup, self.modes, self.per_mode, paired, self.limit)
         other.kept = self.kept
         return other
 
