@@ -25,9 +25,14 @@ def test_metric_equals_functional_and_the_proxy_kernel_matrix():
     functional = fkea_vendi(x, sigma=1.0, n_frequencies=100, alpha=ORDERS, seed=2)
     phi = GaussianRFF(4, 100, sigma=1.0, seed=2)(x)
     proxy = psd_eigenvalues(phi @ phi.T / 300)  # same non-zero spectrum as the 2r x 2r covariance
+    kernel = phi @ phi.T  # the RFF kernel matrix: RKE is 1 / its mean square over pairs i != j (no diagonal)
+    pairs = ~torch.eye(300, dtype=torch.bool)
     for order in ORDERS:
         assert float(scores[order]) == pytest.approx(float(functional[order]), rel=1e-12)
-        assert float(scores[order]) == pytest.approx(float(vendi_score(proxy, order)), rel=1e-9)
+        oracle = 1 / kernel[pairs].square().mean() if order == 2 else vendi_score(proxy, order)
+        assert float(scores[order]) == pytest.approx(float(oracle), rel=1e-9)
+    plug_in = float(vendi_score(proxy, 2))  # 1 / mean over all pairs: low by O(1/n)
+    assert plug_in < float(scores[2]) and float(scores[2]) == pytest.approx(plug_in, rel=0.1)
 
 
 def test_single_order_returns_a_scalar_and_rke_skips_the_eigendecomposition():
@@ -52,12 +57,15 @@ def test_invariances_of_the_spectrum_with_fixed_frequencies():
     x = torch.randn(120, 4, dtype=torch.float64)
     base = fkea_vendi(x, sigma=1.5, n_frequencies=64, alpha=ORDERS)
 
-    def close(other):
-        for order in ORDERS:
+    def close(other, orders=ORDERS):
+        for order in orders:
             assert float(other[order]) == pytest.approx(float(base[order]), rel=1e-9)
 
     close(fkea_vendi(x[torch.randperm(120)], sigma=1.5, n_frequencies=64, alpha=ORDERS))  # permutation
-    close(fkea_vendi(x.repeat(3, 1), sigma=1.5, n_frequencies=64, alpha=ORDERS))  # duplication
+    tripled = fkea_vendi(x.repeat(3, 1), sigma=1.5, n_frequencies=64, alpha=ORDERS)  # duplication: the spectrum,
+    close(tripled, [1, 1.5, "inf"])  # but RKE counts pairs of distinct samples, and a copy is one more such pair
+    purity = (120 / float(base[2]) - 1 / float(base[2]) + 1) / 120  # P from U = (n P - 1) / (n - 1) at n = 120
+    assert float(tripled[2]) == pytest.approx((360 - 1) / (360 * purity - 1), rel=1e-9)
     close(fkea_vendi(x + 7.0, sigma=1.5, n_frequencies=64, alpha=ORDERS))  # translation
     close(fkea_vendi(2.5 * x, sigma=1.5 * 2.5, n_frequencies=64, alpha=ORDERS))  # joint scaling of data and sigma
 

@@ -85,7 +85,7 @@ def oracle_se(x, sigma, r, draws, alpha, truncation):
     moment, noise = draws_exact(x, rff, Multipliers(draws, sigma, 0, DEFAULT_RATIO))
     leaf = moment.clone().requires_grad_(True)
     spectrum = torch.linalg.eigvalsh(leaf).flip(0).clamp_min(0.0)
-    vendi_from_spectrum(spectrum, alpha, truncation).backward()
+    vendi_from_spectrum(spectrum, alpha, truncation, n=x.shape[0]).backward()  # RKE from pairs i != j
     replicates = torch.stack([(leaf.grad * noise[a]).sum() for a in range(draws)])
     return float(replicates.pow(2).mean().sqrt())
 
@@ -264,7 +264,7 @@ def test_conditional_vendi_se_equals_autograd_through_the_n_by_n_draws():
     for order in (1, 2, "inf"):
         joint, prompts = c_joint.clone().requires_grad_(True), c_prompts.clone().requires_grad_(True)
         spectrum = lambda c: torch.linalg.eigvalsh(c).flip(0).clamp_min(0.0)  # noqa: E731
-        value = vendi_from_spectrum(spectrum(joint), order) / vendi_from_spectrum(spectrum(prompts), order)
+        value = vendi_from_spectrum(spectrum(joint), order, n=300) / vendi_from_spectrum(spectrum(prompts), order, n=300)
         value.backward()
         moves = torch.stack([(joint.grad * e_joint[a]).sum() + (prompts.grad * e_prompts[a]).sum() for a in range(3)])
         assert float(summary[""][order]) == pytest.approx(float(value), rel=1e-8)
@@ -313,7 +313,7 @@ def test_every_conditional_vendi_score_se_equals_autograd_through_the_n_by_n_dra
     spectrum = lambda c: torch.linalg.eigvalsh(c).flip(0).clamp_min(0.0)  # noqa: E731
     for order in (1, 2):
         leaves = {name: exact[name][0].clone().requires_grad_(True) for name in ("joint", "samples", "prompts")}
-        vendi = {name: vendi_from_spectrum(spectrum(leaf), order) for name, leaf in leaves.items()}
+        vendi = {name: vendi_from_spectrum(spectrum(leaf), order, n=240) for name, leaf in leaves.items()}
         for key, value in (("information", vendi["samples"] * vendi["prompts"] / vendi["joint"]),
                            ("vendi", vendi["samples"]), ("prompt_vendi", vendi["prompts"])):
             grads = torch.autograd.grad(value, list(leaves.values()), retain_graph=True, allow_unused=True,
@@ -404,7 +404,8 @@ def test_conditional_per_prompt_se_are_the_autograd_replicates_of_each_labels_or
         for label in range(3):
             moment, draws = draws_exact(x[labels == label], accumulator.feature_map, accumulator.multipliers)
             leaf = moment.clone().requires_grad_(True)
-            (grad,) = torch.autograd.grad(vendi_from_spectrum(spectrum(leaf), order), [leaf])
+            rows = int((labels == label).sum())
+            (grad,) = torch.autograd.grad(vendi_from_spectrum(spectrum(leaf), order, n=rows), [leaf])
             moves = torch.stack([(grad * draws[a]).sum() for a in range(3)])
             assert float(errors[label]) == pytest.approx(float(moves.pow(2).mean().sqrt()), rel=1e-6)
             assert float(errors[label]) > 0

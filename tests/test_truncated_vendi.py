@@ -39,9 +39,11 @@ def test_identities_t_1_is_one_and_t_at_the_rank_is_the_vendi_score():
     plain = vendi_exact(x, sigma=1.0, alpha=[1, 2])
     for t in (5, 20, 150):
         truncated = vendi_exact(x, sigma=1.0, alpha=[1, 2], truncation=t)
-        for order in (1, 2):
-            assert float(truncated[order]) == pytest.approx(float(plain[order]), rel=1e-9)
+        assert float(truncated[1]) == pytest.approx(float(plain[1]), rel=1e-9)
+        for order in (1, 2):  # the truncated scores are the plug-in's: 5 at the rank
             assert float(truncated[order]) == pytest.approx(5.0, rel=1e-9)
+    # the plain RKE counts pairs of distinct samples: 30 x 29 equal pairs per point of 150 x 149, U = 29 / 149
+    assert float(plain[2]) == pytest.approx(149 / 29, rel=1e-9)
 
 
 def test_monotone_in_t_and_bounded_by_t_and_by_the_vendi_score():

@@ -16,7 +16,9 @@ Random features (the authors' ``joint_cov_rff``): the product of two Gaussian ke
 features ``[cos, sin](x Z_x / sigma_x + t Z_t / sigma_t) / sqrt(r)`` have the joint covariance ``C_XT`` (2r x 2r),
 and the same slices give ``C_X`` and ``C_T``: every entropy above is read from a 2r x 2r covariance whose non-zero
 spectrum approximates the kernel matrix's (error ~ 1/sqrt(r)), so the errors of the three entropies correlate.
-Order 2 needs no eigendecomposition: ``Conditional-RKE = ||C_T||_F^2 / ||C_XT||_F^2``. That estimate is
+Order 2 needs no eigendecomposition: ``Conditional-RKE = U_T / U_XT``, each ``U`` the Frobenius norm ``||C||_F^2``
+over pairs of distinct samples (``(n ||C||_F^2 - 1) / (n - 1)``, without the plug-in's 1/n bias; the exact oracles
+likewise drop the kernel matrices' diagonals). That estimate is
 consistent but biased by $O(1/r)$: $\mathbb{E}\,\|C\|_F^2 = \|K/n\|_F^2 + \frac{1}{n^2}\sum_{i \ne j}
 \mathrm{Var}\,\hat k_{ij}$ (each squared kernel estimate picks up its variance), so both Frobenius norms run
 high, relatively more on the joint side (whose RKE is larger); Conditional-RKE then comes out low, by more when the
@@ -34,7 +36,7 @@ $\varepsilon K_X^{1/2} (K_T + n \varepsilon I)^{-1} K_X^{1/2}$ (the kernel oracl
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import NamedTuple, Optional
 
 import torch
 from torch import Tensor
@@ -42,7 +44,14 @@ from torch import Tensor
 from lightning_spectral._checks import check_features, check_positive
 from lightning_spectral.algebra.eigen import psd_eigenvalues
 from lightning_spectral.algebra.gram import DEFAULT_CHUNK_SIZE, covariance
-from lightning_spectral.functional.fkea import Alpha, Orders, check_orders, parse_alpha, renyi_entropy
+from lightning_spectral.functional.fkea import (
+    Alpha,
+    Orders,
+    check_orders,
+    parse_alpha,
+    renyi_entropy,
+    unbiased_purity,
+)
 from lightning_spectral.kernels.exact import gaussian_kernel
 from lightning_spectral.kernels.joint_gaussian_rff import JointGaussianRFF
 
@@ -58,28 +67,31 @@ class ConditionalSpectra(NamedTuple):
     prompts: Tensor
 
 
-def entropy_of(matrix_or_spectrum: Tensor, alpha: Alpha) -> Tensor:
+def entropy_of(matrix_or_spectrum: Tensor, alpha: Alpha, n: Optional[float] = None) -> Tensor:
     """``H_alpha`` of a spectrum (1-D) or of a PSD matrix (2-D): order 2 of a matrix without eigendecomposition
-    (``-log(||C||_F^2 / tr(C)^2)``), other orders through its eigenvalues."""
+    (``-log(||C||_F^2 / tr(C)^2)``), other orders through its eigenvalues. With the sample count ``n``, order 2 from
+    pairs of distinct samples, without the plug-in's 1/n bias (`functional.fkea.unbiased_purity`)."""
     order = parse_alpha(alpha)
     values = matrix_or_spectrum.double()
-    if values.ndim == 1:
-        return renyi_entropy(values, order)
     if order == 2:
         frobenius_sq = values.square().sum()
         if float(frobenius_sq) <= 0:
             raise ValueError("conditional scores: a covariance is zero (no samples accumulated?).")
-        return -torch.log(frobenius_sq / values.trace().square())
+        total = values.sum() if values.ndim == 1 else values.trace()
+        purity = frobenius_sq / total.square()
+        return -torch.log(purity if n is None else unbiased_purity(purity, n, values.shape[0]))
+    if values.ndim == 1:
+        return renyi_entropy(values, order)
     return renyi_entropy(psd_eigenvalues(values), order)
 
 
-def conditional_scores(spectra: ConditionalSpectra, alpha: Alpha = 1.0) -> dict[str, Tensor]:
+def conditional_scores(spectra: ConditionalSpectra, alpha: Alpha = 1.0, n: Optional[float] = None) -> dict[str, Tensor]:
     """Every score of one order from the three spectra / covariances (module doc), float64 scalars:
 
     ``conditional`` = exp(H(X,T) - H(T)), ``information`` = exp(H(X) + H(T) - H(X,T)), ``vendi`` = exp(H(X)),
-    ``prompt_vendi`` = exp(H(T)).
+    ``prompt_vendi`` = exp(H(T)); with the sample count ``n``, order 2 without its 1/n bias (`entropy_of`).
     """
-    joint, samples, prompts = (entropy_of(part, alpha) for part in spectra)
+    joint, samples, prompts = (entropy_of(part, alpha, n) for part in spectra)
     return {
         "conditional": torch.exp(joint - prompts),
         "information": torch.exp(samples + prompts - joint),
@@ -147,15 +159,24 @@ def conditional_vendi_exact(
         raise ValueError(f"conditional_vendi_exact: `score` must be one of {SCORES}, got {score!r}.")
     check_orders(alpha)
     spectra = conditional_spectra_exact(samples, prompts, sigma, prompt_sigma)
-    return _by_order(alpha, lambda order: conditional_scores(spectra, order)[score])
+    n = float(len(spectra.joint))
+    return _by_order(alpha, lambda order: conditional_scores(spectra, order, n)[score])
 
 
 def conditional_rke_exact(samples: Tensor, prompts: Tensor, sigma: float, prompt_sigma: float) -> Tensor:
-    """Exact Conditional-RKE without an eigendecomposition: ``sum_ij K_T^2 / sum_ij (K_X o K_T)^2``. O(n^2 d)."""
+    """Exact Conditional-RKE without an eigendecomposition: ``sum_{i != j} K_T^2 / sum_{i != j} (K_X o K_T)^2``
+    (over pairs of distinct samples: without the plug-in's 1/n bias, `functional.fkea.unbiased_purity`). O(n^2 d).
+
+    Raises:
+        ValueError: fewer than 2 samples.
+    """
     samples, prompts = _pair(samples, prompts, "conditional_rke_exact")
+    if samples.shape[0] < 2:
+        unbiased_purity(torch.ones(()), samples.shape[0])  # names the need for two samples
     k_x = gaussian_kernel(samples.double(), sigma=check_positive(sigma, "sigma"))
     k_t = gaussian_kernel(prompts.double(), sigma=check_positive(prompt_sigma, "prompt_sigma"))
-    return k_t.square().sum() / (k_x * k_t).square().sum()
+    off = ~torch.eye(samples.shape[0], dtype=torch.bool, device=k_x.device)
+    return k_t[off].square().sum() / (k_x * k_t)[off].square().sum()
 
 
 def prompt_agnostic_eigenvalues_exact(
@@ -213,13 +234,14 @@ def conditional_vendi(
         >>> x = torch.cat([torch.zeros(50, 2), torch.full((50, 2), 100.0)])   # two far-apart modes
         >>> t = torch.zeros(100, 1)
         >>> round(float(conditional_vendi(x, t, sigma=1.0, prompt_sigma=1.0, n_frequencies=256, alpha=2)), 2)
-        2.0
+        2.02
     """
     if score not in SCORES:
         raise ValueError(f"conditional_vendi: `score` must be one of {SCORES}, got {score!r}.")
     check_orders(alpha)
     covariances = conditional_covariances(samples, prompts, sigma, prompt_sigma, n_frequencies, seed)
-    return _by_order(alpha, lambda order: conditional_scores(covariances, order)[score])
+    n = float(samples.shape[0])
+    return _by_order(alpha, lambda order: conditional_scores(covariances, order, n)[score])
 
 
 def prompt_agnostic_covariance(joint_xt: Tensor, width_x: int, ridge: float = 1e-3) -> Tensor:

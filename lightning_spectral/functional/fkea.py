@@ -6,6 +6,15 @@ $C$ the (2r x 2r) RFF covariance, whose non-zero eigenvalues approximate those o
 $K/n$ (FKEA eqs. 3-4, Algorithm 1). $\alpha = 2$ is RKE; $\alpha = 1$ the Shannon limit; $\alpha = \infty$ is
 $1 / \lambda_{\max}$.
 
+RKE, $1 / \|C\|_F^2$ (Jalali et al., "An Information-Theoretic Evaluation of Generative Models in Learning
+Multi-modal Distributions", NeurIPS 2023), is estimated without the plug-in's bias: with unit-norm features
+($k(x, x) = 1$), $\|C_n\|_F^2 = \frac{1}{n^2}\sum_{i,j} k(x_i, x_j)^2$ holds the $n$ diagonal terms $k(x_i, x_i)^2 = 1$, so
+$E\|C_n\|_F^2 = (1 - 1/n)\|C\|_F^2 + 1/n$ and the plug-in RKE is low by $O(1/n)$. The mean over pairs
+$i \ne j$ (a U-statistic, unbiased for $\|C\|_F^2$; `unbiased_purity`) is $(n \|C_n\|_F^2 - 1) / (n - 1)$, from the
+same sums. Every RKE here (the metric, `fkea_vendi`, the exact oracle `vendi_exact`, the conditional and per-label
+scores) is its reciprocal. The other orders' bias with $n$ has no closed form and is not removed (Vendi-1 keeps
+rising with $n$); the $t$-truncated scores are the plug-in ones.
+
 The $t$-truncated Vendi score (Ospanov and Farnia, "Do Vendi Scores Converge with Finite Samples? Truncated Vendi
 Score for Finite-Sample Convergence Guarantees", UAI 2025, arXiv 2410.21719) keeps the top $t$ eigenvalues and
 spreads the rest of the mass evenly over them (`truncate_spectrum`); unlike Vendi-1 it converges with $n = O(t)$
@@ -99,9 +108,33 @@ def vendi_score(eigenvalues: Tensor, alpha: Alpha = 1.0) -> Tensor:
     return torch.exp(renyi_entropy(eigenvalues, alpha))
 
 
-def rke_from_covariance(covariance: Tensor) -> Tensor:
-    r"""RKE (Vendi of order 2) without an eigendecomposition: $\operatorname{tr}(C)^2 / \|C\|_F^2$
-    ($= 1 / \|C\|_F^2$ at trace 1).
+def unbiased_purity(purity: Tensor, n: float, width: Optional[int] = None) -> Tensor:
+    r"""$\|C\|_F^2$ (at trace 1) without the plug-in's $1/n$ bias, from the plug-in purity
+    $P = \|C_n\|_F^2 / \operatorname{tr}(C_n)^2$ of $n$ samples with unit-norm features (module doc):
+    $U = (n P - 1) / (n - 1)$, the mean of $k(x_i, x_j)^2$ over pairs $i \ne j$. A sampling fluctuation can take it
+    below the smallest purity a trace-1 matrix of ``width`` rows has, $1 / \mathrm{width}$: it is floored there (RKE
+    at most ``width``); ``width=None``: floored at $P / n$ (RKE at most ``n`` times the plug-in's).
+
+    Raises:
+        ValueError: ``n < 2`` (no pair of distinct samples).
+
+    Examples:
+        >>> import torch
+        >>> round(float(unbiased_purity(torch.tensor(0.5), 100)), 4)  # two equal halves: P = 1/2 at any n
+        0.4949
+    """
+    n = float(n)
+    if not n >= 2:
+        raise ValueError(f"RKE is estimated over pairs of distinct samples, so it needs at least 2 samples; got n = "
+                         f"{n:g}. Feed more samples before reading it.")
+    purity = purity.double()
+    floor = purity / n if width is None else torch.full_like(purity, 1.0 / width)
+    return torch.maximum((n * purity - 1.0) / (n - 1.0), floor)
+
+
+def rke_from_covariance(covariance: Tensor, n: Optional[float] = None) -> Tensor:
+    r"""RKE (Vendi of order 2) without an eigendecomposition: $1 / P$, $P = \|C\|_F^2 / \operatorname{tr}(C)^2$;
+    with the sample count ``n``, $1 / U$ (`unbiased_purity`: the estimate without the plug-in's $1/n$ bias).
 
     Examples:
         >>> import torch
@@ -112,7 +145,8 @@ def rke_from_covariance(covariance: Tensor) -> Tensor:
     frobenius_sq = covariance.square().sum()
     if float(frobenius_sq) <= 0 or not bool(torch.isfinite(frobenius_sq)):
         raise ValueError("rke_from_covariance: the covariance is zero or non-finite (no samples accumulated?).")
-    return covariance.trace().square() / frobenius_sq
+    purity = frobenius_sq / covariance.trace().square()
+    return 1.0 / (purity if n is None else unbiased_purity(purity, n, covariance.shape[0]))
 
 
 
@@ -198,13 +232,21 @@ def truncated_vendi(eigenvalues: Tensor, t: int, alpha: Orders = 1.0) -> VendiRe
     return vendi_from_spectrum(truncate_spectrum(eigenvalues, t), alpha)
 
 
-def vendi_from_spectrum(eigenvalues: Tensor, alpha: Orders, truncation: Optional[int] = None) -> VendiResult:
+def vendi_from_spectrum(
+    eigenvalues: Tensor, alpha: Orders, truncation: Optional[int] = None, n: Optional[float] = None
+) -> VendiResult:
     """Vendi score(s) of a spectrum: a scalar tensor for one order, a dict ``{order: score}`` for several; with
-    ``truncation`` the $t$-truncated score(s) (`truncated_vendi`)."""
+    ``truncation`` the $t$-truncated score(s) (`truncated_vendi`); with the sample count ``n`` (and no truncation),
+    order 2 without its $1/n$ bias (`unbiased_purity`)."""
     orders, single = check_orders(alpha)
     if truncation is not None:
         eigenvalues = truncate_spectrum(eigenvalues, truncation)
     scores = {order: vendi_score(eigenvalues, order) for order in orders}
+    if n is not None and truncation is None:
+        for order in orders:
+            if parse_alpha(order) == 2.0:
+                values = eigenvalues.double()
+                scores[order] = 1.0 / unbiased_purity(values.square().sum() / values.sum().square(), n, len(values))
     return scores[orders[0]] if single else scores
 
 
@@ -246,7 +288,15 @@ def fkea_vendi(
     if features.shape[0] == 0:
         raise ValueError("fkea_vendi: `features` is empty; at least one sample is needed.")
     rff = GaussianRFF(features.shape[1], n_frequencies, sigma, seed).to(features.device)
-    return vendi_from_spectrum(psd_eigenvalues(covariance(features, rff, chunk_size)), alpha, truncation)
+    spectrum = psd_eigenvalues(covariance(features, rff, chunk_size))
+    return vendi_from_spectrum(spectrum, alpha, truncation, _pairs(alpha, truncation, features.shape[0]))
+
+
+def _pairs(alpha: Orders, truncation: Optional[int], n: int) -> Optional[float]:
+    """The sample count RKE is estimated from (`unbiased_purity`), ``None`` where no order 2 is asked for."""
+    orders, _ = check_orders(alpha)
+    asks_rke = truncation is None and any(parse_alpha(order) == 2.0 for order in orders)
+    return float(n) if asks_rke else None
 
 
 def vendi_exact(
@@ -256,8 +306,8 @@ def vendi_exact(
     $O(n^2 d + n^3)$; with ``truncation=t`` the exact $t$-truncated score(s) of $K/n$ (`truncated_vendi`;
     Ospanov and Farnia, arXiv 2410.21719).
 
-    The oracle FKEA converges to as r grows. For RKE alone, $1 / \operatorname{mean}(K^2)$ needs no
-    eigendecomposition.
+    The oracle FKEA converges to as r grows. RKE (order 2, no truncation) is $1 / \operatorname{mean}_{i \ne j}
+    K_{ij}^2$, the estimate without the plug-in's $1/n$ bias (module doc).
 
     Examples:
         >>> import torch
@@ -270,7 +320,8 @@ def vendi_exact(
     if features.shape[0] == 0:
         raise ValueError("vendi_exact: `features` is empty; at least one sample is needed.")
     kernel = gaussian_kernel(features, sigma=sigma)
-    return vendi_from_spectrum(psd_eigenvalues(kernel / kernel.shape[0]), alpha, truncation)
+    n = kernel.shape[0]
+    return vendi_from_spectrum(psd_eigenvalues(kernel / n), alpha, truncation, _pairs(alpha, truncation, n))
 
 
 def vendi_gradient(eigenvalues: Tensor, alpha: Alpha = 1.0, truncation: Optional[int] = None) -> Tensor:
@@ -373,18 +424,29 @@ def vendi_replicates(
     eigen: Optional[tuple[Tensor, Tensor]] = None,
 ) -> dict:
     r"""The replicates $d_a = \operatorname{tr}(G E_a)$ (A,) of each order's Vendi score, by order
-    (`vendi_standard_errors` is their root mean square; ``eigen`` as there)."""
+    (`vendi_standard_errors` is their root mean square; ``eigen`` as there); RKE's are those of $1 / U$
+    (`unbiased_purity`): the plug-in's times $\frac{n}{n-1} (P / U)^2$."""
     orders, _ = check_orders(alpha)
     moment = noise.moment().double()
     draws = [noise.draw(a) for a in range(noise.draws)]
+    total = moment.trace()
+    purity = moment.square().sum() / total**2
     if truncation is None and all(parse_alpha(order) == 2.0 for order in orders):
-        total = moment.trace()
-        purity = moment.square().sum() / total**2
         eye = torch.eye(moment.shape[0], dtype=moment.dtype, device=moment.device)
         gradient = -2 / purity**2 * (moment / total - purity * eye) / total
-        return {order: torch.stack([(gradient * draw).sum() for draw in draws]) for order in orders}
-    values, vectors = psd_eigh(moment, precision=precision) if eigen is None else eigen
-    return {order: gradient_replicates(vendi_gradient(values, order, truncation), vectors, draws) for order in orders}
+        moves = {order: torch.stack([(gradient * draw).sum() for draw in draws]) for order in orders}
+    else:
+        values, vectors = psd_eigh(moment, precision=precision) if eigen is None else eigen
+        moves = {
+            order: gradient_replicates(vendi_gradient(values, order, truncation), vectors, draws) for order in orders
+        }
+    rke = [order for order in orders if parse_alpha(order) == 2.0] if truncation is None else []
+    if rke:  # RKE is 1 / U, U = (n P - 1) / (n - 1): its replicates are the plug-in's times dV_U / dV_P
+        unbiased = unbiased_purity(purity, noise.count, moment.shape[0])  # raises below 2 samples
+        scale = noise.count / (noise.count - 1) * (purity / unbiased) ** 2
+        for order in rke:
+            moves[order] = moves[order] * scale
+    return moves
 
 
 def gradient_replicates(gradient: Tensor, vectors: Tensor, draws: Sequence[Tensor]) -> Tensor:

@@ -19,7 +19,13 @@ from lightning_spectral.functional.conditional import (
     prompt_agnostic_covariance,
     prompt_agnostic_share_replicates,
 )
-from lightning_spectral.functional.fkea import VendiResult, check_orders, vendi_replicates, vendi_score
+from lightning_spectral.functional.fkea import (
+    VendiResult,
+    check_orders,
+    rke_from_covariance,
+    vendi_replicates,
+    vendi_score,
+)
 from lightning_spectral.functional.modes import Ids, Modes, check_candidates_memory, orient, top_samples
 from lightning_spectral.functional.sampling_noise import standard_error
 from lightning_spectral.metrics.accumulator import Accumulator
@@ -76,10 +82,11 @@ class ConditionalReading(Reading):
                     "spectra", lambda: {n: psd_eigenvalues(m, precision=self.precision) for n, m in moments.items()}
                 )
                 sides = spectra
+            n = float(self.sample_count())  # order 2 from pairs of distinct samples (`entropy_of`)
             if self.unconditional:
-                out[order] = conditional_scores(ConditionalSpectra(**sides), order)
+                out[order] = conditional_scores(ConditionalSpectra(**sides), order, n)
             else:
-                joint, prompts = entropy_of(sides["joint"], order), entropy_of(sides["prompts"], order)
+                joint, prompts = entropy_of(sides["joint"], order, n), entropy_of(sides["prompts"], order, n)
                 out[order] = {"conditional": torch.exp(joint - prompts), "prompt_vendi": torch.exp(prompts)}
         return out
 
@@ -163,7 +170,8 @@ class ConditionalReading(Reading):
                     "conditional", lambda: [psd_eigenvalues(m, precision=self.precision) for m in moments.values()]
                 )
                 joint, prompts = spectra
-            values[order] = torch.exp(entropy_of(joint, order) - entropy_of(prompts, order))
+            n = float(self.sample_count())  # order 2 from pairs of distinct samples (`entropy_of`)
+            values[order] = torch.exp(entropy_of(joint, order, n) - entropy_of(prompts, order, n))
         return values[self.orders[0]] if self._single_order else values
 
     @kept_summary
@@ -301,8 +309,11 @@ class ConditionalReading(Reading):
         values = torch.full((self.num_classes,), math.nan, dtype=torch.float64)  # type: ignore[arg-type]
         counts, sums = accumulator.lane_counts(), accumulator.cov_sum
         for label in torch.nonzero(counts > 0).flatten().tolist():
-            moment = sums[label] / counts[label]
-            values[label] = vendi_score(psd_eigenvalues(moment), order).cpu()
+            moment, count = sums[label] / counts[label], float(counts[label])
+            if order == 2 and count >= 2:  # RKE from pairs of distinct samples (`rke_from_covariance`)
+                values[label] = rke_from_covariance(moment, count).cpu()
+            else:  # a label seen once has Vendi 1 at every order
+                values[label] = vendi_score(psd_eigenvalues(moment), order).cpu()
         return values
 
     def per_prompt_standard_errors(self, alpha: Any = None) -> Tensor:
@@ -327,6 +338,9 @@ class ConditionalReading(Reading):
         errors = torch.full((self.num_classes,), math.nan, dtype=torch.float64)  # type: ignore[arg-type]
         counts = accumulator.lane_counts()
         for label in torch.nonzero(counts > 0).flatten().tolist():
+            if float(counts[label]) < 2:  # one sample: Vendi 1 at every order, no noise (its centred draws are 0)
+                errors[label] = 0.0
+                continue
             replicates = vendi_replicates(accumulator.lane_noise_sums(label), [order], None, self.precision)
             errors[label] = standard_error(replicates[order]).cpu()
         return errors

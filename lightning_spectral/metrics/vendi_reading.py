@@ -30,9 +30,12 @@ class VendiReading(CovarianceReading):
     settings = ("noise_draws", "orders", "alpha", "precision", "truncation", "_single_order")
 
     def _value(self) -> VendiResult:
+        """RKE (order 2) from pairs of distinct samples, without the plug-in's 1/n bias (`unbiased_purity`)."""
+        n = float(self.sample_count())
         if self._single_order and self.orders[0] == 2 and self.truncation is None:
-            return rke_from_covariance(self.samples.second_moment())
-        return vendi_from_spectrum(self.spectrum(), self.alpha, self.truncation)
+            return rke_from_covariance(self.samples.second_moment(), n)
+        rke = self.truncation is None and any(order == 2 for order in self.orders)
+        return vendi_from_spectrum(self.spectrum(), self.alpha, self.truncation, n if rke else None)
 
     def standard_error(self) -> VendiResult:  # type: ignore[override]
         """The standard error of each score from the ``noise_draws`` multiplier draws, to first order
