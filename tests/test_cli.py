@@ -477,9 +477,13 @@ def test_torchrun_two_processes_equal_one_process(tmp_path, capsys):
         # the sums moves their eigenvectors, and the shares, by ~1e-5 relative (measured up to 7e-5, and 6e-8 in
         # absolute terms on a share of 2.5e-4): shares agree to 1e-6 of the side's samples
         tolerance = dict(rtol=1e-6, atol=1e-9) if section == "modes" else dict(rtol=2e-4, atol=1e-6)
-        np.testing.assert_allclose(ddp[section]["shares"], single[section]["shares"], **tolerance)
+        shown = [value is not None for value in single[section]["shares"]]  # FINC: significant modes only
+        assert [value is not None for value in ddp[section]["shares"]] == shown
+        np.testing.assert_allclose([v for v in ddp[section]["shares"] if v is not None],
+                                   [v for v in single[section]["shares"] if v is not None], **tolerance)
     assert len(single["modes"]["shares"]) == 3 and 0 < min(single["modes"]["shares"])
-    assert 0 <= min(single["finc"]["shares"]) and max(single["finc"]["shares"]) <= 1
+    finc_shares = [value for value in single["finc"]["shares"] if value is not None]
+    assert all(0 <= value <= 1 for value in finc_shares)
     assert single["mmd"]["reject"] and ddp["mmd"]["reject"]
 
 
@@ -537,11 +541,15 @@ def test_evaluate_torch_fidelity_spelling_auto_sigma_and_named_mode_samples(tmp_
     assert 0.16 < missing[0]["share"] <= 0.22, missing[0]["share"]  # the fifth mode holds a fifth of REF
     binomial = (missing[0]["share"] * (1 - missing[0]["share"]) / 500) ** 0.5  # its standard error, about binomial
     assert 0.5 * binomial < missing[0]["share_se"] < 2 * binomial, (missing[0]["share_se"], binomial)
-    assert all(mode["share_se"] >= 0 for mode in out["finc"]["novel_modes"])
+    for mode in out["finc"]["novel_modes"] + missing:  # a share (and se) for a significant mode only, never NaN
+        assert (mode["share"] is None) == (not mode["significant"]) and (mode["share_se"] is None) >= (not mode["significant"])
+        assert mode["share_se"] is None or mode["share_se"] >= 0
     assert missing[0]["region"] == 0 and out["finc"]["missing"]["n_regions"] == 1  # one region per missing cluster
     region = out["finc"]["missing"]["regions"][0]  # the gallery's row: its ends, share and samples by row id
     assert region["ends"] == [[1, 1]] and region["samples"] == missing[0]["samples"] and region["share_se"] > 0
     assert 0.16 < region["share"] <= 0.22 and "other_end_region" not in missing[0]
+    # one share per mode: the mode's is its region's, the number its gallery row shows
+    assert (missing[0]["share"], missing[0]["share_se"]) == (region["share"], region["share_se"])
 
 
 def test_evaluate_names_two_missing_clusters_once_each_with_a_mode_s_other_end(tmp_path, capsys):

@@ -6,6 +6,7 @@ the files and runs under ``torchrun``."""
 from __future__ import annotations
 
 import argparse
+import math
 from pathlib import Path
 from typing import Any, Union
 
@@ -367,7 +368,8 @@ def _report(
     device = session.device
     spectrum = side.eigenvalues()  # one float64 eigvalsh gives every order and the top eigenvalues
     vectors = side.modes()[1][:, : args.top_k] if wants_samples else None  # eigenvectors only if needed
-    scores = vendi_from_spectrum(spectrum, orders)  # FKEA's Vendi of a spectrum, as FKEAVendi.compute
+    # FKEA's Vendi of a spectrum, as FKEAVendi.compute (RKE from pairs of distinct samples: FILE's count)
+    scores = vendi_from_spectrum(spectrum, orders, None, float(side.count))
     scores = scores if isinstance(scores, dict) else {orders[0]: scores}
     inputs = {"file": data.describe(), **({"reference": files[1].describe()} if len(files) > 1 else {})}
     for attribute, source in getattr(args, "_sources", {}).items():  # images: their folder, not scratch embeddings
@@ -492,8 +494,9 @@ def _finc(finc: Any, args: argparse.Namespace, batches: Any) -> tuple[dict[str, 
         "novel_eigenvalues": novel.eigenvalues[: args.top_k],
         "significant": novel.significant[: args.top_k],
         "p_values": novel.p_values[: args.top_k],
-        "shares": finc.mode_shares(args.top_k).tolist(),  # each mode's share of FILE's samples, from the sums
-        "shares_se": finc.mode_share_standard_errors(args.top_k).tolist(),
+        # each significant mode's share of FILE's samples, from the sums (null for a mode that is not one)
+        "shares": _significant_only(finc.mode_shares(args.top_k), novel.significant),
+        "shares_se": _significant_only(finc.mode_share_standard_errors(args.top_k), novel.significant),
     }
     if args.missing_modes:  # C_REF - rho C_FILE: one more eigendecomposition
         missing = finc.missing_modes(args.top_k)
@@ -505,12 +508,21 @@ def _finc(finc: Any, args: argparse.Namespace, batches: Any) -> tuple[dict[str, 
             "eigenvalues": missing.eigenvalues,
             "significant": missing.significant,
             "p_values": missing.p_values,
-            "shares": finc.mode_shares(args.top_k, missing=True).tolist(),  # of REF's samples
-            "shares_se": finc.mode_share_standard_errors(args.top_k, missing=True).tolist(),
+            "shares": _significant_only(finc.mode_shares(args.top_k, missing=True), missing.significant),  # of REF's
+            "shares_se": _significant_only(finc.mode_share_standard_errors(args.top_k, missing=True),
+                                           missing.significant),
         }
     if samples is not None:
         result["top_samples"] = as_lists(samples, novel.eigenvalues)
     return result, samples, novel.eigenvalues
+
+
+def _significant_only(values: Any, significant: Any) -> list:
+    """``values`` (k,) as a list with ``None`` (JSON null) where the mode is not significant or the value is not
+    finite: a share of what is no mode is no number a person should read."""
+    flags = [bool(flag) for flag in significant[: len(values)]]
+    return [float(value) if flag and math.isfinite(float(value)) else None
+            for value, flag in zip(values.tolist(), flags + [False] * (len(values) - len(flags)))]
 
 
 def _name_samples(args: argparse.Namespace, finc: dict, novel: Any, missing: Any) -> None:
@@ -523,6 +535,13 @@ def _name_samples(args: argparse.Namespace, finc: dict, novel: Any, missing: Any
                                       finc["shares"], novel, file_list, finc.get("shares_se"))
     if "missing" in finc:
         part = finc["missing"]
+        if missing is not None:  # a mode in a region reads the region's share: the one number its gallery row shows
+            errors = missing.shares_se if missing.shares_se is not None else [None] * len(missing.groups)
+            for mode, region in enumerate(missing.region_of()):
+                if region is not None and mode < len(part["shares"]):
+                    part["shares"][mode] = float(missing.shares[region])
+                    se = None if errors[region] is None else float(errors[region])
+                    part["shares_se"][mode] = se if se is not None and math.isfinite(se) else None
         part["modes"] = _modes_json(part["eigenvalues"], part["p_values"], part["significant"], part["shares"],
                                     None if missing is None else missing.mode_samples, lists.get("reference"),
                                     part.get("shares_se"))
@@ -542,14 +561,15 @@ def _regions_json(grouped: Any, listing: Any) -> list:
     from lightning_spectral.cli.pictures import image_paths
 
     regions = []
-    errors = grouped.shares_se if grouped.shares_se is not None else [float("nan")] * len(grouped.groups)
+    errors = grouped.shares_se if grouped.shares_se is not None else [None] * len(grouped.groups)
     for group, (ids, scores), share, se in zip(grouped.groups, grouped.samples, grouped.shares, errors, strict=True):
+        se = None if se is None or not math.isfinite(float(se)) else float(se)  # null, never "nan"
         ids = [int(i) for i in ids.tolist()]
         paths = image_paths(Path(listing), ids) if listing is not None else None
         regions.append({
             "ends": [[end.mode + 1, end.sign] for end in group],
             "share": float(share),
-            "share_se": float(se),
+            "share_se": se,
             "samples": [str(paths[i]) for i in ids] if paths is not None else ids,
             "scores": scores.double().tolist(),
         })
