@@ -105,7 +105,8 @@ def test_every_n_epochs_beyond_max_epochs_warns_at_setup_and_measures_the_last_e
 
 def test_one_line_per_measured_epoch_names_the_numbers_and_the_missing_classes(tmp_path, caplog):
     """The line a person reads in the console: the headline numbers and, with class labels on the reference, the
-    classes of the missing modes' gallery rows; ``print_epoch_line=False`` prints none."""
+    classes of the missing modes' gallery rows, and the headline values in the progress bar's postfix;
+    ``print_epoch_line=False`` prints no line and shows nothing in the bar."""
     torch.manual_seed(0)
     metrics = {"vendi": FKEAVendi(1.5, 64), "finc": FINCNovelty(1.5, 64, reset_real_features=False)}
     generated = GeneratedSamples(metrics, feature=PixelImageFeature(size=8), references={"finc": "reference_dataloader"},
@@ -120,6 +121,9 @@ def test_one_line_per_measured_epoch_names_the_numbers_and_the_missing_classes(t
     assert f"missing_modes {missing}" in line and line in caplog.text
     if "finc/missing" in generated.last_galleries:  # rows shown: their classes are named
         assert "(classes " in line
+    shown = trainer.progress_bar_metrics  # the progress bar's postfix: the headline values, not their se
+    assert "gen/vendi/vendi_1" in shown and "gen/finc/missing_modes" in shown
+    assert not any(key.endswith("_se") for key in shown), shown
     quiet = callback(print_epoch_line=False)
     caplog.clear()
     trainer = L.Trainer(max_epochs=1, callbacks=[quiet], logger=False, limit_train_batches=2, enable_progress_bar=False,
@@ -127,6 +131,7 @@ def test_one_line_per_measured_epoch_names_the_numbers_and_the_missing_classes(t
     with caplog.at_level("INFO"):
         trainer.fit(ManualGAN(), datamodule=DigitsImages(batch_size=32))
     assert quiet.last_line.startswith("gen epoch 0:") and quiet.last_line not in caplog.text
+    assert not any(key.startswith("gen/") for key in trainer.progress_bar_metrics)
 
 
 def test_a_reference_for_a_metric_that_cannot_count_its_samples_is_refused_by_name():

@@ -219,7 +219,8 @@ class DriftMonitor(EmbeddingCallback):
             gallery row's share.
         print_epoch_line: print one line per measured epoch through Lightning's logger (rank 0): the headline
             numbers, and the modes' classes where the gallery images carry them
-            ([`epoch_line`][lightning_spectral.callbacks.epoch_line.epoch_line]); ``False``: none.
+            ([`epoch_line`][lightning_spectral.callbacks.epoch_line.epoch_line]), and show the headline values (not
+            their se) in the progress bar's postfix where one is shown; ``False``: neither.
 
     Examples:
         >>> import torch
@@ -470,7 +471,7 @@ class DriftMonitor(EmbeddingCallback):
 
             values.update(
                 report(trainer, pl_module, "spec", metric, self.log_prefix, gallery, spectrum, timings,
-                       self.last_galleries, self.log_detail)
+                       self.last_galleries, self.log_detail, self.print_epoch_line)
             )
         self.last_values, self._compared = values, True
         self.timings = {"embed": embedded - began, **timings, "total": time.perf_counter() - began}

@@ -91,7 +91,8 @@ class EmbeddingMetrics(EmbeddingCallback):
             headline is logged (see the logged names above) and the rows go to the text beside each gallery.
         print_epoch_line: print one line per measured epoch through Lightning's logger (rank 0): the headline
             numbers, and the modes' classes where the gallery images carry them
-            ([`epoch_line`][lightning_spectral.callbacks.epoch_line.epoch_line]); ``False``: none.
+            ([`epoch_line`][lightning_spectral.callbacks.epoch_line.epoch_line]), and show the headline values (not
+            their se) in the progress bar's postfix where one is shown; ``False``: neither.
         alongside: ``{name: torchmetrics.Metric}`` fed the *inputs* of the same validation batches (what
             ``batch_input`` selects, the images a metric with its own ``feature`` such as torchmetrics'
             ``FrechetInceptionDistance`` / ``KernelInceptionDistance`` embeds itself; a metric of the module's
@@ -305,7 +306,7 @@ class EmbeddingMetrics(EmbeddingCallback):
             pictured = self._gallery is not None and not isinstance(metric, PlainMetric)
             gallery = self._gallery.view(metric.inputs == "paired") if pictured else None  # type: ignore[union-attr]
             values = report(trainer, pl_module, name, metric, self.log_prefix, gallery, kept=self.last_galleries,
-                            detail=self.log_detail)
+                            detail=self.log_detail, progress_bar=self.print_epoch_line)
             self.last_values.update(values)
         with outside_inference_mode():
             # torchmetrics syncs these metrics itself

@@ -124,7 +124,8 @@ class GeneratedSamples(EmbeddingCallback):
             headline is logged (see the logged names above) and the rows go to the text beside each gallery.
         print_epoch_line: print one line per measured epoch through Lightning's logger (rank 0): the headline
             numbers, and the modes' classes where the gallery images carry them
-            ([`epoch_line`][lightning_spectral.callbacks.epoch_line.epoch_line]); ``False``: none.
+            ([`epoch_line`][lightning_spectral.callbacks.epoch_line.epoch_line]), and show the headline values (not
+            their se) in the progress bar's postfix where one is shown; ``False``: neither.
         prompts: for a conditional generator: a tensor of ``P`` prompts (``(P,)`` integer labels or ``(P, d)``
             embeddings; a list of integer labels, as a config file gives them), sample ``i`` drawn for prompt
             ``i % P`` (the same prompts every epoch, on any number of ranks), or ``fn(ids) -> prompts`` of the
@@ -380,7 +381,7 @@ class GeneratedSamples(EmbeddingCallback):
                 values.update(
                     report(
                         trainer, pl_module, name, metric, self.log_prefix, gallery, spectrum, self.last_timings,  # type: ignore[arg-type]
-                        self.last_galleries, self.log_detail,
+                        self.last_galleries, self.log_detail, self.print_epoch_line,
                     )
                 )
             # torchmetrics syncs these metrics itself

@@ -57,12 +57,16 @@ def flatten_values(name: str, value: Any) -> dict[str, float]:
     return {name: float(value)}
 
 
-def log_values(pl_module: L.LightningModule, values: Mapping[str, float], prefix: str = "") -> None:
+def log_values(
+    pl_module: L.LightningModule, values: Mapping[str, float], prefix: str = "", progress_bar: bool = False
+) -> None:
     """Log values that are already global (computed from all-reduced sums or gathered rows): no further sync, and no
-    Lightning advice to sync them (`quiet_sync_advice`)."""
+    Lightning advice to sync them (`quiet_sync_advice`). With ``progress_bar``, the values (not their ``_se``, not
+    the ``detail/`` ones) also go to the progress bar's postfix (``prog_bar=True``)."""
     for name, value in values.items():
         quiet_sync_advice(prefix + name)
-        pl_module.log(prefix + name, float(value), sync_dist=False, rank_zero_only=False)
+        shown = progress_bar and not name.endswith("_se") and "/detail/" not in name
+        pl_module.log(prefix + name, float(value), sync_dist=False, rank_zero_only=False, prog_bar=shown)
 
 
 def can_log_pictures(trainer: L.Trainer) -> bool:
@@ -90,6 +94,7 @@ def report(
     timings: Optional[dict[str, float]] = None,
     kept: Optional[dict[str, ModeImages]] = None,
     detail: bool = False,
+    progress_bar: bool = False,
 ) -> dict[str, float]:
     """Report one metric at an epoch's end (a collective under DDP: every rank calls it).
 
@@ -117,6 +122,7 @@ def report(
         timings: gains the seconds spent on the values (``"compute"``) and on the pictures (``"pictures"``).
         kept: gains the galleries as images.
         detail: also log every value of ``summary()`` and the galleries' rows as scalars.
+        progress_bar: also show the headline values (not their se) in the progress bar's postfix.
 
     Returns:
         The values logged, without ``prefix`` (empty when no rank saw a sample); the galleries' scalars are logged,
@@ -130,7 +136,7 @@ def report(
         summary = reading.summary()
         values = logged_values(name, reading.headline(summary), summary, detail)
         # Values are global already (the metrics all-reduce their sums): no further sync.
-        log_values(pl_module, {k: v for k, v in values.items() if math.isfinite(v)}, prefix)
+        log_values(pl_module, {k: v for k, v in values.items() if math.isfinite(v)}, prefix, progress_bar)
         drawn = time.perf_counter()
         timings["compute"] = timings.get("compute", 0.0) + drawn - start
         pictures = (gallery is not None or spectrum is not None) and can_log_pictures(trainer)
