@@ -185,3 +185,21 @@ def test_state_key_names_the_embedding_and_prefix_in_lightnings_form():
 
     other = DriftMonitor(probe, embedding=embed, log_prefix="probe/")
     assert other.state_key == "DriftMonitor{'embedding': '" + embed.__qualname__ + "', 'prefix': 'probe/'}"
+
+
+def test_labels_alone_name_the_class_under_each_gallery_row(tmp_path):
+    """``labels`` without zero-shot prompts: each gallery row's images carry their probe labels, and its text reads
+    the row's commonest class and purity; zero-shot still needs all three arguments."""
+    monitor = make_monitor(labels=1, log_detail=True)
+    trainer = quiet_trainer(tmp_path, [monitor], logger=True, max_epochs=1)
+    trainer.fit(DigitsClassifier(), *loaders())
+    gallery = monitor.last_galleries["spec/lost"]
+    assert gallery.classes and all(row is not None for row in gallery.classes)
+    for row, classes in zip(gallery.images, gallery.classes, strict=True):
+        assert len(classes) == len(row)
+    first = gallery.classes[0]
+    assert set(first.tolist()) <= set(y[1000:1400].tolist())
+    assert " class " in gallery.labels[0] or "class " in gallery.labels[0], gallery.labels[0]
+    assert "drift/spec/detail/lost_class/0" in trainer.callback_metrics
+    with pytest.raises(ValueError, match="needs `class_prompts`, `text_encoder` and `labels` together"):
+        make_monitor(class_prompts=PROMPTS, labels=1)

@@ -35,7 +35,7 @@ from lightning_spectral._checks import (
 from lightning_spectral.callbacks.embedding_callback import EmbeddingCallback, outside_inference_mode
 from lightning_spectral.callbacks.embeddings import BatchSelector, EmbeddingFn, as_embedding, select
 from lightning_spectral.callbacks.epoch_line import epoch_line
-from lightning_spectral.callbacks.galleries import IndexedImages
+from lightning_spectral.callbacks.galleries import IndexedImages, as_image
 from lightning_spectral.callbacks.report import log_values, report
 from lightning_spectral.callbacks.saved_state import check_saved_state, refusal_fix, saved_mapping, state_key_of
 from lightning_spectral.functional.modes import check_candidates_memory
@@ -45,6 +45,7 @@ from lightning_spectral.metrics.protocol import feed
 from lightning_spectral.metrics.reading import ModeGallery, kept_summary
 from lightning_spectral.metrics.spec import SPECDivergence
 from lightning_spectral.metrics.spec_reading import SPECReading
+from lightning_spectral.sync.collectives import all_gather_rows
 
 __all__ = ["DriftMonitor"]
 
@@ -212,7 +213,8 @@ class DriftMonitor(EmbeddingCallback):
         text_encoder: dotted name of the text submodule, fed ``pl_module.tokenizer(class_prompts)`` (open_clip's
             convention), or ``fn(pl_module, class_prompts) -> Tensor (C, d)``.
         labels: where a loader's batch holds class ids (e.g. ``"label"``; -1 = unknown), or the (N,) labels of a
-            tensor probe.
+            tensor probe: the zero-shot accuracy's truth, and (alone too) the class and purity of each gallery row
+            (its images' commonest class), in the pictures, their text and, with ``log_detail``, as scalars.
         max_state_bytes: the largest start kept (``4 N d + 8 N`` bytes).
         log_prefix: prefix of the logged names.
         log_detail: also log every value of the divergence's ``summary()`` (``spec/detail/{key}``) and each
@@ -282,11 +284,10 @@ class DriftMonitor(EmbeddingCallback):
                 "DriftMonitor: `images` must be `fn(sample_id) -> image`, an indexable dataset or the name of a "
                 f"datamodule attribute, got {type(images).__name__}."
             )
-        zero_shot = (class_prompts is not None, text_encoder is not None, labels is not None)
-        if any(zero_shot) and not all(zero_shot):
+        if (class_prompts is not None) != (text_encoder is not None) or (class_prompts is not None and labels is None):
             raise ValueError(
                 "DriftMonitor: zero-shot accuracy needs `class_prompts`, `text_encoder` and `labels` together; "
-                "pass all three (or none)."
+                "pass all three (or none; `labels` alone names the classes under the galleries)."
             )
         if class_prompts is not None and not isinstance(class_prompts, str):
             if not (isinstance(class_prompts, Sequence) and class_prompts and all(
@@ -462,7 +463,8 @@ class DriftMonitor(EmbeddingCallback):
             embedded = time.perf_counter()
             gallery = None
             if self._lookup is not None:
-                gallery = IndexedImages(self._lookup, self.top_clusters, self.gallery_per_cluster, paired=True)
+                lookup = self._lookup if labels is None else _Labelled(self._lookup, trainer, ids, labels)
+                gallery = IndexedImages(lookup, self.top_clusters, self.gallery_per_cluster, paired=True)
                 for kept_start, kept_now, kept_ids in self._kept:
                     gallery.keep(kept_start, kept_now, kept_ids)
 
@@ -514,14 +516,14 @@ class DriftMonitor(EmbeddingCallback):
                 self._check_size(total if total is not None else rows * trainer.world_size, z.shape[1])
             parts.append(z.float())
             id_parts.append(ids.to(z.device).long().flatten())
-            if self._prompts is not None:
+            if self.labels is not None:
                 label_parts.append(self._labels_of(batch, ids).to(z.device))
         if not parts:
             device = pl_module.device
             d = 0 if self.start_ is None else int(self.start_.shape[1])
             empty = torch.zeros(0, d, device=device)
             return empty, torch.zeros(0, dtype=torch.long, device=device), (
-                torch.zeros(0, dtype=torch.long, device=device) if self._prompts is not None else None
+                torch.zeros(0, dtype=torch.long, device=device) if self.labels is not None else None
             )
         labels = torch.cat(label_parts) if label_parts else None
         return torch.cat(parts), torch.cat(id_parts), labels
@@ -652,3 +654,18 @@ class _WithIds:
     def __iter__(self) -> Any:
         for batch in self.loader:
             yield batch, torch.as_tensor(select(batch, self.index, "index")).long().flatten()
+
+
+class _Labelled:
+    """A gallery lookup whose items carry the probe's labels: ``(image, label)`` per sample id, the labels of every
+    rank's shard gathered once (a collective under DDP); an id without a label (``-1``, or none) gives ``None``."""
+
+    def __init__(self, lookup: Any, trainer: L.Trainer, ids: Tensor, labels: Tensor) -> None:
+        pairs = torch.stack([ids.cpu().double(), labels.cpu().double()], 1)
+        every = all_gather_rows(pairs, strategy=trainer.strategy)
+        self.lookup = lookup
+        self.labels = {int(i): int(label) for i, label in every.long().tolist() if label >= 0}
+
+    def __call__(self, sample_id: int) -> tuple[Any, Optional[int]]:
+        item = self.lookup(sample_id) if callable(self.lookup) else self.lookup[sample_id]
+        return as_image(item), self.labels.get(int(sample_id))

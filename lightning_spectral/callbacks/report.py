@@ -178,6 +178,18 @@ def logged_values(
     return values
 
 
+def with_class(label: str, dominant: int, count: int, total: int) -> str:
+    """``label`` with its row's commonest class after the row's name (before the first ``": "``).
+
+    Examples:
+        >>> with_class("cluster 1: eigenvalue +0.067", 7, 9, 12)
+        'cluster 1: class 7 (9 of its top 12), eigenvalue +0.067'
+    """
+    name, colon, rest = label.partition(": ")
+    text = f"class {dominant} ({count} of its top {total})"
+    return f"{name}: {text}, {rest}" if colon else f"{label}: {text}"
+
+
 def galleries(
     trainer: L.Trainer,
     name: str,
@@ -220,16 +232,18 @@ def galleries(
             start += len(row_ids)
             positions.append((span, torch.zeros(len(span))))
             row_classes = None if classes is None else classes[span]
+            key = f"{name}/detail/{gallery_name}"
             if row is not None:
                 label = row.line(None if row_classes is None else row_classes.tolist())
-                key = f"{name}/detail/{gallery_name}"
                 scalars[f"{key}_share/{index}"] = float(row.share)
                 if row.share_se is not None:
                     scalars[f"{key}_share_se/{index}"] = float(row.share_se)
-                if row_classes is not None and len(row_classes):
-                    dominant, count = dominant_label(row_classes.tolist())
-                    scalars[f"{key}_class/{index}"] = float(dominant)  # type: ignore[arg-type]
-                    scalars[f"{key}_purity/{index}"] = count / len(row_classes)
+            if row_classes is not None and len(row_classes):
+                dominant, count = dominant_label(row_classes.tolist())
+                scalars[f"{key}_class/{index}"] = float(dominant)  # type: ignore[arg-type]
+                scalars[f"{key}_purity/{index}"] = count / len(row_classes)
+                if row is None:  # a row the metric does not describe: its label gains the class all the same
+                    label = with_class(label, int(dominant), count, len(row_classes))  # type: ignore[arg-type]
             record.labels.append(label)
             record.images.append(images[span])
             record.classes.append(row_classes)
