@@ -11,9 +11,9 @@ Run the table alone with ``pytest tests/test_bad_inputs.py``; docs/ddp.md record
 from __future__ import annotations
 
 import argparse
-import math
 import contextlib
 import io
+import math
 import os
 import re
 import socket
@@ -1344,6 +1344,21 @@ CASES = [
     row("FINCNovelty identical reference rows, missing modes", lambda f: updated(FINCNovelty(**small()),
         (x(1).repeat(9, 1), True), (x(30, seed=1), False)).reading().missing_modes(2), RuntimeError,
         r"the reference's 9 rows are all one point"),
+    *[row(f"{type(metric).__name__}(normalize=True).update uint8 images", lambda f, metric=metric: metric.update(
+        torch.randint(0, 255, (4, 1, 4, 4), dtype=torch.uint8), **({} if isinstance(metric, FKEAVendi) else
+                                                                      {"real": True})),
+        TypeError, r"normalize=True expects float") for metric in (
+        FKEAVendi(**small(), feature=nn.Flatten(), normalize=True),
+        FINCNovelty(**small(), feature=nn.Flatten(), normalize=True),
+        FastMMD(**small(), feature=nn.Flatten(), normalize=True))],
+    row("FKEAVendi(alpha=2) of one sample", lambda f: updated(FKEAVendi(**small(), alpha=2), x(1)).compute(),
+        ValueError, r"RKE is estimated over pairs of distinct samples, so it needs at least 2 samples; got n = 1"),
+    row("FKEAVendi(alpha=[1, 2]) of one sample, se", lambda f: updated(FKEAVendi(**small(), alpha=[1, 2]), x(1))
+        .reading().summary(), ValueError, r"RKE .* needs at least 2 samples"),
+    row("fkea_vendi(alpha=2) of one sample", lambda f: fkea_vendi(x(1), 1.0, n_frequencies=8, alpha=2), ValueError,
+        r"needs at least 2 samples; got n = 1"),
+    row("vendi_exact(alpha=2) of one sample", lambda f: vendi_exact(x(1), 1.0, alpha=2), ValueError,
+        r"needs at least 2 samples"),
     row("open_rgb decompression bomb", lambda f: with_pixel_limit(100, lambda: open_rgb(f.big_png)), ValueError,
         r"'.*big\.png' is 1,600 pixels, over PIL's limit of 200 pixels.*`PIL\.Image\.MAX_IMAGE_PIXELS = 1600`"),
 ]

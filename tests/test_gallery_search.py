@@ -117,3 +117,30 @@ def test_two_ranks_keep_together_what_one_keeps(monkeypatch):
         gallery.settle(SimpleNamespace(strategy=SimpleNamespace(world_size=2)))
         kept += torch.cat([part for _, part in gallery.batches("samples")]).tolist()
     assert sorted(kept) == kept_ids(torch.arange(5000).split(100), 300).tolist()
+
+
+def test_the_reference_is_embedded_for_the_galleries_once_per_fit(tmp_path):
+    """The extractor is frozen: the whole-reference search embeds the reference at the first measured epoch and
+    reads the kept embeddings at the next (`KEPT_REFERENCE_BYTES`), with the same gallery."""
+
+    class Counting(PixelImageFeature):
+        rows = 0
+
+        def forward(self, images):
+            Counting.rows += len(images)
+            return super().forward(images)
+
+    callback = GeneratedSamples(
+        {"finc": FINCNovelty(sigma=3.0, n_frequencies=128, reset_real_features=False)},
+        feature=Counting(8), references={"finc": by_class()}, sample=without_sevens, n_samples=600,
+        sample_batch_size=300, label_key="label", gallery_modes=2, gallery_per_mode=10, max_gallery_images=200,
+    )
+    trainer = L.Trainer(callbacks=[callback], logger=False, accelerator="cpu", devices=1, enable_progress_bar=False,
+                        enable_model_summary=False, enable_checkpointing=False, default_root_dir=tmp_path)
+    module, loader = LinearModule(), DataLoader(TensorDataset(torch.randn(8, 4)), batch_size=8)
+    seen = []
+    for _ in range(2):
+        trainer.validate(module, loader, verbose=False)
+        seen.append(Counting.rows - sum(seen))
+    assert seen == [600 + 2 * len(IMAGES), 600], seen  # the sums' pass and the galleries' pass, then samples alone
+    assert callback.last_galleries["finc/missing"].labels[0].startswith("missing mode 1: class 7")

@@ -24,8 +24,9 @@ images of the top modes), a label per row, and its ``plot_spectrum`` figure (FIN
 significance thresholds; a test with a p-value, FastMMD: its statistic and p-value over epochs). A gallery of
 generated samples searches the epoch's first ``max_gallery_images`` samples (by global id: a uniform sample of the
 seeded draws, kept in `KeptImages`, each rank its share); a gallery of a reference (FINC's missing modes) searches
-every sample of it: the reference is streamed through the extractor again at each measured epoch that shows one,
-and once more, without the extractor, to fetch the images shown (the loader must not shuffle).
+every sample of it: the reference is streamed through the extractor at the first measured epoch that shows one (its
+embeddings kept for the fit's later epochs up to `KEPT_REFERENCE_BYTES`, else streamed again), and once more, without
+the extractor, to fetch the images shown (the loader must not shuffle).
 """
 
 from __future__ import annotations
@@ -291,6 +292,7 @@ class GeneratedSamples(EmbeddingCallback):
         self._loaders: dict[str, Iterable] = {}
         self._kept: Optional[KeptImages] = None  # generated images, and each reference searched whole (in a fit)
         self._prints: dict[str, Optional[tuple[Tensor, Tensor]]] = {}  # each reference's ids and image fingerprints
+        self._features: dict[str, tuple[Any, list[tuple[Tensor, Tensor]]]] = {}  # each reference's (loader, embeddings)
 
     @property
     def state_key(self) -> str:
@@ -488,13 +490,27 @@ class GeneratedSamples(EmbeddingCallback):
     def _reference_features(self, trainer: L.Trainer, pl_module: L.LightningModule, name: str) -> Iterator[Any]:
         """``(embeddings, global ids)`` of every image of this rank's share of reference ``name`` (rank ``r``'s
         ``k``-th image has the global id ``k * world_size + r``), each image's fingerprint kept for
-        `_reference_rows`."""
-        ids, prints = [], []
+        `_reference_rows`. The extractor is frozen, so a pass's embeddings are kept (on the CPU) for later epochs,
+        and later runs with the same loader object, while they take at most `KEPT_REFERENCE_BYTES`; a larger
+        reference, or another loader (a datamodule's method gives a new one each run), is embedded again."""
+        loader = self._loaders[name]
+        if name in self._features and self._features[name][0] is loader:
+            for z, ids in self._features[name][1]:
+                yield z.to(pl_module.device), ids
+            return
+        ids, prints, size = [], [], 0
+        kept: Optional[list[tuple[Tensor, Tensor]]] = []
         for start, (z, images, _) in self._numbered(trainer, pl_module, name, embed=True):
             ids.append(start + torch.arange(len(images)) * trainer.world_size)
             prints.append(_fingerprints(images))
+            size += z.numel() * z.element_size()
+            kept = kept if kept is not None and size <= KEPT_REFERENCE_BYTES else None
+            if kept is not None:
+                kept.append((z.detach().cpu(), ids[-1]))
             yield z, ids[-1]
         self._prints[name] = (torch.cat(ids), torch.cat(prints)) if ids else None
+        if kept is not None:  # the whole pass was read, and it fits
+            self._features[name] = (loader, kept)
 
     def _reference_rows(
         self, trainer: L.Trainer, pl_module: L.LightningModule, name: str, wanted: Tensor
@@ -660,6 +676,11 @@ def _check_prompts(prompts: Any, embeddings: Any) -> tuple[Any, Optional[Tensor]
             )
         embeddings = embeddings.detach().cpu()
     return prompts.detach().cpu(), embeddings
+
+
+#: The most bytes of a reference's embeddings `GeneratedSamples` keeps between measured epochs for its galleries
+#: (per rank): 256 MiB, e.g. 32,768 rows of 2,048 float32 features; a larger reference is embedded again each time.
+KEPT_REFERENCE_BYTES = 2**28
 
 
 def _fingerprints(images: Tensor) -> Tensor:
