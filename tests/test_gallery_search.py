@@ -51,7 +51,7 @@ def test_the_missing_gallery_of_a_class_ordered_reference_names_the_dropped_clas
     assert logged["gen/finc/detail/missing_class/0"] == 7.0  # the first 200 rows hold only 0s and 1s
     assert logged["gen/finc/detail/missing_purity/0"] >= 0.8
     gallery = callback.last_galleries["finc/missing"]
-    assert gallery.labels[0].startswith("missing mode 1: class 7")
+    assert gallery.labels[0].startswith("missing region 1: class 7")
 
 
 @pytest.mark.timeout(300)
@@ -143,4 +143,4 @@ def test_the_reference_is_embedded_for_the_galleries_once_per_fit(tmp_path):
         trainer.validate(module, loader, verbose=False)
         seen.append(Counting.rows - sum(seen))
     assert seen == [600 + 2 * len(IMAGES), 600], seen  # the sums' pass and the galleries' pass, then samples alone
-    assert callback.last_galleries["finc/missing"].labels[0].startswith("missing mode 1: class 7")
+    assert callback.last_galleries["finc/missing"].labels[0].startswith("missing region 1: class 7")

@@ -294,7 +294,7 @@ def test_logged_values_equal_the_metrics_and_pictures_reach_tensorboard(tmp_path
     assert pictures <= tags
     assert ("gen/finc/novel" in tags) == (want["finc/novel_modes"] > 0)  # no novelty gallery without a novel mode
     missing = callback.last_galleries["finc/missing"]
-    assert missing.labels[0].startswith("missing mode 1: class ") and missing.images[0].shape[1:] == (1, 8, 8)
+    assert missing.labels[0].startswith("missing region 1: class ") and missing.images[0].shape[1:] == (1, 8, 8)
     row_share = float(trainer.callback_metrics["gen/finc/detail/missing_share/0"])  # the row's share (log_detail)
     assert f"about {100 * row_share:.0f} % of the reference" in missing.labels[0]
     assert float(trainer.callback_metrics["gen/finc/detail/missing_share_se/0"]) > 0

@@ -120,7 +120,7 @@ def test_one_line_per_measured_epoch_names_the_numbers_and_the_missing_classes(t
     missing = int(generated.last_values["finc/missing_modes"])
     assert f"missing_modes {missing}" in line and line in caplog.text
     if "finc/missing" in generated.last_galleries:  # rows shown: their classes are named
-        assert "(classes " in line
+        assert "(rows of classes " in line
     shown = trainer.progress_bar_metrics  # the progress bar's postfix: the headline values, not their se
     assert "gen/vendi/vendi_1" in shown and "gen/finc/missing_modes" in shown
     assert not any(key.endswith("_se") for key in shown), shown

@@ -262,7 +262,7 @@ def test_bad_pictures_tags_and_steps_call_no_logger(tmp_path, tag, picture, step
 # text: the lines a person reads (galleries' rows), to every logger that holds text
 # ---------------------------------------------------------------------------------------------------------------
 
-LINES = "1 significant missing mode\nmissing mode 1: class 7 (19 of its top 20), about 10 % of the reference"
+LINES = "1 significant missing mode in 1 region\nmissing region 1: class 7 (19 of its top 20), about 10 % of the reference"
 
 
 def test_text_reaches_tensorboard_and_a_file_beside_csv_logs(tmp_path):
@@ -270,12 +270,12 @@ def test_text_reaches_tensorboard_and_a_file_beside_csv_logs(tmp_path):
 
     board, csv = TensorBoardLogger(tmp_path / "tb"), CSVLogger(tmp_path / "csv")
     assert log_text(board, "val/finc/missing", LINES, step=3) == ["tensorboard"]
-    assert log_text(board, "val/finc/missing", "missing mode 1: about 9 % of the reference", step=6) == ["tensorboard"]
+    assert log_text(board, "val/finc/missing", "missing region 1: about 9 % of the reference", step=6) == ["tensorboard"]
     board.experiment.flush()
     events = EventAccumulator(board.log_dir, size_guidance={"tensors": 0})
     events.Reload()
     texts = [(e.step, e.tensor_proto.string_val[0].decode()) for e in events.Tensors("val/finc/missing/text_summary")]
-    assert texts == [(3, LINES), (6, "missing mode 1: about 9 % of the reference")]
+    assert texts == [(3, LINES), (6, "missing region 1: about 9 % of the reference")]
     for step in (3, 6):
         assert log_text(csv, "val/finc/missing", LINES, step=step) == ["csv"]
     with open(os.path.join(csv.log_dir, "val_finc_missing.txt"), encoding="utf-8") as file:

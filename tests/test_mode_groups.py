@@ -42,7 +42,7 @@ def test_a_tight_cluster_split_into_several_modes_is_one_region_and_two_clusters
     assert grouped.shares.shape == (2,) and all(0.15 < float(share) <= 0.25 for share in grouped.shares)
     galleries = metric.reading().galleries([(gen, torch.arange(len(gen)))], count, 16)
     assert len(galleries["novel"].labels) == 2 and "merged" in " ".join(galleries["novel"].labels)
-    assert galleries["novel"].title.endswith("as 2 regions")
+    assert galleries["novel"].title.endswith("in 2 regions")
 
 
 def test_a_contrast_of_two_regions_does_not_join_their_union():
@@ -155,8 +155,8 @@ def test_per_mode_above_half_the_samples_warns_that_the_rows_read_alike():
 
 
 def test_a_row_led_by_a_modes_other_end_names_the_row_of_its_first_end():
-    """The gallery rows are numbered as regions ("missing mode 4"); a row led by a mode's other end says whose other
-    end it is by that numbering: "the other end of mode N" names row N, the row of that mode's first end, not the
+    """The gallery rows are numbered as regions ("missing region 4"); a row led by a mode's other end says whose other
+    end it is by that numbering: "the other end of region N" names row N, the row of that mode's first end, not the
     mode's own rank. Here each such row N is led by that first end (the same eigenvalue and p-value). Digits: a
     random half of all ten classes against the other half's 0-6, where modes 1 and 2 merge into row 1, so ranks and
     rows differ."""
@@ -175,7 +175,7 @@ def test_a_row_led_by_a_modes_other_end_names_the_row_of_its_first_end():
     rows = metric.reading().galleries([(x[generated], generated)], k=10, per_mode=8, reference_batches=[(x[real], real)])
     details = [row.detail for row in rows["missing"].rows]
     assert "modes 1, 2 merged" in details[0]  # the case where ranks and rows differ
-    others = [(i, re.match(r"\(the other end of mode (\d+): (.*)\)", detail)) for i, detail in enumerate(details)]
+    others = [(i, re.match(r"\(the other end of region (\d+): (.*)\)", detail)) for i, detail in enumerate(details)]
     others = [(i, int(match.group(1)) - 1, match.group(2)) for i, match in others if match]
     assert len(others) >= 2
     for row, first_row, value in others:

@@ -54,7 +54,7 @@ def test_a_fit_with_labels_writes_the_missing_modes_line_to_csv_and_tensorboard(
     assert 0.5 * SHARE_OF_SEVENS <= share <= 1.5 * SHARE_OF_SEVENS  # a class of 10 % reads about 10 %
 
     purity = round(logged["gen/finc/detail/missing_purity/0"] * 10)
-    line = f"missing mode 1: class 7 ({purity} of its top 10), about {100 * share:.0f} % of the reference"
+    line = f"missing region 1: class 7 ({purity} of its top 10), about {100 * share:.0f} % of the reference"
     text_file = os.path.join(csv.log_dir, "gen_finc_missing.txt")
     with open(text_file, encoding="utf-8") as file:
         written = file.read()

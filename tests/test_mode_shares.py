@@ -75,14 +75,14 @@ def test_missing_shares_read_the_counted_share_of_each_dropped_class():
     gallery = metric.reading().galleries([], k=3, per_mode=20, reference_batches=batches)["missing"]
     regions = metric.reading().grouped_modes(batches, k=3, per_mode=20, missing=True)
     assert [row.share for row in gallery.rows] == regions.shares.tolist()  # a row reads its region's direction
-    first = f"missing mode 1: about {100 * float(regions.shares[0]):.0f} % of the reference"
+    first = f"missing region 1: about {100 * float(regions.shares[0]):.0f} % of the reference"
     assert gallery.labels[0].startswith(first)
     # a row reads along its top samples' mean direction, which picks up some of the larger dropped classes beside a
     # small one: measured about 1.0, 1.0 and 1.4 of the truth here (the eigenvectors: 1.01, 1.04, 0.74)
     for share, se, (ids, _) in zip(regions.shares, regions.shares_se, regions.samples, strict=True):
         counted = float((ref_labels == int(ref_labels[ids].mode().values)).double().mean())
         assert counted * 0.9 <= float(share) <= counted * 1.6 and 0 < float(se) < 0.3 * counted
-    assert gallery.rows[0].line(ref_labels[tops[0][0]]).startswith("missing mode 1: class ")
+    assert gallery.rows[0].line(ref_labels[tops[0][0]]).startswith("missing region 1: class ")
 
 
 def test_shares_do_not_depend_on_order_batches_or_the_split_of_the_stream():

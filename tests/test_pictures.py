@@ -58,7 +58,7 @@ def test_finc_gallery_says_how_many_modes_are_significant_and_how_many_are_shown
     total = int(metric.reading().summary()["novel_modes"])
     assert total > 2
     novel = found["novel"]
-    assert novel.title == f"{total} significant novel modes, 2 shown"
+    assert novel.title == f"{total} significant novel modes, 2 shown in 2 regions"
     assert len(novel.labels) == 2 and all("% of the generated samples" in label for label in novel.labels)
 
 

@@ -5,7 +5,7 @@
 significant modes with the classes their gallery rows show (where the images carry classes), and the tests'
 p-values, for example::
 
-    gen epoch 3: vendi: vendi_1 4.12 +- 0.05 | finc: missing_modes 3 (classes 0, 6, 6), novel_modes 0 | mmd: p=1e-12
+    gen epoch 3: vendi: vendi_1 4.12 +- 0.05 | finc: missing_modes 3 (rows of classes 0, 6), novel_modes 0 | mmd: p=1e-12
 
 The callbacks print it through Lightning's logger on rank 0 (``print_epoch_line=False`` turns it off).
 """
@@ -51,7 +51,8 @@ def epoch_line(prefix: str, epoch: int, values: Mapping[str, float], galleries: 
 
 
 def _classes(gallery: Any) -> str:
-    """`` (classes 0, 6)``: the dominant class of each row's images, where the gallery knows them."""
+    """`` (rows of classes 0, 6)``: the dominant class of each gallery row's images (a FINC row is a region, which
+    may hold several modes), where the gallery knows them."""
     if gallery is None or not gallery.classes or any(row is None or not len(row) for row in gallery.classes):
         return ""
-    return " (classes " + ", ".join(str(dominant_label(row.tolist())[0]) for row in gallery.classes) + ")"
+    return " (rows of classes " + ", ".join(str(dominant_label(row.tolist())[0]) for row in gallery.classes) + ")"

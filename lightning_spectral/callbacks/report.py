@@ -8,7 +8,7 @@ Every callback that measures metrics ends its validation epoch here, once per me
 ``{name: float}`` ([`flatten_values`][lightning_spectral.callbacks.report.flatten_values]) and logged without a
 further sync ([`log_values`][lightning_spectral.callbacks.report.log_values]: they are global already). The pictures
 go to every logger that holds them (`lightning_spectral.pictures.loggers`), imported only when drawn, and so do the
-galleries' rows as text ("missing mode 1: class 7 (19 of its top 20), about 10 % of the reference": the dominant
+galleries' rows as text ("missing region 1: class 7 (19 of its top 20), about 10 % of the reference": the dominant
 class where the gallery's images carry classes).
 """
 

@@ -455,13 +455,14 @@ def _missing_gallery(args: argparse.Namespace, missing: dict, samples: Any) -> s
 
     total, regions, first_rows = missing["n_significant"], samples.groups, samples.region_of(1)
     labels = [
-        ModeRow("missing", i, float(share), "reference", region_detail(group, samples.modes, first_rows)).line()
+        ModeRow("missing", i, float(share), "reference", region_detail(group, samples.modes, first_rows),
+                unit="region").line()
         for i, (group, share) in enumerate(zip(regions, samples.shares, strict=True))
     ]
     title = f"{plural(total, 'significant missing mode')} of FILE: REF images ({images.source_name(args, 'reference')})"
     shown = len(samples.mode_samples)
     title += f", {shown} shown" if shown != total else ""
-    title += f" as {plural(len(regions), 'region')}" if len(regions) != shown else ""
+    title += f" in {plural(len(regions), 'region')}"  # the rows: the modes' regions (the numbering of the labels)
     return save_gallery(
         Path(args.plot_dir), "evaluate_missing_modes", samples.samples, Path(args._lists["reference"]),
         args.thumb_size, labels=labels, title=title,

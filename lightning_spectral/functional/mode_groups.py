@@ -212,8 +212,8 @@ def region_detail(group: list[ModeEnd], modes: Modes, first_rows: Optional[list[
     """``"(eigenvalue 0.012, p=0.001)"``; ``"(the other end of mode 2: ...)"`` for a region led by a mode's other end;
     with ``"; modes 1, 4 merged"`` (1-based) for a region of several modes.
 
-    ``first_rows`` (``ModeGroups.region_of(1)``) numbers the other end's mode by the row that holds its first end, as
-    the galleries and text lines number their rows ("missing mode 5"); without it, by the mode's own rank. The merged
+    ``first_rows`` (``ModeGroups.region_of(1)``) names the other end's mode by the row (region) that holds its first end, as
+    the galleries and text lines number their rows ("missing region 5"); without it, by the mode's own rank. The merged
     modes are numbered by rank.
 
     Examples:
@@ -223,13 +223,13 @@ def region_detail(group: list[ModeEnd], modes: Modes, first_rows: Optional[list[
         >>> region_detail([ModeEnd(1, -1), ModeEnd(0, 1)], modes)
         '(the other end of mode 2: eigenvalue 0.01, p=0.02; modes 1, 2 merged)'
         >>> region_detail([ModeEnd(1, -1)], modes, first_rows=[0, 2])
-        '(the other end of mode 3: eigenvalue 0.01, p=0.02)'
+        '(the other end of region 3: eigenvalue 0.01, p=0.02)'
     """
     first = group[0].mode
     text = f"eigenvalue {float(modes.eigenvalues[first]):.3g}, p={float(modes.p_values[first]):.2g}"  # type: ignore[index]
     if group[0].sign < 0:
         row = first_rows[first] if first_rows is not None else None
-        text = f"the other end of mode {(first if row is None else row) + 1}: {text}"
+        text = f"the other end of {'mode' if row is None else 'region'} {(first if row is None else row) + 1}: {text}"
     merged = sorted({end.mode for end in group})
     if len(merged) > 1:
         text += "; modes " + ", ".join(str(i + 1) for i in merged) + " merged"

@@ -338,6 +338,8 @@ class ModeRow(NamedTuple):
         side: ``"reference"``, ``"generated samples"`` or ``"samples"``.
         detail: what follows the line (``"(eigenvalue 0.012, p=0.001)"``), or ``""``.
         share_se: the share's standard error, where the metric gives one (logged beside the share, not in the line).
+        unit: what a row is: ``"mode"`` (an eigenpair) or ``"region"`` (FINC's rows: both ends of its modes, split
+            modes as one), so rows and the count of significant modes never number different things alike.
     """
 
     kind: str
@@ -346,17 +348,18 @@ class ModeRow(NamedTuple):
     side: str
     detail: str = ""
     share_se: Optional[float] = None
+    unit: str = "mode"
 
     def line(self, labels: Optional[Sequence[object]] = None) -> str:
         """`mode_line` of this row with ``labels`` (its top samples' classes), then ``detail``."""
-        text = mode_line(self.kind, self.index, self.share, self.side, labels)
+        text = mode_line(self.kind, self.index, self.share, self.side, labels, self.unit)
         return f"{text} {self.detail}" if self.detail else text
 
 
 def mode_line(
-    kind: str, index: int, share: float, side: str, labels: Optional[Sequence[object]] = None
+    kind: str, index: int, share: float, side: str, labels: Optional[Sequence[object]] = None, unit: str = "mode"
 ) -> str:
-    """``"missing mode 1: class 7 (19 of its top 20), about 10 % of the reference"``.
+    """``"missing region 1: class 7 (19 of its top 20), about 10 % of the reference"``.
 
     Args:
         kind: ``"missing"``, ``"novel"`` or ``""`` (a side's own mode).
@@ -364,14 +367,15 @@ def mode_line(
         share: its share of ``side``'s samples.
         side: ``"reference"`` or ``"generated samples"``.
         labels: the known labels of its top samples (best first), or ``None``.
+        unit: ``"mode"`` or ``"region"`` (`ModeRow.unit`).
 
     Examples:
-        >>> mode_line("missing", 0, 0.1, "reference", [7] * 19 + [1])
-        'missing mode 1: class 7 (19 of its top 20), about 10 % of the reference'
-        >>> mode_line("novel", 1, 0.052, "generated samples")
-        'novel mode 2: about 5 % of the generated samples'
+        >>> mode_line("missing", 0, 0.1, "reference", [7] * 19 + [1], unit="region")
+        'missing region 1: class 7 (19 of its top 20), about 10 % of the reference'
+        >>> mode_line("", 1, 0.052, "samples")
+        'mode 2: about 5 % of the samples'
     """
-    name = f"{kind} mode {index + 1}" if kind else f"mode {index + 1}"
+    name = f"{kind} {unit} {index + 1}" if kind else f"{unit} {index + 1}"
     about = f"about {100 * share:.0f} % of the {side}" if share >= 0.01 else f"under 1 % of the {side}"
     if labels is None or len(labels) == 0:
         return f"{name}: {about}"

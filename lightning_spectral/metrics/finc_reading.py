@@ -434,7 +434,7 @@ class FINCReading(Reading):
         """``"novel"``: generated samples (``batches``) of the significant novel modes; ``"missing"``: reference
         samples (``reference_batches``) of the significant missing modes. A gallery with no significant mode is
         left out. One row per region (`grouped_modes`: both ends of a mode, split modes as one). Rows read
-        "missing mode 1: about 10 % of the reference (eigenvalue 0.02, p=0.001)": the region's share of its side's
+        "missing region 1: about 10 % of the reference (eigenvalue 0.02, p=0.001)": the region's share of its side's
         samples, read along its top samples' mean direction
         ([`direction_shares`][lightning_spectral.metrics.finc_reading.FINCReading.direction_shares]); ``ModeGallery.rows`` keeps
         them, with the shares' standard errors, as
@@ -452,13 +452,13 @@ class FINCReading(Reading):
             first_rows = grouped.region_of(1)
             rows = [
                 ModeRow(name, i, float(share), side, region_detail(group, modes, first_rows),
-                        None if se is None else float(se))
+                        None if se is None else float(se), "region")
                 for i, (group, share, se) in enumerate(zip(grouped.groups, grouped.shares, errors, strict=True))
             ]
+            # the title counts the modes (eigenpairs: the logged `{name}_modes`), the rows count regions
             title = f"{total} significant {name} mode{'' if total == 1 else 's'}"
             title += f", {count} shown" if count != total else ""
-            if len(rows) != count:
-                title += f" as {len(rows)} region{'' if len(rows) == 1 else 's'}"
+            title += f" in {len(rows)} region{'' if len(rows) == 1 else 's'}"
             galleries[name] = ModeGallery(
                 grouped.samples, [row.line() for row in rows], "reference" if missing else "samples", title, rows
             )

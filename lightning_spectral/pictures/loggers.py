@@ -20,7 +20,7 @@ integers >= 0 are refused by name before any logger is called. A logger that can
 one warning that says what to do (never a silent skip); a Trainer built with
 ``logger=False`` logs nothing, by the user's choice. Logging happens on rank 0 only.
 
-[`log_text`][lightning_spectral.pictures.log_text] sends lines a person reads (a gallery's rows: "missing mode 1:
+[`log_text`][lightning_spectral.pictures.log_text] sends lines a person reads (a gallery's rows: "missing region 1:
 class 7 (19 of its top 20), about 10 % of the reference") the same way:
 
 | logger | how the text is stored |
@@ -369,12 +369,12 @@ def log_text(target: Any, tag: str, text: str, step: Optional[int] = None) -> li
         >>> import tempfile
         >>> from lightning.pytorch.loggers import CSVLogger
         >>> logger = CSVLogger(tempfile.mkdtemp())
-        >>> log_text(logger, "val/finc/missing", "missing mode 1: class 7 (19 of its top 20), about 10 % of the "
+        >>> log_text(logger, "val/finc/missing", "missing region 1: class 7 (19 of its top 20), about 10 % of the "
         ...          "reference", step=3)
         ['csv']
         >>> print(open(os.path.join(logger.log_dir, "val_finc_missing.txt")).read().strip())
         [step 3]
-        missing mode 1: class 7 (19 of its top 20), about 10 % of the reference
+        missing region 1: class 7 (19 of its top 20), about 10 % of the reference
     """
     tag, step = _check_tag(tag), _check_step(step)
     if not isinstance(text, str):
