@@ -16,8 +16,10 @@ On a probe of held-out images of all ten classes (never trained on), a DriftMoni
 start's embedding and the fine-tuned one, and this script measures retention: the leave-one-out 10-nearest-neighbour
 accuracy of the probe's classes 5-9 (the forgotten half) in the encoder's embedding, and of classes 0-4 (the kept
 half), each against the pretrained encoder's; and the share of the 3 most-lost clusters' top-20 members
-(``DriftMonitor.drifted``) that are classes 5-9. Prints one row per run and the mean and spread per setting;
-writes every row to ``--out`` (JSON).
+(``DriftMonitor.drifted``) that are classes 5-9; and the top lost cluster's purity (the share of its top 20 in its
+commonest class) and whether that class is a forgotten one. ``--encoders mlp cnn`` repeats it with a small CNN
+(`encoder_of`). Prints one row per run and the mean and spread per encoder and setting; writes every row to
+``--out`` (JSON).
 
 Fashion-MNIST is read from the Debian package's files (``apt-get install dataset-fashion-mnist``), never from the
 repository; ``--data digits`` uses scikit-learn's digits (in the repository's tests, so not held out).
@@ -66,12 +68,24 @@ def load(name: str, root: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor
     return x[order[500:]], y[order[500:]], x[order[:500]], y[order[:500]]
 
 
-class Classifier(L.LightningModule):
-    """``encoder`` (pixels -> 256 -> 32) and a linear ``head``; batches ``(pixels, labels)``."""
+def encoder_of(kind: str, inputs: int) -> nn.Module:
+    """``mlp``: pixels -> 256 -> 32; ``cnn``: two 3 x 3 convolutions (16, 32 channels, ReLU, 2 x 2 max-pooling
+    after the first) averaged over the image, then a linear map to 32."""
+    if kind == "mlp":
+        return nn.Sequential(nn.Linear(inputs, 256), nn.ReLU(), nn.Linear(256, 32))
+    side = int(round(inputs**0.5))
+    return nn.Sequential(
+        nn.Unflatten(1, (1, side, side)), nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(32, 32),
+    )
 
-    def __init__(self, inputs: int, classes: int, lr: float, weight_decay: float) -> None:
+
+class Classifier(L.LightningModule):
+    """``encoder`` (`encoder_of`) and a linear ``head``; batches ``(pixels, labels)``."""
+
+    def __init__(self, inputs: int, classes: int, lr: float, weight_decay: float, encoder: str = "mlp") -> None:
         super().__init__()
-        self.encoder = nn.Sequential(nn.Linear(inputs, 256), nn.ReLU(), nn.Linear(256, 32))
+        self.encoder = encoder_of(encoder, inputs)
         self.head = nn.Linear(32, classes)
         self.lr, self.weight_decay = lr, weight_decay
 
@@ -111,10 +125,10 @@ def retention(encoder: nn.Module, x: torch.Tensor, y: torch.Tensor) -> dict[str,
     return {"knn_5_9": knn_accuracy(z[forgotten], y[forgotten]), "knn_0_4": knn_accuracy(z[kept], y[kept])}
 
 
-def run(setting: str, seed: int, data, args) -> dict:
+def run(setting: str, seed: int, data, args, encoder: str = "mlp") -> dict:
     x, y, probe_x, probe_y = data
     L.seed_everything(seed, verbose=False)
-    module = Classifier(x.shape[1], 10, lr=args.lr, weight_decay=0.0)
+    module = Classifier(x.shape[1], 10, lr=args.lr, weight_decay=0.0, encoder=encoder)
     loader = DataLoader(TensorDataset(x, y), batch_size=128, shuffle=True)
     with tempfile.TemporaryDirectory() as root:
         trainer(root, [], args.pretrain_epochs).fit(module, loader)
@@ -138,11 +152,18 @@ def run(setting: str, seed: int, data, args) -> dict:
     clusters = monitor.drifted(3, per_cluster=20)
     members = torch.cat([ids for ids, _ in clusters]) if clusters else torch.zeros(0, dtype=torch.long)
     lost_in_5_9 = float((probe_y[members] >= 5).double().mean()) if len(members) else float("nan")
+    # the top lost cluster's purity: the share of its top-20 members in its commonest class, and whether that class
+    # is a forgotten one (5-9)
+    top = probe_y[clusters[0][0]] if clusters else torch.zeros(0, dtype=torch.long)
+    commonest = int(top.mode().values) if len(top) else -1
     return {
-        "setting": setting, "seed": seed, "spec_diff": monitor.last_values.get("spec/spec_diff", float("nan")),
+        "encoder": encoder, "setting": setting, "seed": seed,
+        "spec_diff": monitor.last_values.get("spec/spec_diff", float("nan")),
         "knn_5_9_start": start["knn_5_9"], "knn_5_9": now["knn_5_9"],
         "knn_0_4_start": start["knn_0_4"], "knn_0_4": now["knn_0_4"],
-        "lost_members_in_5_9": lost_in_5_9, "finetune_s": seconds,
+        "lost_members_in_5_9": lost_in_5_9,
+        "top_purity": float((top == commonest).double().mean()) if len(top) else float("nan"),
+        "top_class_forgotten": float(commonest >= 5), "top_class": float(commonest), "finetune_s": seconds,
     }
 
 
@@ -152,6 +173,7 @@ def main() -> None:
     parser.add_argument("--fashion", default="/usr/share/datasets/fashion-mnist")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--settings", nargs="+", choices=SETTINGS, default=list(SETTINGS))
+    parser.add_argument("--encoders", nargs="+", choices=("mlp", "cnn"), default=["mlp"])
     parser.add_argument("--weight", type=float, default=1.0, help="SPECAlign's weight in the aligned settings")
     parser.add_argument("--pretrain-epochs", type=int, default=5)
     parser.add_argument("--finetune-epochs", type=int, default=10)
@@ -162,22 +184,25 @@ def main() -> None:
     torch.set_num_threads(max(1, torch.get_num_threads()))
     data = load(args.data, args.fashion)
     rows = []
-    keys = ("spec_diff", "knn_5_9_start", "knn_5_9", "knn_0_4_start", "knn_0_4", "lost_members_in_5_9", "finetune_s")
-    print("setting seed " + " ".join(keys), flush=True)
-    for seed in args.seeds:
-        for setting in args.settings:
-            row = run(setting, seed, data, args)
-            rows.append(row)
-            print(f"{setting} {seed} " + " ".join(f"{row[k]:.4f}" for k in keys), flush=True)
+    keys = ("spec_diff", "knn_5_9_start", "knn_5_9", "knn_0_4_start", "knn_0_4", "lost_members_in_5_9", "top_purity",
+            "top_class_forgotten", "top_class", "finetune_s")
+    print("encoder setting seed " + " ".join(keys), flush=True)
+    for encoder in args.encoders:
+        for seed in args.seeds:
+            for setting in args.settings:
+                row = run(setting, seed, data, args, encoder)
+                rows.append(row)
+                print(f"{encoder} {setting} {seed} " + " ".join(f"{row[k]:.4f}" for k in keys), flush=True)
     print("\nmean (spread = standard deviation over seeds)")
-    for setting in args.settings:
-        chosen = [r for r in rows if r["setting"] == setting]
-        cells = []
-        for key in keys:
-            values = [r[key] for r in chosen]
-            spread = statistics.stdev(values) if len(values) > 1 else float("nan")
-            cells.append(f"{key}={statistics.mean(values):.4f}+-{spread:.4f}")
-        print(setting, " ".join(cells))
+    for encoder in args.encoders:
+        for setting in args.settings:
+            chosen = [r for r in rows if r["setting"] == setting and r["encoder"] == encoder]
+            cells = []
+            for key in keys:
+                values = [r[key] for r in chosen]
+                spread = statistics.stdev(values) if len(values) > 1 else float("nan")
+                cells.append(f"{key}={statistics.mean(values):.4f}+-{spread:.4f}")
+            print(encoder, setting, " ".join(cells))
     Path(args.out).write_text(json.dumps({"args": vars(args), "rows": rows}, indent=1))
 
 
