@@ -24,6 +24,8 @@ def headline_values(quantity: str, value: Any, se: Any = None) -> dict[str, Tens
         ['vendi_1', 'vendi_2']
         >>> headline_values("mmd2", torch.tensor(0.5), torch.tensor(0.1))
         {'mmd2': tensor(0.5000), 'mmd2_se': tensor(0.1000)}
+        >>> sorted(headline_values("new", torch.tensor([0.3]), torch.tensor([0.01])))  # one cluster left: still new_0
+        ['new_0', 'new_0_se']
     """
     if isinstance(value, Mapping):
         out: dict[str, Tensor] = {}
@@ -31,7 +33,7 @@ def headline_values(quantity: str, value: Any, se: Any = None) -> dict[str, Tens
             out.update(headline_values(f"{quantity}_{order_name(key)}", item, None if se is None else se[key]))
         return out
     value = torch.as_tensor(value)
-    if value.numel() != 1:
+    if value.ndim > 0:  # a vector, even of one value, keeps its index: the logged names hold still across epochs
         out = {}
         for index, item in enumerate(value.flatten()):
             out.update(headline_values(f"{quantity}_{index}", item, None if se is None else se.flatten()[index]))
