@@ -352,8 +352,8 @@ def _lanczos_run(
 ) -> Any:
     """Lanczos with full reorthogonalisation (twice) from a seeded random start (plus ``near``, unit, if given).
     From step ``first_check`` on, every ``max(5, step // 8)`` steps and at the last one, ``check(basis, alphas,
-    betas)`` reads the Krylov basis so far and the tridiagonal's entries: its result ends the run (``None``: go on; `_GIVE_UP`: end with None). None when
-    the steps run out first."""
+    betas)`` reads the Krylov basis so far and the tridiagonal's entries: its result ends the run (``None``: go on;
+    `_GIVE_UP`: end with None). None when the steps run out first."""
     size = matrix.shape[0]
     generator = torch.Generator(device="cpu").manual_seed(int(seed))
     start = torch.randn(size, generator=generator, dtype=torch.float64).to(matrix.device)

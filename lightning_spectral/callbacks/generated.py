@@ -500,8 +500,8 @@ class GeneratedSamples(EmbeddingCallback):
             return
         ids, prints, size = [], [], 0
         kept: Optional[list[tuple[Tensor, Tensor]]] = []
-        for start, (z, images, _) in self._numbered(trainer, pl_module, name, embed=True):
-            ids.append(start + torch.arange(len(images)) * trainer.world_size)
+        for batch_ids, (z, images, _) in self._numbered(trainer, pl_module, name, embed=True):
+            ids.append(batch_ids)
             prints.append(_fingerprints(images))
             size += z.numel() * z.element_size()
             kept = kept if kept is not None and size <= KEPT_REFERENCE_BYTES else None
@@ -522,8 +522,7 @@ class GeneratedSamples(EmbeddingCallback):
             RuntimeError: the reference loader gave another image under an id (it shuffles), naming the fix.
         """
         rows = []
-        for start, (_, images, labels) in self._numbered(trainer, pl_module, name, embed=False):
-            ids = start + torch.arange(len(images)) * trainer.world_size
+        for ids, (_, images, labels) in self._numbered(trainer, pl_module, name, embed=False):
             keep = torch.isin(ids, wanted.cpu())
             if bool(keep.any()):
                 keep_on = keep.to(images.device)
@@ -540,12 +539,14 @@ class GeneratedSamples(EmbeddingCallback):
 
     def _numbered(
         self, trainer: L.Trainer, pl_module: L.LightningModule, name: str, embed: bool
-    ) -> Iterator[tuple[int, Any]]:
-        """``(global id of the batch's first image, (embeddings, images, labels))`` over this rank's share."""
+    ) -> Iterator[tuple[Tensor, Any]]:
+        """``(global ids (N,), (embeddings, images, labels))`` over this rank's share: rank ``r``'s ``k``-th image has
+        the id ``k * world_size + r``."""
         count = 0
         for batch in self._reference_batches(trainer, pl_module, name, embed=embed):
-            yield count * trainer.world_size + trainer.global_rank, batch
-            count += len(batch[1])
+            rows = len(batch[1])
+            yield (count + torch.arange(rows)) * trainer.world_size + trainer.global_rank, batch
+            count += rows
 
     def _feed_references(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         """Embed each reference into the metrics that hold none (a collective: every rank asks every metric); metrics

@@ -178,15 +178,18 @@ def logged_values(
     return values
 
 
-def with_class(label: str, dominant: int, count: int, total: int) -> str:
-    """``label`` with its row's commonest class after the row's name (before the first ``": "``).
+def with_class(label: str, labels: list) -> str:
+    """``label`` with its row's commonest class (`class_phrase` of the row's ``labels``) after the row's name (before
+    the first ``": "``).
 
     Examples:
-        >>> with_class("cluster 1: eigenvalue +0.067", 7, 9, 12)
+        >>> with_class("cluster 1: eigenvalue +0.067", [7] * 9 + [1, 2, 3])
         'cluster 1: class 7 (9 of its top 12), eigenvalue +0.067'
     """
+    from lightning_spectral.functional.mode_shares import class_phrase
+
     name, colon, rest = label.partition(": ")
-    text = f"class {dominant} ({count} of its top {total})"
+    text = class_phrase(labels)
     return f"{name}: {text}, {rest}" if colon else f"{label}: {text}"
 
 
@@ -243,7 +246,7 @@ def galleries(
                 scalars[f"{key}_class/{index}"] = float(dominant)  # type: ignore[arg-type]
                 scalars[f"{key}_purity/{index}"] = count / len(row_classes)
                 if row is None:  # a row the metric does not describe: its label gains the class all the same
-                    label = with_class(label, int(dominant), count, len(row_classes))  # type: ignore[arg-type]
+                    label = with_class(label, row_classes.tolist())
             record.labels.append(label)
             record.images.append(images[span])
             record.classes.append(row_classes)

@@ -518,11 +518,16 @@ def _finc(finc: Any, args: argparse.Namespace, batches: Any) -> tuple[dict[str, 
     return result, samples, novel.eigenvalues
 
 
+def _finite_or_none(value: Any) -> Any:
+    """``value`` as a float, or ``None`` (JSON null) where there is none or it is not finite: never a "nan" string."""
+    return None if value is None or not math.isfinite(float(value)) else float(value)
+
+
 def _significant_only(values: Any, significant: Any) -> list:
     """``values`` (k,) as a list with ``None`` (JSON null) where the mode is not significant or the value is not
     finite: a share of what is no mode is no number a person should read."""
     flags = [bool(flag) for flag in significant[: len(values)]]
-    return [float(value) if flag and math.isfinite(float(value)) else None
+    return [_finite_or_none(value) if flag else None
             for value, flag in zip(values.tolist(), flags + [False] * (len(values) - len(flags)))]
 
 
@@ -541,8 +546,7 @@ def _name_samples(args: argparse.Namespace, finc: dict, novel: Any, missing: Any
             for mode, region in enumerate(missing.region_of()):
                 if region is not None and mode < len(part["shares"]):
                     part["shares"][mode] = float(missing.shares[region])
-                    se = None if errors[region] is None else float(errors[region])
-                    part["shares_se"][mode] = se if se is not None and math.isfinite(se) else None
+                    part["shares_se"][mode] = _finite_or_none(errors[region])
         part["modes"] = _modes_json(part["eigenvalues"], part["p_values"], part["significant"], part["shares"],
                                     None if missing is None else missing.mode_samples, lists.get("reference"),
                                     part.get("shares_se"))
@@ -564,7 +568,7 @@ def _regions_json(grouped: Any, listing: Any) -> list:
     regions = []
     errors = grouped.shares_se if grouped.shares_se is not None else [None] * len(grouped.groups)
     for group, (ids, scores), share, se in zip(grouped.groups, grouped.samples, grouped.shares, errors, strict=True):
-        se = None if se is None or not math.isfinite(float(se)) else float(se)  # null, never "nan"
+        se = _finite_or_none(se)
         ids = [int(i) for i in ids.tolist()]
         paths = image_paths(Path(listing), ids) if listing is not None else None
         regions.append({

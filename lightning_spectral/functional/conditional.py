@@ -48,6 +48,7 @@ from lightning_spectral.functional.fkea import (
     Alpha,
     Orders,
     check_orders,
+    check_pairs,
     parse_alpha,
     renyi_entropy,
     unbiased_purity,
@@ -171,8 +172,7 @@ def conditional_rke_exact(samples: Tensor, prompts: Tensor, sigma: float, prompt
         ValueError: fewer than 2 samples.
     """
     samples, prompts = _pair(samples, prompts, "conditional_rke_exact")
-    if samples.shape[0] < 2:
-        unbiased_purity(torch.ones(()), samples.shape[0])  # names the need for two samples
+    check_pairs(samples.shape[0])
     k_x = gaussian_kernel(samples.double(), sigma=check_positive(sigma, "sigma"))
     k_t = gaussian_kernel(prompts.double(), sigma=check_positive(prompt_sigma, "prompt_sigma"))
     off = ~torch.eye(samples.shape[0], dtype=torch.bool, device=k_x.device)

@@ -108,28 +108,37 @@ def vendi_score(eigenvalues: Tensor, alpha: Alpha = 1.0) -> Tensor:
     return torch.exp(renyi_entropy(eigenvalues, alpha))
 
 
-def unbiased_purity(purity: Tensor, n: float, width: Optional[int] = None) -> Tensor:
-    r"""$\|C\|_F^2$ (at trace 1) without the plug-in's $1/n$ bias, from the plug-in purity
-    $P = \|C_n\|_F^2 / \operatorname{tr}(C_n)^2$ of $n$ samples with unit-norm features (module doc):
-    $U = (n P - 1) / (n - 1)$, the mean of $k(x_i, x_j)^2$ over pairs $i \ne j$. A sampling fluctuation can take it
-    below the smallest purity a trace-1 matrix of ``width`` rows has, $1 / \mathrm{width}$: it is floored there (RKE
-    at most ``width``); ``width=None``: floored at $P / n$ (RKE at most ``n`` times the plug-in's).
+def check_pairs(n: float) -> float:
+    """``n`` as a float, refused below 2: RKE is estimated over pairs of distinct samples (`unbiased_purity`).
 
     Raises:
-        ValueError: ``n < 2`` (no pair of distinct samples).
-
-    Examples:
-        >>> import torch
-        >>> round(float(unbiased_purity(torch.tensor(0.5), 100)), 4)  # two equal halves: P = 1/2 at any n
-        0.4949
+        ValueError: ``n < 2``, naming the fix.
     """
     n = float(n)
     if not n >= 2:
         raise ValueError(f"RKE is estimated over pairs of distinct samples, so it needs at least 2 samples; got n = "
                          f"{n:g}. Feed more samples before reading it.")
+    return n
+
+
+def unbiased_purity(purity: Tensor, n: float, width: int) -> Tensor:
+    r"""$\|C\|_F^2$ (at trace 1) without the plug-in's $1/n$ bias, from the plug-in purity
+    $P = \|C_n\|_F^2 / \operatorname{tr}(C_n)^2$ of $n$ samples with unit-norm features (module doc):
+    $U = (n P - 1) / (n - 1)$, the mean of $k(x_i, x_j)^2$ over pairs $i \ne j$. A sampling fluctuation can take it
+    below the smallest purity a trace-1 matrix of ``width`` rows has, $1 / \mathrm{width}$: it is floored there (RKE
+    at most ``width``).
+
+    Raises:
+        ValueError: ``n < 2`` (no pair of distinct samples; `check_pairs`).
+
+    Examples:
+        >>> import torch
+        >>> round(float(unbiased_purity(torch.tensor(0.5), 100, 256)), 4)  # two equal halves: P = 1/2 at any n
+        0.4949
+    """
+    n = check_pairs(n)
     purity = purity.double()
-    floor = purity / n if width is None else torch.full_like(purity, 1.0 / width)
-    return torch.maximum((n * purity - 1.0) / (n - 1.0), floor)
+    return torch.maximum((n * purity - 1.0) / (n - 1.0), torch.full_like(purity, 1.0 / width))
 
 
 def rke_from_covariance(covariance: Tensor, n: Optional[float] = None) -> Tensor:
@@ -289,14 +298,7 @@ def fkea_vendi(
         raise ValueError("fkea_vendi: `features` is empty; at least one sample is needed.")
     rff = GaussianRFF(features.shape[1], n_frequencies, sigma, seed).to(features.device)
     spectrum = psd_eigenvalues(covariance(features, rff, chunk_size))
-    return vendi_from_spectrum(spectrum, alpha, truncation, _pairs(alpha, truncation, features.shape[0]))
-
-
-def _pairs(alpha: Orders, truncation: Optional[int], n: int) -> Optional[float]:
-    """The sample count RKE is estimated from (`unbiased_purity`), ``None`` where no order 2 is asked for."""
-    orders, _ = check_orders(alpha)
-    asks_rke = truncation is None and any(parse_alpha(order) == 2.0 for order in orders)
-    return float(n) if asks_rke else None
+    return vendi_from_spectrum(spectrum, alpha, truncation, features.shape[0])
 
 
 def vendi_exact(
@@ -321,7 +323,7 @@ def vendi_exact(
         raise ValueError("vendi_exact: `features` is empty; at least one sample is needed.")
     kernel = gaussian_kernel(features, sigma=sigma)
     n = kernel.shape[0]
-    return vendi_from_spectrum(psd_eigenvalues(kernel / n), alpha, truncation, _pairs(alpha, truncation, n))
+    return vendi_from_spectrum(psd_eigenvalues(kernel / n), alpha, truncation, n)
 
 
 def vendi_gradient(eigenvalues: Tensor, alpha: Alpha = 1.0, truncation: Optional[int] = None) -> Tensor:

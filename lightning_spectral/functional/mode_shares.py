@@ -379,8 +379,18 @@ def mode_line(
     about = f"about {100 * share:.0f} % of the {side}" if share >= 0.01 else f"under 1 % of the {side}"
     if labels is None or len(labels) == 0:
         return f"{name}: {about}"
+    return f"{name}: {class_phrase(labels)}, {about}"
+
+
+def class_phrase(labels: Sequence[object]) -> str:
+    """``"class 7 (19 of its top 20)"``: the commonest of a row's labels (best first) and how many of them it is.
+
+    Examples:
+        >>> class_phrase([7] * 19 + [1])
+        'class 7 (19 of its top 20)'
+    """
     dominant, count = dominant_label(labels)
-    return f"{name}: class {dominant} ({count} of its top {len(labels)}), {about}"
+    return f"class {dominant} ({count} of its top {len(labels)})"
 
 
 def dominant_label(labels: Sequence[object]) -> tuple[object, int]:

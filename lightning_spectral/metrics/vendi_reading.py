@@ -34,8 +34,7 @@ class VendiReading(CovarianceReading):
         n = float(self.sample_count())
         if self._single_order and self.orders[0] == 2 and self.truncation is None:
             return rke_from_covariance(self.samples.second_moment(), n)
-        rke = self.truncation is None and any(order == 2 for order in self.orders)
-        return vendi_from_spectrum(self.spectrum(), self.alpha, self.truncation, n if rke else None)
+        return vendi_from_spectrum(self.spectrum(), self.alpha, self.truncation, n)
 
     def standard_error(self) -> VendiResult:  # type: ignore[override]
         """The standard error of each score from the ``noise_draws`` multiplier draws, to first order
