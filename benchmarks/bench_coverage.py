@@ -32,7 +32,7 @@ normal quantile would give with A draws). Printed per score: the coverage (share
 population value), the mean se over the spread of the scores across runs (``se / sd``: 1 is a correct se), and the
 bias of the score over that spread (``bias / sd``: a score whose mean moves with n is not covered by a correct se).
 FINC's top eigenvalues also get a "bias-widened" row: the interval ``[top - b - q se, top + q se]`` with ``b`` the
-summary's ``novel_top_bias`` / ``missing_top_bias`` (the bootstrap's second-order bias; ``functional.finc.top_bias``).
+reading's ``top_interval()`` (its ``bias``: the bootstrap's second-order bias; ``functional.finc.top_bias``).
 FINC's mode shares: the top novel mode's share (``mode_shares(1)``, mode 1 of the mixture: 0.30 of the generated side
 against 0.10) and, with the sides swapped, the same mode as the top missing mode (held by the reference, which keeps
 no draws), each with ``mode_share_standard_errors``.
@@ -184,11 +184,10 @@ def scores(
         finc.update(gen, real=False)
         summary = finc.reading().summary()
         for side in ("novel", "missing"):  # the documented interval [top - bias - q se, top + q se] beside +- q se
-            value, se = float(summary[f"{side}_top"]), float(summary[f"{side}_top_se"])
+            interval = finc.reading().top_interval(missing=side == "missing")
+            value, se = float(interval.value), float(interval.se)
             out[f"FINC top {side} eigenvalue, rho={rho:g} (A=3)"] = (value, se, 3)
-            out[f"FINC top {side} eigenvalue, rho={rho:g}, bias-widened (A=3)"] = (
-                value, se, 3, float(summary[f"{side}_top_bias"])
-            )
+            out[f"FINC top {side} eigenvalue, rho={rho:g}, bias-widened (A=3)"] = (value, se, 3, float(interval.bias))
         out[f"FINC novelty, rho={rho:g} (A=3)"] = (float(summary[""]), float(summary["se"]), 3)
         # the top novel mode's share (mode 1 of the mixture, 0.30 against 0.10: the side with draws holds it)
         share, share_se = finc.reading().mode_shares(1), finc.reading().mode_share_standard_errors(1)

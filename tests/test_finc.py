@@ -485,14 +485,16 @@ def test_modes_and_standard_errors_from_the_top_pairs_equal_the_dense_eigh(monke
         metric = FINCNovelty(sigma=1.0, n_frequencies=512, rho=1.0)  # the mirrored missing spectrum too
         metric.update(x[:600], real=True)
         metric.update(torch.cat([x[600:1000], x[1000:][labels[1000:] == 0]]), real=False)
-        metrics.append((metric.reading().novel_modes(3), metric.reading().missing_modes(3), metric.reading().standard_errors(),
-                        metric.reading().standard_errors(missing=True), metric.reading().summary()))
-    (novel, missing, se, missing_se, summary), (novel_d, missing_d, se_d, missing_se_d, summary_d) = metrics
+        reading = metric.reading()
+        errors = [reading.standard_errors(), reading.standard_errors(missing=True)]
+        errors += [reading.top_interval(missing=side).se for side in (False, True)]
+        metrics.append((reading.novel_modes(3), reading.missing_modes(3), errors, reading.summary()))
+    (novel, missing, se, summary), (novel_d, missing_d, se_d, summary_d) = metrics
     for got, want in ((novel, novel_d), (missing, missing_d)):
         torch.testing.assert_close(got.eigenvalues, want.eigenvalues, rtol=1e-9, atol=1e-12)
         assert torch.equal(got.significant, want.significant)
         torch.testing.assert_close((got.eigenvectors * want.eigenvectors).sum(0), torch.ones(3, dtype=torch.float64))
-    errors, dense_errors = torch.stack([*se, *missing_se]), torch.stack([*se_d, *missing_se_d])
+    errors, dense_errors = torch.stack(se), torch.stack(se_d)
     torch.testing.assert_close(errors, dense_errors, rtol=1e-6, atol=1e-12)
     assert summary[""] == summary_d[""] and summary["novel_modes"] == summary_d["novel_modes"]
     assert 1 <= summary["novel_modes"] and summary["missing_modes"] <= 1024 // 16  # so the default route is Lanczos
@@ -543,6 +545,8 @@ def test_top_bias_equals_its_bootstrap_formula_and_widens_the_interval_down_to_t
     metric = FINCNovelty(sigma=1.0, n_frequencies=64, rho=2.0)
     metric.update(x[:600], real=True)
     metric.update(x[600:], real=False)
-    summary, q = metric.reading().summary(), student_t_isf(0.025, 3)
-    top, se, bias = (float(summary[key]) for key in ("missing_top", "missing_top_se", "missing_top_bias"))
+    interval, q = metric.reading().top_interval(missing=True), student_t_isf(0.025, 3)
+    top, se, bias = float(interval.value), float(interval.se), float(interval.bias)
     assert top - q * se > 0 >= top - bias - q * se
+    assert (float(interval.low), float(interval.high)) == pytest.approx((top - bias - q * se, top + q * se))
+    assert float(metric.reading().top_interval(missing=True, level=0.5).high) < float(interval.high)

@@ -486,7 +486,7 @@ def _finc(finc: Any, args: argparse.Namespace, batches: Any) -> tuple[dict[str, 
     novel = finc.novel_modes(max(args.top_k, 50))  # 50 for the plot
     wanted = args.images is not None or args.mode_samples or bool(novel.significant.any())
     samples = finc.top_samples(batches(), k=args.top_k, per_mode=args.per_mode) if wanted else None
-    novel_se, _ = finc.standard_errors(missing=False)
+    novel_se = finc.standard_errors(missing=False)
     result = {
         "novelty": novelty,
         "novelty_se": float(novel_se),
@@ -503,7 +503,7 @@ def _finc(finc: Any, args: argparse.Namespace, batches: Any) -> tuple[dict[str, 
         missing = finc.missing_modes(args.top_k)
         result["missing"] = {
             "score": float(finc.missing_score()),
-            "se": float(finc.standard_errors(missing=True)[0]),
+            "se": float(finc.standard_errors(missing=True)),
             "threshold": finc.threshold(missing=True),
             "n_significant": int(missing.significant.sum()),
             "eigenvalues": missing.eigenvalues,

@@ -41,6 +41,7 @@ from typing import Callable, NamedTuple, Optional, Sequence
 import torch
 from torch import Tensor
 
+from lightning_spectral.algebra.gram import weighted_sum
 from lightning_spectral.algebra.minres import minres
 from lightning_spectral.functional.sampling_noise import NoiseSums
 from lightning_spectral.sync.collectives import all_reduce_sum, collective_device, distributed_available
@@ -157,7 +158,7 @@ def share_gradients(
     cx_v, cy_v = moment_x @ vectors, moment_y @ vectors
     q = mean_x[:, None] * p1x + 2 * cx_v * p2x + mean_y[:, None] * p1y + 2 * cy_v * p2y  # (D, k)
     q = q - vectors * (vectors * q).sum(0)
-    differential = moment_x - rho * moment_y
+    differential = weighted_sum([(1.0, moment_x), (-rho, moment_y)])  # one pass, no full-size temporaries
     values = (vectors * (differential @ vectors)).sum(0)  # (k,) Rayleigh quotients
 
     def apply(h: Tensor) -> Tensor:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any, Optional
+from typing import Any, NamedTuple, Optional
 
 import torch
 from lightning.pytorch.utilities import rank_zero_warn
@@ -11,7 +11,13 @@ from torch import Tensor
 
 from lightning_spectral._checks import check_batches, check_bool, check_positive_int
 from lightning_spectral.algebra.eigen import PARTIAL_MIN_SIZE
-from lightning_spectral.functional.finc import DifferentialSpectrum, differential_spectrum, top_bias, top_modes
+from lightning_spectral.functional.finc import (
+    DifferentialSpectrum,
+    check_significance,
+    differential_spectrum,
+    top_bias,
+    top_modes,
+)
 from lightning_spectral.functional.finc_null import noise_scale, null_model, null_scale
 from lightning_spectral.functional.mode_groups import ModeGroups, contrast_ends, end_groups, region_detail
 from lightning_spectral.functional.mode_shares import ModeRow, two_sided_share_errors, two_sided_shares
@@ -25,6 +31,7 @@ from lightning_spectral.functional.modes import (
     top_samples_and_rows,
 )
 from lightning_spectral.functional.sampling_noise import NoiseSums, standard_error
+from lightning_spectral.functional.student_t import student_t_isf
 from lightning_spectral.metrics.accumulator import PooledSums
 from lightning_spectral.metrics.headline import headline_values, minus_log10
 from lightning_spectral.metrics.reading import ModeGallery, Reading, kept_summary
@@ -40,6 +47,24 @@ SHARE_FLOOR = 1e-6
 #: ``EmbeddingMetrics(gallery_modes=4)``): the standard errors read one and the galleries then four, and a second
 #: Lanczos run for four costs about what the first did, where finding four in the first costs little more.
 TOP_PAIRS = 4
+
+
+def _last_significant(spectrum: DifferentialSpectrum) -> int:
+    """How many leading eigenvalues reach the last significant one (0 without one)."""
+    return int(spectrum.significant.nonzero().max()) + 1 if bool(spectrum.significant.any()) else 0
+
+
+class TopInterval(NamedTuple):
+    """A side's top eigenvalue (`FINCReading.top_interval`), float64 scalars: ``value``, its standard error ``se``,
+    its upward ``bias``, and the interval ``[low, high]`` at ``level``."""
+
+    value: Tensor
+    se: Tensor
+    bias: Tensor
+    low: Tensor
+    high: Tensor
+    level: float
+
 
 class FINCReading(Reading):
     """A reading of [`FINCNovelty`][lightning_spectral.metrics.FINCNovelty]: ``value`` is the novelty score;
@@ -80,14 +105,14 @@ class FINCReading(Reading):
         standard errors' and the galleries' modes; `top_modes`),
         kept for any later read of as many or fewer."""
         spectrum = self._spectrum(missing, vectors=False)
-        significant = int(spectrum.significant.nonzero().max()) + 1 if bool(spectrum.significant.any()) else 0
+        count = max(k, _last_significant(spectrum), TOP_PAIRS)
+        gen, ref = self._side(real=False), self._side(real=True)
 
         def decompose(count: int) -> DifferentialSpectrum:
-            gen, ref = self._side(real=False), self._side(real=True)
             x, y = (ref, gen) if missing else (gen, ref)
             return top_modes(spectrum, x, y, self.rho, count)
 
-        return self._cached_top(("missing" if missing else "novel") + "_top", max(k, significant, TOP_PAIRS), decompose)
+        return self._cached_top(("missing" if missing else "novel") + "_top", count, decompose)
 
     def _decompose(self, missing: bool, vectors: bool, partial: bool = False) -> DifferentialSpectrum:
         self._cached("sides_checked", self._check_sides)
@@ -330,30 +355,49 @@ class FINCReading(Reading):
         """The sum of the significant eigenvalues of ``C_ref - rho C_gen``: the mass of the missing modes."""
         return self._spectrum(missing=True, vectors=False).score
 
-    def standard_errors(self, missing: bool = False) -> tuple[Tensor, Tensor]:
-        """Standard errors of the novelty (or missing) score and of the top eigenvalue, from the multiplier draws.
+    def standard_errors(self, missing: bool = False) -> Tensor:
+        """Standard error of the novelty (or missing) score, from the multiplier draws.
 
         First order in the noise (the delta method; Kato 1995 for eigenvalues): a draw ``D_a = c E_gen(a)`` of the
         noise of ``L`` ([`noise_scale`][lightning_spectral.functional.finc_null.noise_scale]: one distribution on both
         sides) moves the sum of the significant eigenvalues by ``tr(V^T D_a V)`` (``V`` their
-        eigenvectors) and the top eigenvalue by ``u_1^T D_a u_1``; the standard error is the root mean square over
-        the ``draws`` replicates ([`standard_error`][lightning_spectral.functional.sampling_noise.standard_error]).
-        A collective under DDP.
+        eigenvectors); the standard error is the root mean square over the ``draws`` replicates
+        ([`standard_error`][lightning_spectral.functional.sampling_noise.standard_error]).
         """
-        return self._cached(("missing" if missing else "novel") + "_se", lambda: self._standard_errors(missing))
+        check_bool(missing, "missing")
+        return self._cached(("missing" if missing else "novel") + "_se", lambda: self._draw_errors(missing, top=False))
 
-    def _standard_errors(self, missing: bool) -> tuple[Tensor, Tensor]:
+    def _draw_errors(self, missing: bool, top: bool) -> Tensor:
+        """The score's standard error (``tr(V^T D_a V)``, 0 without a significant mode: no eigenvectors needed) or,
+        with ``top``, the top eigenvalue's (``u_1^T D_a u_1``)."""
+        if not top and not bool(self._spectrum(missing, vectors=False).significant.any()):
+            return torch.zeros((), dtype=torch.float64)
         spectrum = self._top_spectrum(missing, 1)
         gen, ref = self._side(real=False), self._side(real=True)
         x, y = (ref, gen) if missing else (gen, ref)
-        columns = spectrum.eigenvectors.shape[1]  # type: ignore[union-attr]  # every significant mode among them
-        vectors = spectrum.eigenvectors[:, spectrum.significant[:columns]]  # type: ignore[index]
-        top = spectrum.eigenvectors[:, :1]  # type: ignore[index]
-        scale = noise_scale(gen, x, y, self.rho)
-        moved = scale * gen.draws_times(torch.cat([vectors, top], 1))  # D_a [V, u_1], (A, D, k + 1)
-        score = (vectors * moved[:, :, : vectors.shape[1]]).sum((1, 2))
-        first = (top * moved[:, :, vectors.shape[1] :]).sum((1, 2))
-        return standard_error(score), standard_error(first)
+        found = spectrum.eigenvectors  # every significant mode among them
+        vectors = found[:, :1] if top else found[:, spectrum.significant[: found.shape[1]]]  # type: ignore[index]
+        moved = noise_scale(gen, x, y, self.rho) * gen.draws_times(vectors)  # D_a V, (A, D, k)
+        return standard_error((vectors * moved).sum((1, 2)))
+
+    def top_interval(self, missing: bool = False, level: float = 0.95) -> TopInterval:
+        """The top novel (or missing) eigenvalue with its standard error, its upward bias and its interval
+        ``[top - bias - q se, top + q se]``, ``q = t_{draws, (1 + level) / 2}``.
+
+        ``lambda_max`` is convex, so the top eigenvalue of a noisy ``L`` is biased up (near the noise floor it is the
+        largest of many noisy ones, and the symmetric ``top +- q se`` misses low: docs/benchmarks/coverage.md
+        "Coverage of the standard errors"); the bias is the multiplier bootstrap's (second order,
+        [`top_bias`][lightning_spectral.functional.finc.top_bias]: ``2 draws + 1`` Lanczos runs, about as much as
+        one ``compute()``, which is why no summary or callback reads it: ask for it when you need the interval).
+        """
+        check_bool(missing, "missing")
+        level = check_significance(level, "level")
+        name = "missing" if missing else "novel"
+        value = self._spectrum(missing, vectors=False).eigenvalues[0]
+        se = self._cached(name + "_top_se", lambda: self._draw_errors(missing, top=True))
+        bias = self._cached(name + "_top_bias", lambda: self._top_bias(missing))
+        q = student_t_isf((1.0 - level) / 2.0, self._side(real=False).draws)
+        return TopInterval(value, se, bias, value - bias - q * se, value + q * se, level)
 
     def _top_bias(self, missing: bool) -> Tensor:
         gen, ref = self._side(real=False), self._side(real=True)
@@ -363,9 +407,8 @@ class FINCReading(Reading):
     @kept_summary
     def summary(self) -> dict[str, Any]:
         """The novelty score (``""``), the missing-mode score, how many novel / missing modes are significant, and
-        the top novel / missing mode's eigenvalue (excess mass) and p-value; ``se``, ``missing_se``,
-        ``novel_top_se`` and ``missing_top_se``: the standard errors of the scores and top eigenvalues
-        ([`standard_errors`][lightning_spectral.metrics.finc_reading.FINCReading.standard_errors]); ``novel_mode_share`` /
+        the top novel / missing mode's eigenvalue (excess mass) and p-value; ``se`` and ``missing_se``: the scores'
+        standard errors ([`standard_errors`][lightning_spectral.metrics.finc_reading.FINCReading.standard_errors]); ``novel_mode_share`` /
         ``missing_mode_share``: each significant mode's share of its side's samples (``{i: share}``, logged as
         ``missing_mode_share/0``, ...; the first `SUMMARY_SHARES` significant modes, empty without one; per
         eigen-pair: the galleries' rows, regions of the modes' ends, log theirs as ``missing_share/0``, ...;
@@ -373,18 +416,12 @@ class FINCReading(Reading):
         which the galleries reuse); ``novel_mode_share_se`` / ``missing_mode_share_se``: their standard errors
         (``{i: se}``, logged as ``missing_mode_share_se/0``, ...;
         [`mode_share_standard_errors`][lightning_spectral.metrics.finc_reading.FINCReading.mode_share_standard_errors]);
-        ``novel_top_bias`` / ``missing_top_bias``: the top eigenvalue's upward bias
-        (second order, ``functional.finc.top_bias``), so its 95 % interval is
-        ``[top - bias - q se, top + q se]`` (``q = t_{draws, 0.975}``; near the noise floor the top eigenvalue is
-        the largest of many noisy ones, and the symmetric ``top +- q se`` misses low, docs/benchmarks/coverage.md
-        "Coverage of the standard errors"); ``n``, ``n_real`` and ``n_features`` (2r), the sizes the values were
-        computed at; ``sigma``."""
+        the top eigenvalue's interval, which costs a bootstrap, is read on demand by
+        [`top_interval`][lightning_spectral.metrics.finc_reading.FINCReading.top_interval]; ``n``, ``n_real`` and
+        ``n_features`` (2r), the sizes the values were computed at; ``sigma``."""
         novel = self._spectrum(missing=False, vectors=False)
         missing = self._spectrum(missing=True, vectors=False)
-        novel_se, novel_top_se = self.standard_errors(missing=False)
-        missing_se, missing_top_se = self.standard_errors(missing=True)
-        novel_bias, missing_bias = (self._cached(name + "_top_bias", lambda side=side: self._top_bias(side))
-                                    for name, side in (("novel", False), ("missing", True)))
+        novel_se, missing_se = self.standard_errors(missing=False), self.standard_errors(missing=True)
         shares: dict[str, dict[int, Tensor]] = {}
         for name, spectrum, side in (("novel", novel, False), ("missing", missing, True)):
             count = min(int(spectrum.significant.sum()), SUMMARY_SHARES)
@@ -403,10 +440,6 @@ class FINCReading(Reading):
             "missing_top_p_value": missing.p_values[0],
             "se": novel_se,
             "missing_se": missing_se,
-            "novel_top_se": novel_top_se,
-            "missing_top_se": missing_top_se,
-            "novel_top_bias": novel_bias,
-            "missing_top_bias": missing_bias,
             "novel_mode_share": shares["novel"],
             "missing_mode_share": shares["missing"],
             "novel_mode_share_se": shares["novel_se"],
@@ -441,10 +474,10 @@ class FINCReading(Reading):
         [`ModeRow`][lightning_spectral.functional.mode_shares.ModeRow]s, for a caller that knows the classes."""
         galleries = {}
         for name, missing, stream in (("novel", False, batches), ("missing", True, reference_batches)):
+            if stream is None or not bool(self._spectrum(missing, vectors=False).significant.any()):
+                continue  # no row to show: no eigenvectors to find
             modes = self._modes(k, missing)
             count = int(modes.significant.sum())
-            if stream is None or count == 0:
-                continue
             total = int(self._spectrum(missing, vectors=False).significant.sum())
             grouped = self.grouped_modes(stream, k=count, per_mode=per_mode, missing=missing)
             side = "reference" if missing else "generated samples"
