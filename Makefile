@@ -66,6 +66,7 @@ bench: $(VENV)/.installed
 	$(BENCH_PY) benchmarks/bench_null_variants.py --data digits --splits 2 --r 64 --n 900 630
 	$(BENCH_PY) benchmarks/bench_null_variants.py --data digits --splits 2 --r 64 --n 900 630 --draws 2 --permutations 5 --sigma-from pooled --first-split 3
 	$(BENCH_PY) benchmarks/bench_mode_shares.py --data digits --prevalence 0.2 --trials 1 --r 128
+	$(BENCH_PY) benchmarks/bench_count_stability.py --data digits --sets 3 --n 400
 	$(BENCH_PY) benchmarks/bench_eigh.py floor --n 2000 --repeats 1
 	$(BENCH_PY) benchmarks/bench_eigh.py large --r 512 --n 2000 --repeats 1
 	$(BENCH_PY) benchmarks/bench_mmd.py calibration --trials 20 --frequencies 128

@@ -266,6 +266,7 @@ def by_hand(module, data):
         "finc/novel_score": float(finc[""]), "finc/novel_score_se": float(finc["se"]),
         "finc/missing_score": float(finc["missing"]), "finc/missing_score_se": float(finc["missing_se"]),
         "finc/novel_modes": float(finc["novel_modes"]), "finc/missing_modes": float(finc["missing_modes"]),
+        "finc/novel_modes_se": float(finc["novel_modes_se"]), "finc/missing_modes_se": float(finc["missing_modes_se"]),
         "finc/novel_top_minus_log10_p": -math.log10(float(finc["novel_top_p_value"])),
         "finc/missing_top_minus_log10_p": -math.log10(float(finc["missing_top_p_value"])),
         "mmd/mmd2": float(mmd[""]), "mmd/mmd2_se": float(mmd["se"]),
@@ -367,10 +368,10 @@ def test_two_processes_log_what_one_process_logs(tmp_path):
         trainer = trainer_for(tmp_path / str(devices), callback, devices=devices, strategy=strategy, logger=False)
         trainer.validate(module, datamodule=data, verbose=False)
         logged[devices] = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("gen/")}
-    # the headline: FKEA's two orders and FINC's two scores with their se (8), FINC's two counts and two top p-values
-    # (4), FastMMD's MMD^2, se and p-value (3); no constant, no per-row value
-    assert len(logged[1]) == 15 and set(logged[1]) == set(logged[2])
-    assert sum(name.endswith("_se") for name in logged[1]) == 5
+    # the headline: FKEA's two orders and FINC's two scores with their se (8), FINC's two counts with theirs and two
+    # top p-values (6), FastMMD's MMD^2, se and p-value (3); no constant, no per-row value
+    assert len(logged[1]) == 17 and set(logged[1]) == set(logged[2])
+    assert sum(name.endswith("_se") for name in logged[1]) == 7
     # The decoder and the extractor run in float32 on shards of another batch size, so embeddings differ in
     # the 7th digit (BLAS blocking); Vendi near 1 turns that into ~2e-6. A wrong shard or a lost row moves
     # these values by percents.

@@ -44,6 +44,14 @@ class NullModel(NamedTuple):
         """The eigenvalue whose p-value is ``significance``."""
         return self.mean + self.scale * student_t_isf(significance, self.dof)
 
+    def threshold_se(self, significance: float) -> float:
+        """The standard error of `threshold` from its few draws: ``m + s sqrt(1 + 1/nu) q`` with ``Var m = s^2 / nu``
+        and ``Var s = s^2 / (2 nu)`` (normal draws, ``nu`` independent), so
+        ``sqrt(s^2 / nu + q^2 (1 + 1/nu) s^2 / (2 nu))``, ``q = t_{nu, 1 - significance}``."""
+        spread = float(self.draws.std()) if self.draws.numel() > 1 else 0.0
+        q = student_t_isf(significance, self.dof)
+        return spread * math.sqrt(1.0 / self.dof + q * q * (1.0 + 1.0 / self.dof) / (2.0 * self.dof))
+
 
 def noise_scale(noise: NoiseSums, x: NoiseSums, y: NoiseSums, rho: float) -> float:
     """``c = sqrt(n_e (1 / n_x + rho^2 / n_y))``: the factor that gives a draw ``E_a`` of one side (``n_e``

@@ -225,6 +225,22 @@ def two_sided_share_errors(
         turn: `share_gradients`' (``False``: ``vectors`` are fixed directions, not eigenvectors).
     """
     gradients = share_gradients(vectors, mean_x, second_moment_x, mean_y, second_moment_y, rho, turn)
+    return two_sided_errors(gradients, mean_x, second_moment_x, mean_y, second_moment_y, noise, noise_is_x, count_other)
+
+
+def two_sided_errors(
+    gradients: ShareGradients,
+    mean_x: Tensor,
+    second_moment_x: Tensor,
+    mean_y: Tensor,
+    second_moment_y: Tensor,
+    noise: NoiseSums,
+    noise_is_x: bool,
+    count_other: float,
+) -> ShareErrors:
+    """`two_sided_share_errors` of any statistic whose first-order change is ``gradients``' per-sample function
+    ``f`` (a mode's share, or its eigenvalue: `eigenvalue_gradients`), with the share's model for the side without
+    draws (the model reads each mode's share, `two_sided_shares`)."""
     vectors = gradients.vectors
     own = _draw_changes(gradients, noise, noise_is_x)  # (A, k)
     through_other = _draw_changes(gradients, noise, not noise_is_x)
@@ -248,6 +264,15 @@ def two_sided_share_errors(
         variance_other = (1 - share) * variance_noise_side + excess
     other = variance_other / count_other
     return ShareErrors((own.pow(2).mean(0) + other).sqrt(), own, other)
+
+
+def eigenvalue_gradients(vectors: Tensor, rho: float) -> ShareGradients:
+    """The first-order change of the eigenvalues ``lambda_i = v_i^T (C_x - rho C_y) v_i`` as `ShareGradients`:
+    ``d lambda_i = v_i^T dC_x v_i - rho v_i^T dC_y v_i`` (Kato 1995, II-2), so per sample ``f = t^2`` on the ``x``
+    side and ``-rho t^2`` on the ``y`` side, ``t = v_i . phi``."""
+    vectors = vectors.double()
+    zeros = vectors.new_zeros(vectors.shape[1])
+    return ShareGradients(vectors, zeros, vectors, zeros, -rho * vectors)
 
 
 def _draw_changes(gradients: ShareGradients, noise: NoiseSums, side_x: bool) -> Tensor:

@@ -20,7 +20,14 @@ from lightning_spectral.functional.finc import (
 )
 from lightning_spectral.functional.finc_null import noise_scale, null_model, null_scale
 from lightning_spectral.functional.mode_groups import ModeGroups, contrast_ends, end_groups, region_detail
-from lightning_spectral.functional.mode_shares import ModeRow, two_sided_share_errors, two_sided_shares
+from lightning_spectral.functional.mode_shares import (
+    ModeRow,
+    ShareErrors,
+    eigenvalue_gradients,
+    two_sided_errors,
+    two_sided_share_errors,
+    two_sided_shares,
+)
 from lightning_spectral.functional.modes import (
     Ids,
     Modes,
@@ -32,6 +39,7 @@ from lightning_spectral.functional.modes import (
 )
 from lightning_spectral.functional.sampling_noise import NoiseSums, standard_error
 from lightning_spectral.functional.student_t import student_t_isf
+from lightning_spectral.functional.threshold_step import threshold_step
 from lightning_spectral.metrics.accumulator import PooledSums
 from lightning_spectral.metrics.headline import headline_values, minus_log10
 from lightning_spectral.metrics.reading import ModeGallery, Reading, kept_summary
@@ -47,6 +55,9 @@ SHARE_FLOOR = 1e-6
 #: ``EmbeddingMetrics(gallery_modes=4)``): the standard errors read one and the galleries then four, and a second
 #: Lanczos run for four costs about what the first did, where finding four in the first costs little more.
 TOP_PAIRS = 4
+#: Modes below the last significant one whose eigenpairs the scores' standard errors read: those that may pass in
+#: another sample set (`FINCReading.standard_errors`, `functional.threshold_step`).
+STEP_MARGIN = 4
 
 
 def _last_significant(spectrum: DifferentialSpectrum) -> int:
@@ -282,12 +293,12 @@ class FINCReading(Reading):
                              f"per direction in the 2r = {width} feature space), got {shape}.")
         if not bool(torch.isfinite(directions).all()):
             raise ValueError("FINCNovelty.direction_shares: `directions` holds NaN or infinite values.")
-        x, y = self.pooled(real=missing), self.pooled(real=not missing)
+        moments = self._moments(missing)
         directions = directions.double()
         directions = directions / directions.norm(dim=0).clamp_min(1e-300)
-        shares = two_sided_shares(directions, x.mean(), x.second_moment(), y.mean(), y.second_moment())
+        shares = two_sided_shares(directions, *moments)
         errors = two_sided_share_errors(
-            directions, x.mean(), x.second_moment(), y.mean(), y.second_moment(), self.rho,
+            directions, *moments, self.rho,
             self._side(real=False), noise_is_x=not missing, count_other=float(self.ref[0].count), turn=False,
         )
         return shares, errors.se
@@ -312,9 +323,7 @@ class FINCReading(Reading):
         """
         check_bool(missing, "missing")
         check_positive_int(k, "k")
-        modes = self._modes(k, missing)
-        x, y = self.pooled(real=missing), self.pooled(real=not missing)
-        return two_sided_shares(modes.eigenvectors, x.mean(), x.second_moment(), y.mean(), y.second_moment())
+        return two_sided_shares(self._modes(k, missing).eigenvectors, *self._moments(missing))
 
     def mode_share_standard_errors(self, k: int = 10, missing: bool = False) -> Tensor:
         """Standard errors (k,) of [`mode_shares`][lightning_spectral.metrics.finc_reading.FINCReading.mode_shares], first order
@@ -343,42 +352,89 @@ class FINCReading(Reading):
         return self._cached(name, lambda: self._share_errors(modes, missing))
 
     def _share_errors(self, modes: Modes, missing: bool) -> Tensor:
-        x, y = self.pooled(real=missing), self.pooled(real=not missing)
-        gen = self._side(real=False)
-        other = float(self.ref[0].count)
         return two_sided_share_errors(
-            modes.eigenvectors, x.mean(), x.second_moment(), y.mean(), y.second_moment(), self.rho, gen,
-            noise_is_x=not missing, count_other=other,
+            modes.eigenvectors, *self._moments(missing), self.rho, self._side(real=False), noise_is_x=not missing,
+            count_other=float(self.ref[0].count),
         ).se
+
+    def _moments(self, missing: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """``(mu_x, C_x, mu_y, C_y)`` of the side the modes are over-represented in (``x``: the reference for the
+        missing ones) and the other. Formed per call (two (2r)^2 matrices), except inside `summary`, which keeps one
+        pair for all its reads and drops it when done."""
+        kept = self._answers.get("moments")
+        if kept is None:
+            gen, ref = self.pooled(real=False), self.pooled(real=True)
+            kept = (gen.mean(), gen.second_moment(), ref.mean(), ref.second_moment())
+        mean_gen, moment_gen, mean_ref, moment_ref = kept
+        return (mean_ref, moment_ref, mean_gen, moment_gen) if missing else kept
 
     def missing_score(self) -> Tensor:
         """The sum of the significant eigenvalues of ``C_ref - rho C_gen``: the mass of the missing modes."""
         return self._spectrum(missing=True, vectors=False).score
 
     def standard_errors(self, missing: bool = False) -> Tensor:
-        """Standard error of the novelty (or missing) score, from the multiplier draws.
+        """Standard error of the novelty (or missing) score, the sum of the eigenvalues above the threshold.
 
-        First order in the noise (the delta method; Kato 1995 for eigenvalues): a draw ``D_a = c E_gen(a)`` of the
-        noise of ``L`` ([`noise_scale`][lightning_spectral.functional.finc_null.noise_scale]: one distribution on both
-        sides) moves the sum of the significant eigenvalues by ``tr(V^T D_a V)`` (``V`` their
-        eigenvectors); the standard error is the root mean square over the ``draws`` replicates
-        ([`standard_error`][lightning_spectral.functional.sampling_noise.standard_error]).
+        Two parts, added as variances:
+
+        - the passing eigenvalues' own noise, first order (the delta method, Kato 1995 II-2: ``lambda_i`` moves by
+          ``v_i^T dC_x v_i - rho v_i^T dC_y v_i``): the generated side's part from its multiplier draws (exact
+          bootstrap replicates, summed over the passing modes), the reference's (which keeps no draws) from each
+          mode's share model, as the shares' (`functional.mode_shares.two_sided_errors`);
+        - which modes pass (`functional.threshold_step`): every found mode near the threshold (the significant ones
+          and `STEP_MARGIN` below them) passes with the chance its eigenvalue's law gives, and the threshold moves
+          with its own standard error (`NullModel.threshold_se`). A side where no mode passes reads its top
+          eigenvalue against the null's spread, so its score of 0 has an se where a mode could pass.
+
+        Measured against the spread over 10 independent sample sets (digits and Fashion-MNIST with three classes
+        dropped, ``benchmarks/bench_count_stability.py``). A collective under DDP.
         """
         check_bool(missing, "missing")
-        return self._cached(("missing" if missing else "novel") + "_se", lambda: self._draw_errors(missing, top=False))
+        return self._score_errors(missing)[0]
 
-    def _draw_errors(self, missing: bool, top: bool) -> Tensor:
-        """The score's standard error (``tr(V^T D_a V)``, 0 without a significant mode: no eigenvectors needed) or,
-        with ``top``, the top eigenvalue's (``u_1^T D_a u_1``)."""
-        if not top and not bool(self._spectrum(missing, vectors=False).significant.any()):
-            return torch.zeros((), dtype=torch.float64)
+    def mode_count_standard_error(self, missing: bool = False) -> Tensor:
+        """Standard error of the count of significant novel (or missing) modes: which modes pass, as in
+        [`standard_errors`][lightning_spectral.metrics.finc_reading.FINCReading.standard_errors]."""
+        check_bool(missing, "missing")
+        return self._score_errors(missing)[1]
+
+    def _score_errors(self, missing: bool) -> tuple[Tensor, Tensor]:
+        return self._cached(("missing" if missing else "novel") + "_se", lambda: self._score_and_count_errors(missing))
+
+    def _score_and_count_errors(self, missing: bool) -> tuple[Tensor, Tensor]:
+        spectrum = self._spectrum(missing, vectors=False)
+        null = spectrum.null
+        binds = null.threshold(self.significance) >= self.min_eigenvalue  # else min_eigenvalue, a constant, is it
+        step_se = null.threshold_se(self.significance) if binds else 0.0
+        if not bool(spectrum.significant.any()):  # the top eigenvalue sits at the noise floor: the null's spread
+            spread = torch.tensor([null.scale], dtype=torch.float64)
+            step = threshold_step(spectrum.eigenvalues[:1], spread, spectrum.threshold, step_se)
+            return step.mass_variance.sqrt(), step.count_variance.sqrt()
+        modes = self._modes(_last_significant(spectrum) + STEP_MARGIN, missing)  # oriented, as the share model reads
+        errors = self._eigenvalue_errors(missing, modes.eigenvectors)
+        passing = modes.significant
+        first = errors.replicates[:, passing].sum(1).pow(2).mean() + errors.other[passing].sum()
+        step = threshold_step(modes.eigenvalues, errors.se, spectrum.threshold, step_se)
+        return (first + step.mass_variance).sqrt(), step.count_variance.sqrt()
+
+    def _eigenvalue_errors(self, missing: bool, vectors: Tensor) -> ShareErrors:
+        """The eigenvalues' first-order standard errors along ``vectors`` (D, k, oriented as `Modes`: the share model
+        reads which end holds the mode): the generated side's part from its draws, the reference's from the share
+        model (`two_sided_errors`)."""
+        return two_sided_errors(
+            eigenvalue_gradients(vectors, self.rho), *self._moments(missing), self._side(real=False), noise_is_x=not missing, count_other=float(self.ref[0].count),
+        )
+
+    def _top_se(self, missing: bool) -> Tensor:
+        """The top eigenvalue's standard error from the generated side's draws, ``u_1^T D_a u_1`` with
+        ``D_a = c E_gen(a)`` ([`noise_scale`][lightning_spectral.functional.finc_null.noise_scale]: one distribution
+        on both sides; its coverage with `top_bias`: docs/benchmarks/coverage.md)."""
         spectrum = self._top_spectrum(missing, 1)
         gen, ref = self._side(real=False), self._side(real=True)
         x, y = (ref, gen) if missing else (gen, ref)
-        found = spectrum.eigenvectors  # every significant mode among them
-        vectors = found[:, :1] if top else found[:, spectrum.significant[: found.shape[1]]]  # type: ignore[index]
-        moved = noise_scale(gen, x, y, self.rho) * gen.draws_times(vectors)  # D_a V, (A, D, k)
-        return standard_error((vectors * moved).sum((1, 2)))
+        top = spectrum.eigenvectors[:, :1]  # type: ignore[index]
+        moved = noise_scale(gen, x, y, self.rho) * gen.draws_times(top)  # D_a u_1, (A, D, 1)
+        return standard_error((top * moved).sum((1, 2)))
 
     def top_interval(self, missing: bool = False, level: float = 0.95) -> TopInterval:
         """The top novel (or missing) eigenvalue with its standard error, its upward bias and its interval
@@ -387,14 +443,14 @@ class FINCReading(Reading):
         ``lambda_max`` is convex, so the top eigenvalue of a noisy ``L`` is biased up (near the noise floor it is the
         largest of many noisy ones, and the symmetric ``top +- q se`` misses low: docs/benchmarks/coverage.md
         "Coverage of the standard errors"); the bias is the multiplier bootstrap's (second order,
-        [`top_bias`][lightning_spectral.functional.finc.top_bias]: ``2 draws + 1`` Lanczos runs, about as much as
+        ``functional.finc.top_bias``: ``2 draws + 1`` Lanczos runs, about as much as
         one ``compute()``, which is why no summary or callback reads it: ask for it when you need the interval).
         """
         check_bool(missing, "missing")
         level = check_significance(level, "level")
         name = "missing" if missing else "novel"
         value = self._spectrum(missing, vectors=False).eigenvalues[0]
-        se = self._cached(name + "_top_se", lambda: self._draw_errors(missing, top=True))
+        se = self._cached(name + "_top_se", lambda: self._top_se(missing))
         bias = self._cached(name + "_top_bias", lambda: self._top_bias(missing))
         q = student_t_isf((1.0 - level) / 2.0, self._side(real=False).draws)
         return TopInterval(value, se, bias, value - bias - q * se, value + q * se, level)
@@ -406,7 +462,9 @@ class FINCReading(Reading):
 
     @kept_summary
     def summary(self) -> dict[str, Any]:
-        """The novelty score (``""``), the missing-mode score, how many novel / missing modes are significant, and
+        """The novelty score (``""``), the missing-mode score, how many novel / missing modes are significant (with
+        their standard errors ``novel_modes_se`` / ``missing_modes_se``,
+        [`mode_count_standard_error`][lightning_spectral.metrics.finc_reading.FINCReading.mode_count_standard_error]), and
         the top novel / missing mode's eigenvalue (excess mass) and p-value; ``se`` and ``missing_se``: the scores'
         standard errors ([`standard_errors`][lightning_spectral.metrics.finc_reading.FINCReading.standard_errors]); ``novel_mode_share`` /
         ``missing_mode_share``: each significant mode's share of its side's samples (``{i: share}``, logged as
@@ -419,9 +477,16 @@ class FINCReading(Reading):
         the top eigenvalue's interval, which costs a bootstrap, is read on demand by
         [`top_interval`][lightning_spectral.metrics.finc_reading.FINCReading.top_interval]; ``n``, ``n_real`` and
         ``n_features`` (2r), the sizes the values were computed at; ``sigma``."""
+        self._answers["moments"] = self._moments(missing=False)  # one pair for every read below, dropped after
+        try:
+            return self._summary()
+        finally:
+            del self._answers["moments"]
+
+    def _summary(self) -> dict[str, Any]:
         novel = self._spectrum(missing=False, vectors=False)
         missing = self._spectrum(missing=True, vectors=False)
-        novel_se, missing_se = self.standard_errors(missing=False), self.standard_errors(missing=True)
+        (novel_se, novel_count_se), (missing_se, missing_count_se) = self._score_errors(False), self._score_errors(True)
         shares: dict[str, dict[int, Tensor]] = {}
         for name, spectrum, side in (("novel", novel, False), ("missing", missing, True)):
             count = min(int(spectrum.significant.sum()), SUMMARY_SHARES)
@@ -434,6 +499,8 @@ class FINCReading(Reading):
             "missing": missing.score,
             "novel_modes": novel.significant.sum().double(),
             "missing_modes": missing.significant.sum().double(),
+            "novel_modes_se": novel_count_se,
+            "missing_modes_se": missing_count_se,
             "novel_top": novel.eigenvalues[0],
             "novel_top_p_value": novel.p_values[0],
             "missing_top": missing.eigenvalues[0],
@@ -449,14 +516,14 @@ class FINCReading(Reading):
 
     def headline(self, summary: Optional[Mapping[str, Any]] = None) -> dict[str, Tensor]:
         """From ``summary``: ``novel_score`` and ``missing_score`` with their ``_se``, the counts of significant
-        ``novel_modes`` / ``missing_modes``, and each side's top eigenvalue's p-value as
+        ``novel_modes`` / ``missing_modes`` with theirs (which modes pass moves with the sample), and each side's top eigenvalue's p-value as
         ``novel_top_minus_log10_p`` / ``missing_top_minus_log10_p`` (above 1.3: p < 0.05)."""
         summary = self.summary() if summary is None else summary
         return {
             **headline_values("novel_score", summary[""], summary["se"]),
             **headline_values("missing_score", summary["missing"], summary["missing_se"]),
-            "novel_modes": summary["novel_modes"],
-            "missing_modes": summary["missing_modes"],
+            **headline_values("novel_modes", summary["novel_modes"], summary["novel_modes_se"]),
+            **headline_values("missing_modes", summary["missing_modes"], summary["missing_modes_se"]),
             "novel_top_minus_log10_p": minus_log10(summary["novel_top_p_value"]),
             "missing_top_minus_log10_p": minus_log10(summary["missing_top_p_value"]),
         }
