@@ -404,8 +404,8 @@ class FINCReading(Reading):
     def _score_and_count_errors(self, missing: bool) -> tuple[Tensor, Tensor]:
         spectrum = self._spectrum(missing, vectors=False)
         null = spectrum.null
-        binds = null.threshold(self.significance) >= self.min_eigenvalue  # else min_eigenvalue, a constant, is it
-        step_se = null.threshold_se(self.significance) if binds else 0.0
+        estimated = null.threshold(self.significance) >= self.min_eigenvalue  # else the constant min_eigenvalue
+        step_se = null.threshold_se(self.significance) if estimated else 0.0
         if not bool(spectrum.significant.any()):  # the top eigenvalue sits at the noise floor: the null's spread
             spread = torch.tensor([null.scale], dtype=torch.float64)
             step = threshold_step(spectrum.eigenvalues[:1], spread, spectrum.threshold, step_se)
@@ -422,7 +422,8 @@ class FINCReading(Reading):
         reads which end holds the mode): the generated side's part from its draws, the reference's from the share
         model (`two_sided_errors`)."""
         return two_sided_errors(
-            eigenvalue_gradients(vectors, self.rho), *self._moments(missing), self._side(real=False), noise_is_x=not missing, count_other=float(self.ref[0].count),
+            eigenvalue_gradients(vectors, self.rho), *self._moments(missing), self._side(real=False),
+            noise_is_x=not missing, count_other=float(self.ref[0].count),
         )
 
     def _top_se(self, missing: bool) -> Tensor:
