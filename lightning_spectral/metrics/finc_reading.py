@@ -117,9 +117,9 @@ class FINCReading(Reading):
         kept for any later read of as many or fewer."""
         spectrum = self._spectrum(missing, vectors=False)
         count = max(k, _last_significant(spectrum), TOP_PAIRS)
-        gen, ref = self._side(real=False), self._side(real=True)
 
         def decompose(count: int) -> DifferentialSpectrum:
+            gen, ref = self._side(real=False), self._side(real=True)
             x, y = (ref, gen) if missing else (gen, ref)
             return top_modes(spectrum, x, y, self.rho, count)
 
