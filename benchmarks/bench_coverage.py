@@ -258,8 +258,9 @@ def cost_conditional(n: int, r: int, repeats: int, labels: bool = False) -> None
 
 
 def cost_finc(n: int, r: int, repeats: int) -> None:
-    """``FINCNovelty`` (rho = 2): seconds of the first ``summary()`` and, on the same sums, of the mode shares' standard
-    errors alone (`two_sided_share_errors` for the reported modes of both sides, recomputed), in one process."""
+    """``FINCNovelty`` (rho = 2): seconds of the first ``summary()`` and, on the same sums, of the significant modes'
+    shares' standard errors (`two_sided_share_errors` for both sides; the summary holds none since 2026-11-29), in one
+    process."""
     from lightning_spectral.functional.mode_shares import two_sided_share_errors
 
     gen, ref = sample(n, GEN_WEIGHTS, 5).float(), sample(n, REF_WEIGHTS, 6).float()
@@ -271,7 +272,7 @@ def cost_finc(n: int, r: int, repeats: int) -> None:
         start = time.perf_counter()
         summary = finc.reading().summary()
         middle = time.perf_counter()
-        counts = [len(summary["novel_mode_share"]), len(summary["missing_mode_share"])]
+        counts = [int(summary["novel_modes"]), int(summary["missing_modes"])]
         for missing, count in ((False, counts[0]), (True, counts[1])):
             if count:
                 modes = finc.reading().missing_modes(count) if missing else finc.reading().novel_modes(count)
@@ -280,7 +281,7 @@ def cost_finc(n: int, r: int, repeats: int) -> None:
                                        finc.rho, finc.gen[0].noise_sums(), not missing, float(finc.ref[0].count))
         rows.append((middle - start, time.perf_counter() - middle, counts))
     print(f"# FINCNovelty, n = {n} per side, 2r = {2 * r}, {repeats} repeats (seconds)")
-    print("| summary() (with the share se) | the share se alone | share | modes (novel, missing) |")
+    print("| summary() | the share se | share se / summary() | modes (novel, missing) |")
     print("|---|---|---|---|")
     for whole, shares, counts in rows:
         print(f"| {whole:.2f} | {shares:.2f} | {shares / whole:.0%} | {counts[0]}, {counts[1]} |")

@@ -273,7 +273,7 @@ def by_hand(module, data):
         "mmd/minus_log10_p": -math.log10(float(mmd["p_value"])),
     })
     for name, summary in summaries.items():  # and with log_detail every value of the summary
-        for key, v in summary.items():  # FINC's shares: {i: share}, logged as finc/detail/missing_mode_share/i
+        for key, v in summary.items():
             values.update(flatten_values(f"{name}/detail/{key or 'value'}", v))
     return values
 

@@ -85,6 +85,7 @@ def observe(rank, world_size, sharding):
         "vendi_shares": torch.tensor([row.share for row in vendi.reading().galleries(gen_batches, 3, 10)["modes"].rows]),
         "finc": finc.reading().summary(),
         "finc_share_se": finc.reading().mode_share_standard_errors(3, missing=True),
+        "finc_share_se_novel": finc.reading().mode_share_standard_errors(2),
         "threshold": finc.reading().threshold(),
         "threshold_missing": finc.reading().threshold(missing=True),
         "novel": finc.reading().novel_modes(4).significant,
@@ -146,10 +147,7 @@ def one_process():
                for order in (1, 2))
     assert float(conditional["prompt_agnostic_share_se"]) > 0
     assert float(want["covariance_summary"]["se"].min()) > 0
-    for side in ("novel", "missing"):  # the mode shares' standard errors, compared above with the rest of the summary
-        errors = want["finc"][f"{side}_mode_share_se"]
-        assert errors and set(errors) == set(want["finc"][f"{side}_mode_share"]) and float(errors[0]) > 0
-    assert float(want["finc_share_se"][0]) > 0
+    assert bool((want["finc_share_se"] > 0).all()) and bool((want["finc_share_se_novel"] > 0).all())
     return want
 
 

@@ -44,9 +44,6 @@ from lightning_spectral.metrics.accumulator import PooledSums
 from lightning_spectral.metrics.headline import headline_values, minus_log10
 from lightning_spectral.metrics.reading import ModeGallery, Reading, kept_summary
 
-#: ``summary()`` reports the shares of at most this many significant modes per side (the largest): a poor generator
-#: can have a hundred significant missing modes, and every share is a logged scalar.
-SUMMARY_SHARES = 8
 #: The share above which a mode's other end counts as in excess (`FINCNovelty.grouped_modes`): 1e-6, far below any
 #: share a row reports and far above round-off.
 SHARE_FLOOR = 1e-6
@@ -352,9 +349,10 @@ class FINCReading(Reading):
         return self._cached(name, lambda: self._share_errors(modes, missing))
 
     def _share_errors(self, modes: Modes, missing: bool) -> Tensor:
+        found = self._top_spectrum(missing, modes.eigenvectors.shape[1]).eigenvectors  # every eigenvector found
         return two_sided_share_errors(
             modes.eigenvectors, *self._moments(missing), self.rho, self._side(real=False), noise_is_x=not missing,
-            count_other=float(self.ref[0].count),
+            count_other=float(self.ref[0].count), basis=found,
         ).se
 
     def _moments(self, missing: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
@@ -467,14 +465,11 @@ class FINCReading(Reading):
         their standard errors ``novel_modes_se`` / ``missing_modes_se``,
         [`mode_count_standard_error`][lightning_spectral.metrics.finc_reading.FINCReading.mode_count_standard_error]), and
         the top novel / missing mode's eigenvalue (excess mass) and p-value; ``se`` and ``missing_se``: the scores'
-        standard errors ([`standard_errors`][lightning_spectral.metrics.finc_reading.FINCReading.standard_errors]); ``novel_mode_share`` /
-        ``missing_mode_share``: each significant mode's share of its side's samples (``{i: share}``, logged as
-        ``missing_mode_share/0``, ...; the first `SUMMARY_SHARES` significant modes, empty without one; per
-        eigen-pair: the galleries' rows, regions of the modes' ends, log theirs as ``missing_share/0``, ...;
-        [`mode_shares`][lightning_spectral.metrics.finc_reading.FINCReading.mode_shares]: it costs that side's eigenvectors,
-        which the galleries reuse); ``novel_mode_share_se`` / ``missing_mode_share_se``: their standard errors
-        (``{i: se}``, logged as ``missing_mode_share_se/0``, ...;
-        [`mode_share_standard_errors`][lightning_spectral.metrics.finc_reading.FINCReading.mode_share_standard_errors]);
+        standard errors ([`standard_errors`][lightning_spectral.metrics.finc_reading.FINCReading.standard_errors]).
+        A mode's share of its side is a gallery row's (a region: both ends of a mode, split modes as one; logged with
+        its se as ``detail/missing_share/i``); per eigenpair, with the eigenvector's turn in its se (a MINRES solve
+        per side), ask [`mode_shares`][lightning_spectral.metrics.finc_reading.FINCReading.mode_shares] and
+        [`mode_share_standard_errors`][lightning_spectral.metrics.finc_reading.FINCReading.mode_share_standard_errors];
         the top eigenvalue's interval, which costs a bootstrap, is read on demand by
         [`top_interval`][lightning_spectral.metrics.finc_reading.FINCReading.top_interval]; ``n``, ``n_real`` and
         ``n_features`` (2r), the sizes the values were computed at; ``sigma``."""
@@ -488,12 +483,6 @@ class FINCReading(Reading):
         novel = self._spectrum(missing=False, vectors=False)
         missing = self._spectrum(missing=True, vectors=False)
         (novel_se, novel_count_se), (missing_se, missing_count_se) = self._score_errors(False), self._score_errors(True)
-        shares: dict[str, dict[int, Tensor]] = {}
-        for name, spectrum, side in (("novel", novel, False), ("missing", missing, True)):
-            count = min(int(spectrum.significant.sum()), SUMMARY_SHARES)
-            shares[name] = dict(enumerate(self.mode_shares(count, missing=side)[:count])) if count else {}
-            errors = self.mode_share_standard_errors(count, missing=side)[:count] if count else []
-            shares[name + "_se"] = dict(enumerate(errors))
         sizes = self._sizes(real=True)
         return self._with_sigma({
             "": novel.score,
@@ -508,10 +497,6 @@ class FINCReading(Reading):
             "missing_top_p_value": missing.p_values[0],
             "se": novel_se,
             "missing_se": missing_se,
-            "novel_mode_share": shares["novel"],
-            "missing_mode_share": shares["missing"],
-            "novel_mode_share_se": shares["novel_se"],
-            "missing_mode_share_se": shares["missing_se"],
             **sizes,
         })
 
