@@ -31,7 +31,9 @@ interval is ``score +- q se`` with ``q = t_{A, 0.975}`` (Student-t with A = the 
 normal quantile would give with A draws). Printed per score: the coverage (share of runs whose interval holds the
 population value), the mean se over the spread of the scores across runs (``se / sd``: 1 is a correct se), and the
 bias of the score over that spread (``bias / sd``: a score whose mean moves with n is not covered by a correct se).
-FINC's top eigenvalues also get a "bias-widened" row: the interval ``[top - b - q se, top + q se]`` with ``b`` the
+Vendi-1 also gets a "bias taken out" row: the interval ``value - b +- q se`` of ``FKEAVendi``'s ``interval()``
+(``b`` its second-order bias from the draws, ``functional.fkea.vendi_bias``). FINC's top eigenvalues also get a
+"bias-widened" row: the interval ``[top - b - q se, top + q se]`` with ``b`` the
 reading's ``top_interval()`` (its ``bias``: the bootstrap's second-order bias; ``functional.finc.top_bias``).
 FINC's mode shares: the top novel mode's share (``mode_shares(1)``, mode 1 of the mixture: 0.30 of the generated side
 against 0.10) and, with the sides swapped, the same mode as the top missing mode (held by the reference, which keeps
@@ -163,6 +165,9 @@ def scores(
             summary = vendi.reading().summary()
             for order, label in ((1, "Vendi-1"), (2, "RKE"), ("inf", "Vendi-inf")):
                 out[f"{name}{label} (A={a})"] = (float(summary[""][order]), float(summary["se"][order]), a)
+            if truncation is None:  # the documented interval: value - bias +- q se (`VendiReading.interval`)
+                interval = vendi.reading().interval()[1]
+                out[f"Vendi-1, bias taken out (A={a})"] = (float(interval.value - interval.bias), float(interval.se), a)
     if "mmd" in groups:
         mmd = FastMMD(SIGMA, r)
         mmd.update(ref, real=True)

@@ -14,6 +14,9 @@ value it estimates is the one of this random-feature map):
   mean of the 1,797 rows' phi phi^T: two independent draws are one digit with probability 1/1,797, which
   ``||C_pop||_F^2`` counts).
 
+Then Vendi-1 on the same two cases: ``FKEAVendi(alpha=1).interval()``'s ``value - bias +- q se`` beside the plug-in's
+``value +- q se`` (the mixture's large-n value with its own bias taken out; the digits' exact, from ``C_pop``).
+
 Printed per case and estimator: the mean over samples, the large-n value, the bias and the spread (sd) of the
 samples' values, the mean reported se over sd (1: a right se), and the coverage of ``value +- q se`` with
 ``q = t_{A, 0.975}`` (the documented interval, A = ``--draws``) and with the normal 1.96 (what ``+- 2 se`` gives).
@@ -29,6 +32,7 @@ import time
 import torch
 
 from lightning_spectral.data import load_digit_images
+from lightning_spectral.functional.fkea import vendi_score
 from lightning_spectral.functional.student_t import student_t_isf
 from lightning_spectral.kernels import GaussianRFF
 from lightning_spectral.metrics import FKEAVendi
@@ -62,8 +66,18 @@ def reading(x: torch.Tensor, sigma: float, r: int, draws: int) -> tuple[float, f
     return value, se, 1.0 / purity, plug_in_se
 
 
-def report(name: str, rows: list, truth: float, q: float) -> None:
-    for label, column in (("pairs i != j (reported)", 0), ("plug-in 1/||C_n||^2", 2)):
+def vendi_1(x: torch.Tensor, sigma: float, r: int, draws: int) -> tuple[float, float, float, float]:
+    """(Vendi-1 less its bias, its se, the plug-in Vendi-1, the same se) of one sample (`FKEAVendi.interval`)."""
+    metric = FKEAVendi(sigma, r, alpha=1, noise_draws=draws, precision="float64")
+    metric.update(x)
+    interval = metric.reading().interval()
+    return float(interval.value - interval.bias), float(interval.se), float(interval.value), float(interval.se)
+
+
+def report(
+    name: str, rows: list, truth: float, q: float, labels=("pairs i != j (reported)", "plug-in 1/||C_n||^2")
+) -> None:
+    for label, column in ((labels[0], 0), (labels[1], 2)):
         values = torch.tensor([row[column] for row in rows], dtype=torch.float64)
         errors = torch.tensor([row[column + 1] for row in rows], dtype=torch.float64)
         sd = float(values.std())
@@ -97,6 +111,18 @@ def main() -> None:
         pick = torch.randint(len(population), (300,), generator=torch.Generator().manual_seed(seed))
         rows.append(reading(population[pick], 2.0, args.r, args.draws))
     report("digits (real), n = 300", rows, truth, q)
+    vendi_labels = ("Vendi-1 less its bias, interval()", "Vendi-1 plug-in +- q se")
+    large = FKEAVendi(4.0, args.r, alpha=1, noise_draws=2, precision="float64")
+    large.update(mixture(20000, seed=10**6))
+    centre = large.reading().interval()  # its own bias at n = 20,000 taken out too (1/20 of n = 1,000's)
+    rows = [vendi_1(mixture(1000, seed), 4.0, args.r, args.draws) for seed in range(args.reps)]
+    report("20-mode mixture, n = 1,000", rows, float(centre.value - centre.bias), q, vendi_labels)
+    truth = float(vendi_score(torch.linalg.eigvalsh(phi.T @ phi / len(phi)).clamp_min(0), 1))
+    rows = []
+    for seed in range(args.reps):
+        pick = torch.randint(len(population), (300,), generator=torch.Generator().manual_seed(seed))
+        rows.append(vendi_1(population[pick], 2.0, args.r, args.draws))
+    report("digits (real), n = 300", rows, truth, q, vendi_labels)
     print(f"{time.perf_counter() - began:.0f} s")
 
 

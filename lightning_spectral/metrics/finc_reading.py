@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any, NamedTuple, Optional
+from typing import Any, Optional
 
 import torch
 from lightning.pytorch.utilities import rank_zero_warn
@@ -42,7 +42,7 @@ from lightning_spectral.functional.student_t import student_t_isf
 from lightning_spectral.functional.threshold_step import threshold_step
 from lightning_spectral.metrics.accumulator import PooledSums
 from lightning_spectral.metrics.headline import headline_values, minus_log10
-from lightning_spectral.metrics.reading import ModeGallery, Reading, kept_summary
+from lightning_spectral.metrics.reading import Interval, ModeGallery, Reading, kept_summary
 
 #: The share above which a mode's other end counts as in excess (`FINCNovelty.grouped_modes`): 1e-6, far below any
 #: share a row reports and far above round-off.
@@ -60,18 +60,6 @@ STEP_MARGIN = 4
 def _last_significant(spectrum: DifferentialSpectrum) -> int:
     """How many leading eigenvalues reach the last significant one (0 without one)."""
     return int(spectrum.significant.nonzero().max()) + 1 if bool(spectrum.significant.any()) else 0
-
-
-class TopInterval(NamedTuple):
-    """A side's top eigenvalue (`FINCReading.top_interval`), float64 scalars: ``value``, its standard error ``se``,
-    its upward ``bias``, and the interval ``[low, high]`` at ``level``."""
-
-    value: Tensor
-    se: Tensor
-    bias: Tensor
-    low: Tensor
-    high: Tensor
-    level: float
 
 
 class FINCReading(Reading):
@@ -435,7 +423,7 @@ class FINCReading(Reading):
         moved = noise_scale(gen, x, y, self.rho) * gen.draws_times(top)  # D_a u_1, (A, D, 1)
         return standard_error((top * moved).sum((1, 2)))
 
-    def top_interval(self, missing: bool = False, level: float = 0.95) -> TopInterval:
+    def top_interval(self, missing: bool = False, level: float = 0.95) -> Interval:
         """The top novel (or missing) eigenvalue with its standard error, its upward bias and its interval
         ``[top - bias - q se, top + q se]``, ``q = t_{draws, (1 + level) / 2}``.
 
@@ -452,7 +440,7 @@ class FINCReading(Reading):
         se = self._cached(name + "_top_se", lambda: self._top_se(missing))
         bias = self._cached(name + "_top_bias", lambda: self._top_bias(missing))
         q = student_t_isf((1.0 - level) / 2.0, self._side(real=False).draws)
-        return TopInterval(value, se, bias, value - bias - q * se, value + q * se, level)
+        return Interval(value, se, bias, value - bias - q * se, value + q * se, level)
 
     def _top_bias(self, missing: bool) -> Tensor:
         gen, ref = self._side(real=False), self._side(real=True)

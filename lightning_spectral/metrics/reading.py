@@ -44,6 +44,19 @@ class ModeGallery(NamedTuple):
     rows: Optional[list[ModeRow]] = None
 
 
+class Interval(NamedTuple):
+    """A score's interval at ``level`` (`VendiReading.interval`, `FINCReading.top_interval`), float64 scalars: the
+    ``value`` as read, its standard error ``se``, its estimated ``bias`` at this n (``E value - true value``), and
+    ``[low, high]``, the interval with the bias accounted for (each method says how: shifted by it, or widened)."""
+
+    value: Tensor
+    se: Tensor
+    bias: Tensor
+    low: Tensor
+    high: Tensor
+    level: float
+
+
 def kept_summary(method: Callable[["Reading"], dict[str, Any]]) -> Callable[["Reading"], dict[str, Any]]:
     """A reading's ``summary`` computed once and kept on it; each call returns a new dict of the same values (a
     caller may add keys)."""
