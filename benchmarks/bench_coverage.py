@@ -117,10 +117,13 @@ def scores(
             metric = ConditionalVendi(SIGMA, PROMPT_SIGMA, r, alpha=[1, 2], noise_draws=a, precision="float64",
                                       prompt_agnostic=True, ridge=1e-2, num_classes=6)
             metric.update(x, prompts, labels=prompts.argmax(1))
-            summary = metric.reading().summary()
+            summary, intervals = metric.reading().summary(), metric.reading().interval()
+            labelled = metric.reading().per_prompt_interval()
             for label in (0, 5):  # per-label Vendi (r_p = min(128, r)): the largest and a small label
                 out[f"CondVendi prompt {label} Vendi-1 (A={a})"] = (
                     float(summary["prompt"][label]), float(summary["prompt_se"][label]), a)
+                out[f"CondVendi prompt {label} Vendi-1, bias taken out (A={a})"] = (
+                    float(labelled.value[label] - labelled.bias[label]), float(labelled.se[label]), a)
             out[f"CondVendi min prompt Vendi-1 (A={a})"] = (
                 float(summary["min_prompt_vendi"]), float(summary["min_prompt_vendi_se"]), a)
             rke, rke_se = metric.reading().per_prompt(2), metric.reading().per_prompt_standard_errors(2)  # order 2: little n-bias
@@ -133,6 +136,9 @@ def scores(
                 for order in (1, 2):
                     se = summary["se" if key == "" else f"{key}_se"][order]
                     out[f"CondVendi {label}-{order} (A={a})"] = (float(summary[key][order]), float(se), a)
+                interval = intervals[key][1]  # the documented interval: value - bias +- q se
+                out[f"CondVendi {label}-1, bias taken out (A={a})"] = (
+                    float(interval.value - interval.bias), float(interval.se), a)
             out[f"CondVendi prompt-agnostic share (A={a})"] = (
                 float(summary["prompt_agnostic_share"]), float(summary["prompt_agnostic_share_se"]), a)
     if "covariance" in groups:

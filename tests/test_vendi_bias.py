@@ -8,12 +8,12 @@ import pytest
 import torch
 
 from lightning_spectral.algebra import psd_eigh
-from lightning_spectral.functional.fkea import vendi_bias, vendi_score
+from lightning_spectral.functional.fkea import entropy_bias, renyi_entropy, vendi_bias, vendi_replicates, vendi_score
 from lightning_spectral.functional.sampling_noise import Multipliers, NoiseSums
 from lightning_spectral.functional.student_t import student_t_isf
 from lightning_spectral.kernels import GaussianRFF
-from lightning_spectral.metrics import FKEAVendi
-from lightning_spectral.metrics.vendi_reading import BIAS_SHARE_WARNING
+from lightning_spectral.metrics import ConditionalVendi, FKEAVendi
+from lightning_spectral.metrics.reading import BIAS_SHARE_WARNING
 from tests.data import mixture_means, sample_mixture
 
 MEANS = mixture_means(8, d=4, spread=2.0, seed=3)
@@ -102,3 +102,55 @@ def test_a_bias_the_formula_cannot_take_out_is_said():
     with pytest.warns(UserWarning, match="RKE"):
         interval = metric.reading().interval()
     assert float(-interval.bias / interval.value) > BIAS_SHARE_WARNING
+
+
+def test_entropy_replicates_are_the_vendi_replicates_over_the_score():
+    x, _ = sample_mixture(MEANS, 400, std=0.5, seed=1)
+    noise = NoiseSums.of(x, GaussianRFF(4, 24, sigma=1.0, seed=0).double(), Multipliers(3, 1.0, seed=2))
+    values = torch.linalg.eigvalsh(noise.moment().double()).flip(0).clamp_min(0)
+    found, moves = entropy_bias(noise, [0.5, 1, 2, "inf"]), vendi_replicates(noise, [0.5, 1, 2, "inf"])
+    for order in (0.5, 1, "inf"):  # order 2's are those of RKE from pairs of distinct samples, not the plug-in's
+        score = vendi_score(values, order)
+        torch.testing.assert_close(found[order].replicates * score, moves[order], rtol=1e-6, atol=1e-9)
+
+
+def test_conditional_vendi_bias_with_one_draw_is_half_the_second_difference():
+    """Conditional-Vendi-1 = exp(H_joint - H_prompts), the draws shared by both sides: with one draw its bias is
+    ``(1/2) d^2/de^2`` of that score along ``(E_joint, E_prompts)``."""
+    x, labels = sample_mixture(MEANS, 400, std=0.5, seed=1)
+    prompts = torch.nn.functional.one_hot(labels, 8).double()
+    metric = ConditionalVendi(1.0, 0.5, 24, alpha=1, noise_draws=1, precision="float64")
+    metric.update(x, prompts)
+    reading = metric.reading()
+    joint, side = (reading.streams[name].noise_sums() for name in ("joint", "prompts"))
+
+    def score(eps: float) -> float:
+        entropy = [renyi_entropy(torch.linalg.eigvalsh(part.moment().double() + eps * part.draw(0).double())
+                                 .clamp_min(0), 1) for part in (joint, side)]
+        return float(torch.exp(entropy[0] - entropy[1]))
+
+    eps = 1e-2
+    second = (score(eps) + score(-eps) - 2 * score(0.0)) / eps**2
+    interval = reading.interval()[""]
+    assert abs(second) > 1e-3
+    assert float(interval.bias) == pytest.approx(second / 2, rel=1e-3)
+    assert float(interval.high + interval.low) / 2 == pytest.approx(float(interval.value - interval.bias))
+
+
+def test_per_label_intervals_take_out_each_label_s_own_bias():
+    x, labels = sample_mixture(MEANS, 600, std=0.5, seed=1)
+    labels = labels.clamp_max(5)  # labels 6 and 7 join 5; label 6 and 7 are never seen
+    prompts = torch.nn.functional.one_hot(labels, 8).double()
+    metric = ConditionalVendi(1.0, 0.5, 24, alpha=1, noise_draws=2, precision="float64", num_classes=8)
+    metric.update(x, prompts, labels=labels)
+    reading = metric.reading()
+    with pytest.warns(UserWarning, match="label"):  # ~75 samples a label: a bias above 5 % of the score
+        interval = reading.per_prompt_interval()
+    torch.testing.assert_close(interval.value, reading.per_prompt(), equal_nan=True)
+    torch.testing.assert_close(interval.se, reading.per_prompt_standard_errors(), equal_nan=True)
+    assert bool(interval.value[6:].isnan().all()) and bool(interval.bias[6:].isnan().all())
+    lane = reading._per_prompt_accumulator().lane_noise_sums(2)
+    assert float(interval.bias[2]) == pytest.approx(float(vendi_bias(lane, 1)), rel=1e-9)
+    assert bool((interval.bias[:6] < 0).all())
+    half = student_t_isf(0.025, 2) * interval.se[:6]
+    torch.testing.assert_close(interval.high[:6], interval.value[:6] - interval.bias[:6] + half)

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Optional, Union
+from typing import NamedTuple, Optional, Union
 
 import torch
 from torch import Tensor
@@ -483,7 +483,8 @@ def vendi_bias(
             computed here.
 
     Returns:
-        A scalar float64 tensor for one order, a dict ``{order: bias}`` for several.
+        A scalar float64 tensor for one order, a dict ``{order: bias}`` for several: ``V (b + E dH^2 / 2)`` with
+        `entropy_bias`' ``b`` and replicates ``dH`` (``V = exp H``).
 
     Examples:
         >>> import torch
@@ -495,6 +496,38 @@ def vendi_bias(
         True
     """
     orders, single = check_orders(alpha)
+    entropies = entropy_bias(noise, orders, precision, eigen)
+    values = eigen[0] if eigen is not None else psd_eigenvalues(noise.moment().double(), precision=precision)
+    biases = {}
+    for order in orders:
+        if parse_alpha(order) in (2.0, math.inf):  # see `entropy_bias`
+            biases[order] = torch.zeros((), dtype=torch.float64)
+            continue
+        score = vendi_score(values.double().clamp_min(0.0), order)
+        found = entropies[order]
+        biases[order] = score * (found.bias + 0.5 * found.replicates.square().mean())
+    return biases[orders[0]] if single else biases
+
+
+class EntropyBias(NamedTuple):
+    """The second-order bias ``bias`` of a Renyi entropy ``H = log V`` at this n and its first-order replicates
+    ``replicates`` (A,) over the multiplier draws (`entropy_bias`), float64."""
+
+    bias: Tensor
+    replicates: Tensor
+
+
+def entropy_bias(
+    noise: NoiseSums, alpha: Orders = 1.0, precision: str = "float64", eigen: Optional[tuple[Tensor, Tensor]] = None
+) -> dict:
+    """`vendi_bias` for the entropy ``H = log V`` (``H = F`` at order 1, ``log F / (1 - alpha)`` otherwise): its
+    second-order bias ``(1/2) [H'(F) sum_ij D_ij E N_ij^2 + H''(F) E (sum_i g'(p_i) N_ii)^2]`` and its first-order
+    replicates ``dH_a = H'(F) sum_i g'(p_i) N_ii`` per draw (orders 2 and inf: bias 0, the replicates; order 2 is
+    reported from pairs of distinct samples, whose left bias is of the order of ``se^2 / V``), so that a
+    difference of entropies (`ConditionalVendi`'s ``H_joint - H_prompts``) is biased by the difference of their
+    biases, the draws being shared. Returns ``{order: EntropyBias}``.
+    """
+    orders, _ = check_orders(alpha)
     moment = noise.moment().double()
     values, vectors = psd_eigh(moment, precision=precision) if eigen is None else eigen
     values = values.double().clamp_min(0.0)
@@ -511,24 +544,26 @@ def vendi_bias(
         rotated.append(basis.T @ (draw @ basis))
     noise_squares = torch.stack(rotated).square().mean(0)  # E N_ij^2, (m, m)
     diagonals = torch.stack([part.diagonal() for part in rotated])  # N_ii per draw, (A, m)
-    biases = {}
+    found = {}
     for order in orders:
         exponent = parse_alpha(order)
-        if exponent == 2.0 or math.isinf(exponent):
-            biases[order] = torch.zeros((), dtype=torch.float64)
+        zero = torch.zeros((), dtype=torch.float64)
+        if math.isinf(exponent):  # H = -log p_max: not smooth in C, no bias estimate; dH = -N_11 / p_1
+            found[order] = EntropyBias(zero, -diagonals[:, 0] / p[0])
             continue
         first, second = _spectral_derivatives(p, exponent)
         if exponent == 1.0:
-            score = torch.exp(-(p * p.log()).sum())
-            outer_1 = outer_2 = score
+            outer_1, outer_2 = torch.ones((), dtype=torch.float64), zero
         else:
             power = (p**exponent).sum()
-            score = power ** (1.0 / (1.0 - exponent))
-            outer_1 = score / ((1.0 - exponent) * power)
-            outer_2 = score * exponent / ((1.0 - exponent) ** 2 * power**2)
-        linear = (diagonals * first).sum(1).square().mean()
-        biases[order] = 0.5 * (outer_1 * (second * noise_squares).sum() + outer_2 * linear)
-    return biases[orders[0]] if single else biases
+            outer_1, outer_2 = 1.0 / ((1.0 - exponent) * power), -1.0 / ((1.0 - exponent) * power**2)
+        replicates = outer_1 * (diagonals * first).sum(1)
+        if exponent == 2.0:  # reported without its 1/n bias (`unbiased_purity`)
+            found[order] = EntropyBias(zero, replicates)
+            continue
+        bias = 0.5 * (outer_1 * (second * noise_squares).sum() + outer_2 * replicates.square().mean() / outer_1**2)
+        found[order] = EntropyBias(bias, replicates)
+    return found
 
 
 def _spectral_derivatives(p: Tensor, exponent: float) -> tuple[Tensor, Tensor]:

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any, Optional
 import torch
 from torch import Tensor
 
-from lightning_spectral._checks import check_features, check_positive_int
-from lightning_spectral.algebra.eigen import psd_eigenvalues, symmetric_eigh
+from lightning_spectral._checks import check_features, check_fraction, check_positive_int
+from lightning_spectral.algebra.eigen import psd_eigenvalues, psd_eigh, symmetric_eigh
 from lightning_spectral.functional.conditional import (
     ConditionalSpectra,
     conditional_scores,
@@ -22,15 +22,18 @@ from lightning_spectral.functional.conditional import (
 from lightning_spectral.functional.fkea import (
     VendiResult,
     check_orders,
+    entropy_bias,
     rke_from_covariance,
+    vendi_bias,
     vendi_replicates,
     vendi_score,
 )
 from lightning_spectral.functional.modes import Ids, Modes, check_candidates_memory, orient, top_samples
 from lightning_spectral.functional.sampling_noise import standard_error
+from lightning_spectral.functional.student_t import student_t_isf
 from lightning_spectral.metrics.accumulator import Accumulator
 from lightning_spectral.metrics.headline import headline_values
-from lightning_spectral.metrics.reading import ModeGallery, Reading, kept_summary
+from lightning_spectral.metrics.reading import Interval, ModeGallery, Reading, kept_summary, warn_large_bias
 
 if TYPE_CHECKING:  # pragma: no cover
     from lightning_spectral.metrics.conditional import _PerLabelAccumulator
@@ -155,6 +158,55 @@ class ConditionalReading(Reading):
                 prompt_agnostic_share_replicates(noise.moment(), draws, self.feature_map.out_features, self.ridge)
             )
         return errors
+
+    def interval(self, level: float = 0.95) -> dict[str, Any]:
+        r"""Each score of ``standard_errors()`` (``""``, ``information``, ``vendi``, ``prompt_vendi``) with its
+        interval at ``level`` without its bias at this n: ``[value - bias - q se, value - bias + q se]``,
+        ``q = t_{A, (1 + level) / 2}``, as an [`Interval`][lightning_spectral.metrics.reading.Interval] (a dict
+        ``{order: Interval}`` for several orders), by key.
+
+        Every score is ``exp`` of a sum of the sides' entropies (Conditional-Vendi: $H_J - H_T$; Information-Vendi:
+        $H_X + H_T - H_J$), so its bias is $V (\sum \pm b + \tfrac12 E (\sum \pm dH_a)^2)$ with each side's
+        second-order entropy bias $b$ and replicates $dH_a$ (`functional.fkea.entropy_bias`; the draws are shared
+        by the sides). Orders 2 and inf get 0, as in `FKEAVendi`'s
+        [`interval`][lightning_spectral.metrics.vendi_reading.VendiReading.interval], whose limits hold here too
+        (a bias of more than `BIAS_SHARE_WARNING` of a score is said). One ``eigh`` per side; no summary or callback
+        reads it. A collective under DDP.
+
+        Raises:
+            RuntimeError: no draws were kept (``noise_draws=0`` or ``label_prompts=True``).
+        """
+        level = check_fraction(level, "level", high_closed=False)
+        errors = self.standard_errors()  # refuses a metric without draws
+        n = int(self.sample_count())
+        sides = {
+            name: entropy_bias(self.streams[name].noise_sums(), self.orders, self.precision,
+                               psd_eigh(self._moment(name), precision=self.precision, rank=n))
+            for name in self._sides()
+        } if any(order not in (2.0, math.inf) for order in self.orders) else {}
+        signs = {"": {"joint": 1, "prompts": -1}, "information": {"samples": 1, "prompts": 1, "joint": -1},
+                 "vendi": {"samples": 1}, "prompt_vendi": {"prompts": 1}}
+        names = {"": "conditional", "information": "information", "vendi": "vendi", "prompt_vendi": "prompt_vendi"}
+        q = student_t_isf((1.0 - level) / 2.0, self.noise_draws)
+        scores, out = self.scores(), {}
+        for key, parts in signs.items():
+            if key not in errors:
+                continue
+            by_order = {}
+            for order in self.orders:
+                value = scores[order][names[key]]
+                se = errors[key] if self._single_order else errors[key][order]
+                bias = torch.zeros((), dtype=torch.float64)
+                if order not in (2.0, math.inf):
+                    shift = sum(sign * sides[name][order].bias for name, sign in parts.items())
+                    moves = sum(sign * sides[name][order].replicates for name, sign in parts.items())
+                    bias = value * (shift + 0.5 * moves.square().mean())
+                    what = f"{key or 'conditional'} score of order {order}"
+                    warn_large_bias("ConditionalVendi.interval", what, bias, value, n, self.feature_map.out_features)
+                centre = value - bias
+                by_order[order] = Interval(value, se, bias, centre - q * se, centre + q * se, level)
+            out[key] = by_order[self.orders[0]] if self._single_order else by_order
+        return out
 
     def _value(self) -> VendiResult:
         """Conditional-Vendi of each order (a scalar for one order, ``{order: value}`` for several): the joint and
@@ -344,6 +396,32 @@ class ConditionalReading(Reading):
             replicates = vendi_replicates(accumulator.lane_noise_sums(label), [order], None, self.precision)
             errors[label] = standard_error(replicates[order]).cpu()
         return errors
+
+    def per_prompt_interval(self, alpha: Any = None, level: float = 0.95) -> Interval:
+        """Each label's Vendi (order ``alpha``, default the metric's first) with its interval at ``level`` without
+        its bias at the label's sample count, as one [`Interval`][lightning_spectral.metrics.reading.Interval] of
+        (L,) tensors: ``value - bias -+ q se``, the bias from the label's own draws
+        ([`vendi_bias`][lightning_spectral.functional.fkea.vendi_bias]; 0 at orders 2 and inf and for a label seen
+        once); NaN for a label without samples. A label's few samples make its bias large: one above
+        `BIAS_SHARE_WARNING` of its score is said. A collective under DDP.
+
+        Raises:
+            RuntimeError: no per-label draws (``noise_draws=0``, ``label_prompts=True``) or no ``num_classes``.
+        """
+        order = self.orders[0] if alpha is None else check_orders(alpha)[0][0]
+        level = check_fraction(level, "level", high_closed=False)
+        errors = self.per_prompt_standard_errors(order)  # refuses a metric without per-label draws
+        values = self.per_prompt(order)
+        accumulator = self._per_prompt_accumulator()
+        counts = accumulator.lane_counts()
+        biases = torch.where(values.isnan(), values, torch.zeros_like(values))
+        for label in torch.nonzero(counts >= 2).flatten().tolist():
+            biases[label] = vendi_bias(accumulator.lane_noise_sums(label), [order], self.precision)[order].cpu()
+        worst = int(torch.nan_to_num(biases.abs() / values, nan=0.0).argmax())
+        warn_large_bias("ConditionalVendi.per_prompt_interval", f"Vendi of label {worst}", biases[worst],
+                        values[worst], int(round(float(counts[worst]))), int(accumulator.cov_sum.shape[-1]))
+        half = student_t_isf((1.0 - level) / 2.0, self.noise_draws) * errors
+        return Interval(values, errors, biases, values - biases - half, values - biases + half, level)
 
     def least_diverse(self, k: int = 5, min_count: int = 2) -> list[tuple[int, float, int]]:
         """The ``k`` labels with the lowest per-prompt Vendi among those with at least ``min_count`` samples:

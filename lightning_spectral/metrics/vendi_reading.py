@@ -7,7 +7,6 @@ from collections.abc import Mapping
 from typing import Any, Optional
 
 import torch
-from lightning.pytorch.utilities import rank_zero_warn
 from torch import Tensor
 
 from lightning_spectral._checks import check_fraction, check_order
@@ -22,13 +21,7 @@ from lightning_spectral.functional.fkea import (
 from lightning_spectral.functional.student_t import student_t_isf
 from lightning_spectral.metrics.covariance_reading import CovarianceReading
 from lightning_spectral.metrics.headline import headline_values
-from lightning_spectral.metrics.reading import Interval, kept_summary
-
-#: `VendiReading.interval` warns when the bias it takes out is above this share of the score. Measured (the mean over
-#: samples, as a share of the large-n value): taking out 4.6 % left 0.3 % (the interval covered in 93.5 %), taking
-#: out 15 % left 12 % and 22 % left 18 % (it covered in 8 % and 0 %) (docs/benchmarks/coverage.md, "Vendi-1 without
-#: its bias at this n").
-BIAS_SHARE_WARNING = 0.05
+from lightning_spectral.metrics.reading import Interval, kept_summary, warn_large_bias
 
 
 class VendiReading(CovarianceReading):
@@ -115,15 +108,8 @@ class VendiReading(CovarianceReading):
         values = self.value if not self._single_order else {self.orders[0]: self.value}
         errors = errors if not self._single_order else {self.orders[0]: errors}
         for order in self.orders:
-            share = float(abs(biases[order]) / values[order])
-            if share > BIAS_SHARE_WARNING:
-                rank_zero_warn(
-                    f"FKEAVendi.interval: the bias of order {order} is {share:.0%} of the score at n = "
-                    f"{int(self.sample_count())}, 2r = {self.feature_map.out_features}: past {BIAS_SHARE_WARNING:.0%} "
-                    "its second-order estimate leaves a bias about its own size in, so the interval misses the "
-                    "large-n value. Compare the score at one n and 2r, or use RKE (alpha=2) or truncation=t, which "
-                    "converge with n."
-                )
+            warn_large_bias("FKEAVendi.interval", f"score of order {order}", biases[order], values[order],
+                            int(self.sample_count()), self.feature_map.out_features)
         q = student_t_isf((1.0 - level) / 2.0, self.noise_draws)
         intervals = {}
         for order in self.orders:
