@@ -1,6 +1,7 @@
 """Lightning callbacks: SPECAlign (adds the SPEC-align loss), KPCAOODMonitor (kernel PCA OOD monitoring),
 EmbeddingMetrics (metrics of validation embeddings), DriftMonitor (the clusters a fine-tuned encoder lost since its
-start) and GeneratedSamples (metrics of a generative model's samples);
+start), GeneratedSamples (metrics of a generative model's samples) and DiversityRegularizer (a diversity loss for
+the generator);
 StderrProgressBar (progress on stderr: bars on a terminal, quiet lines in a log).
 
 All are built on [`EmbeddingCallback`][lightning_spectral.callbacks.EmbeddingCallback] (the capture lifecycle, loader
@@ -10,6 +11,7 @@ spectrum, reset).
 """
 
 from lightning_spectral.callbacks.checkpoint_guard import CheckedCheckpointIO
+from lightning_spectral.callbacks.diversity_regularizer import DiversityRegularizer, diversity_term
 from lightning_spectral.callbacks.drift_monitor import DriftMonitor
 from lightning_spectral.callbacks.embedding_callback import EmbeddingCallback
 from lightning_spectral.callbacks.embedding_metrics import EmbeddingMetrics
@@ -25,6 +27,7 @@ from lightning_spectral.functional.spec_align_solver import SpecAlignSolver
 
 __all__ = [
     "CheckedCheckpointIO",
+    "DiversityRegularizer",
     "DriftMonitor",
     "EmbeddingCallback",
     "EmbeddingMetrics",
@@ -37,6 +40,7 @@ __all__ = [
     "SPECAlign",
     "SpecAlignSolver",
     "StderrProgressBar",
+    "diversity_term",
     "draw_samples",
     "sample_chunks",
     "shard_loader",

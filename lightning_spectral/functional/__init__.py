@@ -7,6 +7,7 @@ from lightning_spectral.functional.conditional import (
     prompt_agnostic_eigenvalues_exact,
 )
 from lightning_spectral.functional.content_groups import content_groups, content_hash, reference_halves
+from lightning_spectral.functional.diversity import diversity_guidance, diversity_loss
 from lightning_spectral.functional.finc import finc, finc_exact, finc_spectrum, ken_eigenvalues
 from lightning_spectral.functional.fkea import fkea_vendi, truncated_vendi, vendi_exact
 from lightning_spectral.functional.mmd import MMDTest, fast_mmd, fast_mmd_test, mmd_exact, mmd_exact_test
@@ -20,6 +21,7 @@ from lightning_spectral.functional.ood import (
     threshold_at_tpr,
     threshold_standard_error,
 )
+from lightning_spectral.functional.running_covariance import RunningCovariance
 from lightning_spectral.functional.spec import (
     SPECClusters,
     SPECResult,
@@ -30,6 +32,9 @@ from lightning_spectral.functional.spec import (
 )
 
 __all__ = [
+    "RunningCovariance",
+    "diversity_guidance",
+    "diversity_loss",
     "conditional_rke_exact",
     "content_groups",
     "content_hash",
