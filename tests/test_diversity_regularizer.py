@@ -78,19 +78,22 @@ def test_a_fit_that_never_calls_it_is_told_how(tmp_path):
             Collapsing(regularize=False), noise(64))
     with pytest.raises(RuntimeError, match="DiversityRegularizer"):
         trainer(tmp_path, epochs=1).fit(Collapsing(), noise(64))  # the call, but no callback
+    with pytest.raises(ValueError, match="reference"):
+        DiversityRegularizer()  # sigma="auto" without real samples to fit it to
 
 
 def test_a_resumed_run_continues_from_the_saved_covariance(tmp_path):
-    first = DiversityRegularizer(sigma="auto", n_frequencies=32)
+    reference = torch.randn(200, 2, generator=torch.Generator().manual_seed(5))
+    first = DiversityRegularizer(reference=reference, n_frequencies=32)
     run = trainer(tmp_path, first, epochs=1)
     run.fit(Collapsing(), noise(96))
     run.save_checkpoint(tmp_path / "one.ckpt")
-    second = DiversityRegularizer(sigma="auto", n_frequencies=32)
+    second = DiversityRegularizer(reference=reference, n_frequencies=32)
     resumed = trainer(tmp_path, second, epochs=1)
     resumed.fit(Collapsing(), noise(96), ckpt_path=tmp_path / "one.ckpt")  # max_epochs reached: restores only
     assert second.rff.sigma == first.rff.sigma and second.running.weight == first.running.weight
     torch.testing.assert_close(second.running.covariance(), first.running.covariance())
-    other = DiversityRegularizer(sigma="auto", n_frequencies=16)
+    other = DiversityRegularizer(reference=reference, n_frequencies=16)
     with pytest.raises(ValueError, match="width"):
         other.load_state_dict(first.state_dict())
     assert other.running.weight == 0.0 and other.rff.sigma is None

@@ -289,6 +289,19 @@ def fid_beside_vendi(tmp_path, monkeypatch):
     assert "gen/vendi/vendi_1" in trainer.callback_metrics
 
 
+def diversity_loss_block(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # L.Trainer() as written logs and checkpoints into the working folder
+    torch.manual_seed(0)
+    names = run_block(blocks("python")["generative-models-a-diversity-loss-against-dropped-modes"], {})
+    trainer, regularizer = names["trainer"], names["regularizer"]
+    # every batch of the epoch (1,797 training digits in batches of 64, the last smaller) added to the covariance
+    batches = len(names["digits"].train_dataloader())
+    assert trainer.global_step == 2 * batches  # two optimisers a step
+    assert regularizer.running.weight == pytest.approx(sum(0.99**k * 64 for k in range(batches)), rel=0.05)
+    assert {"diversity/loss_epoch", "diversity/rke_epoch"} <= set(trainer.callback_metrics)
+    assert 1.0 < float(trainer.callback_metrics["diversity/rke_epoch"])
+
+
 #: README block id -> the function that runs it with its free names.
 RUNNERS = {
     "metrics-in-a-lightningmodule": metrics_in_a_lightning_module,
@@ -297,6 +310,7 @@ RUNNERS = {
     "out-of-distribution-detection": out_of_distribution_detection,
     "using-the-core": using_the_core,
     "generative-models-which-modes-a-model-drops-or-invents": fid_beside_vendi,
+    "generative-models-a-diversity-loss-against-dropped-modes": diversity_loss_block,
 }
 
 

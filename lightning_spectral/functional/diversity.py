@@ -69,13 +69,18 @@ def diversity_loss(features: Tensor, running: Optional[RunningCovariance] = None
     phi = features.double()
     rows = phi.detach()
     fourth, count = rows.square().sum(1).square().sum(), float(phi.shape[0])
+    similar = None  # C phi_i, in the features' precision (float32 features: float32 products, float64 sums)
+    if weight > 0:
+        moment = running.covariance_float32() if features.dtype == torch.float32 else running.covariance()  # type: ignore[union-attr]
+        similar = (features @ moment.to(features.device, features.dtype)).double()
+    seen = (rows * similar.detach()).sum() if similar is not None else fourth.new_zeros(())  # sum_i phi_i^T C phi_i
     across = sync and distributed_available()
-    if across or weight > 0 or phi.shape[0] > phi.shape[1]:  # the batch's Q = Phi^T Phi (2r, 2r)
+    if across or phi.shape[0] > phi.shape[1]:  # the batch's Q = Phi^T Phi (2r, 2r)
         outer = rows.T @ rows
-        if across:  # one all-reduce of [Q, sum ||phi||^4, n]: the whole batch's sums
-            packed = torch.cat([outer.flatten(), fourth[None], outer.new_tensor([count])]).to(collective_device(None))
-            packed = all_reduce_sum(packed)[0].to(outer.device)
-            outer, fourth, count = packed[:-2].view_as(outer), packed[-2], float(packed[-1])
+        if across:  # one all-reduce of [Q, sum ||phi||^4, sum phi^T C phi, n]: the whole batch's sums
+            packed = torch.cat([outer.flatten(), torch.stack([fourth, seen]), outer.new_tensor([count])])
+            packed = all_reduce_sum(packed.to(collective_device(None)))[0].to(outer.device)
+            outer, fourth, seen, count = packed[:-3].view_as(outer), packed[-3], packed[-2], float(packed[-1])
         moved = phi @ outer  # Q phi_i
         own = outer.square().sum()
     else:  # n <= 2r on one process: the (n, n) Gram, G Phi = Q Phi
@@ -85,14 +90,13 @@ def diversity_loss(features: Tensor, running: Optional[RunningCovariance] = None
         raise ValueError(f"diversity_loss: {count:g} row and no earlier samples: a similarity needs two samples; "
                          "pass a batch of at least 2 or a running covariance that holds earlier samples.")
     # sum over pairs of distinct batch rows of (phi_i . phi_j)^2 = ||Q||_F^2 - sum_i ||phi_i||^4, and each row's
-    # mean squared similarity to the earlier samples, phi_i^T C phi_i, summed: tr(C Q)
+    # mean squared similarity to the earlier samples, phi_i^T C phi_i, summed (tr(C Q))
     total, pairs = own - fourth, count * (count - 1)
     # a surrogate with the same gradient in this rank's rows as the total: 4 (Q + w C) phi_i - 4 ||phi_i||^2 phi_i
     surrogate = 2.0 * (phi * moved).sum() - phi.square().sum(1).square().sum()
-    if weight > 0:
-        moment = running.covariance().to(phi.device)  # type: ignore[union-attr]
-        total, pairs = total + 2.0 * weight * (moment * outer).sum(), pairs + 2.0 * weight * count
-        surrogate = surrogate + 2.0 * weight * (phi * (phi @ moment)).sum()
+    if similar is not None:
+        total, pairs = total + 2.0 * weight * seen, pairs + 2.0 * weight * count
+        surrogate = surrogate + 2.0 * weight * (phi * similar).sum()
     total = total.clamp_min(torch.finfo(torch.float64).tiny)
     return torch.log(total / pairs) + (surrogate - surrogate.detach()) / total
 

@@ -4,7 +4,8 @@ guidance step compares a new batch against, in O((2r)^2) memory whatever the num
     S <- decay S + sum_i phi_i phi_i^T,     w <- decay w + n,     C = S / w
 
 After ``t`` batches of ``n`` samples a batch ``k`` steps old weighs ``decay^k``: the covariance summarises about the
-last ``n / (1 - decay)`` samples (10,000 at ``decay = 0.99`` and batches of 100; all of them at ``decay = 1``). Float64 sums; under DDP each
+last ``n / (1 - decay)`` samples (10,000 at ``decay = 0.99`` and batches of 100; all of them at
+``decay = 1``). Float64 sums; under DDP each
 update sums every rank's batch with one all-reduce, so every rank holds the same ``C``.
 """
 
@@ -43,22 +44,34 @@ class RunningCovariance:
         self.sync = bool(sync)
         self.total = torch.zeros(width, width, dtype=torch.float64)
         self.weight = 0.0
+        self._float32: Optional[Tensor] = None
 
     def update(self, features: Tensor) -> None:
         """Add a batch's features (N, 2r) (detached; every rank's under DDP) after decaying the earlier sums."""
         if not isinstance(features, Tensor) or features.ndim != 2 or features.shape[1] != self.width:
             shape = tuple(features.shape) if isinstance(features, Tensor) else type(features).__name__
             raise ValueError(f"RunningCovariance.update: `features` must be (N, {self.width}), got {shape}.")
-        features = features.detach().double()
+        features = features.detach()
         if not bool(torch.isfinite(features).all()):
             raise ValueError("RunningCovariance.update: `features` holds NaN or infinite values; nothing was added.")
+        # the batch's product in the features' precision (float32 for float32 features, as the metrics' products),
+        # added to float64 sums
         outer, count = features.T @ features, float(features.shape[0])
         if self.sync and distributed_available():  # one all-reduce of [outer, count]
+            outer = outer.double()
             packed = torch.cat([outer.flatten(), outer.new_tensor([count])]).to(collective_device(None))
             packed = all_reduce_sum(packed)[0].to(outer.device)
             outer, count = packed[:-1].view_as(outer), float(packed[-1])
         self.total = self.total.to(outer.device).mul_(self.decay).add_(outer)
         self.weight = self.decay * self.weight + count
+        self._float32 = None
+
+    def covariance_float32(self) -> Tensor:
+        """`covariance` in float32, kept until the next `update` (a loss's product with float32 features)."""
+        if self._float32 is None:
+            self._float32 = torch.empty(self.total.shape, dtype=torch.float32, device=self.total.device)
+            torch.mul(self.total, 1.0 / self.weight if self.weight > 0 else 0.0, out=self._float32)  # one pass
+        return self._float32
 
     def covariance(self) -> Tensor:
         """``C = S / w`` (2r, 2r) float64 (zeros before any update)."""
@@ -79,3 +92,4 @@ class RunningCovariance:
                              f"has decay={self.decay}; build it with the saved decay to resume.")
         self.total = total.double().to(device or self.total.device).clone()
         self.weight = float(state["weight"])
+        self._float32 = None
