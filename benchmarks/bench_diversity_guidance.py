@@ -7,9 +7,10 @@ The target: 8 Gaussians (std 0.3) on a circle of radius 4 in 2-D, weights 0.55, 
 0.01 (a model that makes some modes rarely). The sampler: the reverse of a variance-exploding diffusion with the
 exact score of the blurred mixture (200 ancestral steps, noise 10 to 0.01), whose samples follow the mixture. With
 guidance (``scale > 0``) each step's drift also gets ``- scale diversity_guidance(x, phi o denoise, running)``
-(``phi`` Gaussian random features, sigma = 1, 2r = 512, of the denoised estimate ``x + noise^2 score``), ``running`` the covariance of every earlier batch's final samples
-(`RunningCovariance`, decay 1: all of them), as SPARKE guides each new prompt's batch against the earlier ones
-(Jalali et al. 2025, arXiv 2506.10173), without its memory bank. Batches are drawn one after another.
+(``phi`` Gaussian random features, sigma = 1, 2r = 512, of the denoised estimate ``x + noise^2 score``),
+``running`` the covariance of every earlier batch's final samples (`RunningCovariance`, decay 1: all of them), as
+SPARKE guides each new prompt's batch against the earlier ones (Jalali et al. 2025, arXiv 2506.10173), without its
+memory bank. Batches are drawn one after another.
 
 Printed per scale, mean (and spread) over seeds: the modes holding >= 2 % of all samples (8 at most; the target
 itself gives 6 at these weights), the share of samples near a mode (within 3 std: the guidance must not push
@@ -44,13 +45,15 @@ def score(x: torch.Tensor, noise: float) -> torch.Tensor:
     return (torch.softmax(logits, 1)[:, :, None] * offsets).sum(1) / variance
 
 
-def sample_batch(n: int, scale: float, rff: GaussianRFF, running: RunningCovariance, g: torch.Generator) -> torch.Tensor:
+def sample_batch(
+    n: int, scale: float, rff: GaussianRFF, running: RunningCovariance, g: torch.Generator
+) -> torch.Tensor:
     """The reverse of a variance-exploding diffusion with the exact score (ancestral steps, noise 10 to 0.01 over
     200 geometric levels): samples of the mixture. Guidance acts on the denoised estimate ``x + noise^2 score``
     (Tweedie), as guidance of a diffusion model's predicted sample does."""
     levels = torch.logspace(1, -2, 200, dtype=torch.float64).tolist() + [0.0]
     x = levels[0] * torch.randn(n, 2, generator=g, dtype=torch.float64)
-    for noise, after in zip(levels[:-1], levels[1:]):
+    for noise, after in zip(levels[:-1], levels[1:], strict=True):
         step = noise**2 - after**2
         drift = score(x, noise)
         if scale > 0 and running.weight > 0:

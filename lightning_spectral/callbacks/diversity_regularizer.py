@@ -28,7 +28,6 @@ from lightning_spectral.kernels.gaussian_rff import GaussianRFF
 from lightning_spectral.metrics.auto_bandwidth import reference_bandwidth
 from lightning_spectral.sync.collectives import distributed_available
 
-
 #: ``sigma="auto"`` is this fraction of the metrics' bandwidth on the reference. Chosen on the 8 x 8 digits' GAN
 #: (``benchmarks/bench_diversity_gan.py``: at the metrics' bandwidth (1.53) the generator still collapsed to 1-2
 #: classes at weight 5-20; at 1.0 it kept 6 classes, at 0.5 all 8 of 10 seen in 1,000 steps); Fashion-MNIST was
