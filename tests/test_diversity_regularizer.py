@@ -126,3 +126,16 @@ def test_two_processes_give_the_loss_and_gradient_of_one(tmp_path):
         assert term == pytest.approx(one[2], rel=1e-5)
         # DDP averages the ranks' gradients: each rank's is twice its share of one process's
         torch.testing.assert_close(term_grad, 2 * one[3][rank::2], rtol=1e-4, atol=1e-7)
+
+
+def test_mixed_precision_leaves_the_loss_and_the_covariance_at_float32():
+    """Under bfloat16 autocast (a ``bf16-mixed`` step) the features, the loss and the covariance's update run at
+    float32: the same numbers as without it."""
+    samples = torch.rand(32, 6, generator=torch.Generator().manual_seed(0))
+    plain, mixed = (DiversityRegularizer(sigma=0.5, n_frequencies=64) for _ in range(2))
+    for _ in range(2):
+        want = plain(samples)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            got = mixed(samples)
+    assert got.dtype == torch.float64 and float(got) == pytest.approx(float(want), rel=1e-6)
+    torch.testing.assert_close(mixed.running.covariance(), plain.running.covariance(), rtol=1e-6, atol=1e-9)

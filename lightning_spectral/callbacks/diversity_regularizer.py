@@ -22,6 +22,7 @@ import torch.distributed as dist
 from torch import Tensor, nn
 
 from lightning_spectral._checks import check_positive, check_positive_int, check_seed
+from lightning_spectral.algebra.precision import full_precision
 from lightning_spectral.functional.diversity import diversity_loss
 from lightning_spectral.functional.running_covariance import RunningCovariance
 from lightning_spectral.kernels.gaussian_rff import GaussianRFF
@@ -118,9 +119,10 @@ class DiversityRegularizer(L.Callback):
                 rows = rows if self.feature is None else torch.cat([self.feature(part) for part in rows.split(256)])
             sigma = BANDWIDTH_FRACTION * reference_bandwidth(rows.flatten(1).float(), "DiversityRegularizer")
             self.rff.set_bandwidth(sigma)
-        features = self.rff(embedded)
-        loss = diversity_loss(features, self.running if self.running.weight > 0 else None)
-        self.running.update(features)
+        with torch.autocast(embedded.device.type, enabled=False), full_precision():  # the features at float32
+            features = self.rff(embedded if embedded.dtype == torch.float64 else embedded.float())
+            loss = diversity_loss(features, self.running if self.running.weight > 0 else None)
+            self.running.update(features)
         ranks = dist.get_world_size() if distributed_available() else 1
         term = self.weight * (loss + (ranks - 1) * (loss - loss.detach()))  # the value of 1, the gradient x ranks
         self._calls += 1

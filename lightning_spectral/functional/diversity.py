@@ -23,6 +23,7 @@ from typing import Callable, Optional
 import torch
 from torch import Tensor
 
+from lightning_spectral.algebra.precision import full_precision
 from lightning_spectral.functional.running_covariance import RunningCovariance
 from lightning_spectral.sync.collectives import all_reduce_sum, collective_device, distributed_available
 
@@ -57,6 +58,14 @@ def diversity_loss(features: Tensor, running: Optional[RunningCovariance] = None
         >>> bool(diversity_loss(torch.cat([apart, apart])) < diversity_loss(same))
         True
     """
+    if not isinstance(features, Tensor):
+        kind = type(features).__name__
+        raise ValueError(f"diversity_loss: `features` must be a floating (n, 2r) tensor, got {kind}.")
+    with torch.autocast(features.device.type, enabled=False), full_precision():  # float32 products, as the metrics'
+        return _diversity_loss(features, running, sync)
+
+
+def _diversity_loss(features: Tensor, running: Optional[RunningCovariance], sync: bool) -> Tensor:
     if not isinstance(features, Tensor) or features.ndim != 2 or not features.is_floating_point():
         kind = tuple(features.shape) if isinstance(features, Tensor) else type(features).__name__
         raise ValueError(f"diversity_loss: `features` must be a floating (n, 2r) tensor, got {kind}.")

@@ -17,6 +17,7 @@ import torch
 from torch import Tensor
 
 from lightning_spectral._checks import check_fraction, check_positive_int
+from lightning_spectral.algebra.precision import full_precision
 from lightning_spectral.sync.collectives import all_reduce_sum, collective_device, distributed_available
 
 
@@ -56,7 +57,8 @@ class RunningCovariance:
             raise ValueError("RunningCovariance.update: `features` holds NaN or infinite values; nothing was added.")
         # the batch's product in the features' precision (float32 for float32 features, as the metrics' products),
         # added to float64 sums
-        outer, count = features.T @ features, float(features.shape[0])
+        with torch.autocast(features.device.type, enabled=False), full_precision():  # IEEE float32 or float64
+            outer, count = features.T @ features, float(features.shape[0])
         if self.sync and distributed_available():  # one all-reduce of [outer, count]
             outer = outer.double()
             packed = torch.cat([outer.flatten(), outer.new_tensor([count])]).to(collective_device(None))
