@@ -136,6 +136,8 @@ class DiversityRegularizer(L.Callback):
 
     def on_train_epoch_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self._calls = 0
+        if self.feature is not None:  # a feature inside the module was put back in train mode with it
+            self.feature.eval()
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if self._calls == 0 and trainer.num_training_batches:
