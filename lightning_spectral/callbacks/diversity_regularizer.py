@@ -119,6 +119,7 @@ class DiversityRegularizer(L.Callback):
                 rows = rows if self.feature is None else torch.cat([self.feature(part) for part in rows.split(256)])
             sigma = BANDWIDTH_FRACTION * reference_bandwidth(rows.flatten(1).float(), "DiversityRegularizer")
             self.rff.set_bandwidth(sigma)
+            self.reference = None  # its work is done: sigma is kept (and checkpointed)
         with torch.autocast(embedded.device.type, enabled=False), full_precision():  # the features at float32
             features = self.rff(embedded if embedded.dtype == torch.float64 else embedded.float())
             loss = diversity_loss(features, self.running if self.running.weight > 0 else None)

@@ -496,8 +496,8 @@ def vendi_bias(
         True
     """
     orders, single = check_orders(alpha)
-    entropies = entropy_bias(noise, orders, precision, eigen)
-    values = eigen[0] if eigen is not None else psd_eigenvalues(noise.moment().double(), precision=precision)
+    eigen = psd_eigh(noise.moment().double(), precision=precision) if eigen is None else eigen  # one for both
+    entropies, values = entropy_bias(noise, orders, precision, eigen), eigen[0]
     biases = {}
     for order in orders:
         if parse_alpha(order) in (2.0, math.inf):  # see `entropy_bias`
@@ -528,8 +528,7 @@ def entropy_bias(
     biases, the draws being shared. Returns ``{order: EntropyBias}``.
     """
     orders, _ = check_orders(alpha)
-    moment = noise.moment().double()
-    values, vectors = psd_eigh(moment, precision=precision) if eigen is None else eigen
+    values, vectors = psd_eigh(noise.moment().double(), precision=precision) if eigen is None else eigen
     values = values.double().clamp_min(0.0)
     total = values.sum()
     live = values > 1e-12 * float(values.max())
@@ -537,13 +536,15 @@ def entropy_bias(
     if bool(live[kept:].any()):
         raise ValueError(f"vendi_bias: `eigen` holds {kept} eigenvectors but more non-zero eigenvalues; pass them all.")
     p, basis = values[:kept][live[:kept]] / total, vectors[:, live[:kept].to(vectors.device)].double()
-    rotated = []
-    for a in range(noise.draws):
-        draw = noise.draw(a).double()
-        draw = (draw - moment * (draw.trace() / total)) / total  # the noise of p = C / tr C, to first order
-        rotated.append(basis.T @ (draw @ basis))
-    noise_squares = torch.stack(rotated).square().mean(0)  # E N_ij^2, (m, m)
-    diagonals = torch.stack([part.diagonal() for part in rotated])  # N_ii per draw, (A, m)
+    # the noise of p = C / tr C to first order, N_a = (E_a - C tr(E_a) / T) / T, in C's eigenbasis (U^T C U =
+    # diag(T p)); E_a U without forming E_a (`NoiseSums.draws_times`)
+    means = noise.weight_sums.double() / noise.count
+    traces = (noise.weighted.double().diagonal(dim1=1, dim2=2).sum(1) - means * noise.total.double().trace())
+    traces = (traces / noise.count).to(basis.device)  # tr E_a, (A,)
+    rotated = basis.T @ noise.draws_times(basis).double().to(basis.device) / total  # (A, m, m)
+    rotated = rotated - torch.diag_embed(p[None, :] * traces[:, None] / total)
+    noise_squares = rotated.square().mean(0)  # E N_ij^2, (m, m)
+    diagonals = rotated.diagonal(dim1=1, dim2=2)  # N_ii per draw, (A, m)
     found = {}
     for order in orders:
         exponent = parse_alpha(order)

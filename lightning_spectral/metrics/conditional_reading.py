@@ -179,11 +179,11 @@ class ConditionalReading(Reading):
         level = check_fraction(level, "level", high_closed=False)
         errors = self.standard_errors()  # refuses a metric without draws
         n = int(self.sample_count())
-        sides = {
+        sides = self._cached("entropy_bias", lambda: {
             name: entropy_bias(self.streams[name].noise_sums(), self.orders, self.precision,
                                psd_eigh(self._moment(name), precision=self.precision, rank=n))
             for name in self._sides()
-        } if any(order not in (2.0, math.inf) for order in self.orders) else {}
+        } if any(order not in (2.0, math.inf) for order in self.orders) else {})  # one eigh per side, kept
         signs = {"": {"joint": 1, "prompts": -1}, "information": {"samples": 1, "prompts": 1, "joint": -1},
                  "vendi": {"samples": 1}, "prompt_vendi": {"prompts": 1}}
         names = {"": "conditional", "information": "information", "vendi": "vendi", "prompt_vendi": "prompt_vendi"}
@@ -414,14 +414,19 @@ class ConditionalReading(Reading):
         values = self.per_prompt(order)
         accumulator = self._per_prompt_accumulator()
         counts = accumulator.lane_counts()
-        biases = torch.where(values.isnan(), values, torch.zeros_like(values))
-        for label in torch.nonzero(counts >= 2).flatten().tolist():
-            biases[label] = vendi_bias(accumulator.lane_noise_sums(label), [order], self.precision)[order].cpu()
+        biases = self._cached(f"prompt_bias_{order}", lambda: self._per_prompt_biases(order, values))
         worst = int(torch.nan_to_num(biases.abs() / values, nan=0.0).argmax())
         warn_large_bias("ConditionalVendi.per_prompt_interval", f"Vendi of label {worst}", biases[worst],
                         values[worst], int(round(float(counts[worst]))), int(accumulator.cov_sum.shape[-1]))
         half = student_t_isf((1.0 - level) / 2.0, self.noise_draws) * errors
         return Interval(values, errors, biases, values - biases - half, values - biases + half, level)
+
+    def _per_prompt_biases(self, order: Any, values: Tensor) -> Tensor:
+        accumulator = self._per_prompt_accumulator()
+        biases = torch.where(values.isnan(), values, torch.zeros_like(values))
+        for label in torch.nonzero(accumulator.lane_counts() >= 2).flatten().tolist():
+            biases[label] = vendi_bias(accumulator.lane_noise_sums(label), [order], self.precision)[order].cpu()
+        return biases
 
     def least_diverse(self, k: int = 5, min_count: int = 2) -> list[tuple[int, float, int]]:
         """The ``k`` labels with the lowest per-prompt Vendi among those with at least ``min_count`` samples:
