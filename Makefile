@@ -104,6 +104,8 @@ bench: $(VENV)/.installed
 	$(BENCH_PY) benchmarks/bench_vendi_bias.py --cases 64:200 --reps 3
 	$(BENCH_PY) benchmarks/bench_diversity_guidance.py --batches 2 --batch 20 --scales 0 1 --seeds 0
 	$(BENCH_PY) benchmarks/bench_diversity_gan.py --data digits --seeds 0 --steps 50
+	$(BENCH_PY) benchmarks/bench_diversity_recipe.py --seeds 0 --epochs 2
+	$(BENCH_PY) benchmarks/bench_diversity_cost.py --r 64 --steps 3 --pairs 1
 	$(BENCH_PY) benchmarks/bench_align_recipe.py --seeds 0 --epochs 1 --out $(BENCH_OUT)/align_recipe_evidence.json
 	$(BENCH_PY) benchmarks/bench_logged_keys.py
 	$(BENCH_PY) benchmarks/bench_state_memory.py --widths 512 1024

@@ -38,11 +38,12 @@ from typing import Any, Optional
 import torch
 from digits_vae import DigitsVAE
 from jsonargparse.typing import NonNegativeInt, PositiveInt
+from lightning import LightningModule
 from lightning.pytorch.cli import LightningCLI
 from torch import Tensor
 from torchmetrics.image.kid import KernelInceptionDistance
 
-from lightning_spectral.callbacks import GeneratedSamples
+from lightning_spectral.callbacks import DiversityRegularizer, GeneratedSamples
 from lightning_spectral.callbacks.alongside import AlongsideMetrics
 from lightning_spectral.data import DigitsImages
 from lightning_spectral.io import CheckpointError, WriteError, check_checkpoint, check_writable, written
@@ -131,12 +132,14 @@ def summarise(generated: GeneratedSamples, data: DigitsImages) -> dict[str, Any]
 
 
 def summary_text(
-    result: dict[str, Any], data: DigitsImages, generated: GeneratedSamples, log_dir: Optional[str]
+    result: dict[str, Any], data: DigitsImages, generated: GeneratedSamples, log_dir: Optional[str],
+    model_name: str = "DigitsVAE",
 ) -> str:
     """The table a person reads at the end of a run."""
+    model = "the VAE" if model_name == "DigitsVAE" else model_name
     drop = f"digits {list(data.drop_classes)} leave the training stream from epoch {data.drop_after_epoch + 1}" if (
         data.drop_classes) else "every digit, every epoch"
-    lines = ["", "=" * 104, f"Generated samples of the VAE ({drop}); {generated.n_samples} samples per measured epoch.",
+    lines = ["", "=" * 104, f"Generated samples of {model} ({drop}); {generated.n_samples} samples per measured epoch.",
              "FINC (rho as configured) and KID against the training split, FastMMD against the held-out split.", "",
              f"{'epoch':>5} | {'Vendi-1':>7} {'RKE':>6} | {'FINC novel':>10} {'missing':>7} {'missing mass':>12} | "
              f"{'MMD^2':>8} {'p-value':>8} | {'KID mean':>9} {'KID std':>8}"]
@@ -155,6 +158,9 @@ def summary_text(
         found = result["modes"].get(kind, [])
         lines.append(f"\nFINC {kind} modes at epoch {last}: " + ("none significant" if not found else f"{what}"))
         lines += [f"  {mode['mode']:<24} -> {mode['shows']}" for mode in found]
+    if result.get("diversity"):
+        lines.append("\nDiversityRegularizer, the last epoch's means: " + ", ".join(
+            f"{key} {value:.3f}" for key, value in result["diversity"].items()))
     lines.append("\nKID is one number; FINC names the modes (docs/generative.md: how to read this).")
     if log_dir is not None:
         lines.append(f"TensorBoard (galleries, spectra, every value): tensorboard --logdir {Path(log_dir).parent}")
@@ -173,9 +179,10 @@ class GenerativeCLI(LightningCLI):
         parser.add_argument("--summary_json", type=Optional[str], default=None, help="Also write the summary here.")
 
 
-def main(args: Optional[list[str]] = None) -> dict[str, Any]:
-    """Run the recipe; returns ``{"epochs": [...], "modes": {...}, "log_dir": ...}`` (see :func:`summarise`)."""
-    cli = GenerativeCLI(DigitsVAE, DigitsImages, run=False, args=args, seed_everything_default=0,
+def main(args: Optional[list[str]] = None, model_class: type[LightningModule] = DigitsVAE) -> dict[str, Any]:
+    """Run the recipe with ``model_class`` (``recipes/gan.py`` passes ``DigitsGAN``); returns ``{"epochs": [...],
+    "modes": {...}, "log_dir": ...}`` (see :func:`summarise`)."""
+    cli = GenerativeCLI(model_class, DigitsImages, run=False, args=args, seed_everything_default=0,
                         save_config_kwargs={"overwrite": True})
     config, trainer = cli.config, cli.trainer
     if config["summary_json"]:
@@ -192,8 +199,13 @@ def main(args: Optional[list[str]] = None) -> dict[str, Any]:
     result = summarise(generated, cli.datamodule)
     result["log_dir"] = trainer.logger.log_dir if trainer.logger is not None else None
     result["timings"] = dict(generated.last_timings)
+    regularizer = next((c for c in trainer.callbacks if isinstance(c, DiversityRegularizer)), None)
+    if regularizer is not None:  # the loss it added, as the last epoch's means
+        logged = trainer.callback_metrics
+        result["diversity"] = {key: float(logged[f"{regularizer.log_prefix}{key}_epoch"]) for key in ("loss", "rke")
+                               if f"{regularizer.log_prefix}{key}_epoch" in logged}
     if trainer.is_global_zero:
-        print(summary_text(result, cli.datamodule, generated, result["log_dir"]), flush=True)
+        print(summary_text(result, cli.datamodule, generated, result["log_dir"], model_class.__name__), flush=True)
         write_summary(result, config["summary_json"])
     return result
 

@@ -85,6 +85,31 @@ def test_guidance_moves_samples_apart_and_is_n_times_the_loss_gradient():
     assert float((x - 0.05 * step).norm(dim=1).mean()) > float(x.norm(dim=1).mean())  # away from the dense centre
 
 
+def test_float32_features_read_the_float32_covariance_as_float64_ones_read_the_float64_one():
+    """Two losses against one running covariance, an update between them, one backward (gradient accumulation): the
+    float32 copy of C is refreshed after the update and no graph holds it, so the float32 values and gradients are
+    the float64 ones to float32 rounding."""
+    g = torch.Generator().manual_seed(4)
+    rff = GaussianRFF(3, 64, sigma=1.0, seed=0)
+    batches = [torch.randn(6, 3, generator=g) for _ in range(3)]
+    results = []
+    for dtype in (torch.float32, torch.float64):
+        running, leaves, total = RunningCovariance(128, decay=0.8), [], 0.0
+        running.update(rff.to(dtype)(batches[0].to(dtype)))
+        for batch in batches[1:]:
+            leaf = batch.to(dtype).clone().requires_grad_(True)
+            features = rff.to(dtype)(leaf)
+            total = total + diversity_loss(features, running)
+            running.update(features)
+            leaves.append(leaf)
+        total.backward()
+        results.append((float(total), [leaf.grad.double() for leaf in leaves]))
+    (value32, grads32), (value64, grads64) = results
+    assert value32 == pytest.approx(value64, rel=1e-5)
+    for got, want in zip(grads32, grads64, strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-6)
+
+
 def test_running_covariance_decays_resumes_and_refuses_what_does_not_fit():
     running = RunningCovariance(3, decay=0.5)
     a, b = torch.eye(3)[:1], torch.eye(3)[1:]

@@ -81,8 +81,9 @@ def _diversity_loss(features: Tensor, running: Optional[RunningCovariance], sync
     similar = None  # C phi_i, in the features' precision (float32 features: float32 products, float64 sums)
     if weight > 0:
         moment = running.covariance_float32() if features.dtype == torch.float32 else running.covariance()  # type: ignore[union-attr]
-        similar = (features @ moment.to(features.device, features.dtype)).double()
-    seen = (rows * similar.detach()).sum() if similar is not None else fourth.new_zeros(())  # sum_i phi_i^T C phi_i
+        # detached: its gradient, 2 C phi_i, is this product again, so the backward pass needs no second one
+        similar = (features.detach() @ moment.to(features.device, features.dtype)).double()
+    seen = (rows * similar).sum() if similar is not None else fourth.new_zeros(())  # sum_i phi_i^T C phi_i
     across = sync and distributed_available()
     if across or phi.shape[0] > phi.shape[1]:  # the batch's Q = Phi^T Phi (2r, 2r)
         outer = rows.T @ rows
@@ -105,7 +106,7 @@ def _diversity_loss(features: Tensor, running: Optional[RunningCovariance], sync
     surrogate = 2.0 * (phi * moved).sum() - phi.square().sum(1).square().sum()
     if similar is not None:
         total, pairs = total + 2.0 * weight * seen, pairs + 2.0 * weight * count
-        surrogate = surrogate + 2.0 * weight * (phi * similar).sum()
+        surrogate = surrogate + 4.0 * weight * (phi * similar).sum()  # gradient 4 w C phi_i, similar detached
     total = total.clamp_min(torch.finfo(torch.float64).tiny)
     return torch.log(total / pairs) + (surrogate - surrogate.detach()) / total
 

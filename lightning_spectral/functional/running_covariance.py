@@ -46,6 +46,7 @@ class RunningCovariance:
         self.total = torch.zeros(width, width, dtype=torch.float64)
         self.weight = 0.0
         self._float32: Optional[Tensor] = None
+        self._float32_stale = True
 
     def update(self, features: Tensor) -> None:
         """Add a batch's features (N, 2r) (detached; every rank's under DDP) after decaying the earlier sums."""
@@ -55,25 +56,30 @@ class RunningCovariance:
         features = features.detach()
         if not bool(torch.isfinite(features).all()):
             raise ValueError("RunningCovariance.update: `features` holds NaN or infinite values; nothing was added.")
-        # the batch's product in the features' precision (float32 for float32 features, as the metrics' products),
-        # added to float64 sums
-        with torch.autocast(features.device.type, enabled=False), full_precision():  # IEEE float32 or float64
-            outer, count = features.T @ features, float(features.shape[0])
-        if self.sync and distributed_available():  # one all-reduce of [outer, count]
-            outer = outer.double()
-            packed = torch.cat([outer.flatten(), outer.new_tensor([count])]).to(collective_device(None))
-            packed = all_reduce_sum(packed)[0].to(outer.device)
-            outer, count = packed[:-1].view_as(outer), float(packed[-1])
-        self.total = self.total.to(outer.device).mul_(self.decay).add_(outer)
+        # the batch's product in float64 (the features' values exactly), into the float64 sums in place
+        rows, count = features.double(), float(features.shape[0])
+        self.total = self.total.to(rows.device)
+        with torch.autocast(features.device.type, enabled=False), full_precision():
+            if self.sync and distributed_available():  # one all-reduce of [outer, count]
+                outer = rows.T @ rows
+                packed = torch.cat([outer.flatten(), outer.new_tensor([count])]).to(collective_device(None))
+                packed = all_reduce_sum(packed)[0].to(outer.device)
+                outer, count = packed[:-1].view_as(outer), float(packed[-1])
+                self.total.mul_(self.decay).add_(outer)
+            else:  # decay S + Phi^T Phi in one pass over S
+                self.total.addmm_(rows.T, rows, beta=self.decay)
         self.weight = self.decay * self.weight + count
-        self._float32 = None
+        self._float32_stale = True
 
     def covariance_float32(self) -> Tensor:
-        """`covariance` in float32, kept until the next `update` (a loss's product with float32 features)."""
-        if self._float32 is None:
-            # a new tensor each update (a loss's graph may still hold the last one): a cast, then a float32 pass,
-            # a third faster than a float64 product written to float32
-            self._float32 = self.total.to(torch.float32).mul_(1.0 / self.weight if self.weight > 0 else 0.0)
+        """`covariance` in float32 (a loss's product with float32 features, `diversity_loss`, which keeps no graph
+        through it): one buffer, overwritten in place at the first call after each `update`."""
+        if self._float32_stale:
+            if self._float32 is None or self._float32.device != self.total.device:
+                self._float32 = torch.empty(self.total.shape, dtype=torch.float32, device=self.total.device)
+            # overwritten in place (a fresh 4 MiB each step cost as much as the products): a cast, a float32 pass
+            self._float32.copy_(self.total).mul_(1.0 / self.weight if self.weight > 0 else 0.0)
+            self._float32_stale = False
         return self._float32
 
     def covariance(self) -> Tensor:
@@ -95,4 +101,4 @@ class RunningCovariance:
                              f"has decay={self.decay}; build it with the saved decay to resume.")
         self.total = total.double().to(device or self.total.device).clone()
         self.weight = float(state["weight"])
-        self._float32 = None
+        self._float32_stale = True

@@ -1,0 +1,107 @@
+"""What `DiversityRegularizer` adds to a GAN's training step, by the size of the step and the width 2r.
+
+    python benchmarks/bench_diversity_cost.py [--r 128 256 512 1024] [--steps 100] [--pairs 5]
+
+Two GANs, batches of 64, Adam, the non-saturating loss, one discriminator and one generator step per batch (as
+``bench_diversity_gan.py``); the data are random images (the time does not depend on them):
+
+- ``mlp``: the MLPs of ``bench_diversity_gan.py`` on 8 x 8 images (generator 32 -> 256 -> 256 -> 64);
+- ``dcgan``: a DCGAN of 28 x 28 images (Radford et al. 2016: generator 64 -> 128 x 7 x 7 -> transposed
+  convolutions to 64 x 14 x 14 and 1 x 28 x 28, batch norm, ReLU; discriminator convolutions 1 -> 64 -> 128, stride 2,
+  LeakyReLU 0.2, then a linear map), as in the usual MNIST / Fashion-MNIST examples.
+
+For each width, ``--pairs`` alternated pairs of ``--steps`` steps without and with the regulariser (on the pixels,
+``sigma`` 1, decay 0.99), in one process; the added cost is the median over pairs of (with - without) / without.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+from torch import nn
+
+from lightning_spectral.callbacks import DiversityRegularizer
+
+BATCH = 64
+
+
+def mlp_gan() -> tuple[nn.Module, nn.Module, int, tuple[int, ...]]:
+    act = nn.LeakyReLU(0.2)
+    generator = nn.Sequential(nn.Linear(32, 256), act, nn.Linear(256, 256), act, nn.Linear(256, 64), nn.Sigmoid())
+    critic = nn.Sequential(nn.Linear(64, 256), act, nn.Linear(256, 256), act, nn.Linear(256, 1))
+    return generator, critic, 32, (64,)
+
+
+def dcgan() -> tuple[nn.Module, nn.Module, int, tuple[int, ...]]:
+    generator = nn.Sequential(
+        nn.Linear(64, 128 * 7 * 7), nn.ReLU(), nn.Unflatten(1, (128, 7, 7)),
+        nn.ConvTranspose2d(128, 64, 4, 2, 1), nn.BatchNorm2d(64), nn.ReLU(),
+        nn.ConvTranspose2d(64, 1, 4, 2, 1), nn.Sigmoid(),
+    )
+    critic = nn.Sequential(
+        nn.Conv2d(1, 64, 4, 2, 1), nn.LeakyReLU(0.2),
+        nn.Conv2d(64, 128, 4, 2, 1), nn.BatchNorm2d(128), nn.LeakyReLU(0.2),
+        nn.Flatten(), nn.Linear(128 * 7 * 7, 1),
+    )
+    return generator, critic, 64, (1, 28, 28)
+
+
+def seconds_per_step(build, regularizer: DiversityRegularizer | None, steps: int) -> float:
+    torch.manual_seed(0)
+    generator, critic, latent, shape = build()
+    g_opt = torch.optim.Adam(generator.parameters(), lr=2e-4, betas=(0.5, 0.999))
+    d_opt = torch.optim.Adam(critic.parameters(), lr=2e-4, betas=(0.5, 0.999))
+    bce = nn.functional.binary_cross_entropy_with_logits
+    ones, zeros = torch.ones(BATCH, 1), torch.zeros(BATCH, 1)
+    real = torch.rand(BATCH, *shape)
+
+    def step() -> None:
+        fake = generator(torch.randn(BATCH, latent))
+        d_loss = bce(critic(real), ones) + bce(critic(fake.detach()), zeros)
+        d_opt.zero_grad()
+        d_loss.backward()
+        d_opt.step()
+        g_loss = bce(critic(fake), ones)
+        if regularizer is not None:
+            g_loss = g_loss + regularizer(fake)
+        g_opt.zero_grad()
+        g_loss.backward()
+        g_opt.step()
+
+    for _ in range(5):  # warm-up
+        step()
+    began = time.perf_counter()
+    for _ in range(steps):
+        step()
+    return (time.perf_counter() - began) / steps
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--r", type=int, nargs="+", default=[128, 256, 512, 1024])
+    parser.add_argument("--steps", type=int, default=100)
+    parser.add_argument("--pairs", type=int, default=5)
+    args = parser.parse_args()
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; {args.pairs} alternated pairs of "
+          f"{args.steps} steps, batch {BATCH}")
+    print("| GAN | 2r | step without | step with | added (median of pairs) | each pair |")
+    print("|---|---|---|---|---|---|")
+    for name, build in (("mlp", mlp_gan), ("dcgan", dcgan)):
+        for r in args.r:
+            without, with_, added = [], [], []
+            for _ in range(args.pairs):
+                base = seconds_per_step(build, None, args.steps)
+                regularized = seconds_per_step(build, DiversityRegularizer(1.0, n_frequencies=r, sigma=1.0), args.steps)
+                without.append(base)
+                with_.append(regularized)
+                added.append(regularized / base - 1.0)
+            print(f"| {name} | {2 * r} | {statistics.median(without) * 1e3:.1f} ms | "
+                  f"{statistics.median(with_) * 1e3:.1f} ms | **{statistics.median(added):+.0%}** | "
+                  f"{', '.join(f'{a:+.0%}' for a in added)} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
