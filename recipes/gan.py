@@ -19,14 +19,11 @@ import os
 # OpenMP threads that wait passively (see generative.py). Set before torch loads OpenMP.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-import sys
-from pathlib import Path
 from typing import Any, Optional
 
 from digits_gan import DigitsGAN
 from generative import main as generative_main
-
-from lightning_spectral.io import CheckpointError, WriteError
+from generative import run_script
 
 
 def main(args: Optional[list[str]] = None) -> dict[str, Any]:
@@ -35,8 +32,4 @@ def main(args: Optional[list[str]] = None) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    try:
-        main()  # LightningCLI reads sys.argv
-    except (CheckpointError, WriteError) as error:  # a bad --ckpt_path / output path: one line, exit code 2
-        print(f"{Path(__file__).name}: error: {error}", file=sys.stderr)
-        sys.exit(2)
+    run_script(main, __file__)

@@ -33,7 +33,7 @@ import json
 import sys
 from collections import Counter
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import torch
 from digits_vae import DigitsVAE
@@ -219,9 +219,15 @@ def write_summary(result: dict[str, Any], summary_json: Optional[str]) -> None:
             temporary.write_text(json.dumps(result, indent=2))
 
 
-if __name__ == "__main__":
+def run_script(run: Callable[[], Any], script: str) -> None:
+    """``run()`` as a script's entry point (LightningCLI reads ``sys.argv``): a bad ``--ckpt_path`` or output path is
+    one line naming ``script`` and exit code 2, not a traceback."""
     try:
-        main()  # LightningCLI reads sys.argv
-    except (CheckpointError, WriteError) as error:  # a bad --ckpt_path / output path: one line, exit code 2
-        print(f"{Path(__file__).name}: error: {error}", file=sys.stderr)
+        run()
+    except (CheckpointError, WriteError) as error:
+        print(f"{Path(script).name}: error: {error}", file=sys.stderr)
         sys.exit(2)
+
+
+if __name__ == "__main__":
+    run_script(main, __file__)

@@ -95,3 +95,18 @@ def test_the_gan_refuses_bad_arguments():
             DigitsGAN(**kwargs)
     with pytest.raises(ValueError, match="`n`"):
         DigitsGAN().sample(0)
+
+
+def test_the_script_refuses_a_missing_checkpoint_in_one_line(tmp_path):
+    import os
+    import subprocess
+
+    run_ = subprocess.run(
+        [sys.executable, str(ROOT / "recipes" / "gan.py"), "--config", str(CONFIGS / "gan_diversity.yaml"),
+         f"--trainer.logger.init_args.save_dir={tmp_path}", f"--ckpt_path={tmp_path / 'none.ckpt'}"],
+        capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert run_.returncode == 2, run_.stderr[-3000:]
+    last = run_.stderr.strip().splitlines()[-1]
+    assert last.startswith("gan.py: error: `--ckpt_path`:") and "Traceback" not in run_.stderr, run_.stderr[-3000:]
+    assert not list(tmp_path.glob("gan_diversity/*/checkpoints"))  # refused before any training
