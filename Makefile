@@ -97,6 +97,7 @@ bench: $(VENV)/.installed
 	$(BENCH_PY) benchmarks/bench_conditional.py cost --frequencies 128 --repeats 1
 	$(BENCH_PY) benchmarks/bench_drift.py --epochs 1
 	$(BENCH_PY) benchmarks/bench_forgetting.py --data digits --seeds 0 --pretrain-epochs 1 --finetune-epochs 1 --out $(BENCH_OUT)/forgetting.json
+	$(BENCH_PY) benchmarks/bench_drift_kernels.py --data digits --seeds 0 --encoders mlp --splits kept-0-4 --pretrain-epochs 1 --finetune-epochs 1 --kernels cosine sphere:0.15 sphere:0.15@64 --out $(BENCH_OUT)/drift_kernels.json
 	$(BENCH_PY) benchmarks/idx_files.py
 	$(BENCH_PY) benchmarks/bench_coverage.py --reps 5 --population 5000 --r 32 --draws 2
 	$(BENCH_PY) benchmarks/bench_coverage.py --cost --n 2000 --r 64 --repeats 1

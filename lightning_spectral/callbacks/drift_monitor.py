@@ -27,7 +27,6 @@ from lightning_spectral._checks import (
     check_bool,
     check_embedding_source,
     check_features,
-    check_positive,
     check_positive_int,
     check_seed,
     check_selector,
@@ -39,13 +38,21 @@ from lightning_spectral.callbacks.galleries import IndexedImages, as_image
 from lightning_spectral.callbacks.report import log_values, report
 from lightning_spectral.callbacks.saved_state import check_saved_state, refusal_fix, saved_mapping, state_key_of
 from lightning_spectral.functional.modes import check_candidates_memory
+from lightning_spectral.kernels.bandwidth import check_sigma
 from lightning_spectral.kernels.by_name import KERNELS
+from lightning_spectral.metrics.auto_bandwidth import reference_bandwidth
 from lightning_spectral.metrics.headline import headline_values
 from lightning_spectral.metrics.protocol import feed
 from lightning_spectral.metrics.reading import ModeGallery, kept_summary
 from lightning_spectral.metrics.spec import SPECDivergence
 from lightning_spectral.metrics.spec_reading import SPECReading
 from lightning_spectral.sync.collectives import all_gather_rows
+
+#: ``sigma="auto"``: each embedding L2-normalised, its bandwidth this factor times the median pairwise distance of
+#: the probe's normalised rows (a local kernel on the unit sphere, ``exp((cos - 1) / sigma^2)``, whose top lost
+#: eigenvectors pick single classes; the evidence is docs/benchmarks/alignment-recipe.md "Does the top lost
+#: cluster name a forgotten class?").
+SPHERE_FACTOR = 0.15
 
 __all__ = ["DriftMonitor"]
 
@@ -161,6 +168,16 @@ class _DriftDivergence(SPECDivergence):
         self.top = top
 
 
+def _sphere_bandwidth(rows: Tensor) -> Optional[float]:
+    """``SPHERE_FACTOR`` x the median distance of every rank's normalised probe rows (a collective), or ``None`` when
+    there is none: fewer than 2 rows, or most of them identical (a collapsed embedding, whose kernel is 1 among its
+    rows at any bandwidth, so the other side's serves)."""
+    try:
+        return reference_bandwidth(rows, "DriftMonitor", factor=SPHERE_FACTOR)
+    except (ValueError, RuntimeError):  # `median_bandwidth`'s zero median; `reference_bandwidth`'s < 2 rows
+        return None
+
+
 class DriftMonitor(EmbeddingCallback):
     r"""Every validation epoch, compares the current encoder's embedding of a probe set to the starting encoder's.
 
@@ -171,8 +188,8 @@ class DriftMonitor(EmbeddingCallback):
     name. At the end of every validation epoch each rank embeds its share of the probe (no sample twice, as
     [`embed_loader`][lightning_spectral.callbacks.EmbeddingCallback.embed_loader]) and streams the pairs
     (start, now) of the same samples into a
-    [`SPECDivergence`][lightning_spectral.metrics.SPECDivergence] (the cosine kernel's ``(2d)^2`` sums, or the
-    Gaussian kernel's random-feature route, ``(4r)^2``: bounded in N), all-reduced under DDP, and reported by
+    [`SPECDivergence`][lightning_spectral.metrics.SPECDivergence] (the Gaussian kernel's random-feature route,
+    ``(4r)^2``, or the cosine kernel's ``(2d)^2`` sums: bounded in N), all-reduced under DDP, and reported by
     [`report`][lightning_spectral.callbacks.report.report] (one sync, values, galleries, spectrum). Logged under
     ``log_prefix`` (``drift/``):
 
@@ -199,9 +216,14 @@ class DriftMonitor(EmbeddingCallback):
             [`EmbeddingSource`][lightning_spectral.callbacks.EmbeddingSource]).
         index: where a loader's batch holds sample ids (e.g. ``"index"``): the ids of galleries, ``images``
             lookups and `drifted`; ``None``: positions in the loader's dataset (a map-style dataset).
-        kernel: ``"cosine"`` (default) or ``"gaussian"``.
-        sigma: Gaussian bandwidth of both embeddings (``kernel="gaussian"``).
-        n_frequencies: random frequencies ``r`` per embedding for the Gaussian kernel.
+        kernel: ``"gaussian"`` (default) or ``"cosine"``.
+        sigma: ``kernel="gaussian"``'s bandwidth: ``"auto"`` (default) L2-normalises both embeddings and gives
+            each ``SPHERE_FACTOR`` (0.15) x the median pairwise distance of its normalised probe rows, fixed every
+            validation epoch from the probe (the same on any sharding); a number: the bandwidth of both raw
+            embeddings. The cosine kernel's top lost clusters are directions that mix classes; this local
+            kernel's are single classes (docs/benchmarks/alignment-recipe.md).
+        n_frequencies: random frequencies ``r`` per embedding for the Gaussian kernel (256: the top lost cluster
+            named as at 512, at an eighth of the reading's cost; docs/benchmarks/alignment-recipe.md).
         seed: frequency seed.
         batch_size: rows per batch of a tensor probe.
         top_clusters: eigenvalues of each sign logged, and rows per gallery.
@@ -238,9 +260,9 @@ class DriftMonitor(EmbeddingCallback):
         embedding: Union[str, EmbeddingFn] = "encoder",
         batch_input: BatchSelector = None,
         index: BatchSelector = None,
-        kernel: str = "cosine",
-        sigma: Optional[float] = None,
-        n_frequencies: int = 512,
+        kernel: str = "gaussian",
+        sigma: Union[float, str] = "auto",
+        n_frequencies: int = 256,
         seed: int = 0,
         batch_size: int = 256,
         top_clusters: int = 3,
@@ -272,13 +294,8 @@ class DriftMonitor(EmbeddingCallback):
             )
         if kernel not in KERNELS:
             raise ValueError(f"DriftMonitor: `kernel` must be one of {KERNELS}, got {kernel!r}.")
-        if kernel == "gaussian":
-            if sigma is None:
-                raise ValueError(
-                    "DriftMonitor(kernel='gaussian') needs `sigma` (see "
-                    "`lightning_spectral.functional.match_bandwidth`), or use kernel='cosine'."
-                )
-            sigma = check_positive(sigma, "sigma")
+        # None: "auto" (the default; ignored by the cosine kernel)
+        fixed_sigma = check_sigma(sigma) if kernel == "gaussian" else None
         if images is not None and not (isinstance(images, str) or callable(images) or hasattr(images, "__getitem__")):
             raise ValueError(
                 "DriftMonitor: `images` must be `fn(sample_id) -> image`, an indexable dataset or the name of a "
@@ -326,7 +343,7 @@ class DriftMonitor(EmbeddingCallback):
         self.batch_input = batch_input
         self.index = index
         self.kernel = kernel
-        self.sigma = sigma
+        self.sigma = fixed_sigma
         self.n_frequencies = check_positive_int(n_frequencies, "n_frequencies")
         self.seed = check_seed(seed)
         self.batch_size = check_positive_int(batch_size, "batch_size")
@@ -352,6 +369,7 @@ class DriftMonitor(EmbeddingCallback):
         self._lookup: Any = None
         self._prompts: Optional[list[str]] = None
         self._kept: list[tuple[Tensor, Tensor, Tensor]] = []  # this rank's (start, now, ids) of the last epoch
+        self._sigmas: tuple[Optional[float], Optional[float]] = (fixed_sigma, fixed_sigma)  # of the last epoch
         self._compared = False  # a validation epoch of this process compared the probe (`drifted` needs its rows)
 
     @property
@@ -445,17 +463,20 @@ class DriftMonitor(EmbeddingCallback):
             return
         began = time.perf_counter()
         timings: dict[str, float] = {}
-        metric = self._metric(pl_module.device)
         self._kept = []
         with outside_inference_mode():
             now, ids, labels = self._embed_probe(trainer, pl_module)
             start = self._start_of(ids).to(now.device)
+            zero_shot_now = now
+            if self.on_sphere:
+                start, now = self._fit_sphere(start, now)
+            metric = self._metric(pl_module.device)
             if len(ids):
                 feed(metric, start, now)
                 self._kept = [(start.cpu(), now.cpu(), ids.cpu())]
             values: dict[str, float] = {}
             if self._prompts is not None:
-                accuracy = self._zero_shot(trainer, pl_module, now, labels)
+                accuracy = self._zero_shot(trainer, pl_module, zero_shot_now, labels)
                 values = {"zero_shot_acc": accuracy, "zero_shot_acc_change": accuracy - self.zero_shot_start_}
                 if self.log_detail:  # the start's accuracy: the same number every epoch
                     values["detail/zero_shot_acc_start"] = self.zero_shot_start_
@@ -483,12 +504,25 @@ class DriftMonitor(EmbeddingCallback):
 
     # ------------------------------------------------------------------ the comparison
 
+    @property
+    def on_sphere(self) -> bool:
+        """``kernel="gaussian", sigma="auto"``: both embeddings L2-normalised, each with its own bandwidth."""
+        return self.kernel == "gaussian" and self.sigma is None
+
+    def _fit_sphere(self, start: Tensor, now: Tensor) -> tuple[Tensor, Tensor]:
+        """This rank's (start, now) rows L2-normalised, and the epoch's bandwidths ``SPHERE_FACTOR`` x each side's
+        median distance over every rank's probe rows (a collective; `reference_bandwidth`'s sketch)."""
+        start, now = torch.nn.functional.normalize(start, dim=1), torch.nn.functional.normalize(now, dim=1)
+        sigma_start, sigma_now = _sphere_bandwidth(start), _sphere_bandwidth(now)
+        fallback = SPHERE_FACTOR * math.sqrt(2.0)  # the median distance of orthogonal unit vectors, times the factor
+        self._sigmas = (sigma_start or sigma_now or fallback, sigma_now or sigma_start or fallback)
+        return start, now
+
     def _metric(self, device: torch.device) -> _DriftDivergence:
         assert self.start_ is not None
         d = int(self.start_.shape[1])
-        sigma = self.sigma
         return _DriftDivergence(
-            self.kernel, sigma, sigma, n_frequencies=self.n_frequencies, seed=self.seed, in_features=(d, d),
+            self.kernel, *self._sigmas, n_frequencies=self.n_frequencies, seed=self.seed, in_features=(d, d),
             top=self.top_clusters,
         ).to(device)
 

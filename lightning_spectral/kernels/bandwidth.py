@@ -34,16 +34,16 @@ def check_sigma(sigma: object, name: str = "sigma") -> Optional[float]:
     return check_positive(sigma, name)  # any other string is refused there, by name
 
 
-def auto_bandwidth(x: Tensor) -> float:
-    """``AUTO_FACTOR x median_bandwidth(x)`` of rows already chosen (the whole subsample): the rule of
-    ``sigma="auto"``.
+def auto_bandwidth(x: Tensor, factor: float = AUTO_FACTOR) -> float:
+    """``factor x median_bandwidth(x)`` of rows already chosen (the whole subsample): the rule of ``sigma="auto"``
+    (``factor``: ``AUTO_FACTOR``, or a callback's own).
 
     Examples:
         >>> import torch
         >>> auto_bandwidth(torch.tensor([[0.0], [1.0], [3.0]]))
         1.0
     """
-    return AUTO_FACTOR * median_bandwidth(x, max_samples=max(int(x.shape[0]), 2))
+    return factor * median_bandwidth(x, max_samples=max(int(x.shape[0]), 2))
 
 
 def median_bandwidth(x: Tensor, max_samples: int = 2000, seed: int = 0) -> float:

@@ -20,7 +20,7 @@ import torch
 from torch import Tensor
 
 from lightning_spectral.functional.content_groups import content_hash
-from lightning_spectral.kernels.bandwidth import AUTO_SAMPLES, auto_bandwidth
+from lightning_spectral.kernels.bandwidth import AUTO_FACTOR, AUTO_SAMPLES, auto_bandwidth
 from lightning_spectral.sync.collectives import all_gather_rows, all_reduce_max, distributed_available
 
 
@@ -32,9 +32,11 @@ def smallest_hashes(rows: Tensor, k: int = AUTO_SAMPLES) -> Tensor:
     return rows[order[:k]]
 
 
-def reference_bandwidth(rows: Tensor, owner: str, group: Optional[Any] = None) -> float:
-    """``sigma`` of the rule above from this rank's reference rows (N, d) and, under DDP, every rank's (a
-    collective: every rank calls it, with its own rows, possibly none).
+def reference_bandwidth(
+    rows: Tensor, owner: str, group: Optional[Any] = None, factor: float = AUTO_FACTOR
+) -> float:
+    """``sigma`` of the rule above (``factor`` x the median distance) from this rank's reference rows (N, d) and,
+    under DDP, every rank's (a collective: every rank calls it, with its own rows, possibly none).
 
     Raises:
         RuntimeError: fewer than 2 reference rows on all ranks together.
@@ -50,4 +52,4 @@ def reference_bandwidth(rows: Tensor, owner: str, group: Optional[Any] = None) -
             f"{owner}(sigma='auto') fixes sigma from the reference rows held before its first read, and it holds "
             f"{sketch.shape[0]} (on all ranks): feed the reference first (`update(x, real=True)`), or pass a number."
         )
-    return auto_bandwidth(sketch)
+    return auto_bandwidth(sketch, factor)
