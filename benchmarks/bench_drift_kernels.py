@@ -15,7 +15,8 @@ cluster (the top eigenvector of ``(K_start - K_now) / n``, SPEC, Jalali et al. 2
 and ``sphere:f@r``: that kernel through DriftMonitor's own route (`SPECDivergence`, ``r`` random frequencies per
 embedding), to see whether the random features keep the cluster. The top lost cluster's purity is the share of its
 20 largest eigenvector entries in their commonest class, and "forgotten" says whether that class is one of the
-fine-tuning's dropped half. The per-class drop of the leave-one-out 10-NN accuracy (cosine) says what the encoder
+fine-tuning's dropped half (``--probe-size`` reads them on a seeded subsample of the probe). The per-class
+drop of the leave-one-out 10-NN accuracy (cosine) says what the encoder
 actually lost: a run whose kept classes lose as much as the dropped ones is not a half-forgetting case.
 
 Prints one row per run and kernel, then per kernel the runs whose top lost cluster is >= 70 % one forgotten class.
@@ -102,6 +103,8 @@ def main() -> None:
     parser.add_argument("--kernels", nargs="+",
                         default=["cosine", "gaussian:0.5", "gaussian:0.1", "sphere:0.5", "sphere:0.15",
                                  "sphere:0.15@512", "sphere:0.15@256"])
+    parser.add_argument("--probe-size", type=int, default=None,
+                        help="read the kernels on this many probe rows (a seeded subsample; default: all)")
     parser.add_argument("--pretrain-epochs", type=int, default=5)
     parser.add_argument("--finetune-epochs", type=int, default=10)
     parser.add_argument("--lr", type=float, default=0.05)
@@ -110,6 +113,8 @@ def main() -> None:
     args = parser.parse_args()
     data = load(args.data, args.fashion)
     probe_y = data[3]
+    kept_rows = torch.randperm(len(probe_y), generator=torch.Generator().manual_seed(0))[: args.probe_size]
+    probe_y = probe_y[kept_rows]
     rows = []
     print("split encoder seed | 10-NN drop: kept / forgotten classes (mean) | "
           "kernel: top lost class, purity, forgotten")
@@ -118,6 +123,7 @@ def main() -> None:
         for encoder in args.encoders:
             for seed in args.seeds:
                 start, now = embeddings(encoder, seed, split == "kept-0-4", data, args)
+                start, now = start[kept_rows], now[kept_rows]
                 drop = knn_per_class(start, probe_y) - knn_per_class(now, probe_y)
                 lost = torch.isin(torch.arange(10), forgotten)
                 row = {"split": split, "encoder": encoder, "seed": seed, "drop_per_class": drop.tolist(),
