@@ -237,3 +237,10 @@ def test_an_embedding_that_collapses_is_measured_not_refused(tmp_path):
     assert values["spec/spec_diff"] > 0.5 and values["spec/new_0"] == values["spec/spec_diff"], values
     assert monitor._sigmas[0] == monitor._sigmas[1]  # the start's bandwidth serves both sides
     assert len(monitor.drifted(1, per_cluster=5)[0][0]) == 5
+
+
+def test_a_probe_of_one_sample_is_read_with_the_fallback_bandwidth(tmp_path):
+    monitor = DriftMonitor(x[1000:1001], embedding="encoder")
+    quiet_trainer(tmp_path, [monitor]).fit(DigitsClassifier(), *loaders())
+    assert monitor._sigmas == (SPHERE_FACTOR * 2**0.5,) * 2
+    assert all(value == value for value in monitor.last_values.values()), monitor.last_values  # no NaN

@@ -169,12 +169,12 @@ class _DriftDivergence(SPECDivergence):
 
 
 def _sphere_bandwidth(rows: Tensor) -> Optional[float]:
-    """``SPHERE_FACTOR`` x the median distance of every rank's normalised probe rows (a collective), or ``None`` when
-    there is none: fewer than 2 rows, or most of them identical (a collapsed embedding, whose kernel is 1 among its
-    rows at any bandwidth, so the other side's serves)."""
+    """``SPHERE_FACTOR`` x the median distance of every rank's normalised probe rows (a collective, called with a
+    probe of at least 2 rows), or ``None`` when most of them are identical (a collapsed embedding, whose kernel is 1
+    among its rows at any bandwidth, so the other side's serves)."""
     try:
         return reference_bandwidth(rows, "DriftMonitor", factor=SPHERE_FACTOR)
-    except (ValueError, RuntimeError):  # `median_bandwidth`'s zero median; `reference_bandwidth`'s < 2 rows
+    except ValueError:  # `median_bandwidth`'s zero median: every rank holds the same gathered rows, so all raise
         return None
 
 
@@ -512,8 +512,12 @@ class DriftMonitor(EmbeddingCallback):
     def _fit_sphere(self, start: Tensor, now: Tensor) -> tuple[Tensor, Tensor]:
         """This rank's (start, now) rows L2-normalised, and the epoch's bandwidths ``SPHERE_FACTOR`` x each side's
         median distance over every rank's probe rows (a collective; `reference_bandwidth`'s sketch)."""
+        assert self.start_ is not None
         start, now = torch.nn.functional.normalize(start, dim=1), torch.nn.functional.normalize(now, dim=1)
-        sigma_start, sigma_now = _sphere_bandwidth(start), _sphere_bandwidth(now)
+        # a probe of one sample has no distance (every rank holds the whole start, so all skip alike)
+        sigma_start, sigma_now = (
+            (_sphere_bandwidth(start), _sphere_bandwidth(now)) if len(self.start_) >= 2 else (None, None)
+        )
         fallback = SPHERE_FACTOR * math.sqrt(2.0)  # the median distance of orthogonal unit vectors, times the factor
         self._sigmas = (sigma_start or sigma_now or fallback, sigma_now or sigma_start or fallback)
         return start, now
