@@ -40,7 +40,7 @@ from lightning_spectral.kernels import median_bandwidth
 from lightning_spectral.metrics import SPECDivergence
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_forgetting import Classifier, load, trainer  # noqa: E402
+from bench_forgetting import Classifier, add_training_arguments, load, trainer  # noqa: E402
 
 PURITY_TARGET = 0.7
 
@@ -95,8 +95,7 @@ def top_lost_members(start: torch.Tensor, now: torch.Tensor, kernel: str) -> tor
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--data", choices=["fashion", "digits"], default="fashion")
-    parser.add_argument("--fashion", default="/usr/share/datasets/fashion-mnist")
+    add_training_arguments(parser)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--encoders", nargs="+", choices=("mlp", "cnn"), default=["mlp", "cnn"])
     parser.add_argument("--splits", nargs="+", choices=("kept-0-4", "kept-5-9"), default=["kept-0-4", "kept-5-9"])
@@ -105,10 +104,6 @@ def main() -> None:
                                  "sphere:0.15@512", "sphere:0.15@256"])
     parser.add_argument("--probe-size", type=int, default=None,
                         help="read the kernels on this many probe rows (a seeded subsample; default: all)")
-    parser.add_argument("--pretrain-epochs", type=int, default=5)
-    parser.add_argument("--finetune-epochs", type=int, default=10)
-    parser.add_argument("--lr", type=float, default=0.05)
-    parser.add_argument("--weight-decay", type=float, default=0.05)
     parser.add_argument("--out", default="drift_kernels.json")
     args = parser.parse_args()
     data = load(args.data, args.fashion)

@@ -167,20 +167,25 @@ def run(setting: str, seed: int, data, args, encoder: str = "mlp") -> dict:
     }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def add_training_arguments(parser: argparse.ArgumentParser) -> None:
+    """The forgetting case's data and training settings (shared with ``bench_drift_kernels.py``)."""
     parser.add_argument("--data", choices=["fashion", "digits"], default="fashion")
     parser.add_argument("--fashion", default="/usr/share/datasets/fashion-mnist")
+    parser.add_argument("--pretrain-epochs", type=int, default=5)
+    parser.add_argument("--finetune-epochs", type=int, default=10)
+    parser.add_argument("--lr", type=float, default=0.05)
+    parser.add_argument("--weight-decay", type=float, default=0.05)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    add_training_arguments(parser)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--settings", nargs="+", choices=SETTINGS, default=list(SETTINGS))
     parser.add_argument("--encoders", nargs="+", choices=("mlp", "cnn"), default=["mlp"])
     parser.add_argument("--weight", type=float, default=1.0, help="SPECAlign's weight in the aligned settings")
     parser.add_argument("--kernel", choices=("gaussian", "cosine"), default="gaussian",
                         help="DriftMonitor's kernel (gaussian: its default, sigma='auto')")
-    parser.add_argument("--pretrain-epochs", type=int, default=5)
-    parser.add_argument("--finetune-epochs", type=int, default=10)
-    parser.add_argument("--lr", type=float, default=0.05)
-    parser.add_argument("--weight-decay", type=float, default=0.05)
     parser.add_argument("--out", default="forgetting.json")
     args = parser.parse_args()
     torch.set_num_threads(max(1, torch.get_num_threads()))
