@@ -14,6 +14,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from lightning_spectral.callbacks import DriftMonitor
 from lightning_spectral.callbacks.drift_monitor import SPHERE_FACTOR
 from lightning_spectral.functional import spec
+from lightning_spectral.functional.mode_shares import dominant_label
 from lightning_spectral.kernels import median_bandwidth
 from tests.conftest import DigitsClassifier, digits, quiet_trainer
 
@@ -217,6 +218,10 @@ def test_labels_alone_name_the_class_under_each_gallery_row(tmp_path):
     assert set(first.tolist()) <= set(y[1000:1400].tolist())
     assert " class " in gallery.labels[0] or "class " in gallery.labels[0], gallery.labels[0]
     assert "drift/spec/detail/lost_class/0" in trainer.callback_metrics
+    # the epoch's line names each lost / new row's class and purity beside its eigenvalue
+    label, count = dominant_label(first.tolist())
+    assert f"lost_0 {monitor.last_values['spec/lost_0']:.3g}" in monitor.last_line
+    assert f"(class {label}, {count} of {len(first)})" in monitor.last_line, monitor.last_line
     with pytest.raises(ValueError, match="needs `class_prompts`, `text_encoder` and `labels` together"):
         make_monitor(class_prompts=PROMPTS, labels=1)
 

@@ -2,8 +2,8 @@
 
 [`epoch_line`][lightning_spectral.callbacks.epoch_line.epoch_line] writes what a callback logged at an epoch's end
 (its headline keys, `callbacks.report`) as one line: each score with its standard error, the counts of
-significant modes with the classes their gallery rows show (where the images carry classes), and the tests'
-p-values, for example::
+significant modes with the classes their gallery rows show (where the images carry classes; an eigenvalue of a
+gallery's side, DriftMonitor's ``lost_0``, with its row's class and purity), and the tests' p-values, for example::
 
     gen epoch 3: vendi: vendi_1 4.12 +- 0.05 | finc: missing_modes 3 (rows of classes 0, 6), novel_modes 0 | mmd: p=1e-12
 
@@ -45,9 +45,24 @@ def epoch_line(prefix: str, epoch: int, values: Mapping[str, float], galleries: 
         text = f"{quantity} {float(value):.3g}" + ("" if se is None else f" +- {float(se):.2g}")
         if quantity.endswith("_modes"):
             text = f"{quantity} {int(value)}" + _classes(galleries.get(f"{metric}/{quantity.removesuffix('_modes')}"))
+        side, _, row = quantity.rpartition("_")
+        if row.isdigit():  # one eigenvalue of a gallery's side (DriftMonitor's lost_0): its row's class
+            text += _row_class(galleries.get(f"{metric}/{side}"), int(row))
         parts.append(text)
     body = " | ".join(f"{metric}: " + ", ".join(parts) for metric, parts in metrics.items() if parts)
     return f"{prefix.rstrip('/')} epoch {epoch}: {body}"
+
+
+def _row_class(gallery: Any, row: int) -> str:
+    """`` (class 7, 8 of 8)``: the dominant class of gallery row ``row``'s images and how many of them it holds,
+    where the gallery has that row and knows its classes."""
+    if gallery is None or not gallery.classes or row >= len(gallery.classes):
+        return ""
+    labels = gallery.classes[row]
+    if labels is None or not len(labels):
+        return ""
+    label, count = dominant_label(labels.tolist())
+    return f" (class {label}, {count} of {len(labels)})"
 
 
 def _classes(gallery: Any) -> str:
