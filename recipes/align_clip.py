@@ -44,7 +44,7 @@ from torchmetrics.functional.classification import multiclass_accuracy
 
 from lightning_spectral.callbacks import EmbeddingMetrics, KPCAOODMonitor, SPECAlign
 from lightning_spectral.functional import detection_metrics, spec
-from lightning_spectral.io import CheckpointError, WriteError, check_checkpoint, check_writable, written
+from lightning_spectral.io import check_checkpoint, check_writable, run_script, written
 from lightning_spectral.metrics import FKEAVendi, KernelPCAOOD
 
 SUMMARY_ROWS = {
@@ -335,8 +335,4 @@ def main(args: Optional[list[str]] = None) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    try:
-        main()  # LightningCLI reads sys.argv
-    except (CheckpointError, WriteError) as error:  # a bad --ckpt_path / output path: one line, exit code 2
-        print(f"{Path(__file__).name}: error: {error}", file=sys.stderr)
-        sys.exit(2)
+    run_script(main, __file__)  # LightningCLI reads sys.argv

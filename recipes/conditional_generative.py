@@ -34,7 +34,7 @@ from generative import GenerativeCLI, kid_of, with_kid, write_summary  # the rec
 
 from lightning_spectral.callbacks import GeneratedSamples
 from lightning_spectral.data import DigitsImages
-from lightning_spectral.io import CheckpointError, WriteError, check_checkpoint, check_writable
+from lightning_spectral.io import check_checkpoint, check_writable, run_script
 from lightning_spectral.metrics import ConditionalVendi, FKEAVendi
 
 
@@ -139,8 +139,4 @@ def main(args: Optional[list[str]] = None) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except (CheckpointError, WriteError) as error:  # a bad --ckpt_path / output path: one line, exit code 2
-        print(f"{Path(__file__).name}: error: {error}", file=sys.stderr)
-        sys.exit(2)
+    run_script(main, __file__)  # LightningCLI reads sys.argv

@@ -23,7 +23,8 @@ from typing import Any, Optional
 
 from digits_gan import DigitsGAN
 from generative import main as generative_main
-from generative import run_script
+
+from lightning_spectral.io import run_script
 
 
 def main(args: Optional[list[str]] = None) -> dict[str, Any]:

@@ -30,10 +30,9 @@ import os
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import json
-import sys
 from collections import Counter
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 import torch
 from digits_vae import DigitsVAE
@@ -46,7 +45,7 @@ from torchmetrics.image.kid import KernelInceptionDistance
 from lightning_spectral.callbacks import DiversityRegularizer, GeneratedSamples
 from lightning_spectral.callbacks.alongside import AlongsideMetrics
 from lightning_spectral.data import DigitsImages
-from lightning_spectral.io import CheckpointError, WriteError, check_checkpoint, check_writable, written
+from lightning_spectral.io import check_checkpoint, check_writable, run_script, written
 from lightning_spectral.metrics import FastMMD, FINCNovelty, FKEAVendi
 
 
@@ -217,16 +216,6 @@ def write_summary(result: dict[str, Any], summary_json: Optional[str]) -> None:
     for path in {summary_json, in_log_dir} - {None, ""}:
         with written(path, "--summary_json" if path == summary_json else "log_dir") as temporary:
             temporary.write_text(json.dumps(result, indent=2))
-
-
-def run_script(run: Callable[[], Any], script: str) -> None:
-    """``run()`` as a script's entry point (LightningCLI reads ``sys.argv``): a bad ``--ckpt_path`` or output path is
-    one line naming ``script`` and exit code 2, not a traceback."""
-    try:
-        run()
-    except (CheckpointError, WriteError) as error:
-        print(f"{Path(script).name}: error: {error}", file=sys.stderr)
-        sys.exit(2)
 
 
 if __name__ == "__main__":

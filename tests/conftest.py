@@ -1,7 +1,10 @@
-"""What the tests share: scikit-learn's digits as tensors, a quiet CPU Trainer, and a small digits classifier."""
+"""What the tests share: scikit-learn's digits as tensors, a quiet CPU Trainer, a recipe script run as a user runs it,
+and a small digits classifier."""
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 from functools import lru_cache
 from pathlib import Path
@@ -12,8 +15,18 @@ import torch
 from lightning.pytorch.loggers import TensorBoardLogger
 from torch import Tensor
 
+ROOT = Path(__file__).resolve().parents[1]
 # the recipes' own modules (their models: digits_vae, clip_finetune), as a recipe script imports them
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "recipes"))
+sys.path.insert(0, str(ROOT / "recipes"))
+
+
+def run_recipe_script(script: str, config: str, save_dir: Path, *args: str) -> subprocess.CompletedProcess:
+    """``python recipes/<script> --config recipes/configs/<config> ...`` in a new process, logs under ``save_dir``;
+    stdout and stderr captured as text."""
+    command = [sys.executable, str(ROOT / "recipes" / script), "--config", str(ROOT / "recipes" / "configs" / config),
+               f"--trainer.logger.init_args.save_dir={save_dir}", *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
 
 
 @lru_cache

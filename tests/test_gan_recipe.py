@@ -10,6 +10,8 @@ import pytest
 import torch
 import yaml
 
+from tests.conftest import run_recipe_script
+
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "recipes" / "configs"
 
@@ -98,14 +100,7 @@ def test_the_gan_refuses_bad_arguments():
 
 
 def test_the_script_refuses_a_missing_checkpoint_in_one_line(tmp_path):
-    import os
-    import subprocess
-
-    run_ = subprocess.run(
-        [sys.executable, str(ROOT / "recipes" / "gan.py"), "--config", str(CONFIGS / "gan_diversity.yaml"),
-         f"--trainer.logger.init_args.save_dir={tmp_path}", f"--ckpt_path={tmp_path / 'none.ckpt'}"],
-        capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
+    run_ = run_recipe_script("gan.py", "gan_diversity.yaml", tmp_path, f"--ckpt_path={tmp_path / 'none.ckpt'}")
     assert run_.returncode == 2, run_.stderr[-3000:]
     last = run_.stderr.strip().splitlines()[-1]
     assert last.startswith("gan.py: error: `--ckpt_path`:") and "Traceback" not in run_.stderr, run_.stderr[-3000:]

@@ -19,6 +19,8 @@ sys.path.insert(0, str(ROOT / "recipes"))
 
 from align_clip import accuracy, agreement, knn_accuracy, main, summary_text  # noqa: E402
 
+from tests.conftest import run_recipe_script  # noqa: E402
+
 # Whole epochs, as `make demo` runs them: 1,155 training digits in batches of 64, the last of 3 rows.
 QUIET: list[str] = []  # the config's StderrProgressBar writes a few lines to (captured) stderr
 FAST = ["--evaluate=false"]
@@ -231,14 +233,8 @@ def cut_checkpoint(path):
 
 
 def test_a_cut_off_checkpoint_is_one_clear_line_before_any_work(tmp_path):
-    import subprocess
-
     ckpt = cut_checkpoint(tmp_path / "last.ckpt")
-    run_ = subprocess.run(
-        [sys.executable, str(ROOT / "recipes" / "align_clip.py"), "--config", str(CONFIGS / "tiny.yaml"),
-         f"--trainer.logger.init_args.save_dir={tmp_path}", f"--ckpt_path={ckpt}"],
-        capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
+    run_ = run_recipe_script("align_clip.py", "tiny.yaml", tmp_path, f"--ckpt_path={ckpt}")
     assert run_.returncode == 2, run_.stderr[-3000:]
     last = run_.stderr.strip().splitlines()[-1]
     assert last.startswith("align_clip.py: error: `--ckpt_path`:") and str(ckpt) in last, run_.stderr[-3000:]

@@ -324,3 +324,23 @@ def test_a_loop_of_links_is_refused_and_left_as_it_was(tmp_path):
         with written(first, "--output") as temporary:
             temporary.write_text("{}")
     assert first.is_symlink() and second.is_symlink() and os.readlink(first) == str(second)
+
+
+def test_a_script_entry_point_turns_a_refused_path_into_one_line_and_exit_code_2(capsys):
+    from lightning_spectral.io import CheckpointError, run_script
+
+    def refused_write():
+        raise WriteError("`--summary_json`: /nowhere/summary.json cannot be written; give a writable path")
+
+    def refused_checkpoint():
+        raise CheckpointError("`--ckpt_path`: none.ckpt does not exist; give an existing checkpoint")
+
+    for run, reason in ((refused_write, "`--summary_json`"), (refused_checkpoint, "`--ckpt_path`")):
+        with pytest.raises(SystemExit) as caught:
+            run_script(run, "/some/where/recipe.py")
+        assert caught.value.code == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"recipe.py: error: {reason}") and err.count("\n") == 1
+    with pytest.raises(ZeroDivisionError):  # any other error is a bug, shown with its traceback
+        run_script(lambda: 1 / 0, "recipe.py")
+    run_script(lambda: None, "recipe.py")  # a run that succeeds returns
