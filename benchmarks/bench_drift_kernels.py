@@ -30,17 +30,15 @@ import sys
 import tempfile
 from pathlib import Path
 
-import lightning as L
 import torch
 from torch import nn
-from torch.utils.data import DataLoader, TensorDataset
 
 from lightning_spectral.functional import spec
 from lightning_spectral.kernels import median_bandwidth
 from lightning_spectral.metrics import SPECDivergence
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_forgetting import Classifier, add_training_arguments, load, trainer  # noqa: E402
+from bench_forgetting import add_training_arguments, fine_tune, load, pretrained  # noqa: E402
 
 PURITY_TARGET = 0.7
 
@@ -48,17 +46,11 @@ PURITY_TARGET = 0.7
 def embeddings(encoder: str, seed: int, kept_low: bool, data, args) -> tuple[torch.Tensor, torch.Tensor]:
     """The probe's (start, fine-tuned) embeddings of one run, (N, 32) each."""
     x, y, probe_x, _ = data
-    L.seed_everything(seed, verbose=False)
-    module = Classifier(x.shape[1], 10, lr=args.lr, weight_decay=0.0, encoder=encoder)
     with tempfile.TemporaryDirectory() as root:
-        everything = DataLoader(TensorDataset(x, y), batch_size=128, shuffle=True)
-        trainer(root, [], args.pretrain_epochs).fit(module, everything)
+        module = pretrained(x, y, seed, encoder, args, root)
         with torch.no_grad():
             start = module.encoder(probe_x)
-        module.head, module.weight_decay = nn.Linear(32, 5), args.weight_decay
-        kept = y < 5 if kept_low else y >= 5
-        tuned = DataLoader(TensorDataset(x[kept], y[kept] % 5), batch_size=128, shuffle=True)
-        trainer(root, [], args.finetune_epochs).fit(module, tuned)
+        fine_tune(module, x, y, y < 5 if kept_low else y >= 5, args, root)
         with torch.no_grad():
             now = module.encoder(probe_x)
     return start, now

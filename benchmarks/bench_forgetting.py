@@ -125,29 +125,39 @@ def retention(encoder: nn.Module, x: torch.Tensor, y: torch.Tensor) -> dict[str,
     return {"knn_5_9": knn_accuracy(z[forgotten], y[forgotten]), "knn_0_4": knn_accuracy(z[kept], y[kept])}
 
 
-def run(setting: str, seed: int, data, args, encoder: str = "mlp") -> dict:
-    x, y, probe_x, probe_y = data
+def pretrained(x: torch.Tensor, y: torch.Tensor, seed: int, encoder: str, args, root: str) -> Classifier:
+    """A ``Classifier`` with an ``encoder`` (`encoder_of`), seeded with ``seed``, trained on all ten classes."""
     L.seed_everything(seed, verbose=False)
     module = Classifier(x.shape[1], 10, lr=args.lr, weight_decay=0.0, encoder=encoder)
-    loader = DataLoader(TensorDataset(x, y), batch_size=128, shuffle=True)
+    trainer(root, [], args.pretrain_epochs).fit(module, DataLoader(TensorDataset(x, y), batch_size=128, shuffle=True))
+    return module
+
+
+def fine_tune(module: Classifier, x: torch.Tensor, y: torch.Tensor, kept: torch.Tensor, args, root: str,
+              callbacks: list = (), val: DataLoader | None = None) -> float:
+    """A new 5-way head, fine-tuned with the encoder on the ``kept`` rows (labels ``y % 5``), with weight decay;
+    returns the seconds it took."""
+    module.head, module.weight_decay = nn.Linear(32, 5), args.weight_decay
+    began = time.perf_counter()
+    trainer(root, list(callbacks), args.finetune_epochs).fit(
+        module, DataLoader(TensorDataset(x[kept], y[kept] % 5), batch_size=128, shuffle=True), val)
+    return time.perf_counter() - began
+
+
+def run(setting: str, seed: int, data, args, encoder: str = "mlp") -> dict:
+    x, y, probe_x, probe_y = data
     with tempfile.TemporaryDirectory() as root:
-        trainer(root, [], args.pretrain_epochs).fit(module, loader)
+        module = pretrained(x, y, seed, encoder, args, root)
         start = retention(module.encoder, probe_x, probe_y)
         frozen_start = copy.deepcopy(module.encoder).requires_grad_(False).eval()
-        module.head, module.weight_decay = nn.Linear(32, 5), args.weight_decay
-        kept = y < 5
         monitor = DriftMonitor(probe_x, embedding="encoder", kernel=args.kernel)
         callbacks: list = [monitor]
         if setting != "none":
             reference = nn.Flatten() if setting == "pixels" else frozen_start
             callbacks.append(SPECAlign(reference, weight=args.weight, student="encoder", student_input=0,
                                        reference_input=0, seed=seed))
-        began = time.perf_counter()
-        trainer(root, callbacks, args.finetune_epochs).fit(
-            module, DataLoader(TensorDataset(x[kept], y[kept]), batch_size=128, shuffle=True),
-            DataLoader(TensorDataset(probe_x[:128], probe_y[:128]), batch_size=128),
-        )
-        seconds = time.perf_counter() - began
+        seconds = fine_tune(module, x, y, y < 5, args, root, callbacks,
+                            DataLoader(TensorDataset(probe_x[:128], probe_y[:128]), batch_size=128))
     now = retention(module.encoder, probe_x, probe_y)
     clusters = monitor.drifted(3, per_cluster=20)
     members = torch.cat([ids for ids, _ in clusters]) if clusters else torch.zeros(0, dtype=torch.long)
