@@ -469,7 +469,8 @@ class DriftMonitor(EmbeddingCallback):
             start = self._start_of(ids).to(now.device)
             zero_shot_now = now
             if self.on_sphere:
-                start, now = self._fit_sphere(start, now)
+                start, now = torch.nn.functional.normalize(start, dim=1), torch.nn.functional.normalize(now, dim=1)
+                self._sigmas = self._sphere_bandwidths(start, now)
             metric = self._metric(pl_module.device)
             if len(ids):
                 feed(metric, start, now)
@@ -509,18 +510,16 @@ class DriftMonitor(EmbeddingCallback):
         """``kernel="gaussian", sigma="auto"``: both embeddings L2-normalised, each with its own bandwidth."""
         return self.kernel == "gaussian" and self.sigma is None
 
-    def _fit_sphere(self, start: Tensor, now: Tensor) -> tuple[Tensor, Tensor]:
-        """This rank's (start, now) rows L2-normalised, and the epoch's bandwidths ``SPHERE_FACTOR`` x each side's
-        median distance over every rank's probe rows (a collective; `reference_bandwidth`'s sketch)."""
+    def _sphere_bandwidths(self, start: Tensor, now: Tensor) -> tuple[float, float]:
+        """The epoch's (start, now) bandwidths: ``SPHERE_FACTOR`` x each side's median distance over every rank's
+        L2-normalised probe rows ``start``, ``now`` (n, d) (a collective; `reference_bandwidth`'s sketch)."""
         assert self.start_ is not None
-        start, now = torch.nn.functional.normalize(start, dim=1), torch.nn.functional.normalize(now, dim=1)
         # a probe of one sample has no distance (every rank holds the whole start, so all skip alike)
         sigma_start, sigma_now = (
             (_sphere_bandwidth(start), _sphere_bandwidth(now)) if len(self.start_) >= 2 else (None, None)
         )
         fallback = SPHERE_FACTOR * math.sqrt(2.0)  # the median distance of orthogonal unit vectors, times the factor
-        self._sigmas = (sigma_start or sigma_now or fallback, sigma_now or sigma_start or fallback)
-        return start, now
+        return sigma_start or sigma_now or fallback, sigma_now or sigma_start or fallback
 
     def _metric(self, device: torch.device) -> _DriftDivergence:
         assert self.start_ is not None

@@ -53,21 +53,26 @@ def epoch_line(prefix: str, epoch: int, values: Mapping[str, float], galleries: 
     return f"{prefix.rstrip('/')} epoch {epoch}: {body}"
 
 
+def _dominant(gallery: Any) -> list[tuple[Any, int, int]]:
+    """Each gallery row's (dominant class, its count, images in the row); ``[]`` where the gallery is missing or does
+    not know every row's classes."""
+    rows = [] if gallery is None or not gallery.classes else gallery.classes
+    if any(labels is None or not len(labels) for labels in rows):
+        return []
+    return [(*dominant_label(labels.tolist()), len(labels)) for labels in rows]
+
+
 def _row_class(gallery: Any, row: int) -> str:
-    """`` (class 7, 8 of 8)``: the dominant class of gallery row ``row``'s images and how many of them it holds,
-    where the gallery has that row and knows its classes."""
-    if gallery is None or not gallery.classes or row >= len(gallery.classes):
+    """`` (class 7, 8 of 8)``: the dominant class of gallery row ``row`` and how many of its images it holds."""
+    rows = _dominant(gallery)
+    if row >= len(rows):
         return ""
-    labels = gallery.classes[row]
-    if labels is None or not len(labels):
-        return ""
-    label, count = dominant_label(labels.tolist())
-    return f" (class {label}, {count} of {len(labels)})"
+    label, count, size = rows[row]
+    return f" (class {label}, {count} of {size})"
 
 
 def _classes(gallery: Any) -> str:
     """`` (rows of classes 0, 6)``: the dominant class of each gallery row's images (a FINC row is a region, which
-    may hold several modes), where the gallery knows them."""
-    if gallery is None or not gallery.classes or any(row is None or not len(row) for row in gallery.classes):
-        return ""
-    return " (rows of classes " + ", ".join(str(dominant_label(row.tolist())[0]) for row in gallery.classes) + ")"
+    may hold several modes)."""
+    rows = _dominant(gallery)
+    return " (rows of classes " + ", ".join(str(label) for label, _, _ in rows) + ")" if rows else ""
