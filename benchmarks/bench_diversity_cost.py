@@ -1,6 +1,6 @@
 """What `DiversityRegularizer` adds to a GAN's training step, by the size of the step and the width 2r.
 
-    python benchmarks/bench_diversity_cost.py [--r 128 256 512 1024] [--steps 100] [--pairs 5]
+    python benchmarks/bench_diversity_cost.py [--r 128 256 512 1024] [--steps 100] [--pairs 5] [--gans mlp dcgan]
 
 Two GANs, batches of 64, Adam, the non-saturating loss, one discriminator and one generator step per batch (as
 ``bench_diversity_gan.py``); the data are random images (the time does not depend on them):
@@ -12,8 +12,10 @@ Two GANs, batches of 64, Adam, the non-saturating loss, one discriminator and on
 
 For each width, ``--pairs`` alternated runs of ``--steps`` steps without the regulariser, with its random features
 alone (the generator's loss plus 0 times their sum: the map and its backward pass, the part any loss on 2r random
-features pays) and with the regulariser (on the pixels, ``sigma`` 1, decay 0.99), in one process; the added cost is
-the median over the runs of (with - without) / without.
+features pays), with the features and their one product with a fixed (2r, 2r) matrix (``phi^T C phi`` against a
+covariance that never changes, gradient ``C phi`` from the same product: the least a loss on the running covariance
+pays before updating it) and with the regulariser (on the pixels, ``sigma`` 1, decay 0.99), in one process; the added
+cost is the median over the runs of (with - without) / without.
 """
 
 from __future__ import annotations
@@ -62,6 +64,19 @@ class FeaturesOnly:
         return 0.0 * self.rff(samples.flatten(1)).sum()
 
 
+class ProductOnly(FeaturesOnly):
+    """``sum_i phi_i^T C phi_i`` against a fixed float32 ``C``, its one ``Phi C`` product detached (the gradient
+    ``C phi`` reuses it): the features, the product, nothing of the covariance's update."""
+
+    def __init__(self, r: int) -> None:
+        super().__init__(r)
+        self.matrix = torch.eye(2 * r) / (2 * r)
+
+    def __call__(self, samples: torch.Tensor) -> torch.Tensor:
+        phi = self.rff(samples.flatten(1))
+        return 0.0 * (phi * (phi @ self.matrix).detach()).sum()
+
+
 def seconds_per_step(build, regularizer, steps: int) -> float:
     torch.manual_seed(0)
     generator, critic, latent, shape = build()
@@ -97,24 +112,31 @@ def main() -> None:
     parser.add_argument("--r", type=int, nargs="+", default=[128, 256, 512, 1024])
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--pairs", type=int, default=5)
+    parser.add_argument("--gans", nargs="+", choices=("mlp", "dcgan"), default=["mlp", "dcgan"])
     args = parser.parse_args()
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; {args.pairs} alternated runs of each kind, "
           f"{args.steps} steps, batch {BATCH}")
-    print("| GAN | 2r | step without | features alone: added | step with | added (median of runs) | each run |")
-    print("|---|---|---|---|---|---|---|")
+    print("| GAN | 2r | step without | features alone: added | features and one product: added | step with | "
+          "added (median of runs) | each run |")
+    print("|---|---|---|---|---|---|---|---|")
     for name, build in (("mlp", mlp_gan), ("dcgan", dcgan)):
+        if name not in args.gans:
+            continue
         for r in args.r:
-            without, with_, added, features = [], [], [], []
+            without, with_, added, features, product = [], [], [], [], []
             for _ in range(args.pairs):
                 base = seconds_per_step(build, None, args.steps)
                 alone = seconds_per_step(build, FeaturesOnly(r), args.steps)
+                floor = seconds_per_step(build, ProductOnly(r), args.steps)
                 regularized = seconds_per_step(build, DiversityRegularizer(1.0, n_frequencies=r, sigma=1.0), args.steps)
                 without.append(base)
                 with_.append(regularized)
                 features.append(alone / base - 1.0)
+                product.append(floor / base - 1.0)
                 added.append(regularized / base - 1.0)
             print(f"| {name} | {2 * r} | {statistics.median(without) * 1e3:.1f} ms | "
-                  f"{statistics.median(features):+.0%} | {statistics.median(with_) * 1e3:.1f} ms | "
+                  f"{statistics.median(features):+.0%} | {statistics.median(product):+.0%} | "
+                  f"{statistics.median(with_) * 1e3:.1f} ms | "
                   f"**{statistics.median(added):+.0%}** | {', '.join(f'{a:+.0%}' for a in added)} |", flush=True)
 
 

@@ -23,6 +23,7 @@ from typing import Callable, Optional
 import torch
 from torch import Tensor
 
+from lightning_spectral._checks import all_finite
 from lightning_spectral.algebra.precision import full_precision
 from lightning_spectral.functional.running_covariance import RunningCovariance
 from lightning_spectral.sync.collectives import all_reduce_sum, collective_device, distributed_available
@@ -69,46 +70,47 @@ def _diversity_loss(features: Tensor, running: Optional[RunningCovariance], sync
     if not isinstance(features, Tensor) or features.ndim != 2 or not features.is_floating_point():
         kind = tuple(features.shape) if isinstance(features, Tensor) else type(features).__name__
         raise ValueError(f"diversity_loss: `features` must be a floating (n, 2r) tensor, got {kind}.")
-    if not bool(torch.isfinite(features.detach()).all()):
+    if not all_finite(features.detach()):
         raise ValueError("diversity_loss: `features` holds NaN or infinite values.")
     weight = 0.0 if running is None else running.weight
     if running is not None and features.shape[1] != running.width:
         raise ValueError(f"diversity_loss: `features` are {features.shape[1]} wide, the running covariance "
                          f"{running.width}: pass features of the map it was built for.")
-    phi = features.double()
-    rows = phi.detach()
-    fourth, count = rows.square().sum(1).square().sum(), float(phi.shape[0])
+    rows = features.detach().double()
+    norms = rows.square().sum(1)  # ||phi_i||^2
+    fourth, count = norms.square().sum(), float(rows.shape[0])
     similar = None  # C phi_i, in the features' precision (float32 features: float32 products, float64 sums)
     if weight > 0:
         moment = running.covariance_float32() if features.dtype == torch.float32 else running.covariance()  # type: ignore[union-attr]
-        # detached: its gradient, 2 C phi_i, is this product again, so the backward pass needs no second one
         similar = (features.detach() @ moment.to(features.device, features.dtype)).double()
     seen = (rows * similar).sum() if similar is not None else fourth.new_zeros(())  # sum_i phi_i^T C phi_i
     across = sync and distributed_available()
-    if across or phi.shape[0] > phi.shape[1]:  # the batch's Q = Phi^T Phi (2r, 2r)
+    if across or rows.shape[0] > rows.shape[1]:  # the batch's Q = Phi^T Phi (2r, 2r)
         outer = rows.T @ rows
         if across:  # one all-reduce of [Q, sum ||phi||^4, sum phi^T C phi, n]: the whole batch's sums
             packed = torch.cat([outer.flatten(), torch.stack([fourth, seen]), outer.new_tensor([count])])
             packed = all_reduce_sum(packed.to(collective_device(None)))[0].to(outer.device)
             outer, fourth, seen, count = packed[:-3].view_as(outer), packed[-3], packed[-2], float(packed[-1])
-        moved = phi @ outer  # Q phi_i
+        moved = rows @ outer  # Q phi_i
         own = outer.square().sum()
     else:  # n <= 2r on one process: the (n, n) Gram, G Phi = Q Phi
         gram = rows @ rows.T
-        moved, own = gram @ phi, gram.square().sum()
+        moved, own = gram @ rows, gram.square().sum()
     if count < 2 and weight <= 0:
         raise ValueError(f"diversity_loss: {count:g} row and no earlier samples: a similarity needs two samples; "
                          "pass a batch of at least 2 or a running covariance that holds earlier samples.")
     # sum over pairs of distinct batch rows of (phi_i . phi_j)^2 = ||Q||_F^2 - sum_i ||phi_i||^4, and each row's
-    # mean squared similarity to the earlier samples, phi_i^T C phi_i, summed (tr(C Q))
+    # mean squared similarity to the earlier samples, phi_i^T C phi_i, summed (tr(C Q)); the total's gradient in this
+    # rank's row i is 4 (Q phi_i - ||phi_i||^2 phi_i + w C phi_i), computed here without a graph (the products above
+    # are their own gradients) and attached through one product with the features
     total, pairs = own - fourth, count * (count - 1)
-    # a surrogate with the same gradient in this rank's rows as the total: 4 (Q + w C) phi_i - 4 ||phi_i||^2 phi_i
-    surrogate = 2.0 * (phi * moved).sum() - phi.square().sum(1).square().sum()
+    direction = moved - norms[:, None] * rows
     if similar is not None:
         total, pairs = total + 2.0 * weight * seen, pairs + 2.0 * weight * count
-        surrogate = surrogate + 4.0 * weight * (phi * similar).sum()  # gradient 4 w C phi_i, similar detached
+        direction = direction + weight * similar
     total = total.clamp_min(torch.finfo(torch.float64).tiny)
-    return torch.log(total / pairs) + (surrogate - surrogate.detach()) / total
+    surrogate = 4.0 * (features * direction.to(features.dtype)).sum()  # the total's gradient, value unused
+    return torch.log(total / pairs) + (surrogate - surrogate.detach()).double() / total
 
 
 def diversity_guidance(

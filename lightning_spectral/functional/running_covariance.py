@@ -16,7 +16,7 @@ from typing import Any, Optional
 import torch
 from torch import Tensor
 
-from lightning_spectral._checks import check_fraction, check_positive_int
+from lightning_spectral._checks import all_finite, check_fraction, check_positive_int
 from lightning_spectral.algebra.precision import full_precision
 from lightning_spectral.sync.collectives import all_reduce_sum, collective_device, distributed_available
 
@@ -54,7 +54,7 @@ class RunningCovariance:
             shape = tuple(features.shape) if isinstance(features, Tensor) else type(features).__name__
             raise ValueError(f"RunningCovariance.update: `features` must be (N, {self.width}), got {shape}.")
         features = features.detach()
-        if not bool(torch.isfinite(features).all()):
+        if not all_finite(features):
             raise ValueError("RunningCovariance.update: `features` holds NaN or infinite values; nothing was added.")
         # the batch's product in float64 (the features' values exactly), into the float64 sums in place
         rows, count = features.double(), float(features.shape[0])
