@@ -16,6 +16,10 @@ features pays), with the features and their one product with a fixed (2r, 2r) ma
 covariance that never changes, gradient ``C phi`` from the same product: the least a loss on the running covariance
 pays before updating it) and with the regulariser (on the pixels, ``sigma`` 1, decay 0.99), in one process; the added
 cost is the median over the runs of (with - without) / without.
+
+``--parts`` times the regularizer's parts alone instead (batch 64 on 8 x 8 pixels, one process): the random features
+forward and backward, the loss against a running covariance forward and backward (with the features), the
+covariance's update, and its float32 copy.
 """
 
 from __future__ import annotations
@@ -107,13 +111,50 @@ def seconds_per_step(build, regularizer, steps: int) -> float:
     return (time.perf_counter() - began) / steps
 
 
+def parts(r: int, repeats: int = 300) -> None:
+    """Milliseconds per call of each part of the regularizer at width 2r (``--parts``)."""
+    from lightning_spectral.functional.diversity import diversity_loss
+    from lightning_spectral.functional.running_covariance import RunningCovariance
+
+    torch.manual_seed(0)
+    rff, running = GaussianRFF(None, r, sigma=1.0, seed=0), RunningCovariance(2 * r)
+    x = torch.rand(BATCH, 64, requires_grad=True)
+    features = rff(x).detach()
+    running.update(features)
+
+    def refresh() -> None:
+        running._float32_stale = True  # as after an update
+        running.covariance_float32()
+
+    timed = {
+        "random features, forward and backward": lambda: rff(x).sum().backward(),
+        "features and the loss, forward and backward": lambda: diversity_loss(rff(x), running).backward(),
+        "the covariance's update": lambda: running.update(features),
+        "its float32 copy": refresh,
+    }
+    print(f"| part (2r = {2 * r}, batch {BATCH}) | ms per call |")
+    print("|---|---|")
+    for name, call in timed.items():
+        for _ in range(10):
+            call()
+        began = time.perf_counter()
+        for _ in range(repeats):
+            call()
+        print(f"| {name} | {(time.perf_counter() - began) / repeats * 1e3:.2f} |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--r", type=int, nargs="+", default=[128, 256, 512, 1024])
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--pairs", type=int, default=5)
     parser.add_argument("--gans", nargs="+", choices=("mlp", "dcgan"), default=["mlp", "dcgan"])
+    parser.add_argument("--parts", action="store_true", help="time the regularizer's parts alone (at each --r)")
     args = parser.parse_args()
+    if args.parts:
+        for r in args.r:
+            parts(r)
+        return
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; {args.pairs} alternated runs of each kind, "
           f"{args.steps} steps, batch {BATCH}")
     print("| GAN | 2r | step without | features alone: added | features and one product: added | step with | "
