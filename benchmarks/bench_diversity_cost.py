@@ -19,7 +19,7 @@ cost is the median over the runs of (with - without) / without.
 
 ``--parts`` times the regularizer's parts alone instead (batch 64 on 8 x 8 pixels, one process): the random features
 forward and backward, the loss against a running covariance forward and backward (with the features), the
-covariance's update, and its float32 copy.
+covariance's update, and its float32 copy; and one ``Phi C`` product alone.
 """
 
 from __future__ import annotations
@@ -126,7 +126,9 @@ def parts(r: int, repeats: int = 300) -> None:
         running._float32_stale = True  # as after an update
         running.covariance_float32()
 
+    matrix = running.covariance_float32()
     timed = {
+        "one (batch, 2r) x (2r, 2r) float32 product": lambda: features @ matrix,
         "random features, forward and backward": lambda: rff(x).sum().backward(),
         "features and the loss, forward and backward": lambda: diversity_loss(rff(x), running).backward(),
         "the covariance's update": lambda: running.update(features),
