@@ -414,7 +414,7 @@ def test_the_recipe_runs_and_prints_its_summary(tmp_path, capsys):
     result = recipe_main()(["--config", str(short_config(tmp_path, "collapse", 1, drop_after=0, r=64)),
                             "--kid_subsets", "5", "--kid_subset_size", "100"])
     out, err = capsys.readouterr()
-    assert "\r" not in out + err and "epoch 1/1 done" in err  # progress on stderr, quiet lines (not a terminal)
+    assert "\r" not in out + err and "epoch 0 (1 of 1) done" in err  # progress on stderr, quiet lines (not a terminal)
     assert "FINC missing modes at epoch 1" in out and "KID mean" in out and "Vendi-1" in out
     row = result["epochs"][-1]
     assert row["epoch"] == 1 and {"vendi", "rke", "novel", "missing", "mmd", "p_value", "kid"} <= set(row)

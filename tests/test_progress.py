@@ -46,15 +46,15 @@ def test_without_a_terminal_progress_is_a_few_lines_on_stderr(capsys):
     assert out == "" and "\r" not in err
     lines = [line for line in err.splitlines() if line]
     assert lines[0].startswith("training: 4 epochs of 3 batches")
-    assert re.match(r"epoch 1/4 done, \d+ s elapsed, about \d+ s left: train/loss \d", lines[1]), lines
-    assert lines[2].startswith("epoch 4/4 done") and lines[3].startswith("training done in")
+    assert re.match(r"epoch 0 \(1 of 4\) done, \d+ s elapsed, about \d+ s left: train/loss \d", lines[1]), lines
+    assert lines[2].startswith("epoch 3 (4 of 4) done") and lines[3].startswith("training done in")
     assert len(lines) == 4  # quiet: epochs 2 and 3 took less than every_s
 
 
 def test_long_epochs_report_inside_the_epoch(capsys):
     fit(StderrProgressBar(every_s=0.05), epochs=2, pause=0.06)
     _, err = capsys.readouterr()
-    inside = [line for line in err.splitlines() if re.match(r"epoch \d/2: \d/3 batches, ", line)]
+    inside = [line for line in err.splitlines() if re.match(r"epoch \d \(\d of 2\): \d/3 batches, ", line)]
     assert inside and "\r" not in err
 
 

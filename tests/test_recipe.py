@@ -87,7 +87,7 @@ def test_tiny_recipe_runs_and_reports_every_number(tmp_path, capsys, recwarn):
     assert "spec_align/spec_diff_epoch" in logged and logged["spec_align/weight"] == 1.0
     # a person can read the summary, and find the logs, galleries and summary file; progress went to stderr
     out, err = capsys.readouterr()
-    assert "\r" not in out and "\r" not in err and "epoch 1/1 done" in err and "epoch 1/1" not in out
+    assert "\r" not in out and "\r" not in err and "epoch 0 (1 of 1) done" in err and "epoch 0 (1 of 1)" not in out
     assert "SPEC-diff to the reference" in out and "kNN accuracy" in out and result["log_dir"] in out
     # each number says where it comes from; the whole validation set: the logged values repeat the table's
     assert "Recomputed from scratch on the whole validation set" in out and "Logged by the callbacks" in out

@@ -45,8 +45,11 @@ class StderrProgressBar(TQDMProgressBar):
 
     Lines (rank 0 only), e.g.::
 
-        epoch 1/20 done, 4 s elapsed, about 76 s left: train/contrastive 3.91, val/zero_shot_acc 0.25
-        epoch 8/20: 12/19 batches, 31 s elapsed, about 49 s left
+        epoch 0 (1 of 20) done, 4 s elapsed, about 76 s left: train/contrastive 3.91, val/zero_shot_acc 0.25
+        epoch 7 (8 of 20): 12/19 batches, 31 s elapsed, about 49 s left
+
+    The epoch is Lightning's index (``trainer.current_epoch``, from 0, as in checkpoint names, loggers and the
+    callbacks' epoch lines), then how many of ``max_epochs`` it makes.
 
     Args:
         every_s: at most one line every ``every_s`` seconds (besides the first epoch's and the last).
@@ -181,4 +184,4 @@ class StderrProgressBar(TQDMProgressBar):
     @staticmethod
     def _epoch(trainer: L.Trainer) -> str:
         epochs = trainer.max_epochs if trainer.max_epochs is not None and trainer.max_epochs > 0 else "?"
-        return f"{trainer.current_epoch + 1}/{epochs}"
+        return f"{trainer.current_epoch} ({trainer.current_epoch + 1} of {epochs})"
