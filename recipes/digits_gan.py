@@ -66,6 +66,11 @@ class DigitsGAN(L.LightningModule):
         size = self.hparams.image_size
         return self.generator(z).view(-1, 1, size, size)
 
+    def on_fit_start(self) -> None:
+        """Whether the Trainer holds a `DiversityRegularizer` (the config's callback turns the loss on), looked up once
+        a fit."""
+        self._regularized = any(isinstance(callback, DiversityRegularizer) for callback in self.trainer.callbacks)
+
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> None:
         real = batch["image"]
         g_opt, d_opt = self.optimizers()
@@ -83,7 +88,7 @@ class DigitsGAN(L.LightningModule):
         g_loss = F.binary_cross_entropy_with_logits(self.discriminator(fake.flatten(1)), ones)
         self.log_dict({"train/d_loss": d_loss.detach(), "train/g_loss": g_loss.detach()}, prog_bar=True,
                       batch_size=len(real))
-        if any(isinstance(callback, DiversityRegularizer) for callback in self.trainer.callbacks):
+        if self._regularized:
             g_loss = g_loss + diversity_term(self, fake)  # the one line; the config's callback turns it on
         g_opt.zero_grad()
         self.manual_backward(g_loss)

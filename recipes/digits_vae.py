@@ -76,6 +76,8 @@ class DigitsVAE(L.LightningModule):
         (torch.Size([3, 1, 8, 8]), True, 0)
     """
 
+    display_name = "the VAE"  # how the run's summary (generative.summary_text) names the model
+
     def __init__(
         self,
         image_size: int = 8,

@@ -132,10 +132,9 @@ def summarise(generated: GeneratedSamples, data: DigitsImages) -> dict[str, Any]
 
 def summary_text(
     result: dict[str, Any], data: DigitsImages, generated: GeneratedSamples, log_dir: Optional[str],
-    model_name: str = "DigitsVAE",
+    model: str = "the VAE",
 ) -> str:
-    """The table a person reads at the end of a run."""
-    model = "the VAE" if model_name == "DigitsVAE" else model_name
+    """The table a person reads at the end of a run; ``model`` names the generative model in its title."""
     drop = f"digits {list(data.drop_classes)} leave the training stream from epoch {data.drop_after_epoch + 1}" if (
         data.drop_classes) else "every digit, every epoch"
     lines = ["", "=" * 104, f"Generated samples of {model} ({drop}); {generated.n_samples} samples per measured epoch.",
@@ -204,7 +203,8 @@ def main(args: Optional[list[str]] = None, model_class: type[LightningModule] = 
         result["diversity"] = {key: float(logged[f"{regularizer.log_prefix}{key}_epoch"]) for key in ("loss", "rke")
                                if f"{regularizer.log_prefix}{key}_epoch" in logged}
     if trainer.is_global_zero:
-        print(summary_text(result, cli.datamodule, generated, result["log_dir"], model_class.__name__), flush=True)
+        model = getattr(model_class, "display_name", model_class.__name__)  # "the VAE", "the GAN"
+        print(summary_text(result, cli.datamodule, generated, result["log_dir"], model), flush=True)
         write_summary(result, config["summary_json"])
     return result
 
