@@ -203,7 +203,7 @@ def main(args: Optional[list[str]] = None, model_class: type[LightningModule] = 
         result["diversity"] = {key: float(logged[f"{regularizer.log_prefix}{key}_epoch"]) for key in ("loss", "rke")
                                if f"{regularizer.log_prefix}{key}_epoch" in logged}
     if trainer.is_global_zero:
-        model = getattr(model_class, "display_name", model_class.__name__)  # "the VAE", "the GAN"
+        model = getattr(model_class, "display_name", model_class.__name__)  # DigitsVAE: "the VAE"
         print(summary_text(result, cli.datamodule, generated, result["log_dir"], model), flush=True)
         write_summary(result, config["summary_json"])
     return result
