@@ -82,7 +82,7 @@ def summary_text(result: dict[str, Any], generated: GeneratedSamples, names: Opt
     """The table a person reads at the end of a run."""
     lines = ["", "=" * 100,
              f"Conditional VAE, {generated.n_samples} samples per measured epoch, one prompt per sample.", "",
-             f"{'epoch':>5} | {'Vendi-1':>7} {'RKE':>6} | {'Cond-Vendi-1':>12} {'Cond-RKE':>8} "
+             f"{'epochs':>6} | {'Vendi-1':>7} {'RKE':>6} | {'Cond-Vendi-1':>12} {'Cond-RKE':>8} "
              f"{'Info-Vendi':>10} | {'min prompt':>10} | {'KID mean':>9}"]
 
     def number(row: dict[str, Any], key: str, spec: str) -> str:
@@ -92,14 +92,15 @@ def summary_text(result: dict[str, Any], generated: GeneratedSamples, names: Opt
     for row in result["epochs"]:
         low = min(row.get("per_prompt", {}).values(), default=None)
         lines.append(
-            f"{row['epoch']:>5} | {number(row, 'vendi', '>7.2f')} {number(row, 'rke', '>6.2f')} | "
+            f"{row['epoch']:>6} | {number(row, 'vendi', '>7.2f')} {number(row, 'rke', '>6.2f')} | "
             f"{number(row, 'cond_vendi', '>12.2f')} {number(row, 'cond_rke', '>8.2f')} "
             f"{number(row, 'information', '>10.2f')} | {'-' if low is None else format(low, '>10.2f')} | "
             f"{number(row, 'kid', '>9.5f')}"
         )
     if result["epochs"]:
         per_prompt = result["epochs"][-1].get("per_prompt", {})
-        lines.append(f"\nEach prompt's Vendi at epoch {result['epochs'][-1]['epoch']}:")
+        done = result["epochs"][-1]["epoch"]
+        lines.append(f"\nEach prompt's Vendi after {done} epoch{'' if done == 1 else 's'}:")
         for label, value in sorted(per_prompt.items()):
             caption = names[label] if names else f"prompt {label}"
             lines.append(f"  {caption:<28} {value:6.2f}" + ("   <- collapsed" if label in result["collapsed"] else ""))

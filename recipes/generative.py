@@ -96,7 +96,8 @@ def nearest_classes(generated: GeneratedSamples, data: DigitsImages, images: lis
 
 
 def summarise(generated: GeneratedSamples, data: DigitsImages) -> dict[str, Any]:
-    """The per-epoch rows and the modes of the last measured epoch, as numbers."""
+    """The per-epoch rows and the modes of the last measured epoch, as numbers; a row's ``epoch`` counts the epochs
+    done (Lightning's ``current_epoch`` + 1: the epoch lines' ``gen epoch 25`` is the row of 26)."""
     role = names(generated)
     rows = []
     for epoch, values in sorted(generated.history.items()):
@@ -135,11 +136,11 @@ def summary_text(
     model: str = "the VAE",
 ) -> str:
     """The table a person reads at the end of a run; ``model`` names the generative model in its title."""
-    drop = f"digits {list(data.drop_classes)} leave the training stream from epoch {data.drop_after_epoch + 1}" if (
+    drop = f"digits {list(data.drop_classes)} leave the training stream after {data.drop_after_epoch} epochs" if (
         data.drop_classes) else "every digit, every epoch"
     lines = ["", "=" * 104, f"Generated samples of {model} ({drop}); {generated.n_samples} samples per measured epoch.",
              "FINC (rho as configured) and KID against the training split, FastMMD against the held-out split.", "",
-             f"{'epoch':>5} | {'Vendi-1':>7} {'RKE':>6} | {'FINC novel':>10} {'missing':>7} {'missing mass':>12} | "
+             f"{'epochs':>6} | {'Vendi-1':>7} {'RKE':>6} | {'FINC novel':>10} {'missing':>7} {'missing mass':>12} | "
              f"{'MMD^2':>8} {'p-value':>8} | {'KID mean':>9} {'KID std':>8}"]
     for row in result["epochs"]:
         def number(key: str, spec: str) -> str:
@@ -147,14 +148,15 @@ def summary_text(
             return format(value, spec) if value is not None else "-"
 
         lines.append(
-            f"{row['epoch']:>5} | {number('vendi', '>7.2f')} {number('rke', '>6.2f')} | {number('novel', '>10.0f')} "
+            f"{row['epoch']:>6} | {number('vendi', '>7.2f')} {number('rke', '>6.2f')} | {number('novel', '>10.0f')} "
             f"{number('missing', '>7.0f')} {number('missing_mass', '>12.4f')} | {number('mmd', '>8.5f')} "
             f"{number('p_value', '>8.1e')} | {number('kid', '>9.5f')} {number('kid_std', '>8.5f')}"
         )
     last = result["epochs"][-1]["epoch"] if result["epochs"] else "-"
     for kind, what in (("missing", "real images it shows (labels)"), ("novel", "nearest training image's digit")):
         found = result["modes"].get(kind, [])
-        lines.append(f"\nFINC {kind} modes at epoch {last}: " + ("none significant" if not found else f"{what}"))
+        after = f"after {last} epoch{'' if last == 1 else 's'}"
+        lines.append(f"\nFINC {kind} modes {after}: " + ("none significant" if not found else what))
         lines += [f"  {mode['mode']:<24} -> {mode['shows']}" for mode in found]
     if result.get("diversity"):
         lines.append("\nDiversityRegularizer, the last epoch's means: " + ", ".join(

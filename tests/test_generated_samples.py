@@ -415,7 +415,7 @@ def test_the_recipe_runs_and_prints_its_summary(tmp_path, capsys):
                             "--kid_subsets", "5", "--kid_subset_size", "100"])
     out, err = capsys.readouterr()
     assert "\r" not in out + err and "epoch 0 (1 of 1) done" in err  # progress on stderr, quiet lines (not a terminal)
-    assert "FINC missing modes at epoch 1" in out and "KID mean" in out and "Vendi-1" in out
+    assert "FINC missing modes after 1 epoch:" in out and "KID mean" in out and "Vendi-1" in out
     row = result["epochs"][-1]
     assert row["epoch"] == 1 and {"vendi", "rke", "novel", "missing", "mmd", "p_value", "kid"} <= set(row)
     assert Path(result["log_dir"], "summary.json").exists()
