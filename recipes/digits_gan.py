@@ -16,7 +16,7 @@ from digits_vae import gaussian_noise, step_noise
 from torch import Tensor, nn
 
 from lightning_spectral._checks import check_positive, check_positive_int, check_seed
-from lightning_spectral.callbacks import DiversityRegularizer, diversity_term
+from lightning_spectral.callbacks import DiversityRegularizer
 
 __all__ = ["DigitsGAN"]
 
@@ -57,6 +57,7 @@ class DigitsGAN(L.LightningModule):
             check_seed(noise_seed, "noise_seed")
         self.save_hyperparameters()
         self.automatic_optimization = False  # two optimisers, stepped in turn
+        self._regularizer: Optional[DiversityRegularizer] = None  # on_fit_start finds it
         pixels = image_size * image_size
         self.generator = _mlp([latent_dim, hidden, hidden, pixels], nn.Sigmoid())
         self.discriminator = _mlp([pixels, hidden, hidden, 1], nn.Identity())
@@ -67,9 +68,10 @@ class DigitsGAN(L.LightningModule):
         return self.generator(z).view(-1, 1, size, size)
 
     def on_fit_start(self) -> None:
-        """Whether the Trainer holds a `DiversityRegularizer` (the config's callback turns the loss on), looked up once
-        a fit."""
-        self._regularized = any(isinstance(callback, DiversityRegularizer) for callback in self.trainer.callbacks)
+        """The Trainer's `DiversityRegularizer`, or ``None`` (the config's callback turns the loss on), looked up once a
+        fit."""
+        found = [callback for callback in self.trainer.callbacks if isinstance(callback, DiversityRegularizer)]
+        self._regularizer = found[0] if found else None
 
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> None:
         real = batch["image"]
@@ -88,8 +90,8 @@ class DigitsGAN(L.LightningModule):
         g_loss = F.binary_cross_entropy_with_logits(self.discriminator(fake.flatten(1)), ones)
         self.log_dict({"train/d_loss": d_loss.detach(), "train/g_loss": g_loss.detach()}, prog_bar=True,
                       batch_size=len(real))
-        if self._regularized:
-            g_loss = g_loss + diversity_term(self, fake)  # the one line; the config's callback turns it on
+        if self._regularizer is not None:  # a module trained with it always writes `diversity_term(self, fake)`
+            g_loss = g_loss + self._regularizer(fake)
         g_opt.zero_grad()
         self.manual_backward(g_loss)
         g_opt.step()

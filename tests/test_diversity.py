@@ -58,6 +58,26 @@ def test_the_cosine_kernel_and_a_batch_wider_than_its_features():
     unit = torch.nn.functional.normalize
     want = exact(x, x[:0], lambda a, b: unit(a, dim=1) @ unit(b, dim=1).T)
     assert float(got.detach()) == pytest.approx(float(want.detach()), rel=1e-12)
+    (got_grad,), (want_grad,) = torch.autograd.grad(got, x), torch.autograd.grad(want, x)
+    torch.testing.assert_close(got_grad, want_grad, rtol=1e-10, atol=1e-13)
+
+
+@pytest.mark.parametrize("n", [16, 256, 2048])
+def test_half_precision_features_give_a_finite_loss_and_gradient_at_any_batch_size(n):
+    """float16 features: the gradient's helper product stays in range (it overflowed at n = 128 when the division by
+    the total came after it), and the value is the float64 one to float16 rounding."""
+    rff = GaussianRFF(2, 32, sigma=1.0, seed=0)
+    x = torch.randn(n, 2, generator=torch.Generator().manual_seed(5))
+    for rows in (x, x[:1].expand(n, 2)):  # spread and collapsed
+        features = rff(rows).half().requires_grad_(True)
+        got = diversity_loss(features)
+        (gradient,) = torch.autograd.grad(got, features)
+        reference = features.detach().double().requires_grad_(True)
+        want = diversity_loss(reference)
+        (want_gradient,) = torch.autograd.grad(want, reference)
+        assert bool(torch.isfinite(got)) and bool(torch.isfinite(gradient).all())
+        assert float(got) == pytest.approx(float(want), abs=1e-3)
+        torch.testing.assert_close(gradient.double(), want_gradient, rtol=0.02, atol=2e-3 / n)
 
 
 def test_a_collapsed_batch_reads_zero_with_a_finite_gradient_and_spread_batches_read_lower():

@@ -81,3 +81,24 @@ def test_a_score_of_zero_has_an_se_and_every_count_has_one():
     assert float(summary["novel_modes"]) == 0.0 < float(summary["novel_modes_se"]) < 1.0
     assert float(headline["novel_modes_se"]) == float(reading.mode_count_standard_error())
     assert float(reading.standard_errors()) == float(summary["se"])
+
+
+def test_a_side_without_a_significant_mode_reads_its_top_modes_as_below_a_significant_one():
+    """No mode passes: the score's and the count's se are the threshold step over the top `STEP_MARGIN` modes, each
+    eigenvalue with its own first-order se (as the modes below a last significant one), not the top eigenvalue alone."""
+    from lightning_spectral.metrics.finc_reading import STEP_MARGIN
+
+    x, _ = sample_mixture(mixture_means(4, d=3, spread=3.0), 2000)
+    metric = FINCNovelty(sigma=1.0, n_frequencies=128)
+    metric.update(x[:1000], real=True)
+    metric.update(x[1000:], real=False)
+    reading = metric.reading()
+    spectrum = reading._spectrum(False, vectors=False)
+    assert not bool(spectrum.significant.any())
+    modes = reading.novel_modes(STEP_MARGIN)
+    assert len(modes.eigenvalues) == STEP_MARGIN
+    errors = reading._eigenvalue_errors(False, modes.eigenvectors)
+    null = spectrum.null
+    step = threshold_step(modes.eigenvalues, errors.se, spectrum.threshold, null.threshold_se(reading.significance))
+    assert float(reading.standard_errors()) == pytest.approx(float(step.mass_variance.sqrt()), rel=1e-12)
+    assert float(reading.mode_count_standard_error()) == pytest.approx(float(step.count_variance.sqrt()), rel=1e-12)

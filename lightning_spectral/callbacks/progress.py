@@ -140,7 +140,7 @@ class StderrProgressBar(TQDMProgressBar):
         super().on_train_start(trainer, pl_module)
         self._started = time.monotonic()
         if self._lines:
-            epochs = trainer.max_epochs if trainer.max_epochs is not None and trainer.max_epochs > 0 else "?"
+            epochs = _max_epochs(trainer)
             plural = "" if epochs == 1 else "s"
             self._say(trainer, f"training: {epochs} epoch{plural} of {self.total_train_batches} batches (a line at "
                                f"most every {self.every_s:g} s; stderr is not a terminal)")
@@ -183,5 +183,9 @@ class StderrProgressBar(TQDMProgressBar):
 
     @staticmethod
     def _epoch(trainer: L.Trainer) -> str:
-        epochs = trainer.max_epochs if trainer.max_epochs is not None and trainer.max_epochs > 0 else "?"
-        return f"{trainer.current_epoch} ({trainer.current_epoch + 1} of {epochs})"
+        return f"{trainer.current_epoch} ({trainer.current_epoch + 1} of {_max_epochs(trainer)})"
+
+
+def _max_epochs(trainer: L.Trainer) -> Any:
+    """The fit's ``max_epochs``, or ``"?"`` where it is unbounded (``None`` or -1)."""
+    return trainer.max_epochs if trainer.max_epochs is not None and trainer.max_epochs > 0 else "?"

@@ -109,8 +109,10 @@ def _diversity_loss(features: Tensor, running: Optional[RunningCovariance], sync
         total, pairs = total + 2.0 * weight * seen, pairs + 2.0 * weight * count
         direction = direction + weight * similar
     total = total.clamp_min(torch.finfo(torch.float64).tiny)
-    surrogate = 4.0 * (features * direction.to(features.dtype)).sum()  # the total's gradient, value unused
-    return torch.log(total / pairs) + (surrogate - surrogate.detach()).double() / total
+    # log(total)'s gradient 4 direction / total, attached through one product (its value, about 4, is unused; the
+    # division first keeps it within float16's range at any batch size)
+    surrogate = 4.0 * (features * (direction / total).to(features.dtype)).sum()
+    return torch.log(total / pairs) + (surrogate - surrogate.detach()).double()
 
 
 def diversity_guidance(

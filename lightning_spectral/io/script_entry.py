@@ -12,8 +12,9 @@ from lightning_spectral.io.writing import WriteError
 
 def run_script(run: Callable[[], Any], script: str) -> None:
     """Call ``run()`` (a LightningCLI ``main`` reads ``sys.argv``); a bad ``--ckpt_path`` or output path
-    (:class:`CheckpointError`, :class:`WriteError`) prints ``"<script name>: error: <reason>"`` on stderr and exits
-    with code 2, as argparse does for a bad argument, instead of a traceback."""
+    ([`CheckpointError`][lightning_spectral.io.CheckpointError], [`WriteError`][lightning_spectral.io.WriteError])
+    prints ``"<script name>: error: <reason>"`` on stderr and exits with code 2, as argparse does for a bad
+    argument, instead of a traceback."""
     try:
         run()
     except (CheckpointError, WriteError) as error:
