@@ -108,8 +108,9 @@ def detector(r: int) -> tuple[KernelPCAOOD, float]:
 def scores(
     gen: torch.Tensor, ref: torch.Tensor, r: int, draws: list[int], groups=GROUPS, seed: int = 0, rhos=(2.0,)
 ) -> dict[str, tuple]:
-    """``{score: (value, se, dof[, bias])}`` for one sample (dof 0: the normal quantile; a bias widens the interval
-    downwards: ``[value - bias - q se, value + q se]``)."""
+    """``{score: (value, se, dof[, bias[, open]]})`` for one sample (dof 0: the normal quantile; a bias widens the
+    interval downwards: ``[value - bias - q se, value + q se]``; ``open``: the interval as returned has no upper end,
+    a lower bound only)."""
     out: dict[str, tuple[float, float, int]] = {}
     if "conditional" in groups:
         x, prompts = sample_labelled(gen.shape[0], GEN_WEIGHTS, seed)
@@ -123,7 +124,8 @@ def scores(
                 out[f"CondVendi prompt {label} Vendi-1 (A={a})"] = (
                     float(summary["prompt"][label]), float(summary["prompt_se"][label]), a)
                 out[f"CondVendi prompt {label} Vendi-1, bias taken out (A={a})"] = (
-                    float(labelled.value[label] - labelled.bias[label]), float(labelled.se[label]), a)
+                    float(labelled.value[label] - labelled.bias[label]), float(labelled.se[label]), a, 0.0,
+                    bool(labelled.high[label].isinf()))
             out[f"CondVendi min prompt Vendi-1 (A={a})"] = (
                 float(summary["min_prompt_vendi"]), float(summary["min_prompt_vendi_se"]), a)
             rke, rke_se = metric.reading().per_prompt(2), metric.reading().per_prompt_standard_errors(2)  # order 2: little n-bias
@@ -136,9 +138,9 @@ def scores(
                 for order in (1, 2):
                     se = summary["se" if key == "" else f"{key}_se"][order]
                     out[f"CondVendi {label}-{order} (A={a})"] = (float(summary[key][order]), float(se), a)
-                interval = intervals[key][1]  # the documented interval: value - bias +- q se
+                interval = intervals[key][1]  # the documented interval: value - bias +- q se (or a lower bound)
                 out[f"CondVendi {label}-1, bias taken out (A={a})"] = (
-                    float(interval.value - interval.bias), float(interval.se), a)
+                    float(interval.value - interval.bias), float(interval.se), a, 0.0, bool(interval.high.isinf()))
             out[f"CondVendi prompt-agnostic share (A={a})"] = (
                 float(summary["prompt_agnostic_share"]), float(summary["prompt_agnostic_share_se"]), a)
     if "covariance" in groups:
@@ -173,7 +175,8 @@ def scores(
                 out[f"{name}{label} (A={a})"] = (float(summary[""][order]), float(summary["se"][order]), a)
             if truncation is None:  # the documented interval: value - bias +- q se (`VendiReading.interval`)
                 interval = vendi.reading().interval()[1]
-                out[f"Vendi-1, bias taken out (A={a})"] = (float(interval.value - interval.bias), float(interval.se), a)
+                out[f"Vendi-1, bias taken out (A={a})"] = (float(interval.value - interval.bias), float(interval.se), a,
+                                                           0.0, bool(interval.high.isinf()))
     if "mmd" in groups:
         mmd = FastMMD(SIGMA, r)
         mmd.update(ref, real=True)
@@ -342,17 +345,21 @@ def main() -> None:
         se = torch.tensor([v[1] for v in values], dtype=torch.float64)
         # a fourth entry: the upward bias b of a top eigenvalue: the interval [value - b - q se, value + q se]
         bias = torch.tensor([v[3] if len(v) > 3 else 0.0 for v in values], dtype=torch.float64)
+        # a fifth: the interval is a lower bound only (`metrics.reading.bias_corrected`): no upper end to miss
+        open_above = torch.tensor([bool(v[4]) if len(v) > 4 else False for v in values])
         dof = values[0][2]
         truth = population[name][0]
         quantile = student_t_isf(0.025, dof) if dof else 1.959964
 
-        def share(q: float, truth=truth, value=value, bias=bias, se=se) -> float:
-            return float(((truth >= value - bias - q * se) & (truth <= value + q * se)).double().mean())
+        def share(q: float, truth=truth, value=value, bias=bias, se=se, open_above=open_above) -> float:
+            below = truth <= value + q * se
+            return float(((truth >= value - bias - q * se) & (below | open_above)).double().mean())
 
         covered, normal = share(quantile), share(1.959964)
         sd = float(value.std())
         t_cell = f"{covered:.1%} (q = {quantile:.2f})" if dof else "-"
-        print(f"| {name} | {truth:.5g} | {float(value.mean()):.5g} | {t_cell} | {normal:.1%} | "
+        bound = f" ({int(open_above.sum())} of {len(values)} lower bounds)" if bool(open_above.any()) else ""
+        print(f"| {name}{bound} | {truth:.5g} | {float(value.mean()):.5g} | {t_cell} | {normal:.1%} | "
               f"{float(se.pow(2).mean().sqrt()) / sd:.2f} | {(float(value.mean()) - truth) / sd:+.2f} |")
 
 

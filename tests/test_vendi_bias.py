@@ -4,6 +4,8 @@ a large-n value."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -99,9 +101,28 @@ def test_a_bias_the_formula_cannot_take_out_is_said():
     `BIAS_SHARE_WARNING` of the score; the interval warns, naming what to do instead."""
     metric = FKEAVendi(1.0, 128, noise_draws=2, precision="float64")
     metric.update(torch.randn(60, 16, generator=torch.Generator().manual_seed(0)))
-    with pytest.warns(UserWarning, match="RKE"):
+    with pytest.warns(UserWarning, match="lower bound only"):
         interval = metric.reading().interval()
     assert float(-interval.bias / interval.value) > BIAS_SHARE_WARNING
+    assert math.isinf(float(interval.high)) and math.isfinite(float(interval.low))
+
+
+def test_where_the_bias_cannot_be_taken_out_the_lower_bound_holds():
+    """Vendi-1 a large share of n (60 samples at 2r = 256): the two-sided interval would miss the large-n value in most
+    samples (the corrected score still reads low); the lower bound it gives instead holds in every one of 20."""
+    truth_metric = FKEAVendi(1.0, 128, noise_draws=0, precision="float64")
+    truth_metric.update(torch.randn(20_000, 16, generator=torch.Generator().manual_seed(99)))
+    truth = float(truth_metric.compute())
+    held, two_sided = 0, 0
+    for seed in range(20):
+        metric = FKEAVendi(1.0, 128, noise_draws=2, precision="float64")
+        metric.update(torch.randn(60, 16, generator=torch.Generator().manual_seed(seed)))
+        with pytest.warns(UserWarning, match="lower bound only"):
+            interval = metric.reading().interval()
+        half = student_t_isf(0.025, 2) * float(interval.se)
+        held += float(interval.low) <= truth
+        two_sided += float(interval.low) <= truth <= float(interval.value - interval.bias) + half
+    assert held == 20 and two_sided <= 10
 
 
 def test_entropy_replicates_are_the_vendi_replicates_over_the_score():
@@ -153,4 +174,8 @@ def test_per_label_intervals_take_out_each_label_s_own_bias():
     assert float(interval.bias[2]) == pytest.approx(float(vendi_bias(lane, 1)), rel=1e-9)
     assert bool((interval.bias[:6] < 0).all())
     half = student_t_isf(0.025, 2) * interval.se[:6]
-    torch.testing.assert_close(interval.high[:6], interval.value[:6] - interval.bias[:6] + half)
+    torch.testing.assert_close(interval.low[:6], interval.value[:6] - interval.bias[:6] - half)
+    large = interval.bias[:6].abs() > BIAS_SHARE_WARNING * interval.value[:6]  # a lower bound only there
+    assert bool(large.any())
+    torch.testing.assert_close(interval.high[:6][~large], (interval.value[:6] - interval.bias[:6] + half)[~large])
+    assert bool(interval.high[:6][large].isinf().all()) and bool(interval.high[6:].isnan().all())

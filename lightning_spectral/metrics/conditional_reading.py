@@ -33,7 +33,14 @@ from lightning_spectral.functional.sampling_noise import standard_error
 from lightning_spectral.functional.student_t import student_t_isf
 from lightning_spectral.metrics.accumulator import Accumulator
 from lightning_spectral.metrics.headline import headline_values
-from lightning_spectral.metrics.reading import Interval, ModeGallery, Reading, kept_summary, warn_large_bias
+from lightning_spectral.metrics.reading import (
+    Interval,
+    ModeGallery,
+    Reading,
+    bias_corrected,
+    kept_summary,
+    warn_large_bias,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     from lightning_spectral.metrics.conditional import _PerLabelAccumulator
@@ -170,8 +177,9 @@ class ConditionalReading(Reading):
         second-order entropy bias $b$ and replicates $dH_a$ (`functional.fkea.entropy_bias`; the draws are shared
         by the sides). Orders 2 and inf get 0, as in `FKEAVendi`'s
         [`interval`][lightning_spectral.metrics.vendi_reading.VendiReading.interval], whose limits hold here too
-        (a bias of more than `BIAS_SHARE_WARNING` of a score is said). One ``eigh`` per side; no summary or callback
-        reads it. A collective under DDP.
+        (a bias of more than `BIAS_SHARE_WARNING` of a score is said; there the one-sided scores, ``vendi`` and
+        ``prompt_vendi`` of order <= 1, are lower bounds, ``high = +inf``: `bias_corrected`). One ``eigh`` per side;
+        no summary or callback reads it. A collective under DDP.
 
         Raises:
             RuntimeError: no draws were kept (``noise_draws=0`` or ``label_prompts=True``).
@@ -197,14 +205,16 @@ class ConditionalReading(Reading):
                 value = scores[order][names[key]]
                 se = errors[key] if self._single_order else errors[key][order]
                 bias = torch.zeros((), dtype=torch.float64)
+                # one side's Vendi reads low (`bias_corrected`); a difference of entropies has no known sign
+                bounded = len(parts) == 1 and order <= 1
                 if order not in (2.0, math.inf):
                     shift = sum(sign * sides[name][order].bias for name, sign in parts.items())
                     moves = sum(sign * sides[name][order].replicates for name, sign in parts.items())
                     bias = value * (shift + 0.5 * moves.square().mean())
                     what = f"{key or 'conditional'} score of order {order}"
-                    warn_large_bias("ConditionalVendi.interval", what, bias, value, n, self.feature_map.out_features)
-                centre = value - bias
-                by_order[order] = Interval(value, se, bias, centre - q * se, centre + q * se, level)
+                    warn_large_bias("ConditionalVendi.interval", what, bias, value, n, self.feature_map.out_features,
+                                    bounded=bounded)
+                by_order[order] = bias_corrected(value, se, bias, q, level, bounded)
             out[key] = by_order[self.orders[0]] if self._single_order else by_order
         return out
 
@@ -403,7 +413,8 @@ class ConditionalReading(Reading):
         (L,) tensors: ``value - bias -+ q se``, the bias from the label's own draws
         ([`vendi_bias`][lightning_spectral.functional.fkea.vendi_bias]; 0 at orders 2 and inf and for a label seen
         once); NaN for a label without samples. A label's few samples make its bias large: one above
-        `BIAS_SHARE_WARNING` of its score is said. A collective under DDP.
+        `BIAS_SHARE_WARNING` of its score is said, and there (order <= 1) its interval is a lower bound, ``high =
+        +inf`` ([`bias_corrected`][lightning_spectral.metrics.reading.bias_corrected]). A collective under DDP.
 
         Raises:
             RuntimeError: no per-label draws (``noise_draws=0``, ``label_prompts=True``) or no ``num_classes``.
@@ -417,9 +428,10 @@ class ConditionalReading(Reading):
         biases = self._cached(f"prompt_bias_{order}", lambda: self._per_prompt_biases(order, values))
         worst = int(torch.nan_to_num(biases.abs() / values, nan=0.0).argmax())
         warn_large_bias("ConditionalVendi.per_prompt_interval", f"Vendi of label {worst}", biases[worst],
-                        values[worst], int(round(float(counts[worst]))), int(accumulator.cov_sum.shape[-1]))
-        half = student_t_isf((1.0 - level) / 2.0, self.noise_draws) * errors
-        return Interval(values, errors, biases, values - biases - half, values - biases + half, level)
+                        values[worst], int(round(float(counts[worst]))), int(accumulator.cov_sum.shape[-1]),
+                        bounded=order <= 1)
+        q = student_t_isf((1.0 - level) / 2.0, self.noise_draws)
+        return bias_corrected(values, errors, biases, q, level, order <= 1)
 
     def _per_prompt_biases(self, order: Any, values: Tensor) -> Tensor:
         accumulator = self._per_prompt_accumulator()

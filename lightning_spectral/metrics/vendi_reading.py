@@ -21,7 +21,7 @@ from lightning_spectral.functional.fkea import (
 from lightning_spectral.functional.student_t import student_t_isf
 from lightning_spectral.metrics.covariance_reading import CovarianceReading
 from lightning_spectral.metrics.headline import headline_values
-from lightning_spectral.metrics.reading import Interval, kept_summary, warn_large_bias
+from lightning_spectral.metrics.reading import bias_corrected, kept_summary, warn_large_bias
 
 
 class VendiReading(CovarianceReading):
@@ -82,7 +82,8 @@ class VendiReading(CovarianceReading):
         """Each score's interval at ``level`` without its bias at this n:
         ``[value - bias - q se, value - bias + q se]``, ``q = t_{A, (1 + level) / 2}`` (Student-t, ``A`` =
         ``noise_draws``), as an [`Interval`][lightning_spectral.metrics.reading.Interval] (a dict ``{order: Interval}``
-        for several orders).
+        for several orders). Where the bias is above `BIAS_SHARE_WARNING` of a score of order <= 1, a lower bound
+        only: ``high`` is ``+inf`` ([`bias_corrected`][lightning_spectral.metrics.reading.bias_corrected]; it warns).
 
         Vendi of order 1 (and any order but 2 and inf) rises with n: at n = 1,000 Vendi-1 reads 2 spreads below its
         large-n value. ``bias`` is its second-order estimate from the draws
@@ -109,13 +110,10 @@ class VendiReading(CovarianceReading):
         errors = errors if not self._single_order else {self.orders[0]: errors}
         for order in self.orders:
             warn_large_bias("FKEAVendi.interval", f"score of order {order}", biases[order], values[order],
-                            int(self.sample_count()), self.feature_map.out_features)
+                            int(self.sample_count()), self.feature_map.out_features, bounded=order <= 1)
         q = student_t_isf((1.0 - level) / 2.0, self.noise_draws)
-        intervals = {}
-        for order in self.orders:
-            centre, half = values[order] - biases[order], q * errors[order]
-            intervals[order] = Interval(values[order], errors[order], biases[order], centre - half, centre + half,
-                                        level)
+        intervals = {order: bias_corrected(values[order], errors[order], biases[order], q, level, order <= 1)
+                     for order in self.orders}
         return intervals[self.orders[0]] if self._single_order else intervals
 
     @kept_summary
