@@ -38,7 +38,7 @@ from lightning_spectral.kernels import median_bandwidth
 from lightning_spectral.metrics import SPECDivergence
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_forgetting import add_training_arguments, fine_tune, load, pretrained  # noqa: E402
+from bench_forgetting import add_training_arguments, fine_tune, knn_hits, load, pretrained  # noqa: E402
 
 PURITY_TARGET = 0.7
 
@@ -57,12 +57,8 @@ def embeddings(encoder: str, seed: int, kept_low: bool, data, args) -> tuple[tor
 
 
 def knn_per_class(z: torch.Tensor, y: torch.Tensor, k: int = 10) -> torch.Tensor:
-    """Leave-one-out k-NN accuracy (cosine, majority vote) of each class, (C,)."""
-    z = nn.functional.normalize(z.double(), dim=1)
-    similarity = z @ z.T
-    similarity.fill_diagonal_(-float("inf"))
-    votes = nn.functional.one_hot(y[similarity.topk(k, dim=1).indices], 10).sum(1)
-    right = (votes.argmax(1) == y).double()
+    """Leave-one-out k-NN accuracy (`bench_forgetting.knn_hits`) of each class, (C,)."""
+    right = knn_hits(z, y, k).double()
     return torch.stack([right[y == c].mean() for c in range(10)])
 
 

@@ -108,14 +108,20 @@ def trainer(root: str, callbacks: list, epochs: int) -> L.Trainer:
 
 
 @torch.no_grad()
-def knn_accuracy(z: torch.Tensor, y: torch.Tensor, k: int = 10) -> float:
-    """Leave-one-out k-nearest-neighbour accuracy (cosine similarity, majority vote) of the rows ``z`` (N, d)."""
+def knn_hits(z: torch.Tensor, y: torch.Tensor, k: int = 10) -> torch.Tensor:
+    """Whether each row of ``z`` (N, d) is classed right by its ``k`` nearest other rows (cosine similarity, majority
+    vote), (N,) bool: the leave-one-out k-nearest-neighbour test."""
     z = nn.functional.normalize(z.double(), dim=1)
     similarity = z @ z.T
     similarity.fill_diagonal_(-float("inf"))
     neighbours = similarity.topk(k, dim=1).indices
     votes = nn.functional.one_hot(y[neighbours], int(y.max()) + 1).sum(1)
-    return float((votes.argmax(1) == y).double().mean())
+    return votes.argmax(1) == y
+
+
+def knn_accuracy(z: torch.Tensor, y: torch.Tensor, k: int = 10) -> float:
+    """Leave-one-out k-nearest-neighbour accuracy of the rows ``z`` (N, d) (`knn_hits`)."""
+    return float(knn_hits(z, y, k).double().mean())
 
 
 @torch.no_grad()

@@ -68,14 +68,19 @@ class Interval(NamedTuple):
 BIAS_SHARE_WARNING = 0.05
 
 
+def past_bias_share(bias: Tensor, value: Tensor) -> Tensor:
+    """Whether ``|bias|`` is above `BIAS_SHARE_WARNING` of ``value`` (bool, elementwise; False where NaN)."""
+    return bias.abs() > BIAS_SHARE_WARNING * value
+
+
 def warn_large_bias(
     method: str, what: str, bias: Tensor, value: Tensor, n: int, width: int, bounded: bool = False
 ) -> None:
     """Warn (rank 0) when ``bias`` is above `BIAS_SHARE_WARNING` of ``value``: its second-order estimate leaves
     about as much in, so an interval around the large-n value misses it (``bounded``: the interval is a lower bound
     only, `bias_corrected`)."""
-    share = float(abs(bias) / value)
-    if share > BIAS_SHARE_WARNING:
+    if bool(past_bias_share(bias, value)):
+        share = float(abs(bias) / value)
         consequence = ("so the interval is a lower bound only (its upper end +inf): the score is at least its low end"
                        if bounded else "so the interval misses the large-n value")
         rank_zero_warn(
@@ -97,7 +102,7 @@ def bias_corrected(value: Tensor, se: Tensor, bias: Tensor, q: float, level: flo
     centre, half = value - bias, q * se
     high = centre + half
     if lower_bound:
-        high = torch.where(bias.abs() > BIAS_SHARE_WARNING * value, torch.full_like(high, math.inf), high)
+        high = torch.where(past_bias_share(bias, value), torch.full_like(high, math.inf), high)
     return Interval(value, se, bias, centre - half, high, level)
 
 
